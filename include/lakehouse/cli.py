@@ -1,0 +1,263 @@
+"""``lakehouse``: the command line, in the habits of kafka-console-producer and ksql.
+
+    lakehouse produce TOPIC            < records.jsonl
+    lakehouse run [--topic T] [--layer bronze|silver|gold]
+    lakehouse show TABLE [--version N] [--format table|json]
+    lakehouse changes TABLE [--from-version N] [--format table|json]
+    lakehouse sample                   (the seed's example events, once)
+    lakehouse airflow ARGS...          (Airflow with the repo-local environment)
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import os
+import sys
+from collections.abc import Iterable, Iterator, Sequence
+from datetime import date, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TextIO
+
+from lakehouse.config import LAYERS, Settings
+from lakehouse.contracts import Catalog, Contract
+from lakehouse.errors import BadRecordError, LakehouseError
+from lakehouse.landing import Producer, Record, record_from_json_line
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+PRODUCE_CHUNK = 10_000
+
+# The seed's example: a stream of (username, location) events.
+SAMPLE_EVENTS = [
+    ("alice", "Paris"),
+    ("bob", "Sydney"),
+    ("alice", "Rome"),
+    ("bob", "Lima"),
+    ("alice", "Berlin"),
+]
+
+
+def _chunks(lines: Iterable[str], size: int) -> Iterator[list[tuple[int, str]]]:
+    chunk: list[tuple[int, str]] = []
+    for n, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        chunk.append((n, line))
+        if len(chunk) >= size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
+
+
+def produce(settings: Settings, contract: Contract, stream: TextIO, err: TextIO) -> int:
+    """Produce JSON lines from ``stream``; stop at the first bad line, keeping what went before."""
+    producer = Producer(settings, contract.topic, contract.partitions)
+    total = 0
+    per_partition: dict[int, int] = {}
+    try:
+        for chunk in _chunks(stream, PRODUCE_CHUNK):
+            records: list[Record] = []
+            failure: BadRecordError | None = None
+            for n, line in chunk:
+                try:
+                    records.append(record_from_json_line(line, f"stdin line {n}"))
+                except BadRecordError as exc:
+                    failure = exc
+                    break
+            # Records before the bad line are produced, so nothing already accepted is lost.
+            for meta in producer.send_batch(records):
+                per_partition[meta.partition] = per_partition.get(meta.partition, 0) + 1
+            total += len(records)
+            if failure is not None:
+                raise failure
+    finally:
+        spread = ", ".join(f"p{p}: {n}" for p, n in sorted(per_partition.items())) or "none"
+        print(f"produced {total} record(s) to {contract.topic} ({spread})", file=err)
+    return 0
+
+
+def produce_sample(settings: Settings, catalog: Catalog, err: TextIO) -> int:
+    """Produce the seed's events to ``user-locations`` unless the topic already has data."""
+    from lakehouse.landing import list_segments
+
+    contract = catalog.topic("user-locations")
+    if list_segments(settings, contract.topic):
+        print(f"{contract.topic} already has data under {settings.landing_root}: left as is", file=err)
+        return 0
+    base_ms = 1_700_000_000_000
+    records = [
+        Record(
+            key=user.encode(),
+            value=json.dumps({"location": place}, separators=(",", ":")).encode(),
+            timestamp_ms=base_ms + 60_000 * i,
+        )
+        for i, (user, place) in enumerate(SAMPLE_EVENTS)
+    ]
+    Producer(settings, contract.topic, contract.partitions).send_batch(records)
+    print(f"produced {len(records)} sample record(s) to {contract.topic}", file=err)
+    return 0
+
+
+# -- rendering --------------------------------------------------------------------------------
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, bytes):
+        try:
+            return value.decode("utf-8")
+        except UnicodeDecodeError:
+            return "base64:" + base64.b64encode(value).decode("ascii")
+    if isinstance(value, datetime | date):
+        return value.isoformat()
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    return value
+
+
+def render(table: pa.Table, fmt: str, out: TextIO) -> None:
+    rows = [{k: _plain(v) for k, v in r.items()} for r in table.to_pylist()]
+    if fmt == "json":
+        for r in rows:
+            out.write(json.dumps(r, ensure_ascii=False) + "\n")
+        return
+    names = table.column_names
+    cells = [["null" if r[n] is None else str(r[n]) for n in names] for r in rows]
+    widths = [max([len(n), *(len(c[i]) for c in cells)]) for i, n in enumerate(names)]
+    line = "+" + "+".join("-" * (w + 2) for w in widths) + "+"
+    out.write(line + "\n")
+    out.write("| " + " | ".join(n.ljust(w) for n, w in zip(names, widths, strict=True)) + " |\n")
+    out.write(line + "\n")
+    for c in cells:
+        out.write("| " + " | ".join(v.ljust(w) for v, w in zip(c, widths, strict=True)) + " |\n")
+    out.write(line + "\n")
+    out.write(f"({len(rows)} row{'s' if len(rows) != 1 else ''})\n")
+
+
+def _sort(table: pa.Table, first: Sequence[str]) -> pa.Table:
+    keys = [c for c in first if c in table.column_names]
+    return table.sort_by([(c, "ascending") for c in keys]) if keys else table
+
+
+def _table_path(settings: Settings, catalog: Catalog, name: str) -> tuple[Path, list[str]]:
+    layer, bare, contract = catalog.resolve_table(name)
+    if layer == "gold":
+        return settings.gold_path(bare), [contract.key_name]
+    if layer == "silver":
+        return settings.silver_path(bare), ["partition", "offset"]
+    return settings.bronze_path(bare), ["partition", "offset"]
+
+
+def show(settings: Settings, catalog: Catalog, name: str, version: int | None, fmt: str) -> int:
+    from lakehouse.storage import read_arrow
+
+    path, order = _table_path(settings, catalog, name)
+    render(_sort(read_arrow(path, version), order), fmt, sys.stdout)
+    return 0
+
+
+def changes(settings: Settings, catalog: Catalog, name: str, start: int, fmt: str) -> int:
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from lakehouse.storage import changes_arrow
+
+    path, order = _table_path(settings, catalog, name)
+    feed = changes_arrow(path, start)
+    # Pre-images sort before post-images within a commit, as they happened.
+    rank = {"delete": 0, "update_preimage": 1, "update_postimage": 2, "insert": 3}
+    ranks = pa.array([rank.get(t, 9) for t in feed.column("_change_type").to_pylist()], pa.int8())
+    feed = feed.append_column("_rank", ranks)
+    feed = _sort(feed, ["_commit_version", *order, "_rank"]).drop_columns(["_rank"])
+    if "_commit_timestamp" in feed.column_names:
+        feed = feed.set_column(
+            feed.column_names.index("_commit_timestamp"),
+            "_commit_timestamp",
+            pc.cast(feed.column("_commit_timestamp"), pa.timestamp("ms", tz="UTC")),
+        )
+    render(feed, fmt, sys.stdout)
+    return 0
+
+
+def run_pipeline(settings: Settings, catalog: Catalog, topic: str | None, layer: str | None) -> int:
+    from lakehouse.pipeline import run
+    from lakehouse.spark import get_session
+
+    if topic:
+        catalog.topic(topic)  # fail on an unknown topic before starting Spark
+    spark = get_session(settings.spark_master, app_name="lakehouse-run")
+    run(spark, settings, catalog, topics=[topic] if topic else [], layers=[layer] if layer else LAYERS)  # type: ignore[list-item]
+    return 0
+
+
+def run_airflow(settings: Settings, args: list[str]) -> int:
+    from lakehouse.airflow_env import airflow_environment
+
+    env = airflow_environment(settings)
+    Path(env["AIRFLOW_HOME"]).mkdir(parents=True, exist_ok=True)
+    airflow = str(Path(sys.executable).parent / "airflow")
+    os.execve(airflow, [airflow, *args], env)
+    return 0  # pragma: no cover - execve does not return
+
+
+# -- entry point -------------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="lakehouse", description="Streams and tables on a Delta lakehouse.")
+    p.add_argument("--home", help="lakehouse root (default: $LAKEHOUSE_HOME or .lakehouse in the checkout)")
+    p.add_argument("--contracts", help="contracts folder (default: $LAKEHOUSE_CONTRACTS or contracts/)")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    sp = sub.add_parser("produce", help="append JSON-line records from stdin to a topic")
+    sp.add_argument("topic")
+
+    sr = sub.add_parser("run", help="run one micro-batch of the pipeline, without Airflow")
+    sr.add_argument("--topic")
+    sr.add_argument("--layer", choices=LAYERS)
+
+    for name, helptext in (("show", "print a table's rows"), ("changes", "print a table's changelog")):
+        s = sub.add_parser(name, help=helptext)
+        s.add_argument("table", help="gold table name, silver.<stream> or bronze.<topic>")
+        if name == "show":
+            s.add_argument("--version", type=int)
+        else:
+            s.add_argument("--from-version", type=int, default=0)
+        s.add_argument("--format", choices=("table", "json"), default="table")
+
+    sub.add_parser("sample", help="produce the seed's example events (once)")
+    sa = sub.add_parser("airflow", help="run the airflow CLI with the lakehouse's environment")
+    sa.add_argument("args", nargs=argparse.REMAINDER)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        settings = Settings.from_env(args.home, args.contracts)
+        if args.command == "airflow":
+            return run_airflow(settings, args.args)
+        catalog = Catalog.load(settings.contracts_dir)
+        if args.command == "produce":
+            return produce(settings, catalog.topic(args.topic), sys.stdin, sys.stderr)
+        if args.command == "run":
+            return run_pipeline(settings, catalog, args.topic, args.layer)
+        if args.command == "show":
+            return show(settings, catalog, args.table, args.version, args.format)
+        if args.command == "changes":
+            return changes(settings, catalog, args.table, args.from_version, args.format)
+        if args.command == "sample":
+            return produce_sample(settings, catalog, sys.stderr)
+    except LakehouseError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    raise AssertionError(f"unhandled command {args.command}")  # pragma: no cover
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

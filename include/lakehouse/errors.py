@@ -1,0 +1,55 @@
+"""Typed errors. Each says what was wrong and where, so a user can act on it."""
+
+from __future__ import annotations
+
+
+class LakehouseError(Exception):
+    """Base class of every error the platform raises on purpose."""
+
+
+class ConfigError(LakehouseError):
+    """Bad configuration: raised before any data moves."""
+
+
+class ContractError(ConfigError):
+    """A contract file is invalid. The message names the file and the path inside it."""
+
+    def __init__(self, source: str, path: str, problem: str) -> None:
+        self.source = source
+        self.path = path
+        self.problem = problem
+        where = f"{source}: {path}" if path else source
+        super().__init__(f"{where}: {problem}")
+
+
+class UnknownTopicError(LakehouseError):
+    def __init__(self, topic: str, known: list[str]) -> None:
+        self.topic = topic
+        listing = ", ".join(sorted(known)) or "(none)"
+        super().__init__(f"unknown topic {topic!r}; topics with a contract: {listing}")
+
+
+class UnknownTableError(LakehouseError):
+    def __init__(self, table: str, known: list[str]) -> None:
+        self.table = table
+        listing = ", ".join(sorted(known)) or "(none)"
+        super().__init__(f"unknown table {table!r}; known tables: {listing}")
+
+
+class BadRecordError(LakehouseError):
+    """A record given to the producer cannot be accepted (e.g. a line that is not JSON)."""
+
+    def __init__(self, origin: str, problem: str) -> None:
+        self.origin = origin
+        self.problem = problem
+        super().__init__(f"{origin}: {problem}")
+
+
+class TableNotFoundError(LakehouseError):
+    def __init__(self, path: str) -> None:
+        self.path = path
+        super().__init__(f"no Delta table at {path} (has its pipeline run yet?)")
+
+
+class JavaNotFoundError(ConfigError):
+    """No usable Java runtime for Spark."""

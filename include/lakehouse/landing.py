@@ -1,0 +1,332 @@
+"""Landing: topic partitions as segment files, and a producer that appends to them.
+
+The layout is the one Kafka Connect's S3/HDFS sinks write::
+
+    <landing>/topics/<topic>/partition=<p>/<topic>+<p>+<startOffset>.json
+
+Each segment is JSON lines, one record envelope per line::
+
+    {"offset": 7, "timestamp": 1700000000000, "timestampType": "CreateTime",
+     "key": "alice", "value": "{\\"location\\":\\"Paris\\"}", "headers": [{"key": "h", "value": "v"}]}
+
+``key`` and ``value`` are the record's bytes as UTF-8 text, or base64 when ``keyEncoding`` /
+``valueEncoding`` is ``"base64"``; either may be null. Segments are immutable once written: the
+producer writes each to a temporary name and renames it into place, so a reader never sees half a
+segment, and a lock file per topic keeps two producers from handing out the same offset.
+"""
+
+from __future__ import annotations
+
+import base64
+import fcntl
+import json
+import os
+import re
+import time
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from lakehouse.config import Settings, validate_topic_name
+from lakehouse.errors import BadRecordError
+
+SEGMENT_SUFFIX = ".json"
+_SEGMENT_NAME = re.compile(r"^(?P<topic>.+)\+(?P<partition>\d+)\+(?P<offset>\d+)\.json(?:\.gz)?$")
+OFFSET_PAD = 10  # Connect's default `filename.offset.zero.pad.width`
+
+_MASK32 = 0xFFFFFFFF
+
+
+def murmur2(data: bytes) -> int:
+    """Kafka's ``Utils.murmur2``: 32-bit MurmurHash2 with Kafka's seed, as a signed int."""
+    length = len(data)
+    m = 0x5BD1E995
+    h = (0x9747B28C ^ length) & _MASK32
+    end = length - length % 4
+    for i in range(0, end, 4):
+        k = int.from_bytes(data[i : i + 4], "little")
+        k = (k * m) & _MASK32
+        k ^= k >> 24
+        k = (k * m) & _MASK32
+        h = (h * m) & _MASK32
+        h ^= k
+    rest = length % 4
+    if rest == 3:
+        h ^= data[end + 2] << 16
+    if rest >= 2:
+        h ^= data[end + 1] << 8
+    if rest >= 1:
+        h ^= data[end]
+        h = (h * m) & _MASK32
+    h ^= h >> 13
+    h = (h * m) & _MASK32
+    h ^= h >> 15
+    return h - (1 << 32) if h & 0x80000000 else h
+
+
+def default_partition(key: bytes, partitions: int) -> int:
+    """Kafka's default partitioner for a keyed record: ``toPositive(murmur2(key)) % n``."""
+    return (murmur2(key) & 0x7FFFFFFF) % partitions
+
+
+@dataclass(frozen=True)
+class Record:
+    """One record to produce: the bytes Kafka would carry."""
+
+    key: bytes | None
+    value: bytes | None
+    timestamp_ms: int | None = None
+    headers: tuple[tuple[str, bytes | None], ...] = ()
+    partition: int | None = None
+
+
+@dataclass(frozen=True)
+class RecordMetadata:
+    topic: str
+    partition: int
+    offset: int
+    timestamp_ms: int
+
+
+def segment_name(topic: str, partition: int, start_offset: int) -> str:
+    return f"{topic}+{partition}+{start_offset:0{OFFSET_PAD}d}{SEGMENT_SUFFIX}"
+
+
+@dataclass(frozen=True, order=True)
+class Segment:
+    partition: int
+    start_offset: int
+    path: Path = field(compare=False)
+
+
+def parse_segment_name(path: Path, topic: str) -> Segment | None:
+    """Return the segment a file name describes, or ``None`` for files that are not segments."""
+    m = _SEGMENT_NAME.match(path.name)
+    if not m or m.group("topic") != topic:
+        return None
+    return Segment(int(m.group("partition")), int(m.group("offset")), path)
+
+
+def list_segments(settings: Settings, topic: str) -> list[Segment]:
+    """Every segment of a topic, ordered by partition and start offset."""
+    root = settings.topic_dir(topic)
+    if not root.is_dir():
+        return []
+    found: list[Segment] = []
+    for part_dir in root.glob("partition=*"):
+        for path in part_dir.iterdir():
+            seg = parse_segment_name(path, topic)
+            if seg is not None and f"partition={seg.partition}" == part_dir.name:
+                found.append(seg)
+    return sorted(found)
+
+
+def _last_offset(path: Path) -> int:
+    """Offset of the last record in one of our own segments (it ends with a complete line)."""
+    with path.open("rb") as fh:
+        fh.seek(0, os.SEEK_END)
+        size = fh.tell()
+        block = min(size, 1 << 16)
+        while True:
+            fh.seek(size - block)
+            tail = fh.read(block).rstrip(b"\n")
+            if b"\n" in tail or block == size:
+                break
+            block = min(size, block * 4)
+    line = tail.rsplit(b"\n", 1)[-1]
+    return int(json.loads(line)["offset"])
+
+
+def end_offsets(settings: Settings, topic: str, partitions: int) -> dict[int, int]:
+    """The next offset to be written per partition (Kafka's log-end offset)."""
+    ends = dict.fromkeys(range(partitions), 0)
+    last: dict[int, Segment] = {}
+    for seg in list_segments(settings, topic):
+        last[seg.partition] = seg
+    for p, seg in last.items():
+        ends[p] = max(ends.get(p, 0), _last_offset(seg.path) + 1)
+    return ends
+
+
+@contextmanager
+def _topic_lock(settings: Settings, topic: str) -> Iterator[None]:
+    root = settings.topic_dir(topic)
+    root.mkdir(parents=True, exist_ok=True)
+    with (root / ".producer.lock").open("a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def _text_or_b64(data: bytes | None) -> tuple[str | None, str]:
+    if data is None:
+        return None, "utf8"
+    try:
+        return data.decode("utf-8"), "utf8"
+    except UnicodeDecodeError:
+        return base64.b64encode(data).decode("ascii"), "base64"
+
+
+def _envelope(offset: int, ts: int, rec: Record) -> dict[str, Any]:
+    key, key_enc = _text_or_b64(rec.key)
+    value, value_enc = _text_or_b64(rec.value)
+    out: dict[str, Any] = {
+        "offset": offset,
+        "timestamp": ts,
+        "timestampType": "CreateTime",
+        "key": key,
+        "value": value,
+    }
+    if key_enc != "utf8":
+        out["keyEncoding"] = key_enc
+    if value_enc != "utf8":
+        out["valueEncoding"] = value_enc
+    if rec.headers:
+        headers = []
+        for hk, hv in rec.headers:
+            text, enc = _text_or_b64(hv)
+            headers.append({"key": hk, "value": text, **({"encoding": enc} if enc != "utf8" else {})})
+        out["headers"] = headers
+    return out
+
+
+class Producer:
+    """Appends records to a topic's partitions with Kafka's default partitioner.
+
+    Records given to one :meth:`send_batch` call become at most one new segment per partition,
+    written under the topic's lock, so concurrent producers never reuse an offset.
+    """
+
+    def __init__(self, settings: Settings, topic: str, partitions: int) -> None:
+        if partitions < 1:
+            raise ValueError("a topic needs at least one partition")
+        self.settings = settings
+        self.topic = validate_topic_name(topic)
+        self.partitions = partitions
+        # Null keys are spread round-robin, as the pre-2.4 Kafka default partitioner did.
+        self._next_unkeyed = 0
+
+    def partition_for(self, rec: Record) -> int:
+        if rec.partition is not None:
+            if not 0 <= rec.partition < self.partitions:
+                raise BadRecordError(
+                    f"topic {self.topic}",
+                    f"partition {rec.partition} out of range: the topic has {self.partitions}",
+                )
+            return rec.partition
+        if rec.key is None:
+            p = self._next_unkeyed % self.partitions
+            self._next_unkeyed += 1
+            return p
+        return default_partition(rec.key, self.partitions)
+
+    def send_batch(self, records: Iterable[Record]) -> list[RecordMetadata]:
+        """Write the records durably; return each record's partition and offset, in input order."""
+        now = int(time.time() * 1000)
+        by_partition: dict[int, list[tuple[int, Record]]] = {}
+        for i, rec in enumerate(records):
+            by_partition.setdefault(self.partition_for(rec), []).append((i, rec))
+        if not by_partition:
+            return []
+        results: dict[int, RecordMetadata] = {}
+        with _topic_lock(self.settings, self.topic):
+            ends = end_offsets(self.settings, self.topic, self.partitions)
+            for p, items in sorted(by_partition.items()):
+                start = ends[p]
+                part_dir = self.settings.topic_dir(self.topic) / f"partition={p}"
+                part_dir.mkdir(parents=True, exist_ok=True)
+                final = part_dir / segment_name(self.topic, p, start)
+                tmp = part_dir / f".{final.name}.{os.getpid()}.tmp"
+                with tmp.open("w", encoding="utf-8") as fh:
+                    for n, (i, rec) in enumerate(items):
+                        ts = rec.timestamp_ms if rec.timestamp_ms is not None else now
+                        fh.write(json.dumps(_envelope(start + n, ts, rec), separators=(",", ":")))
+                        fh.write("\n")
+                        results[i] = RecordMetadata(self.topic, p, start + n, ts)
+                    fh.flush()
+                    os.fsync(fh.fileno())
+                os.rename(tmp, final)
+        return [results[i] for i in range(len(results))]
+
+
+# -- the command-line producer's input format -------------------------------------------------
+
+
+def parse_timestamp(raw: Any, origin: str) -> int | None:
+    """Epoch milliseconds or ISO-8601 text (UTC when no offset is given) -> epoch ms."""
+    if raw is None:
+        return None
+    if isinstance(raw, bool):
+        raise BadRecordError(origin, "timestamp must be epoch milliseconds or ISO-8601 text")
+    if isinstance(raw, int):
+        return raw
+    if isinstance(raw, str):
+        try:
+            dt = datetime.fromisoformat(raw.replace("Z", "+00:00"))
+        except ValueError:
+            raise BadRecordError(origin, f"timestamp {raw!r} is not ISO-8601") from None
+        if dt.tzinfo is None:
+            dt = dt.replace(tzinfo=UTC)
+        return int(dt.timestamp() * 1000)
+    raise BadRecordError(origin, "timestamp must be epoch milliseconds or ISO-8601 text")
+
+
+def _headers(raw: Any, origin: str) -> tuple[tuple[str, bytes | None], ...]:
+    if raw is None:
+        return ()
+    pairs: Sequence[Any]
+    if isinstance(raw, Mapping):
+        pairs = list(raw.items())
+    elif isinstance(raw, list):
+        pairs = [(h.get("key"), h.get("value")) if isinstance(h, Mapping) else h for h in raw]
+    else:
+        raise BadRecordError(origin, "headers must be an object or a list of {key, value}")
+    out: list[tuple[str, bytes | None]] = []
+    for pair in pairs:
+        if not (isinstance(pair, list | tuple) and len(pair) == 2 and isinstance(pair[0], str)):
+            raise BadRecordError(origin, f"bad header {pair!r}")
+        hv = pair[1]
+        if hv is not None and not isinstance(hv, str):
+            hv = json.dumps(hv, separators=(",", ":"))
+        out.append((pair[0], None if hv is None else hv.encode("utf-8")))
+    return tuple(out)
+
+
+_INPUT_KEYS = frozenset({"key", "value", "timestamp", "headers", "partition"})
+
+
+def record_from_json_line(line: str, origin: str) -> Record:
+    """Parse one producer input line: ``{"key", "value", "timestamp"?, "headers"?, "partition"?}``.
+
+    The value is any JSON (or null, a tombstone) and is carried as its compact JSON text.
+    """
+    try:
+        obj = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise BadRecordError(origin, f"not valid JSON: {exc.msg} (column {exc.colno})") from None
+    if not isinstance(obj, dict):
+        raise BadRecordError(origin, "each line must be a JSON object with 'key' and 'value'")
+    unknown = set(obj) - _INPUT_KEYS
+    if unknown:
+        raise BadRecordError(origin, f"unknown field(s) {sorted(unknown)}; allowed: {sorted(_INPUT_KEYS)}")
+    if "value" not in obj:
+        raise BadRecordError(origin, "missing 'value' (use null for a tombstone)")
+    key = obj.get("key")
+    if key is not None and not isinstance(key, str):
+        raise BadRecordError(origin, "key must be a string or null")
+    partition = obj.get("partition")
+    if partition is not None and (isinstance(partition, bool) or not isinstance(partition, int)):
+        raise BadRecordError(origin, "partition must be an integer")
+    value = obj["value"]
+    return Record(
+        key=None if key is None else key.encode("utf-8"),
+        value=None if value is None else json.dumps(value, separators=(",", ":")).encode("utf-8"),
+        timestamp_ms=parse_timestamp(obj.get("timestamp"), origin),
+        headers=_headers(obj.get("headers"), origin),
+        partition=partition,
+    )

@@ -1,0 +1,100 @@
+"""Airflow DAGs generated from the contracts: one pipeline DAG per topic.
+
+Imported by the thin files in ``dags/`` at parse time, so it imports Airflow and the contracts
+only: no Spark, Delta or Great Expectations (tasks run those in spark-submit processes).
+"""
+
+from __future__ import annotations
+
+import sys
+from datetime import datetime, timedelta
+
+from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+from airflow.sdk import DAG, Asset
+
+from lakehouse.config import REPO_ROOT, Layer, Settings
+from lakehouse.contracts import Catalog, Contract
+
+JOB = str(REPO_ROOT / "jobs" / "run_layer.py")
+START = datetime(2026, 1, 1)
+
+
+def dag_id(topic: str) -> str:
+    return f"pipeline__{topic}"
+
+
+def table_asset(settings: Settings, layer: Layer, name: str) -> Asset:
+    path = {
+        "bronze": settings.bronze_path,
+        "silver": settings.silver_path,
+        "gold": settings.gold_path,
+    }[layer](name)
+    return Asset(name=f"{layer}.{name}", uri=path.as_uri(), group="delta")
+
+
+def _spark_conf() -> dict[str, str]:
+    # The driver and executors run the interpreter Airflow runs with, which has `lakehouse`.
+    return {"spark.pyspark.python": sys.executable, "spark.pyspark.driver.python": sys.executable}
+
+
+def pipeline_dag(contract: Contract, settings: Settings) -> DAG:
+    """ingest (bronze) -> silver -> gold for one topic, as scheduled micro-batches."""
+    topic = contract.topic
+    bronze = table_asset(settings, "bronze", topic)
+    silver = table_asset(settings, "silver", contract.stream)
+    gold = [table_asset(settings, "gold", t.name) for t in contract.tables]
+    doc = (
+        f"### Pipeline of topic `{topic}`\n\n{contract.description}\n\n"
+        f"landing `{topic}` ({contract.partitions} partitions) -> bronze `{topic}` -> "
+        f"silver `{contract.stream}` -> gold "
+        + (", ".join(f"`{t.name}`" for t in contract.tables) or "(none)")
+        + f"\n\nContract: `{contract.source}`"
+    )
+    with DAG(
+        dag_id=dag_id(topic),
+        description=f"Micro-batches of topic {topic}: bronze -> silver -> gold",
+        doc_md=doc,
+        schedule=timedelta(minutes=contract.schedule_minutes),
+        start_date=START,
+        catchup=False,
+        max_active_runs=1,
+        tags=["lakehouse", f"topic:{topic}"],
+        default_args={
+            "owner": contract.owner,
+            "retries": 2,
+            "retry_delay": timedelta(seconds=30),
+            "retry_exponential_backoff": True,
+        },
+    ) as dag:
+        steps: list[SparkSubmitOperator] = []
+        for layer, inlets, outlets in (
+            ("bronze", [], [bronze]),
+            ("silver", [bronze], [silver]),
+            ("gold", [silver], gold),
+        ):
+            steps.append(
+                SparkSubmitOperator(
+                    task_id=layer,
+                    application=JOB,
+                    application_args=["--topic", topic, "--layer", layer],
+                    conn_id="spark_default",
+                    name=f"lakehouse-{layer}-{topic}",
+                    conf=_spark_conf(),
+                    env_vars={
+                        "LAKEHOUSE_HOME": str(settings.home),
+                        "LAKEHOUSE_CONTRACTS": str(settings.contracts_dir),
+                    },
+                    inlets=inlets,
+                    outlets=outlets,
+                )
+            )
+        for upstream, downstream in zip(steps, steps[1:], strict=False):
+            upstream >> downstream
+    return dag
+
+
+def pipeline_dags(settings: Settings | None = None) -> dict[str, DAG]:
+    """Every pipeline DAG, keyed by DAG id (for ``globals().update(...)`` in a DAG file)."""
+    settings = settings or Settings.from_env()
+    catalog = Catalog.load(settings.contracts_dir)
+    return {dag_id(c.topic): pipeline_dag(c, settings) for c in catalog}

@@ -1,0 +1,41 @@
+"""spark-submit entry point: one micro-batch of one layer of one topic's pipeline.
+
+    spark-submit jobs/run_layer.py --topic user-locations --layer silver
+
+Airflow's SparkSubmitOperator runs this with the ``spark_default`` connection's master.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from lakehouse.config import LAYERS, Settings
+from lakehouse.contracts import Catalog
+from lakehouse.errors import LakehouseError
+from lakehouse.pipeline import run_layer
+from lakehouse.spark import get_session
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--topic", required=True)
+    parser.add_argument("--layer", required=True, choices=LAYERS)
+    args = parser.parse_args(argv)
+    try:
+        settings = Settings.from_env()
+        contract = Catalog.load(settings.contracts_dir).topic(args.topic)
+    except LakehouseError as exc:  # bad configuration fails before Spark starts
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    spark = get_session(app_name=f"lakehouse-{args.layer}-{args.topic}")
+    try:
+        for line in run_layer(spark, settings, contract, args.layer):
+            print(line, flush=True)
+    finally:
+        spark.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
