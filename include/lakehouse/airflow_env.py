@@ -16,7 +16,9 @@ from pathlib import Path
 from lakehouse.config import REPO_ROOT, Settings
 
 
-def airflow_environment(settings: Settings, base: Mapping[str, str] | None = None) -> dict[str, str]:
+def airflow_environment(
+    settings: Settings, base: Mapping[str, str] | None = None
+) -> dict[str, str]:
     env = dict(os.environ if base is None else base)
     bin_dir = str(Path(sys.executable).parent)
     defaults = {

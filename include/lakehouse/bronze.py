@@ -18,7 +18,7 @@ from lakehouse.landing import list_segments
 from lakehouse.storage import DeltaStore, Txn
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import Column, DataFrame, SparkSession
     from pyspark.sql.types import StructType
 
 BRONZE_APP = "landing"
@@ -57,12 +57,11 @@ def envelope_schema() -> StructType:
     )
 
 
-def _bytes(text: str, encoding: str) -> object:
+def _bytes(text: str, encoding: str) -> Column:
     from pyspark.sql import functions as F
 
-    return (
-        F.when(F.col(encoding) == "base64", F.unbase64(F.col(text)))
-        .otherwise(F.encode(F.col(text), "UTF-8"))
+    return F.when(F.col(encoding) == "base64", F.unbase64(F.col(text))).otherwise(
+        F.encode(F.col(text), "UTF-8")
     )
 
 
@@ -132,7 +131,9 @@ def ingest(spark: SparkSession, settings: Settings, contract: Contract) -> Bronz
     last_batch = store.transaction_version(path, BRONZE_APP)
     batch_id = 0 if last_batch is None else last_batch + 1
 
-    segments = [s for s in list_segments(settings, topic) if s.start_offset >= done.get(s.partition, 0)]
+    segments = [
+        s for s in list_segments(settings, topic) if s.start_offset >= done.get(s.partition, 0)
+    ]
     if not segments:
         return BronzeResult(topic, None, next_offsets=done)
 

@@ -1,11 +1,11 @@
 """``lakehouse``: the command line, in the habits of kafka-console-producer and ksql.
 
-    lakehouse produce TOPIC            < records.jsonl
-    lakehouse run [--topic T] [--layer bronze|silver|gold]
-    lakehouse show TABLE [--version N] [--format table|json]
-    lakehouse changes TABLE [--from-version N] [--format table|json]
-    lakehouse sample                   (the seed's example events, once)
-    lakehouse airflow ARGS...          (Airflow with the repo-local environment)
+lakehouse produce TOPIC            < records.jsonl
+lakehouse run [--topic T] [--layer bronze|silver|gold]
+lakehouse show TABLE [--version N] [--format table|json]
+lakehouse changes TABLE [--from-version N] [--format table|json]
+lakehouse sample                   (the seed's example events, once)
+lakehouse airflow ARGS...          (Airflow with the repo-local environment)
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ import sys
 from collections.abc import Iterable, Iterator, Sequence
 from datetime import date, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO, cast
 
-from lakehouse.config import LAYERS, Settings
+from lakehouse.config import LAYERS, Layer, Settings
 from lakehouse.contracts import Catalog, Contract
 from lakehouse.errors import BadRecordError, LakehouseError
 from lakehouse.landing import Producer, Record, record_from_json_line
@@ -86,7 +86,9 @@ def produce_sample(settings: Settings, catalog: Catalog, err: TextIO) -> int:
 
     contract = catalog.topic("user-locations")
     if list_segments(settings, contract.topic):
-        print(f"{contract.topic} already has data under {settings.landing_root}: left as is", file=err)
+        print(
+            f"{contract.topic} already has data under {settings.landing_root}: left as is", file=err
+        )
         return 0
     base_ms = 1_700_000_000_000
     records = [
@@ -184,14 +186,17 @@ def changes(settings: Settings, catalog: Catalog, name: str, start: int, fmt: st
     return 0
 
 
-def run_pipeline(settings: Settings, catalog: Catalog, topic: str | None, layer: str | None) -> int:
+def run_pipeline(
+    settings: Settings, catalog: Catalog, topic: str | None, layer: Layer | None
+) -> int:
     from lakehouse.pipeline import run
     from lakehouse.spark import get_session
 
     if topic:
         catalog.topic(topic)  # fail on an unknown topic before starting Spark
     spark = get_session(settings.spark_master, app_name="lakehouse-run")
-    run(spark, settings, catalog, topics=[topic] if topic else [], layers=[layer] if layer else LAYERS)  # type: ignore[list-item]
+    layers: tuple[Layer, ...] = (layer,) if layer else LAYERS
+    run(spark, settings, catalog, topics=[topic] if topic else [], layers=layers)
     return 0
 
 
@@ -209,9 +214,15 @@ def run_airflow(settings: Settings, args: list[str]) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="lakehouse", description="Streams and tables on a Delta lakehouse.")
-    p.add_argument("--home", help="lakehouse root (default: $LAKEHOUSE_HOME or .lakehouse in the checkout)")
-    p.add_argument("--contracts", help="contracts folder (default: $LAKEHOUSE_CONTRACTS or contracts/)")
+    p = argparse.ArgumentParser(
+        prog="lakehouse", description="Streams and tables on a Delta lakehouse."
+    )
+    p.add_argument(
+        "--home", help="lakehouse root (default: $LAKEHOUSE_HOME or .lakehouse in the checkout)"
+    )
+    p.add_argument(
+        "--contracts", help="contracts folder (default: $LAKEHOUSE_CONTRACTS or contracts/)"
+    )
     sub = p.add_subparsers(dest="command", required=True)
 
     sp = sub.add_parser("produce", help="append JSON-line records from stdin to a topic")
@@ -221,7 +232,10 @@ def build_parser() -> argparse.ArgumentParser:
     sr.add_argument("--topic")
     sr.add_argument("--layer", choices=LAYERS)
 
-    for name, helptext in (("show", "print a table's rows"), ("changes", "print a table's changelog")):
+    for name, helptext in (
+        ("show", "print a table's rows"),
+        ("changes", "print a table's changelog"),
+    ):
         s = sub.add_parser(name, help=helptext)
         s.add_argument("table", help="gold table name, silver.<stream> or bronze.<topic>")
         if name == "show":
@@ -246,7 +260,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "produce":
             return produce(settings, catalog.topic(args.topic), sys.stdin, sys.stderr)
         if args.command == "run":
-            return run_pipeline(settings, catalog, args.topic, args.layer)
+            return run_pipeline(settings, catalog, args.topic, cast(Layer | None, args.layer))
         if args.command == "show":
             return show(settings, catalog, args.table, args.version, args.format)
         if args.command == "changes":

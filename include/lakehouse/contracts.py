@@ -160,7 +160,9 @@ def _check_semantics(c: Contract, doc: dict[str, Any]) -> None:
         where = "key.name" if i == 0 else f"value.fields[{i - 1}].name"
         if name in STREAM_METADATA_COLUMNS:
             raise ContractError(
-                c.source, where, f"{name!r} is reserved for stream metadata {STREAM_METADATA_COLUMNS}"
+                c.source,
+                where,
+                f"{name!r} is reserved for stream metadata {STREAM_METADATA_COLUMNS}",
             )
         if name in columns[:i]:
             raise ContractError(c.source, where, f"column {name!r} is declared twice")
@@ -211,7 +213,9 @@ def load_contract(path: Path) -> Contract:
     contract = parse_contract(document, source)
     if path.stem != contract.topic:
         raise ContractError(
-            source, "topic", f"topic {contract.topic!r} must live in a file named {contract.topic}.yaml"
+            source,
+            "topic",
+            f"topic {contract.topic!r} must live in a file named {contract.topic}.yaml",
         )
     return contract
 
@@ -275,4 +279,3 @@ class Catalog:
         known = [*self.table_names(), *(f"silver.{c.stream}" for c in self.contracts)]
         known += [f"bronze.{c.topic}" for c in self.contracts]
         raise UnknownTableError(name, known)
-

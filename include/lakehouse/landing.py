@@ -190,7 +190,9 @@ def _envelope(offset: int, ts: int, rec: Record) -> dict[str, Any]:
         headers = []
         for hk, hv in rec.headers:
             text, enc = _text_or_b64(hv)
-            headers.append({"key": hk, "value": text, **({"encoding": enc} if enc != "utf8" else {})})
+            headers.append(
+                {"key": hk, "value": text, **({"encoding": enc} if enc != "utf8" else {})}
+            )
         out["headers"] = headers
     return out
 
@@ -313,7 +315,9 @@ def record_from_json_line(line: str, origin: str) -> Record:
         raise BadRecordError(origin, "each line must be a JSON object with 'key' and 'value'")
     unknown = set(obj) - _INPUT_KEYS
     if unknown:
-        raise BadRecordError(origin, f"unknown field(s) {sorted(unknown)}; allowed: {sorted(_INPUT_KEYS)}")
+        raise BadRecordError(
+            origin, f"unknown field(s) {sorted(unknown)}; allowed: {sorted(_INPUT_KEYS)}"
+        )
     if "value" not in obj:
         raise BadRecordError(origin, "missing 'value' (use null for a tombstone)")
     key = obj.get("key")

@@ -6,6 +6,7 @@ only: no Spark, Delta or Great Expectations (tasks run those in spark-submit pro
 
 from __future__ import annotations
 
+import itertools
 import sys
 from datetime import datetime, timedelta
 
@@ -88,7 +89,7 @@ def pipeline_dag(contract: Contract, settings: Settings) -> DAG:
                     outlets=outlets,
                 )
             )
-        for upstream, downstream in zip(steps, steps[1:], strict=False):
+        for upstream, downstream in itertools.pairwise(steps):
             upstream >> downstream
     return dag
 

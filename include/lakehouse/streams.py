@@ -89,11 +89,17 @@ def decode(bronze: DataFrame, contract: Contract) -> DataFrame:
     for f in contract.fields:
         if not f.nullable:
             checks.append(
-                (~is_tombstone & F.col(f"_v.{f.name}").isNull(), f"required field {f.name!r} is missing or null")
+                (
+                    ~is_tombstone & F.col(f"_v.{f.name}").isNull(),
+                    f"required field {f.name!r} is missing or null",
+                )
             )
     columns = [
         F.col("key").cast("string").alias(contract.key_name),
-        *(F.when(is_tombstone, None).otherwise(F.col(f"_v.{f.name}")).alias(f.name) for f in contract.fields),
+        *(
+            F.when(is_tombstone, None).otherwise(F.col(f"_v.{f.name}")).alias(f.name)
+            for f in contract.fields
+        ),
         is_tombstone.alias(TOMBSTONE),
         F.col("partition"),
         F.col("offset"),
@@ -113,7 +119,13 @@ def quarantine_rows(decoded: DataFrame) -> DataFrame:
     from pyspark.sql import functions as F
 
     return decoded.filter(F.col("_reason").isNotNull()).select(
-        "topic", "partition", "offset", "timestamp", "key", "value", F.col("_reason").alias("reason")
+        "topic",
+        "partition",
+        "offset",
+        "timestamp",
+        "key",
+        "value",
+        F.col("_reason").alias("reason"),
     )
 
 
@@ -157,7 +169,9 @@ def build(spark: SparkSession, settings: Settings, contract: Contract) -> Silver
     meta = {"lakehouse.source": {"table": f"bronze.{contract.topic}", "versions": [start, head]}}
     n_bad = bad.count()
     if n_bad:
-        store.append(bad, settings.quarantine_path("silver", contract.stream), txn=txn, metadata=meta)
+        store.append(
+            bad, settings.quarantine_path("silver", contract.stream), txn=txn, metadata=meta
+        )
     n_good = good.count()
     result = store.append(good, silver_path, txn=txn, metadata=meta)
     decoded.unpersist()

@@ -25,7 +25,7 @@ from lakehouse.streams import TOMBSTONE, spark_type
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
-    from pyspark.sql.types import StructType
+    from pyspark.sql.types import DataType, StructType
 
 
 def source_app(contract: Contract) -> str:
@@ -67,14 +67,14 @@ def aggregate_per_key(events: DataFrame, contract: Contract, spec: TableSpec) ->
             exprs.append(F.count(F.col(a.field) if a.field else F.lit(1)).alias(a.name))
         else:
             fn = {"sum": F.sum, "min": F.min, "max": F.max}[a.fn]
-            exprs.append(fn(F.col(a.field)).alias(a.name))
+            exprs.append(fn(F.col(a.field or "")).alias(a.name))
     return valid.groupBy(key).agg(*exprs)
 
 
 # -- table schemas and merge rules --------------------------------------------------------------
 
 
-def _agg_type(contract: Contract, a: Aggregation) -> object:
+def _agg_type(contract: Contract, a: Aggregation) -> DataType:
     from pyspark.sql import types as T
 
     if a.fn == "count":
@@ -90,8 +90,12 @@ def table_schema(contract: Contract, spec: TableSpec) -> StructType:
 
     key = StructField(contract.key_name, StringType(), False)
     if spec.kind == "latest":
-        return StructType([key, *(StructField(f.name, spark_type(f), True) for f in contract.fields)])
-    return StructType([key, *(StructField(a.name, _agg_type(contract, a), True) for a in spec.aggregations)])  # type: ignore[arg-type]
+        return StructType(
+            [key, *(StructField(f.name, spark_type(f), True) for f in contract.fields)]
+        )
+    return StructType(
+        [key, *(StructField(a.name, _agg_type(contract, a), True) for a in spec.aggregations)]
+    )
 
 
 def _combine(a: Aggregation) -> str:

