@@ -1,0 +1,35 @@
+"""Shared fixtures: a temporary lakehouse root per test, one SparkSession for the whole run."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from lakehouse.config import REPO_ROOT, Settings
+
+# Spark's Python workers must run this interpreter (the one with `lakehouse` installed).
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+
+
+@pytest.fixture
+def settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Settings:
+    """A fresh, empty lakehouse root with the shipped contracts."""
+    home = tmp_path / "lakehouse"
+    monkeypatch.setenv("LAKEHOUSE_HOME", str(home))
+    monkeypatch.setenv("LAKEHOUSE_CONTRACTS", str(REPO_ROOT / "contracts"))
+    return Settings.from_env()
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[object]:
+    """One local SparkSession shared by every test that needs Spark."""
+    from lakehouse.spark import get_session
+
+    session = get_session("local[2]", app_name="lakehouse-tests")
+    yield session
+    session.stop()

@@ -1,0 +1,105 @@
+"""Airflow itself: the DAG folder parses cleanly and cheaply, and the pipeline DAG runs end to end
+through `airflow dags test` (SparkSubmitOperator -> spark-submit -> jobs/run_layer.py)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from lakehouse.airflow_env import airflow_environment
+from lakehouse.config import REPO_ROOT, Settings
+from lakehouse.storage import changes_arrow, read_arrow
+
+pytestmark = pytest.mark.e2e
+
+HEAVY = ("pyspark", "deltalake", "great_expectations", "polars")
+
+INSPECT_DAGS = Path(__file__).with_name("inspect_dags.py")
+
+
+def _env(settings: Settings) -> dict[str, str]:
+    return airflow_environment(settings)
+
+
+def _lakehouse(
+    settings: Settings, *args: str, timeout: int = 600
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(Path(sys.executable).parent / "lakehouse"), *args],
+        env=_env(settings),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def test_dag_folder_parses_without_heavy_imports(settings: Settings) -> None:
+    proc = subprocess.run(
+        [sys.executable, str(INSPECT_DAGS), str(REPO_ROOT / "dags"), *HEAVY],
+        env=_env(settings),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout.split("RESULT", 1)[1])
+    print(f"DAG folder parse time: {result['seconds']:.2f} s")
+    assert result["errors"] == {}
+    assert result["heavy"] == [], "DAG parsing must not import Spark, Delta or GX"
+    dag = result["dags"]["pipeline__user-locations"]
+    assert dag["tags"] == ["lakehouse", "topic:user-locations"]
+    assert dag["max_active_runs"] == 1
+    assert dag["doc"]
+    tasks = dag["tasks"]
+    assert tasks["bronze"]["downstream"] == ["silver"]
+    assert tasks["silver"]["downstream"] == ["gold"]
+    assert tasks["gold"]["downstream"] == []
+    assert all(t["retries"] >= 1 and t["type"] == "SparkSubmitOperator" for t in tasks.values())
+    assert tasks["bronze"]["outlets"] == ["bronze.user-locations"]
+    assert tasks["silver"]["inlets"] == ["bronze.user-locations"]
+    assert sorted(tasks["gold"]["outlets"]) == [
+        "gold.user_latest_location",
+        "gold.user_location_counts",
+    ]
+
+
+def test_pipeline_dag_runs_through_airflow(settings: Settings) -> None:
+    assert _lakehouse(settings, "sample").returncode == 0
+    migrate = _lakehouse(settings, "airflow", "db", "migrate")
+    assert migrate.returncode == 0, migrate.stderr[-3000:]
+    run = _lakehouse(settings, "airflow", "dags", "test", "pipeline__user-locations", timeout=900)
+    log = run.stdout + run.stderr
+    assert run.returncode == 0, log[-5000:]
+    assert "state=success" in log
+    for layer in (
+        "bronze user-locations: batch 0 committed",
+        "silver user_locations:",
+        "gold user_latest_location:",
+    ):
+        assert layer in log
+
+    latest = read_arrow(settings.gold_path("user_latest_location")).to_pylist()
+    assert sorted((r["username"], r["location"]) for r in latest) == [
+        ("alice", "Berlin"),
+        ("bob", "Lima"),
+    ]
+    counts = read_arrow(settings.gold_path("user_location_counts")).to_pylist()
+    assert sorted((r["username"], r["count"]) for r in counts) == [("alice", 3), ("bob", 2)]
+    feed = changes_arrow(settings.gold_path("user_location_counts")).to_pylist()
+    assert sorted((r["_change_type"], r["username"]) for r in feed) == [
+        ("insert", "alice"),
+        ("insert", "bob"),
+    ]
+
+    shown = _lakehouse(settings, "show", "user_latest_location", "--format", "json")
+    assert shown.returncode == 0, shown.stderr
+    assert [json.loads(x) for x in shown.stdout.splitlines()] == [
+        {"username": "alice", "location": "Berlin"},
+        {"username": "bob", "location": "Lima"},
+    ]
