@@ -1,0 +1,66 @@
+# One image for every service in docker-compose.yml: the Airflow components (api-server,
+# scheduler, dag-processor, triggerer) and the Spark standalone master and workers.
+#
+#   docker compose build          (or: docker build -t lakehouse:local .)
+#
+# The project sits in /opt/lakehouse with include/, dags/, jobs/ and contracts/ side by side:
+# `lakehouse.config.REPO_ROOT` is parents[2] of include/lakehouse/config.py, so the DAGs find
+# jobs/run_layer.py and the contracts beside the package.
+FROM python:3.11-slim-bookworm
+
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1
+
+# Spark 4 needs Java 17; Spark's launch scripts call `ps` (procps). The man1 folder works around
+# the JRE's post-install step on slim images. JAVA_HOME gets an arch-independent name.
+RUN mkdir -p /usr/share/man/man1 \
+    && apt-get update \
+    && apt-get install -y --no-install-recommends openjdk-17-jre-headless procps \
+    && rm -rf /var/lib/apt/lists/* \
+    && ln -s "/usr/lib/jvm/java-17-openjdk-$(dpkg --print-architecture)" /usr/lib/jvm/java-17
+ENV JAVA_HOME=/usr/lib/jvm/java-17
+
+WORKDIR /opt/lakehouse
+
+# Dependencies first: this layer is rebuilt only when the lock or pyproject.toml changes.
+COPY requirements.lock pyproject.toml ./
+RUN pip install --no-cache-dir -r requirements.lock
+# Airflow's metadata database is Postgres in docker-compose.yml; its driver is not in
+# requirements.lock (the local demo runs Airflow on SQLite), so it gets its own line here.
+RUN pip install --no-cache-dir "psycopg2-binary==2.9.13"
+
+COPY include/ include/
+COPY dags/ dags/
+COPY jobs/ jobs/
+COPY contracts/ contracts/
+# Editable install: `lakehouse` is imported from /opt/lakehouse/include, so REPO_ROOT is
+# /opt/lakehouse. The check fails the build if that ever stops being true.
+RUN pip install --no-cache-dir --no-deps -e . \
+    && python -c "import lakehouse.config as c, sys; sys.exit(0 if str(c.REPO_ROOT) == '/opt/lakehouse' else f'REPO_ROOT is {c.REPO_ROOT}')"
+
+# Paths every service agrees on. SPARK_HOME is pip's pyspark folder (bin/spark-class, jars/).
+ENV LAKEHOUSE_HOME=/lakehouse \
+    LAKEHOUSE_CONTRACTS=/opt/lakehouse/contracts \
+    AIRFLOW_HOME=/opt/airflow \
+    AIRFLOW__CORE__DAGS_FOLDER=/opt/lakehouse/dags \
+    AIRFLOW__CORE__LOAD_EXAMPLES=False \
+    PYSPARK_PYTHON=/usr/local/bin/python \
+    PYSPARK_DRIVER_PYTHON=/usr/local/bin/python \
+    SPARK_HOME=/usr/local/lib/python3.11/site-packages/pyspark
+
+# Fail the build, not the first DAG run, if the stack is not whole.
+RUN test -x "$SPARK_HOME/bin/spark-class" \
+    && java -version \
+    && python -c "import pyspark, pyspark.sql.datasource, deltalake, airflow, psycopg2, lakehouse"
+
+# A non-root user with the uid of the official Airflow image (group 0, as there). The folders
+# are created here so that named volumes mounted on them start out owned by that user.
+RUN useradd --uid 50000 --gid 0 --home-dir /opt/airflow --no-create-home --shell /bin/bash airflow \
+    && mkdir -p /opt/airflow/logs /opt/airflow/auth /lakehouse \
+    && chown -R 50000:0 /opt/airflow /lakehouse \
+    && chmod -R g+rwX /opt/airflow /lakehouse
+USER 50000
+WORKDIR /opt/airflow
+
+CMD ["bash"]
