@@ -53,3 +53,16 @@ class TableNotFoundError(LakehouseError):
 
 class JavaNotFoundError(ConfigError):
     """No usable Java runtime for Spark."""
+
+
+class ConcurrentWriteError(LakehouseError):
+    """Another commit to the same table conflicts with this one; nothing of this write is
+    visible. Retry (an exactly-once write then finds its version applied, or applies it)."""
+
+    def __init__(self, path: str, detail: str) -> None:
+        self.path = path
+        super().__init__(f"{path}: concurrent write conflict: {detail}")
+
+
+class SchemaMismatchError(LakehouseError):
+    """Data does not fit a table's schema in a way the write allows."""

@@ -1,0 +1,158 @@
+"""A Spark Python data source that writes Delta tables through delta-rs.
+
+Spark's tasks write Parquet files straight into the table directory (in parallel, on the
+executors, with pyarrow); the driver-side ``commit`` then adds them to the Delta log in one
+transaction, against the table version the write was planned on, with the app transaction and
+commit metadata of the write. If any task fails, ``abort`` deletes the files: nothing a failed
+write produced is ever visible, and a crash leaves only unreferenced files for vacuum.
+
+Use it through :class:`lakehouse.storage.DeltaStore`, which plans the write (schema checks,
+exactly-once check, replace-where) and passes the plan as the ``plan`` option.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, WriterCommitMessage
+
+from lakehouse.storage.files import DataFile, TableFileWriter, fs_path
+
+if TYPE_CHECKING:
+    from pyspark.sql.types import StructType
+
+FORMAT = "lakehouse_delta"
+CONFLICT_MARKER = "LAKEHOUSE_CONCURRENT_WRITE"
+
+
+@dataclass(frozen=True)
+class RemovedFile:
+    path: str  # as in the log
+    size: int | None
+    partition_values: dict[str, str | None]
+
+
+@dataclass
+class WritePlan:
+    """Everything the tasks and the commit need, planned on the driver."""
+
+    table_root: str
+    schema_b64: str  # the table's Arrow schema (IPC), partition columns included
+    partition_by: list[str]
+    mode: Literal["append", "overwrite"]
+    read_version: int
+    removes: list[RemovedFile] = field(default_factory=list)
+    txn: tuple[str, int] | None = None
+    metadata: dict[str, str] = field(default_factory=dict)
+    max_rows_per_file: int = 5_000_000
+
+    @staticmethod
+    def encode_schema(schema: pa.Schema) -> str:
+        return base64.b64encode(schema.serialize().to_pybytes()).decode("ascii")
+
+    @property
+    def schema(self) -> pa.Schema:
+        return pa.ipc.read_schema(pa.py_buffer(base64.b64decode(self.schema_b64)))
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> WritePlan:
+        raw = json.loads(text)
+        raw["removes"] = [RemovedFile(**r) for r in raw["removes"]]
+        raw["txn"] = tuple(raw["txn"]) if raw["txn"] else None
+        return cls(**raw)
+
+
+@dataclass
+class FilesWritten(WriterCommitMessage):
+    files: list[DataFile]
+
+
+class DeltaDataSource(DataSource):
+    """``df.write.format("lakehouse_delta").option("plan", plan.to_json()).mode("append").save()``"""
+
+    @classmethod
+    def name(cls) -> str:
+        return FORMAT
+
+    def writer(self, schema: StructType, overwrite: bool) -> DeltaArrowWriter:
+        return DeltaArrowWriter(WritePlan.from_json(self.options["plan"]))
+
+
+class DeltaArrowWriter(DataSourceArrowWriter):
+    def __init__(self, plan: WritePlan) -> None:
+        self.plan = plan
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> FilesWritten:
+        writer = TableFileWriter(
+            table_root=self.plan.table_root,
+            schema=self.plan.schema,
+            partition_by=list(self.plan.partition_by),
+            max_rows_per_file=self.plan.max_rows_per_file,
+        )
+        return FilesWritten(writer.write_batches(iterator))
+
+    def commit(self, messages: Sequence[WriterCommitMessage | None]) -> None:
+        files = _files(messages)
+        try:
+            commit_files(self.plan, files)
+        except BaseException:
+            _delete(self.plan.table_root, files)
+            raise
+
+    def abort(self, messages: Sequence[WriterCommitMessage | None]) -> None:
+        _delete(self.plan.table_root, _files(messages))
+
+
+def _files(messages: Sequence[WriterCommitMessage | None]) -> list[DataFile]:
+    return [f for m in messages if isinstance(m, FilesWritten) for f in m.files]
+
+
+def _delete(table_root: str, files: list[DataFile]) -> None:
+    for f in files:
+        fs_path(table_root, f.path).unlink(missing_ok=True)
+
+
+def commit_files(plan: WritePlan, files: list[DataFile]) -> None:
+    """Add ``files`` (and remove ``plan.removes``) in one Delta commit on ``plan.read_version``.
+
+    A concurrent commit that conflicts (the same app transaction, or files this write removes
+    and someone else removed or rewrote) fails the commit with a message carrying
+    :data:`CONFLICT_MARKER`, which the driver turns into :class:`ConcurrentWriteError`.
+    """
+    from deltalake import CommitProperties, DeltaTable, Transaction
+    from deltalake.exceptions import CommitFailedError
+    from deltalake.transaction import AddAction, RemoveAction
+
+    now = int(time.time() * 1000)
+    actions: list[Any] = [
+        AddAction(f.path, f.size, f.partition_values, f.modification_time, True, f.stats)
+        for f in files
+    ]
+    actions += [RemoveAction(r.path, True, now, r.size, r.partition_values) for r in plan.removes]
+    props = CommitProperties(
+        app_transactions=[Transaction(plan.txn[0], plan.txn[1])] if plan.txn else None,
+        custom_metadata=plan.metadata or None,
+    )
+    table = DeltaTable(plan.table_root, version=plan.read_version)
+    try:
+        table.create_write_transaction(
+            actions,
+            plan.mode,
+            plan.schema,
+            partition_by=plan.partition_by or None,
+            commit_properties=props,
+        )
+    except CommitFailedError as exc:
+        raise RuntimeError(
+            f"{CONFLICT_MARKER}: {plan.table_root}: a concurrent commit conflicts with this "
+            f"write planned on version {plan.read_version}: {exc}"
+        ) from None

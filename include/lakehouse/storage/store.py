@@ -1,0 +1,508 @@
+"""Delta tables under Spark, through delta-rs: the one small interface every layer uses.
+
+No JVM Delta connector is available (its jars come from a Maven repository we cannot reach), so:
+
+* **writes** go through a Spark Python data source (:mod:`lakehouse.storage.datasource`): the
+  executors write Parquet files into the table directory, the driver commits them in one Delta
+  transaction with delta-rs;
+* **reads** take the snapshot's file list from delta-rs and read it with Spark's own Parquet
+  reader (distributed, vectorised), partition columns restored from the log;
+* the **change data feed** is read from the commit log version by version, and its files by
+  Spark, spread over its tasks;
+* **upserts** use delta-rs ``merge`` with a source reduced to one row per key.
+
+Every write may carry a :class:`Txn` (application id + monotonically increasing version). It is
+stored in the same commit as the data (Delta app transactions), with commit metadata such as the
+source offsets or version consumed, so "write" and "remember where I am" cannot come apart. A
+write whose version is not newer than the table's recorded one is skipped; one that races another
+commit of the same app id fails with :class:`ConcurrentWriteError` (delta-rs' conflict checker).
+
+The tables stay ordinary Delta tables that a Spark cluster with delta-spark can read too.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from lakehouse.errors import (
+    ConcurrentWriteError,
+    LakehouseError,
+    SchemaMismatchError,
+    TableNotFoundError,
+)
+from lakehouse.storage.arrow import normalize_table, plain_schema
+from lakehouse.storage.files import fs_path
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from deltalake import DeltaTable
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import StructType
+
+    from lakehouse.storage.log import ChangeFile
+
+CDF_PROPERTIES: Mapping[str, str] = {"delta.enableChangeDataFeed": "true"}
+CHANGE_COLUMNS = ("_change_type", "_commit_version", "_commit_timestamp")
+WriteMode = Literal["append", "overwrite", "replace_where"]
+SchemaMode = Literal["strict", "add_columns"]
+_UNSUPPORTED_FEATURES = {"deletionVectors", "columnMapping", "typeWidening"}
+
+
+class UnsupportedTableError(LakehouseError):
+    """The table uses a Delta feature this storage layer cannot read correctly."""
+
+
+class ReplaceWhereError(LakehouseError):
+    """Data given to a replace-where write does not all satisfy its predicate."""
+
+
+@dataclass(frozen=True)
+class Txn:
+    """An exactly-once marker: ``version`` must grow for every new batch of ``app_id``."""
+
+    app_id: str
+    version: int
+
+
+@dataclass(frozen=True)
+class WriteResult:
+    committed: bool  # False when the Txn version was already applied
+    table_version: int | None
+
+
+def _load(path: Path, version: int | None = None) -> DeltaTable:
+    from deltalake import DeltaTable
+    from deltalake.exceptions import TableNotFoundError as DeltaMissing
+
+    try:
+        return DeltaTable(str(path), version=version)
+    except DeltaMissing:
+        raise TableNotFoundError(str(path)) from None
+
+
+def _check_readable(dt: DeltaTable, path: Path) -> None:
+    protocol = dt.protocol()
+    features = set(protocol.reader_features or []) | set(protocol.writer_features or [])
+    used = features & _UNSUPPORTED_FEATURES
+    if used:
+        raise UnsupportedTableError(
+            f"{path}: uses Delta feature(s) {sorted(used)}, which the delta-rs storage layer "
+            "does not read through Spark; rewrite the table without them"
+        )
+
+
+def _commit_properties(txn: Txn | None, metadata: Mapping[str, Any] | None) -> Any:
+    from deltalake import CommitProperties, Transaction
+
+    return CommitProperties(
+        app_transactions=[Transaction(app_id=txn.app_id, version=txn.version)] if txn else None,
+        custom_metadata=_metadata_strings(metadata) or None,
+    )
+
+
+def _metadata_strings(metadata: Mapping[str, Any] | None) -> dict[str, str]:
+    return {k: v if isinstance(v, str) else json.dumps(v) for k, v in (metadata or {}).items()}
+
+
+def table_arrow_schema(dt: DeltaTable) -> pa.Schema:
+    import pyarrow as pa
+
+    return plain_schema(pa.schema(dt.schema().to_arrow()))
+
+
+class DeltaStore:
+    """Read, write and merge Delta tables for a SparkSession."""
+
+    def __init__(self, spark: SparkSession) -> None:
+        from lakehouse.storage.datasource import DeltaDataSource
+
+        self.spark = spark
+        spark.dataSource.register(DeltaDataSource)
+
+    # -- inspection ---------------------------------------------------------------------------
+    @staticmethod
+    def exists(path: Path) -> bool:
+        return (path / "_delta_log").is_dir()
+
+    def version(self, path: Path) -> int | None:
+        """Latest committed version, or ``None`` when the table does not exist yet."""
+        if not self.exists(path):
+            return None
+        return int(_load(path).version())
+
+    def transaction_version(self, path: Path, app_id: str) -> int | None:
+        """The last version committed by ``app_id`` (its position), or ``None``."""
+        if not self.exists(path):
+            return None
+        v = _load(path).transaction_version(app_id)
+        return None if v is None else int(v)
+
+    def latest_metadata(self, path: Path, key: str) -> Any:
+        """The newest commit's value for a custom commit-metadata ``key``, JSON-decoded."""
+        if not self.exists(path):
+            return None
+        for commit in _load(path).history():
+            if key in commit:
+                raw = commit[key]
+                return json.loads(raw) if isinstance(raw, str) else raw
+        return None
+
+    def spark_schema(self, path: Path, version: int | None = None) -> StructType:
+        from pyspark.sql.pandas.types import from_arrow_schema
+
+        return from_arrow_schema(table_arrow_schema(_load(path, version)))
+
+    # -- reads --------------------------------------------------------------------------------
+    def read(
+        self, path: Path, *, version: int | None = None, as_of: datetime | None = None
+    ) -> DataFrame:
+        """The snapshot (latest, at ``version`` or as of a time) read by Spark's Parquet reader."""
+        import pyarrow as pa
+
+        dt = _load(path, version)
+        if as_of is not None:
+            dt.load_as_version(as_of)
+        _check_readable(dt, path)
+        partition_by = list(dt.metadata().partition_columns)
+        adds = pa.table(dt.get_add_actions(flatten=False)).select(
+            ["path", *(["partition"] if partition_by else [])]
+        )
+        entries: list[tuple[Path, Mapping[str, str | None], Mapping[str, Any]]] = [
+            (fs_path(path, row["path"]), row.get("partition") or {}, {}) for row in adds.to_pylist()
+        ]
+        return self._scan(entries, self.spark_schema(path, dt.version()), partition_by, {})
+
+    def changes(self, path: Path, start_version: int, end_version: int | None = None) -> DataFrame:
+        """Change data feed of versions ``start_version..end_version`` (inclusive), with
+        ``_change_type``, ``_commit_version`` and ``_commit_timestamp``."""
+        from pyspark.sql import types as T
+
+        from lakehouse.storage.log import changes_between
+
+        dt = _load(path)
+        _check_readable(dt, path)
+        end = dt.version() if end_version is None else end_version
+        schema = self.spark_schema(path, end)
+        partition_by = list(dt.metadata().partition_columns)
+        files: list[ChangeFile] = (
+            changes_between(path, start_version, end) if start_version <= end else []
+        )
+        extras = {
+            "_change_type": T.StringType(),
+            "_commit_version": T.LongType(),
+            "_commit_timestamp": T.TimestampType(),
+        }
+        entries = [
+            (
+                f.path,
+                f.partition_values,
+                {
+                    "_change_type": None if f.kind == "cdc" else f.kind,
+                    "_commit_version": f.version,
+                    "_commit_timestamp": datetime.fromtimestamp(f.timestamp_ms / 1000).astimezone(),
+                },
+            )
+            for f in files
+        ]
+        return self._scan(entries, schema, partition_by, extras, in_file=("_change_type",))
+
+    def _scan(
+        self,
+        entries: Sequence[tuple[Path, Mapping[str, str | None], Mapping[str, Any]]],
+        schema: StructType,
+        partition_by: list[str],
+        extras: Mapping[str, Any],
+        in_file: Sequence[str] = (),
+    ) -> DataFrame:
+        """Read data files with Spark; restore partition columns and per-file ``extras``.
+
+        Columns named in ``in_file`` may also be stored inside the files (the ``_change_type``
+        of ``cdc`` files); the per-file value is used where the file has none.
+        """
+        from pyspark.sql import functions as F
+        from pyspark.sql import types as T
+
+        out_schema = T.StructType(
+            [*schema.fields, *(T.StructField(k, v) for k, v in extras.items())]
+        )
+        if not entries:
+            return self.spark.createDataFrame([], out_schema)
+        data = [f for f in schema.fields if f.name not in partition_by]
+        data += [T.StructField(c, extras[c]) for c in in_file]
+        df = self.spark.read.schema(T.StructType(data)).parquet(*(str(e[0]) for e in entries))
+        if not partition_by and not extras:
+            return df
+        df = df.withColumn("__file", F.col("_metadata.file_name"))
+        names = [e[0].name for e in entries]
+        if len(set(names)) != len(names):
+            raise LakehouseError("data files with the same name in one table: cannot map them")
+        mapping = self.spark.createDataFrame(
+            [
+                (e[0].name, *(e[1].get(c) for c in partition_by), *(e[2][k] for k in extras))
+                for e in entries
+            ],
+            T.StructType(
+                [
+                    T.StructField("__file", T.StringType()),
+                    *(T.StructField(f"__p_{c}", T.StringType()) for c in partition_by),
+                    *(T.StructField(f"__x_{k}", v) for k, v in extras.items()),
+                ]
+            ),
+        )
+        joined = df.join(F.broadcast(mapping), "__file")
+        columns = []
+        for f in out_schema.fields:
+            if f.name in partition_by:
+                columns.append(F.col(f"__p_{f.name}").cast(f.dataType).alias(f.name))
+            elif f.name in extras and f.name in in_file:
+                columns.append(F.coalesce(F.col(f.name), F.col(f"__x_{f.name}")).alias(f.name))
+            elif f.name in extras:
+                columns.append(F.col(f"__x_{f.name}").alias(f.name))
+            else:
+                columns.append(F.col(f.name))
+        return joined.select(*columns)
+
+    # -- writes -------------------------------------------------------------------------------
+    def create(
+        self,
+        path: Path,
+        schema: StructType,
+        *,
+        properties: Mapping[str, str] = CDF_PROPERTIES,
+        partition_by: Sequence[str] = (),
+    ) -> None:
+        """Create an empty table (no-op if it exists) with the given table properties."""
+        if self.exists(path):
+            return
+        from deltalake import DeltaTable
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        path.mkdir(parents=True, exist_ok=True)
+        DeltaTable.create(
+            str(path),
+            schema=to_arrow_schema(schema, timezone="UTC"),
+            mode="ignore",
+            partition_by=list(partition_by) or None,
+            configuration=dict(properties),
+        )
+
+    def write(
+        self,
+        df: DataFrame,
+        path: Path,
+        *,
+        mode: WriteMode = "append",
+        replace_where: str | None = None,
+        partition_by: Sequence[str] = (),
+        txn: Txn | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        schema_mode: SchemaMode = "strict",
+        properties: Mapping[str, str] = CDF_PROPERTIES,
+        max_rows_per_file: int = 5_000_000,
+    ) -> WriteResult:
+        """Write ``df`` in one Delta commit, distributed over Spark's tasks.
+
+        ``mode``: ``append``; ``overwrite`` (replace every row); ``replace_where`` (replace the
+        rows matching the SQL predicate ``replace_where``; every new row must match it).
+        ``schema_mode="add_columns"`` lets new nullable columns into the table; any other schema
+        difference is refused. With ``txn``, the write happens at most once per (app, version).
+        """
+        from lakehouse.storage.datasource import FORMAT, WritePlan
+
+        if (mode == "replace_where") != (replace_where is not None):
+            raise ValueError("replace_where needs mode='replace_where', and that mode needs it")
+        self.create(path, df.schema, properties=properties, partition_by=partition_by)
+        dt = _load(path)
+        _check_readable(dt, path)
+        if txn is not None:
+            done = dt.transaction_version(txn.app_id)
+            if done is not None and done >= txn.version:
+                return WriteResult(False, dt.version())
+        table_partitions = list(dt.metadata().partition_columns)
+        if partition_by and list(partition_by) != table_partitions:
+            raise SchemaMismatchError(
+                f"{path}: partitioned by {table_partitions}, not {list(partition_by)}"
+            )
+        dt = self._conform_schema(dt, path, df.schema, schema_mode)
+        removes: list[Any] = []
+        if mode == "replace_where":
+            assert replace_where is not None
+            df, removes = self._plan_replace_where(df, dt, path, replace_where)
+        plan = WritePlan(
+            table_root=str(path),
+            schema_b64=WritePlan.encode_schema(table_arrow_schema(dt)),
+            partition_by=table_partitions,
+            mode="overwrite" if mode == "overwrite" else "append",
+            read_version=int(dt.version()),
+            removes=removes,
+            txn=(txn.app_id, txn.version) if txn else None,
+            metadata=_metadata_strings(metadata),
+            max_rows_per_file=max_rows_per_file,
+        )
+        try:
+            df.write.format(FORMAT).option("plan", plan.to_json()).mode("append").save()
+        except Exception as exc:
+            from lakehouse.storage.datasource import CONFLICT_MARKER
+
+            if CONFLICT_MARKER in str(exc):
+                raise ConcurrentWriteError(str(path), _conflict_detail(str(exc))) from None
+            raise
+        return WriteResult(True, self.version(path))
+
+    def append(
+        self,
+        df: DataFrame,
+        path: Path,
+        *,
+        txn: Txn | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        properties: Mapping[str, str] = CDF_PROPERTIES,
+    ) -> WriteResult:
+        """Append ``df``; with ``txn``, at most once per (app id, version)."""
+        return self.write(df, path, txn=txn, metadata=metadata, properties=properties)
+
+    def _conform_schema(
+        self, dt: DeltaTable, path: Path, incoming: StructType, schema_mode: SchemaMode
+    ) -> DeltaTable:
+        """Refuse incompatible data; add new nullable columns when asked. Returns a fresh table."""
+        from deltalake import Field
+        from deltalake import Schema as DeltaSchema
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        table_fields = {f.name: f for f in dt.schema().fields}
+        data_schema = DeltaSchema.from_arrow(to_arrow_schema(incoming, timezone="UTC"))
+        new: list[Any] = []
+        problems: list[str] = []
+        for f in data_schema.fields:
+            have = table_fields.get(f.name)
+            if have is None:
+                new.append(f)
+            elif have.type != f.type:
+                problems.append(
+                    f"column {f.name!r} is {f.type} in the data but {have.type} in the table"
+                )
+        incoming_names = {f.name for f in data_schema.fields}
+        for name, f in table_fields.items():
+            if name not in incoming_names and not f.nullable:
+                problems.append(f"required column {name!r} is missing from the data")
+        if new and schema_mode != "add_columns":
+            problems.append(
+                f"new column(s) {[f.name for f in new]}: pass schema_mode='add_columns' to add them"
+            )
+        if problems:
+            raise SchemaMismatchError(f"{path}: " + "; ".join(problems))
+        if new:
+            dt.alter.add_columns([Field(f.name, f.type, nullable=True) for f in new])
+            dt = _load(path)
+        return dt
+
+    def _plan_replace_where(
+        self, df: DataFrame, dt: DeltaTable, path: Path, predicate: str
+    ) -> tuple[DataFrame, list[Any]]:
+        """Rows to write (new + kept rows of touched files) and the files to remove."""
+        import pyarrow as pa
+        from pyspark.sql import functions as F
+
+        from lakehouse.storage.datasource import RemovedFile
+
+        cond = F.coalesce(F.expr(predicate), F.lit(False))
+        outside = df.filter(~cond).count()
+        if outside:
+            raise ReplaceWhereError(
+                f"{path}: {outside} row(s) of the new data do not match the replace-where "
+                f"predicate {predicate!r}; nothing was written"
+            )
+        current = self.read(path, version=dt.version()).withColumn(
+            "__file", F.col("_metadata.file_name")
+        )
+        touched = {r["__file"] for r in current.filter(cond).select("__file").distinct().collect()}
+        if not touched:
+            return df, []
+        adds = pa.table(dt.get_add_actions(flatten=False)).to_pylist()
+        removes = [
+            RemovedFile(a["path"], a["size_bytes"], dict(a.get("partition") or {}))
+            for a in adds
+            if fs_path(path, a["path"]).name in touched
+        ]
+        kept = current.filter(F.col("__file").isin(list(touched)) & ~cond).drop("__file")
+        return df.unionByName(kept, allowMissingColumns=True), removes
+
+    def merge(
+        self,
+        source: DataFrame,
+        path: Path,
+        *,
+        on: list[str],
+        update: Mapping[str, str],
+        insert: Mapping[str, str],
+        delete_when: str | None = None,
+        insert_when: str | None = None,
+        txn: Txn | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> WriteResult:
+        """Upsert ``source`` (one row per key) into the table as one commit.
+
+        ``update`` and ``insert`` map target columns to SQL expressions over ``s`` (source) and
+        ``t`` (target); ``delete_when`` deletes matched rows where it holds (tombstones), and
+        ``insert_when`` restricts which unmatched source rows are inserted. The change feed gets
+        ``update_preimage``/``update_postimage`` pairs and ``delete`` rows.
+        """
+        from deltalake.exceptions import CommitFailedError
+
+        dt = _load(path)
+        _check_readable(dt, path)
+        if txn is not None:
+            done = dt.transaction_version(txn.app_id)
+            if done is not None and done >= txn.version:
+                return WriteResult(False, dt.version())
+        data = source.toArrow()
+        predicate = " AND ".join(f"t.{k} = s.{k}" for k in on)
+        builder = dt.merge(
+            data,
+            predicate,
+            source_alias="s",
+            target_alias="t",
+            commit_properties=_commit_properties(txn, metadata),
+        )
+        if delete_when:
+            builder = builder.when_matched_delete(delete_when)
+        builder = builder.when_matched_update(dict(update))
+        builder = builder.when_not_matched_insert(dict(insert), predicate=insert_when)
+        try:
+            builder.execute()
+        except CommitFailedError as exc:
+            raise ConcurrentWriteError(str(path), str(exc)) from None
+        return WriteResult(True, self.version(path))
+
+
+def _conflict_detail(text: str) -> str:
+    from lakehouse.storage.datasource import CONFLICT_MARKER
+
+    tail = text[text.index(CONFLICT_MARKER) + len(CONFLICT_MARKER) :].lstrip(": ")
+    return tail.splitlines()[0] if tail else text
+
+
+# -- light reads without Spark (command-line pull queries) -------------------------------------
+
+
+def read_arrow(path: Path, version: int | None = None) -> pa.Table:
+    """A snapshot as an Arrow table, read by delta-rs on this process (small tables, the CLI)."""
+    import pyarrow as pa
+
+    dt = _load(path, version)
+    return normalize_table(pa.table(dt.to_pyarrow_table()))
+
+
+def changes_arrow(path: Path, start_version: int = 0, end_version: int | None = None) -> pa.Table:
+    """Change data feed of versions ``start_version..end_version`` as an Arrow table."""
+    import pyarrow as pa
+
+    dt = _load(path)
+    end = dt.version() if end_version is None else end_version
+    reader = dt.load_cdf(starting_version=start_version, ending_version=end)
+    return normalize_table(pa.table(reader.read_all()))
