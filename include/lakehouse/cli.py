@@ -24,6 +24,7 @@ from lakehouse.config import LAYERS, Layer, Settings
 from lakehouse.contracts import Catalog, Contract
 from lakehouse.errors import BadRecordError, LakehouseError
 from lakehouse.landing import Producer, Record, record_from_json_line
+from lakehouse.storage.maintenance import DEFAULT_RETENTION_HOURS
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -244,6 +245,14 @@ def build_parser() -> argparse.ArgumentParser:
             s.add_argument("--from-version", type=int, default=0)
         s.add_argument("--format", choices=("table", "json"), default="table")
 
+    sm = sub.add_parser(
+        "maintain", help="compact, vacuum (consumer-aware), checkpoint and clean table logs"
+    )
+    sm.add_argument("--topic")
+    sm.add_argument("--retention-hours", type=float, default=DEFAULT_RETENTION_HOURS)
+    sm.add_argument("--no-compact", action="store_true")
+    sm.add_argument("--dry-run", action="store_true", help="report what vacuum would delete")
+
     sub.add_parser("sample", help="produce the seed's example events (once)")
     sa = sub.add_parser("airflow", help="run the airflow CLI with the lakehouse's environment")
     sa.add_argument("args", nargs=argparse.REMAINDER)
@@ -265,6 +274,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             return show(settings, catalog, args.table, args.version, args.format)
         if args.command == "changes":
             return changes(settings, catalog, args.table, args.from_version, args.format)
+        if args.command == "maintain":
+            from lakehouse.pipeline import maintain_topics
+
+            maintain_topics(
+                settings,
+                catalog,
+                topics=[args.topic] if args.topic else [],
+                retention_hours=args.retention_hours,
+                compact=not args.no_compact,
+                dry_run=args.dry_run,
+            )
+            return 0
         if args.command == "sample":
             return produce_sample(settings, catalog, sys.stderr)
     except LakehouseError as exc:

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from lakehouse import bronze, streams, tables
 from lakehouse.config import LAYERS, Layer, Settings
 from lakehouse.contracts import Catalog, Contract
+from lakehouse.storage.maintenance import Consumer, MaintenanceReport, maintain
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -40,3 +42,47 @@ def run(
         for layer in ordered:
             for line in run_layer(spark, settings, contract, layer):
                 echo(line)
+
+
+def topic_tables(settings: Settings, contract: Contract) -> list[tuple[Path, list[Consumer]]]:
+    """Every table of a topic's pipeline with the consumers reading its change feed."""
+    silver = settings.silver_path(contract.stream)
+    gold_consumers = [
+        Consumer(f"gold.{t.name}", settings.gold_path(t.name), tables.source_app(contract))
+        for t in contract.tables
+    ]
+    return [
+        (
+            settings.bronze_path(contract.topic),
+            [Consumer(f"silver.{contract.stream}", silver, streams.source_app(contract))],
+        ),
+        (silver, gold_consumers),
+        *((settings.gold_path(t.name), []) for t in contract.tables),
+        (settings.quarantine_path("bronze", contract.topic), []),
+        (settings.quarantine_path("silver", contract.stream), []),
+    ]
+
+
+def maintain_topics(
+    settings: Settings,
+    catalog: Catalog,
+    *,
+    topics: Sequence[str] = (),
+    retention_hours: float,
+    compact: bool = True,
+    dry_run: bool = False,
+    echo: Callable[[str], None] = print,
+) -> list[MaintenanceReport]:
+    """Compact, vacuum (consumer-aware), checkpoint and clean the logs of every existing table."""
+    contracts = [catalog.topic(t) for t in topics] if topics else list(catalog)
+    reports = []
+    for contract in contracts:
+        for path, consumers in topic_tables(settings, contract):
+            if not (path / "_delta_log").is_dir():
+                continue
+            report = maintain(
+                path, consumers, retention_hours=retention_hours, compact=compact, dry_run=dry_run
+            )
+            echo(report.summary())
+            reports.append(report)
+    return reports

@@ -6,6 +6,7 @@ pyarrow, never deltalake, because executors' Python workers are forked processes
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import uuid
@@ -39,16 +40,27 @@ class DataFile:
     modification_time: int
 
 
-def _escape(value: str) -> str:
-    return "".join(c if c in _SAFE else "".join(f"%{b:02X}" for b in c.encode()) for c in value)
+def _folder_value(value: str) -> str:
+    """A partition value as a folder name made of ``[A-Za-z0-9._-]`` only.
+
+    Delta readers take partition values from the log, so the folder name only has to be unique
+    and readable. Hive's %-escaping is avoided on purpose: Spark's Parquet reader decodes '%'
+    in the paths it is given a second time and then cannot find the file; spaces and ':' break
+    Hadoop paths too. Values with other characters get a short hash to stay unique.
+    """
+    if value and len(value) <= 64 and all(c in _SAFE for c in value):
+        return value
+    readable = "".join(c if c in _SAFE else "_" for c in value[:48])
+    digest = hashlib.sha1(value.encode("utf-8")).hexdigest()[:10]
+    return f"{readable}-h{digest}"
 
 
 def partition_dir(partition_by: list[str], values: Mapping[str, str | None]) -> str:
-    """Hive-style folder of a partition: ``col=value/...`` (escaped; null -> Hive's marker)."""
+    """Folder of a partition: ``col=value/...`` (null -> Hive's null marker)."""
     parts = []
     for col in partition_by:
         v = values[col]
-        parts.append(f"{col}={HIVE_NULL if v is None else _escape(v)}")
+        parts.append(f"{col}={HIVE_NULL if v is None else _folder_value(v)}")
     return "/".join(parts)
 
 

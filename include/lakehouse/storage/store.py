@@ -159,9 +159,17 @@ class DeltaStore:
 
     # -- reads --------------------------------------------------------------------------------
     def read(
-        self, path: Path, *, version: int | None = None, as_of: datetime | None = None
+        self,
+        path: Path,
+        *,
+        version: int | None = None,
+        as_of: datetime | None = None,
+        with_file_name: bool = False,
     ) -> DataFrame:
-        """The snapshot (latest, at ``version`` or as of a time) read by Spark's Parquet reader."""
+        """The snapshot (latest, at ``version`` or as of a time) read by Spark's Parquet reader.
+
+        ``with_file_name`` adds ``__file``, the name of the data file each row comes from.
+        """
         import pyarrow as pa
 
         dt = _load(path, version)
@@ -175,7 +183,8 @@ class DeltaStore:
         entries: list[tuple[Path, Mapping[str, str | None], Mapping[str, Any]]] = [
             (fs_path(path, row["path"]), row.get("partition") or {}, {}) for row in adds.to_pylist()
         ]
-        return self._scan(entries, self.spark_schema(path, dt.version()), partition_by, {})
+        schema = self.spark_schema(path, dt.version())
+        return self._scan(entries, schema, partition_by, {}, with_file_name=with_file_name)
 
     def changes(self, path: Path, start_version: int, end_version: int | None = None) -> DataFrame:
         """Change data feed of versions ``start_version..end_version`` (inclusive), with
@@ -218,6 +227,7 @@ class DeltaStore:
         partition_by: list[str],
         extras: Mapping[str, Any],
         in_file: Sequence[str] = (),
+        with_file_name: bool = False,
     ) -> DataFrame:
         """Read data files with Spark; restore partition columns and per-file ``extras``.
 
@@ -230,14 +240,16 @@ class DeltaStore:
         out_schema = T.StructType(
             [*schema.fields, *(T.StructField(k, v) for k, v in extras.items())]
         )
+        if with_file_name:
+            out_schema = out_schema.add(T.StructField("__file", T.StringType()))
         if not entries:
             return self.spark.createDataFrame([], out_schema)
         data = [f for f in schema.fields if f.name not in partition_by]
         data += [T.StructField(c, extras[c]) for c in in_file]
         df = self.spark.read.schema(T.StructType(data)).parquet(*(str(e[0]) for e in entries))
-        if not partition_by and not extras:
-            return df
         df = df.withColumn("__file", F.col("_metadata.file_name"))
+        if not partition_by and not extras:
+            return df if with_file_name else df.drop("__file")
         names = [e[0].name for e in entries]
         if len(set(names)) != len(names):
             raise LakehouseError("data files with the same name in one table: cannot map them")
@@ -263,6 +275,8 @@ class DeltaStore:
                 columns.append(F.coalesce(F.col(f.name), F.col(f"__x_{f.name}")).alias(f.name))
             elif f.name in extras:
                 columns.append(F.col(f"__x_{f.name}").alias(f.name))
+            elif f.name == "__file":
+                columns.append(F.col("__file"))
             else:
                 columns.append(F.col(f.name))
         return joined.select(*columns)
@@ -344,6 +358,7 @@ class DeltaStore:
             metadata=_metadata_strings(metadata),
             max_rows_per_file=max_rows_per_file,
         )
+        _activate(self.spark)
         try:
             df.write.format(FORMAT).option("plan", plan.to_json()).mode("append").save()
         except Exception as exc:
@@ -417,9 +432,7 @@ class DeltaStore:
                 f"{path}: {outside} row(s) of the new data do not match the replace-where "
                 f"predicate {predicate!r}; nothing was written"
             )
-        current = self.read(path, version=dt.version()).withColumn(
-            "__file", F.col("_metadata.file_name")
-        )
+        current = self.read(path, version=dt.version(), with_file_name=True)
         touched = {r["__file"] for r in current.filter(cond).select("__file").distinct().collect()}
         if not touched:
             return df, []
@@ -478,6 +491,20 @@ class DeltaStore:
         except CommitFailedError as exc:
             raise ConcurrentWriteError(str(path), str(exc)) from None
         return WriteResult(True, self.version(path))
+
+
+def _activate(spark: SparkSession) -> None:
+    """Make ``spark`` the JVM's active session on this thread.
+
+    Python data sources are looked up in the *active* session, which is per JVM thread; a write
+    from another Python thread would not find ``lakehouse_delta`` otherwise. pyspark's own
+    ``createDataFrame`` does the same call.
+    """
+    from pyspark.sql import SparkSession
+
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    SparkSession._get_j_spark_session_class(jvm).setActiveSession(spark._jsparkSession)
 
 
 def _conflict_detail(text: str) -> str:
