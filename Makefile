@@ -65,6 +65,11 @@ test: java lint ## Run the whole test suite (unit, integration, Airflow end to e
 unit: $(STAMP) ## Run the fast unit tests only
 	$(BIN)/pytest -m "not integration and not e2e"
 
+BENCH_ROWS ?= 10000000
+.PHONY: bench
+bench: java ## Run the benchmarks (BENCH_ROWS=10000000); figures also in bench/results/
+	$(BIN)/python bench/storage.py --rows $(BENCH_ROWS)
+
 .PHONY: lint
 lint: $(STAMP) ## ruff (lint + format check) and mypy
 	$(BIN)/ruff check .

@@ -1,11 +1,14 @@
 """``lakehouse``: the command line, in the habits of kafka-console-producer and ksql.
 
-lakehouse produce TOPIC            < records.jsonl
-lakehouse run [--topic T] [--layer bronze|silver|gold]
-lakehouse show TABLE [--version N] [--format table|json]
-lakehouse changes TABLE [--from-version N] [--format table|json]
-lakehouse sample                   (the seed's example events, once)
-lakehouse airflow ARGS...          (Airflow with the repo-local environment)
+Commands::
+
+    lakehouse produce TOPIC < records.jsonl
+    lakehouse run [--topic T] [--layer bronze|silver|gold]
+    lakehouse show TABLE [--version N | --as-of TIME] [--format table|json]
+    lakehouse changes TABLE [--from-version N] [--format table|json]
+    lakehouse maintain [--topic T] [--retention-hours H] [--no-compact] [--dry-run]
+    lakehouse sample          (the seed's example events, once)
+    lakehouse airflow ARGS    (Airflow with the lakehouse's environment)
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import json
 import os
 import sys
 from collections.abc import Iterable, Iterator, Sequence
-from datetime import date, datetime
+from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO, cast
 
@@ -156,11 +159,23 @@ def _table_path(settings: Settings, catalog: Catalog, name: str) -> tuple[Path, 
     return settings.bronze_path(bare), ["partition", "offset"]
 
 
-def show(settings: Settings, catalog: Catalog, name: str, version: int | None, fmt: str) -> int:
+def show(
+    settings: Settings,
+    catalog: Catalog,
+    name: str,
+    fmt: str,
+    version: int | None = None,
+    as_of: str | None = None,
+) -> int:
+    from lakehouse.landing import parse_timestamp
     from lakehouse.storage import read_arrow
 
     path, order = _table_path(settings, catalog, name)
-    render(_sort(read_arrow(path, version), order), fmt, sys.stdout)
+    when = None
+    if as_of is not None:
+        ms = parse_timestamp(int(as_of) if as_of.isdigit() else as_of, "--as-of")
+        when = datetime.fromtimestamp((ms or 0) / 1000, tz=UTC)
+    render(_sort(read_arrow(path, version, when), order), fmt, sys.stdout)
     return 0
 
 
@@ -240,7 +255,9 @@ def build_parser() -> argparse.ArgumentParser:
         s = sub.add_parser(name, help=helptext)
         s.add_argument("table", help="gold table name, silver.<stream> or bronze.<topic>")
         if name == "show":
-            s.add_argument("--version", type=int)
+            when = s.add_mutually_exclusive_group()
+            when.add_argument("--version", type=int, help="time travel to a table version")
+            when.add_argument("--as-of", help="time travel to a time (ISO-8601 or epoch ms)")
         else:
             s.add_argument("--from-version", type=int, default=0)
         s.add_argument("--format", choices=("table", "json"), default="table")
@@ -271,7 +288,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "run":
             return run_pipeline(settings, catalog, args.topic, cast(Layer | None, args.layer))
         if args.command == "show":
-            return show(settings, catalog, args.table, args.version, args.format)
+            return show(settings, catalog, args.table, args.format, args.version, args.as_of)
         if args.command == "changes":
             return changes(settings, catalog, args.table, args.from_version, args.format)
         if args.command == "maintain":

@@ -170,6 +170,13 @@ class _OpenFile:
     writer: pq.ParquetWriter
     values: dict[str, str | None]
     rows: int = 0
+    pending: list[pa.Table] = field(default_factory=list)
+    pending_rows: int = 0
+
+    def flush(self) -> None:
+        if self.pending:
+            self.writer.write_table(pa.concat_tables(self.pending), row_group_size=self.pending_rows)
+            self.pending, self.pending_rows = [], 0
 
 
 @dataclass
@@ -185,6 +192,9 @@ class TableFileWriter:
     partition_by: list[str] = field(default_factory=list)
     max_rows_per_file: int = 5_000_000
     compression: str = "snappy"
+    # Spark hands over small Arrow batches (10K rows); Parquet row groups that small cost CPU
+    # and compress worse, so rows are buffered per file up to this many.
+    row_group_rows: int = 131_072
     _open: dict[tuple[str | None, ...], _OpenFile] = field(default_factory=dict)
     _done: list[DataFile] = field(default_factory=list)
 
@@ -245,7 +255,10 @@ class TableFileWriter:
         while offset < data.num_rows:
             f = self._open.get(key) or self._start(key, values)
             take = min(data.num_rows - offset, self.max_rows_per_file - f.rows)
-            f.writer.write_table(data.slice(offset, take))
+            f.pending.append(data.slice(offset, take))
+            f.pending_rows += take
+            if f.pending_rows >= self.row_group_rows:
+                f.flush()
             f.rows += take
             offset += take
             if f.rows >= self.max_rows_per_file:
@@ -265,6 +278,7 @@ class TableFileWriter:
 
     def _close(self, key: tuple[str | None, ...]) -> None:
         f = self._open.pop(key)
+        f.flush()
         f.writer.close()
         target = Path(self.table_root) / f.relative
         rows, stats = file_stats(target, self.data_schema)

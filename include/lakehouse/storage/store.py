@@ -85,6 +85,17 @@ def _load(path: Path, version: int | None = None) -> DeltaTable:
         raise TableNotFoundError(str(path)) from None
 
 
+def _travel(dt: DeltaTable, path: Path, as_of: datetime) -> None:
+    """Load the version current at ``as_of``; a time before the table existed is an error."""
+    history = dt.history()
+    first_ms = min(int(c["timestamp"]) for c in history) if history else None
+    if as_of.tzinfo is None:
+        raise ValueError("as_of must carry a time zone")
+    if first_ms is None or as_of.timestamp() * 1000 < first_ms:
+        raise LakehouseError(f"{path}: the table did not exist yet at {as_of.isoformat()}")
+    dt.load_as_version(as_of)
+
+
 def _check_readable(dt: DeltaTable, path: Path) -> None:
     protocol = dt.protocol()
     features = set(protocol.reader_features or []) | set(protocol.writer_features or [])
@@ -174,7 +185,7 @@ class DeltaStore:
 
         dt = _load(path, version)
         if as_of is not None:
-            dt.load_as_version(as_of)
+            _travel(dt, path, as_of)
         _check_readable(dt, path)
         partition_by = list(dt.metadata().partition_columns)
         adds = pa.table(dt.get_add_actions(flatten=False)).select(
@@ -517,11 +528,13 @@ def _conflict_detail(text: str) -> str:
 # -- light reads without Spark (command-line pull queries) -------------------------------------
 
 
-def read_arrow(path: Path, version: int | None = None) -> pa.Table:
+def read_arrow(path: Path, version: int | None = None, as_of: datetime | None = None) -> pa.Table:
     """A snapshot as an Arrow table, read by delta-rs on this process (small tables, the CLI)."""
     import pyarrow as pa
 
     dt = _load(path, version)
+    if as_of is not None:
+        _travel(dt, path, as_of)
     return normalize_table(pa.table(dt.to_pyarrow_table()))
 
 
