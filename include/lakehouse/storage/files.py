@@ -175,7 +175,9 @@ class _OpenFile:
 
     def flush(self) -> None:
         if self.pending:
-            self.writer.write_table(pa.concat_tables(self.pending), row_group_size=self.pending_rows)
+            self.writer.write_table(
+                pa.concat_tables(self.pending), row_group_size=self.pending_rows
+            )
             self.pending, self.pending_rows = [], 0
 
 

@@ -133,7 +133,10 @@ class DeltaStore:
         from lakehouse.storage.datasource import DeltaDataSource
 
         self.spark = spark
-        spark.dataSource.register(DeltaDataSource)
+        # Registered once per session (registering again replaces it, with a warning).
+        if not getattr(spark, "_lakehouse_delta_registered", False):
+            spark.dataSource.register(DeltaDataSource)
+            spark._lakehouse_delta_registered = True  # type: ignore[attr-defined]
 
     # -- inspection ---------------------------------------------------------------------------
     @staticmethod
