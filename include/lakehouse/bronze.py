@@ -1,99 +1,81 @@
 """Bronze: topics as Delta tables, ingested exactly once from landing segments.
 
 The bronze table has the schema of Spark's Kafka source (``key``, ``value``, ``topic``,
-``partition``, ``offset``, ``timestamp``, ``timestampType``, ``headers``) plus ingest metadata.
-Its position is the next offset per partition, stored in the commit that wrote the records
-(commit metadata + an app transaction whose version is the batch id), so a rerun after a crash
-neither loses nor doubles a record.
+``partition``, ``offset``, ``timestamp``, ``timestampType``, ``headers``) plus ingest metadata
+(``_source_file``, ``_batch_id``, ``_ingested_at``).
+
+One micro-batch: list the segments not yet ingested, parse them in Spark tasks (one task per
+topic partition, so records re-delivered in several files are recognised by their offset and
+land once), write the good records as the table's files from those tasks, and commit them in
+one Delta transaction that also records the new position: the next offset per partition (app
+transaction ``landing`` with the batch id as version, plus commit metadata). Bad lines go to the
+bronze quarantine table with file, line, byte offset and reason, and the good records of the
+same file still land. A crash anywhere is repaired by the next run: nothing lost, nothing doubled.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+import base64
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
 
 from lakehouse.config import Settings
 from lakehouse.contracts import Contract
-from lakehouse.landing import list_segments
+from lakehouse.landing import Segment, list_segments
+from lakehouse.segments import RECORD_SCHEMA, BadLine, SegmentFile, read_segment
 from lakehouse.storage import DeltaStore, Txn
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column, DataFrame, SparkSession
-    from pyspark.sql.types import StructType
+    from pyspark.sql import SparkSession
 
 BRONZE_APP = "landing"
-OFFSETS_KEY = "lakehouse.next_offsets"
-QUARANTINE_REASON_MALFORMED = "malformed segment line: not a JSON record envelope"
+POSITION_KEY = "lakehouse.position"
+BATCH_KEY = "lakehouse.batch"
+
+BRONZE_SCHEMA = pa.schema(
+    [
+        *RECORD_SCHEMA,
+        pa.field("_batch_id", pa.int64()),
+        pa.field("_ingested_at", pa.timestamp("us", tz="UTC")),
+    ]
+)
+QUARANTINE_COLUMNS = (
+    "topic string, partition int, source_file string, line long, byte_offset long, "
+    "reason string, raw binary, _batch_id long, _ingested_at timestamp"
+)
 
 
-def envelope_schema() -> StructType:
-    from pyspark.sql.types import (
-        ArrayType,
-        LongType,
-        StringType,
-        StructField,
-        StructType,
-    )
+@dataclass
+class Position:
+    """Where bronze stands in each partition of a topic."""
 
-    header = StructType(
-        [
-            StructField("key", StringType()),
-            StructField("value", StringType()),
-            StructField("encoding", StringType()),
-        ]
-    )
-    return StructType(
-        [
-            StructField("offset", LongType()),
-            StructField("timestamp", LongType()),
-            StructField("timestampType", StringType()),
-            StructField("key", StringType()),
-            StructField("keyEncoding", StringType()),
-            StructField("value", StringType()),
-            StructField("valueEncoding", StringType()),
-            StructField("headers", ArrayType(header)),
-            StructField("_corrupt_record", StringType()),
-        ]
-    )
+    next: dict[int, int] = field(default_factory=dict)
+    # Files at or past `next` that were read and yielded nothing to advance it (empty or wholly
+    # bad files): remembered so that they are not read and counted again.
+    skip: dict[int, list[str]] = field(default_factory=dict)
+    listed_at_ms: int = 0
 
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "next": {str(p): n for p, n in sorted(self.next.items())},
+            "skip": {str(p): names for p, names in sorted(self.skip.items()) if names},
+            "listed_at_ms": self.listed_at_ms,
+        }
 
-def _bytes(text: str, encoding: str) -> Column:
-    from pyspark.sql import functions as F
-
-    return F.when(F.col(encoding) == "base64", F.unbase64(F.col(text))).otherwise(
-        F.encode(F.col(text), "UTF-8")
-    )
-
-
-def to_bronze(envelopes: DataFrame, topic: str, batch_id: int) -> DataFrame:
-    """Envelope rows (+ ``_file``, ``_partition``) -> rows of the bronze schema. Pure."""
-    from pyspark.sql import functions as F
-
-    headers = F.transform(
-        F.coalesce(F.col("headers"), F.array()),
-        lambda h: F.struct(
-            h["key"].alias("key"),
-            F.when(h["encoding"] == "base64", F.unbase64(h["value"]))
-            .otherwise(F.encode(h["value"], "UTF-8"))
-            .alias("value"),
-        ),
-    )
-    return envelopes.select(
-        _bytes("key", "keyEncoding").alias("key"),
-        _bytes("value", "valueEncoding").alias("value"),
-        F.lit(topic).alias("topic"),
-        F.col("_partition").cast("int").alias("partition"),
-        F.col("offset").alias("offset"),
-        F.timestamp_millis(F.col("timestamp")).alias("timestamp"),
-        F.when(F.col("timestampType") == "LogAppendTime", F.lit(1))
-        .otherwise(F.lit(0))
-        .cast("int")
-        .alias("timestampType"),
-        headers.alias("headers"),
-        F.col("_file").alias("_source_file"),
-        F.lit(batch_id).cast("long").alias("_batch_id"),
-        F.current_timestamp().alias("_ingested_at"),
-    )
+    @classmethod
+    def from_json(cls, raw: dict[str, Any] | None) -> Position:
+        if not raw:
+            return cls()
+        return cls(
+            next={int(p): int(n) for p, n in raw.get("next", {}).items()},
+            skip={int(p): list(v) for p, v in raw.get("skip", {}).items()},
+            listed_at_ms=int(raw.get("listed_at_ms", 0)),
+        )
 
 
 @dataclass
@@ -102,89 +84,267 @@ class BronzeResult:
     batch_id: int | None
     records: int = 0
     quarantined: int = 0
+    duplicates: int = 0
+    gaps: dict[int, int] = field(default_factory=dict)
     next_offsets: dict[int, int] = field(default_factory=dict)
+    files: int = 0
     committed: bool = False
 
     def summary(self) -> str:
         if self.batch_id is None:
             return f"bronze {self.topic}: no new segments"
         state = "committed" if self.committed else "already applied (skipped)"
+        gaps = sum(self.gaps.values())
+        gap_text = f", offset gaps: {gaps} ({self.gaps})" if gaps else ""
         return (
-            f"bronze {self.topic}: batch {self.batch_id} {state}: {self.records} records, "
-            f"{self.quarantined} quarantined, next offsets {self.next_offsets}"
+            f"bronze {self.topic}: batch {self.batch_id} {state}: {self.records} records from "
+            f"{self.files} segment(s), {self.quarantined} quarantined, {self.duplicates} "
+            f"re-delivered skipped{gap_text}, next offsets {self.next_offsets}"
         )
 
 
-def committed_offsets(store: DeltaStore, settings: Settings, topic: str) -> dict[int, int]:
-    raw = store.latest_metadata(settings.bronze_path(topic), OFFSETS_KEY) or {}
-    return {int(p): int(o) for p, o in raw.items()}
+def position(store: DeltaStore, settings: Settings, topic: str) -> Position:
+    return Position.from_json(store.latest_metadata(settings.bronze_path(topic), POSITION_KEY))
+
+
+def select_segments(segments: list[Segment], pos: Position) -> list[Segment]:
+    """Segments to read: those at or past the position (unless already read), plus any file
+    that appeared since the last listing below the position (a re-delivered or overlapping
+    segment: its records past the position are new, the rest are skipped by offset)."""
+    chosen = []
+    for s in segments:
+        nxt = pos.next.get(s.partition, 0)
+        if s.start_offset >= nxt:
+            if s.path.name not in pos.skip.get(s.partition, []):
+                chosen.append(s)
+        elif int(s.path.stat().st_mtime * 1000) >= pos.listed_at_ms:
+            chosen.append(s)
+    return chosen
+
+
+def _partition_task(
+    item: dict[str, Any], emit: Callable[[dict[str, Any]], None]
+) -> Iterator[pa.Table]:
+    """Read one partition's segments (in offset order), skip what bronze already has, yield the
+    new records; emit a summary per file and every bad line. Runs in a Spark task."""
+    import numpy as np
+
+    committed = int(item["committed"])
+    seen = np.empty(0, dtype=np.int64)
+    batch = pa.scalar(item["batch_id"], pa.int64())
+    now = pa.scalar(item["ingested_at_us"], pa.timestamp("us", tz="UTC"))
+    for raw in item["files"]:
+        seg = SegmentFile(**raw)
+        got = read_segment(seg, item["topic"], item["max_record_bytes"])
+        for b in got.bad:
+            emit({"bad_line": _bad_row(b)})
+        offsets = got.records.column("offset").to_numpy()
+        _, first = np.unique(offsets, return_index=True)
+        once = np.zeros(len(offsets), dtype=bool)
+        once[first] = True
+        new = offsets >= committed
+        # Keep a record once: not below the position, not seen in an earlier file of the batch.
+        keep = new & once & ~np.isin(offsets, seen)
+        kept = got.records.filter(pa.array(keep))
+        kept_offsets = offsets[keep]
+        seen = np.union1d(seen, kept_offsets)
+        emit(
+            {
+                "file": raw,
+                "lines": got.lines,
+                "end": got.end_offset,
+                "kept": int(keep.sum()),
+                "max_kept": int(kept_offsets.max()) if len(kept_offsets) else None,
+                "duplicates": int((new & ~keep).sum()),
+                "bad": len(got.bad),
+            }
+        )
+        if kept.num_rows:
+            n = kept.num_rows
+            yield kept.append_column("_batch_id", pa.repeat(batch, n)).append_column(
+                "_ingested_at", pa.repeat(now, n)
+            )
+
+
+def _bad_row(b: BadLine) -> dict[str, Any]:
+    row = asdict(b)
+    row["raw"] = None if b.raw is None else base64.b64encode(b.raw).decode("ascii")
+    return row
+
+
+def advance(old: Position, files: list[dict[str, Any]], listed_at_ms: int) -> Position:
+    """The position after a batch: past every record read, and the files that did not move it."""
+    nxt = dict(old.next)
+    for f in files:
+        p = f["file"]["partition"]
+        marks = [nxt.get(p, 0)]
+        if f["end"] is not None:
+            marks.append(f["end"])
+        if f["max_kept"] is not None:
+            marks.append(f["max_kept"] + 1)
+        nxt[p] = max(marks)
+    skip: dict[int, list[str]] = {}
+    known = {Path(f["file"]["path"]).name: f["file"]["start_offset"] for f in files}
+    for p, names in old.skip.items():
+        skip[p] = [n for n in names if known.get(n, nxt.get(p, 0)) >= nxt.get(p, 0)]
+    for f in files:
+        p, name = f["file"]["partition"], Path(f["file"]["path"]).name
+        if f["file"]["start_offset"] >= nxt.get(p, 0) and name not in skip.setdefault(p, []):
+            skip[p].append(name)
+    return Position(nxt, {p: v for p, v in skip.items() if v}, listed_at_ms)
+
+
+def offset_gaps(old: Position, new: Position, files: list[dict[str, Any]]) -> dict[int, int]:
+    """Offsets the position moved past that no record of the batch carried (compacted topics
+    have such gaps legitimately; bad lines of envelope files too, their offsets unknown)."""
+    gaps: dict[int, int] = {}
+    for p in {f["file"]["partition"] for f in files}:
+        kept = sum(f["kept"] for f in files if f["file"]["partition"] == p)
+        missing = new.next.get(p, 0) - old.next.get(p, 0) - kept
+        if missing > 0:
+            gaps[p] = missing
+    return gaps
+
+
+def _work_items(
+    contract: Contract, segments: list[Segment], pos: Position, batch_id: int
+) -> list[dict[str, Any]]:
+    now_us = int(time.time() * 1_000_000)
+    by_partition: dict[int, list[Segment]] = {}
+    for s in segments:
+        by_partition.setdefault(s.partition, []).append(s)
+    items = []
+    for p, segs in sorted(by_partition.items()):
+        files = [
+            asdict(
+                SegmentFile(
+                    path=str(s.path),
+                    partition=p,
+                    start_offset=s.start_offset,
+                    format=contract.landing_format,
+                    keys_path=str(s.keys_path) if s.keys_path else None,
+                )
+            )
+            for s in sorted(segs, key=lambda s: (s.start_offset, s.path.name))
+        ]
+        items.append(
+            {
+                "topic": contract.topic,
+                "partition": p,
+                "committed": pos.next.get(p, 0),
+                "files": files,
+                "batch_id": batch_id,
+                "ingested_at_us": now_us,
+                "max_record_bytes": contract.max_record_bytes,
+            }
+        )
+    return items
+
+
+def _write_quarantine(
+    spark: SparkSession,
+    store: DeltaStore,
+    settings: Settings,
+    topic: str,
+    batch_id: int,
+    bad: list[dict[str, Any]],
+) -> None:
+    if not bad:
+        return
+    from datetime import UTC, datetime
+
+    now = datetime.now(UTC)
+    rows = [
+        (
+            topic,
+            b["partition"],
+            b["source_file"],
+            b["line"],
+            b["byte_offset"],
+            b["reason"],
+            None if b["raw"] is None else base64.b64decode(b["raw"]),
+            batch_id,
+            now,
+        )
+        for b in bad
+    ]
+    df = spark.createDataFrame(rows, QUARANTINE_COLUMNS)
+    store.write(df, settings.quarantine_path("bronze", topic), txn=Txn(BRONZE_APP, batch_id))
+
+
+def _repair_quarantine(
+    spark: SparkSession, store: DeltaStore, settings: Settings, contract: Contract
+) -> None:
+    """If the last run committed bronze but died before quarantining its bad lines, redo that:
+    the segment files are immutable, so reading them again finds the same bad lines."""
+    path = settings.bronze_path(contract.topic)
+    done = store.transaction_version(path, BRONZE_APP)
+    if done is None:
+        return
+    quarantined = store.transaction_version(
+        settings.quarantine_path("bronze", contract.topic), BRONZE_APP
+    )
+    if quarantined is not None and quarantined >= done:
+        return
+    summary = store.latest_metadata(path, BATCH_KEY) or {}
+    if summary.get("batch_id") != done or not summary.get("files_with_bad_lines"):
+        return
+    bad = [
+        _bad_row(b)
+        for raw in summary["files_with_bad_lines"]
+        for b in read_segment(SegmentFile(**raw), contract.topic, contract.max_record_bytes).bad
+    ]
+    _write_quarantine(spark, store, settings, contract.topic, done, bad)
 
 
 def ingest(spark: SparkSession, settings: Settings, contract: Contract) -> BronzeResult:
-    """Ingest every landing record past the committed offsets as one bronze batch."""
-    from pyspark.sql import functions as F
-
+    """Ingest every new landing record of a topic as one bronze batch (one Delta commit)."""
     store = DeltaStore(spark)
     topic = contract.topic
     path = settings.bronze_path(topic)
-    done = committed_offsets(store, settings, topic)
+    store.create_arrow(path, BRONZE_SCHEMA)
+    _repair_quarantine(spark, store, settings, contract)
+
+    read_version = store.version(path)
+    pos = position(store, settings, topic)
     last_batch = store.transaction_version(path, BRONZE_APP)
     batch_id = 0 if last_batch is None else last_batch + 1
-
-    segments = [
-        s for s in list_segments(settings, topic) if s.start_offset >= done.get(s.partition, 0)
-    ]
+    listed_at = int(time.time() * 1000)
+    segments = select_segments(list_segments(settings, topic), pos)
     if not segments:
-        return BronzeResult(topic, None, next_offsets=done)
+        return BronzeResult(topic, None, next_offsets=pos.next)
 
-    part_of = spark.createDataFrame(
-        [(str(s.path), s.partition) for s in segments], "_file string, _partition int"
-    )
-    raw = (
-        spark.read.schema(envelope_schema())
-        .option("mode", "PERMISSIVE")
-        .option("columnNameOfCorruptRecord", "_corrupt_record")
-        .json([str(s.path) for s in segments])
-        .withColumn("_file", F.col("_metadata.file_path"))
-    )
-    # Spark reports file paths as URIs; join on the path part.
-    raw = raw.withColumn("_file", F.regexp_replace("_file", "^file:", ""))
-    raw = raw.join(F.broadcast(part_of), "_file").cache()
-
-    bad = raw.filter(F.col("_corrupt_record").isNotNull() | F.col("offset").isNull())
-    good = raw.filter(F.col("_corrupt_record").isNull() & F.col("offset").isNotNull())
-    for p, start in done.items():
-        good = good.filter((F.col("_partition") != p) | (F.col("offset") >= start))
-    # A segment delivered twice carries the same (partition, offset) twice: keep one.
-    good = good.dropDuplicates(["_partition", "offset"])
-    rows = to_bronze(good, topic, batch_id).cache()
-
-    maxima = rows.groupBy("partition").agg(F.max("offset").alias("m")).collect()
-    next_offsets = dict(done)
-    for r in maxima:
-        next_offsets[r["partition"]] = max(next_offsets.get(r["partition"], 0), r["m"] + 1)
-
-    n_bad = bad.count()
-    if n_bad:
-        quarantine = bad.select(
-            F.lit(topic).alias("topic"),
-            F.col("_partition").alias("partition"),
-            F.col("_file").alias("source_file"),
-            F.col("_corrupt_record").alias("raw"),
-            F.lit(QUARANTINE_REASON_MALFORMED).alias("reason"),
-            F.lit(batch_id).cast("long").alias("_batch_id"),
-            F.current_timestamp().alias("_ingested_at"),
-        )
-        store.append(
-            quarantine, settings.quarantine_path("bronze", topic), txn=Txn(BRONZE_APP, batch_id)
-        )
-    n_rows = rows.count()
-    result = store.append(
-        rows,
+    staged = store.stage(_work_items(contract, segments, pos, batch_id), _partition_task, path)
+    files = [s for s in staged.side if "file" in s]
+    bad = [s["bad_line"] for s in staged.side if "bad_line" in s]
+    new_pos = advance(pos, files, listed_at)
+    gaps = offset_gaps(pos, new_pos, files)
+    kept = sum(f["kept"] for f in files)
+    bad_files = {b["source_file"] for b in bad}
+    summary = {
+        "batch_id": batch_id,
+        "records": kept,
+        "quarantined": len(bad),
+        "gaps": {str(p): g for p, g in gaps.items()},
+        "files_with_bad_lines": [f["file"] for f in files if f["file"]["path"] in bad_files],
+    }
+    result = store.commit_staged(
         path,
+        staged.files,
+        read_version=read_version,
         txn=Txn(BRONZE_APP, batch_id),
-        metadata={OFFSETS_KEY: {str(p): o for p, o in sorted(next_offsets.items())}},
+        metadata={POSITION_KEY: new_pos.to_json(), BATCH_KEY: summary},
     )
-    rows.unpersist()
-    raw.unpersist()
-    return BronzeResult(topic, batch_id, n_rows, n_bad, next_offsets, result.committed)
+    if result.committed:
+        _write_quarantine(spark, store, settings, topic, batch_id, bad)
+    return BronzeResult(
+        topic,
+        batch_id,
+        records=kept,
+        quarantined=len(bad),
+        duplicates=sum(f["duplicates"] for f in files),
+        gaps=gaps,
+        next_offsets=new_pos.next,
+        files=len(files),
+        committed=result.committed,
+    )

@@ -6,8 +6,9 @@ Commands::
     lakehouse run [--topic T] [--layer bronze|silver|gold]
     lakehouse show TABLE [--version N | --as-of TIME] [--format table|json]
     lakehouse changes TABLE [--from-version N] [--format table|json]
+    lakehouse lag [--topic T]
     lakehouse maintain [--topic T] [--retention-hours H] [--no-compact] [--dry-run]
-    lakehouse sample          (the seed's example events, once)
+    lakehouse sample [--records N [--value-bytes B]]   (the seed's events, or N random)
     lakehouse airflow ARGS    (Airflow with the lakehouse's environment)
 """
 
@@ -25,7 +26,7 @@ from typing import TYPE_CHECKING, Any, TextIO, cast
 
 from lakehouse.config import LAYERS, Layer, Settings
 from lakehouse.contracts import Catalog, Contract
-from lakehouse.errors import BadRecordError, LakehouseError
+from lakehouse.errors import BadRecordError, ConfigError, LakehouseError
 from lakehouse.landing import Producer, Record, record_from_json_line
 from lakehouse.storage.maintenance import DEFAULT_RETENTION_HOURS
 
@@ -59,6 +60,11 @@ def _chunks(lines: Iterable[str], size: int) -> Iterator[list[tuple[int, str]]]:
 
 def produce(settings: Settings, contract: Contract, stream: TextIO, err: TextIO) -> int:
     """Produce JSON lines from ``stream``; stop at the first bad line, keeping what went before."""
+    if contract.landing_format != "envelope":
+        raise ConfigError(
+            f"topic {contract.topic!r} lands as {contract.landing_format} files (Kafka Connect "
+            "writes them); the producer writes envelope segments only"
+        )
     producer = Producer(settings, contract.topic, contract.partitions)
     total = 0
     per_partition: dict[int, int] = {}
@@ -84,18 +90,36 @@ def produce(settings: Settings, contract: Contract, stream: TextIO, err: TextIO)
     return 0
 
 
-def produce_sample(settings: Settings, catalog: Catalog, err: TextIO) -> int:
-    """Produce the seed's events to ``user-locations`` unless the topic already has data."""
-    from lakehouse.landing import list_segments
+def produce_sample(
+    settings: Settings,
+    catalog: Catalog,
+    err: TextIO,
+    records: int | None = None,
+    value_bytes: int = 0,
+    seed: int = 0,
+) -> int:
+    """The seed's five events (once, into an empty topic), or ``records`` random check-ins."""
+    from lakehouse.landing import generate_user_locations, list_segments
 
     contract = catalog.topic("user-locations")
+    if records is not None:
+        n = generate_user_locations(
+            settings,
+            contract.topic,
+            contract.partitions,
+            records,
+            value_bytes=value_bytes,
+            seed=seed,
+        )
+        print(f"produced {n} generated record(s) to {contract.topic}", file=err)
+        return 0
     if list_segments(settings, contract.topic):
         print(
             f"{contract.topic} already has data under {settings.landing_root}: left as is", file=err
         )
         return 0
     base_ms = 1_700_000_000_000
-    records = [
+    events = [
         Record(
             key=user.encode(),
             value=json.dumps({"location": place}, separators=(",", ":")).encode(),
@@ -103,8 +127,8 @@ def produce_sample(settings: Settings, catalog: Catalog, err: TextIO) -> int:
         )
         for i, (user, place) in enumerate(SAMPLE_EVENTS)
     ]
-    Producer(settings, contract.topic, contract.partitions).send_batch(records)
-    print(f"produced {len(records)} sample record(s) to {contract.topic}", file=err)
+    Producer(settings, contract.topic, contract.partitions).send_batch(events)
+    print(f"produced {len(events)} sample record(s) to {contract.topic}", file=err)
     return 0
 
 
@@ -202,6 +226,37 @@ def changes(settings: Settings, catalog: Catalog, name: str, start: int, fmt: st
     return 0
 
 
+def lag(settings: Settings, catalog: Catalog, topic: str | None, fmt: str) -> int:
+    """Kafka's consumer lag, for bronze as the consumer of the landing topic partitions."""
+    import pyarrow as pa
+
+    from lakehouse.landing import end_offsets
+    from lakehouse.storage.store import latest_metadata
+
+    rows = []
+    for c in [catalog.topic(topic)] if topic else list(catalog):
+        ends = end_offsets(settings, c.topic, c.partitions, c.landing_format)
+        raw = latest_metadata(settings.bronze_path(c.topic), "lakehouse.position") or {}
+        committed = {int(p): int(n) for p, n in raw.get("next", {}).items()}
+        for p in sorted(set(ends) | set(committed)):
+            end, done = ends.get(p, 0), committed.get(p, 0)
+            rows.append(
+                {
+                    "topic": c.topic,
+                    "partition": p,
+                    "end_offset": end,
+                    "bronze_offset": done,
+                    "lag": max(0, end - done),
+                }
+            )
+    schema = pa.schema(
+        [("topic", pa.string()), ("partition", pa.int32()), ("end_offset", pa.int64()),
+         ("bronze_offset", pa.int64()), ("lag", pa.int64())]
+    )  # fmt: skip
+    render(pa.Table.from_pylist(rows, schema), fmt, sys.stdout)
+    return 0
+
+
 def run_pipeline(
     settings: Settings, catalog: Catalog, topic: str | None, layer: Layer | None
 ) -> int:
@@ -270,7 +325,16 @@ def build_parser() -> argparse.ArgumentParser:
     sm.add_argument("--no-compact", action="store_true")
     sm.add_argument("--dry-run", action="store_true", help="report what vacuum would delete")
 
-    sub.add_parser("sample", help="produce the seed's example events (once)")
+    ss = sub.add_parser(
+        "sample", help="produce the seed's example events (once), or --records N random ones"
+    )
+    ss.add_argument("--records", type=int, help="generate this many random check-ins instead")
+    ss.add_argument("--value-bytes", type=int, default=0, help="pad values to about this size")
+    ss.add_argument("--seed", type=int, default=0)
+
+    sl = sub.add_parser("lag", help="per partition: landing end offset, bronze offset, lag")
+    sl.add_argument("--topic")
+    sl.add_argument("--format", choices=("table", "json"), default="table")
     sa = sub.add_parser("airflow", help="run the airflow CLI with the lakehouse's environment")
     sa.add_argument("args", nargs=argparse.REMAINDER)
     return p
@@ -304,7 +368,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
             return 0
         if args.command == "sample":
-            return produce_sample(settings, catalog, sys.stderr)
+            return produce_sample(
+                settings, catalog, sys.stderr, args.records, args.value_bytes, args.seed
+            )
+        if args.command == "lag":
+            return lag(settings, catalog, args.topic, args.format)
     except LakehouseError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

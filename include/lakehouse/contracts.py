@@ -67,6 +67,8 @@ class Contract:
     stream: str
     tables: tuple[TableSpec, ...] = ()
     schedule_minutes: int = 5
+    landing_format: Literal["envelope", "connect_json"] = "envelope"
+    max_record_bytes: int = 1_048_576
     description: str = ""
     owner: str = "data-platform"
     source: str = field(default="<memory>", compare=False)
@@ -143,6 +145,8 @@ def parse_contract(document: Any, source: str = "<memory>") -> Contract:
         stream=document["stream"]["name"],
         tables=tables,
         schedule_minutes=document.get("schedule_minutes", 5),
+        landing_format=document.get("landing", {}).get("format", "envelope"),
+        max_record_bytes=document.get("landing", {}).get("max_record_bytes", 1_048_576),
         description=document.get("description", ""),
         owner=document.get("owner", "data-platform"),
         source=source,

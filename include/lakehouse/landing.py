@@ -19,11 +19,12 @@ from __future__ import annotations
 
 import base64
 import fcntl
+import functools
 import json
 import os
 import re
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -100,6 +101,7 @@ class Segment:
     partition: int
     start_offset: int
     path: Path = field(compare=False)
+    keys_path: Path | None = field(default=None, compare=False)  # Connect's <name>.keys.json
 
 
 def parse_segment_name(path: Path, topic: str) -> Segment | None:
@@ -107,7 +109,13 @@ def parse_segment_name(path: Path, topic: str) -> Segment | None:
     m = _SEGMENT_NAME.match(path.name)
     if not m or m.group("topic") != topic:
         return None
-    return Segment(int(m.group("partition")), int(m.group("offset")), path)
+    keys = path.with_name(path.name.split(".json", 1)[0] + ".keys.json")
+    return Segment(
+        int(m.group("partition")),
+        int(m.group("offset")),
+        path,
+        keys if keys.exists() else None,
+    )
 
 
 def list_segments(settings: Settings, topic: str) -> list[Segment]:
@@ -122,6 +130,27 @@ def list_segments(settings: Settings, topic: str) -> list[Segment]:
             if seg is not None and f"partition={seg.partition}" == part_dir.name:
                 found.append(seg)
     return sorted(found)
+
+
+def segment_end(seg: Segment, fmt: str = "envelope") -> int:
+    """One past the last offset a segment holds (Kafka's log-end offset, as of this file).
+
+    Envelope files carry offsets; value-only Connect files cover start + line count. A file
+    whose end cannot be read (damaged) counts as ending where it starts.
+    """
+    import gzip
+
+    try:
+        if fmt == "connect_json":
+            opener = gzip.open if seg.path.name.endswith(".gz") else open
+            with opener(seg.path, "rb") as fh:
+                return seg.start_offset + sum(1 for _ in fh)
+        if seg.path.name.endswith(".gz"):
+            lines = gzip.decompress(seg.path.read_bytes()).rstrip(b"\n").rsplit(b"\n", 1)
+            return int(json.loads(lines[-1])["offset"]) + 1
+        return _last_offset(seg.path) + 1
+    except (OSError, EOFError, ValueError, KeyError, TypeError):
+        return seg.start_offset
 
 
 def _last_offset(path: Path) -> int:
@@ -140,14 +169,16 @@ def _last_offset(path: Path) -> int:
     return int(json.loads(line)["offset"])
 
 
-def end_offsets(settings: Settings, topic: str, partitions: int) -> dict[int, int]:
+def end_offsets(
+    settings: Settings, topic: str, partitions: int, fmt: str = "envelope"
+) -> dict[int, int]:
     """The next offset to be written per partition (Kafka's log-end offset)."""
     ends = dict.fromkeys(range(partitions), 0)
     last: dict[int, Segment] = {}
     for seg in list_segments(settings, topic):
         last[seg.partition] = seg
     for p, seg in last.items():
-        ends[p] = max(ends.get(p, 0), _last_offset(seg.path) + 1)
+        ends[p] = max(ends.get(p, 0), segment_end(seg, fmt))
     return ends
 
 
@@ -254,6 +285,107 @@ class Producer:
                     os.fsync(fh.fileno())
                 os.rename(tmp, final)
         return [results[i] for i in range(len(results))]
+
+    def write_segment(self, partition: int, render: Callable[[int], tuple[bytes, int]]) -> int:
+        """Append one pre-rendered segment to ``partition``; ``render(start_offset)`` returns the
+        file's bytes and its record count. Returns the start offset. Used by bulk generators."""
+        with _topic_lock(self.settings, self.topic):
+            start = end_offsets(self.settings, self.topic, self.partitions)[partition]
+            data, count = render(start)
+            if count:
+                part_dir = self.settings.topic_dir(self.topic) / f"partition={partition}"
+                part_dir.mkdir(parents=True, exist_ok=True)
+                final = part_dir / segment_name(self.topic, partition, start)
+                tmp = part_dir / f".{final.name}.{os.getpid()}.tmp"
+                with tmp.open("wb") as fh:
+                    fh.write(data)
+                    fh.flush()
+                    os.fsync(fh.fileno())
+                os.rename(tmp, final)
+        return start
+
+
+# -- sample data at scale ------------------------------------------------------------------------
+
+CITIES = (
+    "Paris", "Sydney", "Rome", "Lima", "Berlin", "Oslo", "Lagos", "Quito", "Hanoi", "Austin",
+    "Dakar", "Porto", "Seoul", "Perth", "Cairo", "Delhi", "Tunis", "Minsk", "Riga", "Kyoto",
+)  # fmt: skip
+
+
+def generate_user_locations(
+    settings: Settings,
+    topic: str,
+    partitions: int,
+    records: int,
+    *,
+    users: int | None = None,
+    value_bytes: int = 0,
+    seed: int = 0,
+    segment_records: int = 500_000,
+) -> int:
+    """Produce ``records`` random check-ins (key = username, value = {"location", "note"}).
+
+    Keys are partitioned with Kafka's default partitioner like any produced record; segments are
+    rendered with vectorised Arrow string functions, so tens of millions take seconds, not
+    minutes. ``value_bytes`` pads each value to about that size. Returns the records written.
+    """
+    import numpy as np
+    import pyarrow as pa
+
+    rng = np.random.default_rng(seed)
+    pool = users or max(100, min(100_000, records // 20))
+    names = [f"user-{i:06d}" for i in range(pool)]
+    part_of_user = np.array([default_partition(n.encode(), partitions) for n in names])
+    producer = Producer(settings, topic, partitions)
+    base_ms = 1_700_000_000_000
+    written = 0
+    while written < records:
+        n = min(segment_records * partitions, records - written)
+        user_idx = rng.integers(0, pool, n)
+        city_idx = rng.integers(0, len(CITIES), n)
+        parts = part_of_user[user_idx]
+        ts = base_ms + (written + np.arange(n)) * 10
+        pad = max(0, value_bytes - 40)
+        tail = '\\"}"}\n' if not pad else f'\\",\\"note\\":\\"{"x" * pad}\\"}}"}}\n'
+        for p in range(partitions):
+            sel = np.flatnonzero(parts == p)
+            if len(sel):
+                columns = (
+                    pa.array(np.array(names, dtype=object)[user_idx[sel]], pa.string()),
+                    pa.array(np.array(CITIES, dtype=object)[city_idx[sel]], pa.string()),
+                    pa.array(ts[sel]).cast(pa.string()),
+                )
+                producer.write_segment(p, functools.partial(_render_check_ins, columns, tail))
+        written += n
+    return written
+
+
+def _render_check_ins(columns: tuple[Any, Any, Any], tail: str, start: int) -> tuple[bytes, int]:
+    """Envelope lines for generated check-ins, offsets from ``start`` (one segment's bytes)."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    user, city, stamps = columns
+    n = len(user)
+    offsets = pa.array(np.arange(start, start + n)).cast(pa.string())
+    lines = pc.binary_join_element_wise(
+        '{"offset":', offsets, ',"timestamp":', stamps,
+        ',"timestampType":"CreateTime","key":"', user,
+        '","value":"{\\"location\\":\\"', city, tail, "",
+    )  # fmt: skip
+    return _concat_strings(lines), n
+
+
+def _concat_strings(arr: Any) -> bytes:
+    """The bytes of all strings of an Arrow string array, back to back (its data buffer)."""
+    import numpy as np
+
+    offsets = np.frombuffer(arr.buffers()[1], dtype=np.int32)[
+        arr.offset : arr.offset + len(arr) + 1
+    ]
+    return arr.buffers()[2].to_pybytes()[int(offsets[0]) : int(offsets[-1])]
 
 
 # -- the command-line producer's input format -------------------------------------------------

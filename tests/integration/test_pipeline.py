@@ -139,7 +139,8 @@ def test_corrupt_segment_line_is_quarantined_with_its_origin(
     segment.write_text(good_line + "this is not an envelope\n")
     _run(spark, settings)
     bad = read_arrow(settings.quarantine_path("bronze", TOPIC)).to_pylist()
-    assert [(r["raw"], r["source_file"]) for r in bad] == [
-        ("this is not an envelope", str(segment))
+    assert [(r["raw"], r["source_file"], r["line"], r["byte_offset"]) for r in bad] == [
+        (b"this is not an envelope", str(segment), 2, len(good_line))
     ]
+    assert bad[0]["reason"].startswith("not JSON")
     assert _rows(settings, "user_latest_location", "username", "location") == [("alice", "Paris")]

@@ -36,7 +36,7 @@ from lakehouse.errors import (
     TableNotFoundError,
 )
 from lakehouse.storage.arrow import normalize_table, plain_schema
-from lakehouse.storage.files import fs_path
+from lakehouse.storage.files import DataFile, fs_path
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     from pyspark.sql.types import StructType
 
     from lakehouse.storage.log import ChangeFile
+    from lakehouse.storage.tasks import Staged, TaskFn
 
 CDF_PROPERTIES: Mapping[str, str] = {"delta.enableChangeDataFeed": "true"}
 CHANGE_COLUMNS = ("_change_type", "_commit_version", "_commit_timestamp")
@@ -158,13 +159,7 @@ class DeltaStore:
 
     def latest_metadata(self, path: Path, key: str) -> Any:
         """The newest commit's value for a custom commit-metadata ``key``, JSON-decoded."""
-        if not self.exists(path):
-            return None
-        for commit in _load(path).history():
-            if key in commit:
-                raw = commit[key]
-                return json.loads(raw) if isinstance(raw, str) else raw
-        return None
+        return latest_metadata(path, key)
 
     def spark_schema(self, path: Path, version: int | None = None) -> StructType:
         from pyspark.sql.pandas.types import from_arrow_schema
@@ -383,6 +378,82 @@ class DeltaStore:
             raise
         return WriteResult(True, self.version(path))
 
+    def create_arrow(
+        self,
+        path: Path,
+        schema: pa.Schema,
+        *,
+        properties: Mapping[str, str] = CDF_PROPERTIES,
+        partition_by: Sequence[str] = (),
+    ) -> None:
+        """Create an empty table from an Arrow schema (no-op if it exists)."""
+        if self.exists(path):
+            return
+        from deltalake import DeltaTable
+
+        path.mkdir(parents=True, exist_ok=True)
+        DeltaTable.create(
+            str(path),
+            schema=schema,
+            mode="ignore",
+            partition_by=list(partition_by) or None,
+            configuration=dict(properties),
+        )
+
+    def stage(self, items: Sequence[Mapping[str, Any]], fn: TaskFn, path: Path) -> Staged:
+        """Run ``fn`` over ``items`` in Spark tasks that write the table's data files themselves
+        (see :mod:`lakehouse.storage.tasks`); nothing is visible until :meth:`commit_staged`."""
+        from lakehouse.storage.tasks import stage_with_tasks
+
+        dt = _load(path)
+        _check_readable(dt, path)
+        return stage_with_tasks(
+            self.spark,
+            items,
+            fn,
+            table_root=path,
+            schema=table_arrow_schema(dt),
+            partition_by=list(dt.metadata().partition_columns),
+        )
+
+    def commit_staged(
+        self,
+        path: Path,
+        files: Sequence[DataFile],
+        *,
+        read_version: int | None,
+        txn: Txn | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> WriteResult:
+        """Commit staged files in one append, against ``read_version`` (the version the work was
+        planned on): a concurrent commit of the same app transaction conflicts instead of
+        doubling the data. If the transaction is already applied, the files are deleted."""
+        from lakehouse.storage.datasource import CONFLICT_MARKER, WritePlan, commit_files
+
+        dt = _load(path)
+        if txn is not None:
+            done = dt.transaction_version(txn.app_id)
+            if done is not None and done >= txn.version:
+                _delete_files(path, files)
+                return WriteResult(False, dt.version())
+        plan = WritePlan(
+            table_root=str(path),
+            schema_b64=WritePlan.encode_schema(table_arrow_schema(dt)),
+            partition_by=list(dt.metadata().partition_columns),
+            mode="append",
+            read_version=int(dt.version() if read_version is None else read_version),
+            txn=(txn.app_id, txn.version) if txn else None,
+            metadata=_metadata_strings(metadata),
+        )
+        try:
+            commit_files(plan, list(files))
+        except RuntimeError as exc:
+            _delete_files(path, files)
+            if CONFLICT_MARKER in str(exc):
+                raise ConcurrentWriteError(str(path), _conflict_detail(str(exc))) from None
+            raise
+        return WriteResult(True, self.version(path))
+
     def append(
         self,
         df: DataFrame,
@@ -528,7 +599,23 @@ def _conflict_detail(text: str) -> str:
     return tail.splitlines()[0] if tail else text
 
 
+def _delete_files(path: Path, files: Sequence[DataFile]) -> None:
+    for f in files:
+        fs_path(path, f.path).unlink(missing_ok=True)
+
+
 # -- light reads without Spark (command-line pull queries) -------------------------------------
+
+
+def latest_metadata(path: Path, key: str) -> Any:
+    """The newest commit's value for a custom commit-metadata ``key``, JSON-decoded."""
+    if not (path / "_delta_log").is_dir():
+        return None
+    for commit in _load(path).history():
+        if key in commit:
+            raw = commit[key]
+            return json.loads(raw) if isinstance(raw, str) else raw
+    return None
 
 
 def read_arrow(path: Path, version: int | None = None, as_of: datetime | None = None) -> pa.Table:

@@ -1,0 +1,407 @@
+"""Reading landing segment files into bronze records, with every bad line accounted for.
+
+Runs inside Spark's Python tasks (pyarrow only, no deltalake). Two formats:
+
+* ``envelope``: JSON lines with a record envelope (see :mod:`lakehouse.landing`); offsets are in
+  the records. Optionally gzip-compressed (``.json.gz``).
+* ``connect_json``: value-only JSON lines as Kafka Connect's JsonFormat writes them; offset =
+  the file's start offset + line index; keys, where present, in a companion
+  ``<name>.keys.json`` file, one per line.
+
+The common case (a clean envelope file) is parsed in one call to pyarrow's JSON reader; a file
+with any problem is parsed line by line so that each bad line is reported with its line number,
+byte offset and reason, and the good lines of the same file still land.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import io
+import json
+import zlib
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.json as pj
+
+SegmentFormat = Literal["envelope", "connect_json"]
+DEFAULT_MAX_RECORD_BYTES = 1_048_576  # Kafka's default message.max.bytes is about 1 MiB
+RAW_SAMPLE_BYTES = 4096
+NO_TIMESTAMP_TYPE = -1  # Kafka's TimestampType.NO_TIMESTAMP_TYPE
+
+HEADER = pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())])
+RECORD_SCHEMA = pa.schema(
+    [
+        pa.field("key", pa.binary()),
+        pa.field("value", pa.binary()),
+        pa.field("topic", pa.string()),
+        pa.field("partition", pa.int32()),
+        pa.field("offset", pa.int64()),
+        pa.field("timestamp", pa.timestamp("us", tz="UTC")),
+        pa.field("timestampType", pa.int32()),
+        pa.field("headers", pa.list_(HEADER)),
+        pa.field("_source_file", pa.string()),
+    ]
+)
+_ENVELOPE_JSON = pa.schema(
+    [
+        pa.field("offset", pa.int64()),
+        pa.field("timestamp", pa.int64()),
+        pa.field("timestampType", pa.string()),
+        pa.field("key", pa.string()),
+        pa.field("keyEncoding", pa.string()),
+        pa.field("value", pa.string()),
+        pa.field("valueEncoding", pa.string()),
+        pa.field(
+            "headers",
+            pa.list_(
+                pa.struct(
+                    [
+                        pa.field("key", pa.string()),
+                        pa.field("value", pa.string()),
+                        pa.field("encoding", pa.string()),
+                    ]
+                )
+            ),
+        ),
+    ]
+)
+_ENVELOPE_KEYS = frozenset(_ENVELOPE_JSON.names)
+
+
+@dataclass(frozen=True)
+class SegmentFile:
+    path: str
+    partition: int
+    start_offset: int
+    format: SegmentFormat = "envelope"
+    keys_path: str | None = None
+
+
+@dataclass
+class BadLine:
+    source_file: str
+    partition: int
+    line: int | None  # 1-based; None for a problem of the whole file
+    byte_offset: int | None  # in the (decompressed) file
+    reason: str
+    raw: bytes | None = None
+
+
+@dataclass
+class SegmentRead:
+    records: pa.Table
+    bad: list[BadLine] = field(default_factory=list)
+    lines: int = 0
+    end_offset: int | None = None  # one past the last offset the file covers, when known
+
+
+class _Bad(Exception):
+    pass
+
+
+def _read_bytes(seg: SegmentFile, bad: list[BadLine]) -> bytes:
+    with open(seg.path, "rb") as fh:
+        data = fh.read()
+    if not seg.path.endswith(".gz"):
+        return data
+    d = zlib.decompressobj(wbits=31)
+    try:
+        out = d.decompress(data) + d.flush()
+    except zlib.error as exc:
+        # Keep what decompressed before the damage; the rest is reported, not dropped silently.
+        out = _salvage(zlib.decompressobj(wbits=31), data)
+        bad.append(
+            BadLine(
+                seg.path,
+                seg.partition,
+                None,
+                len(out),
+                f"corrupt gzip stream: {exc}",
+                data[:RAW_SAMPLE_BYTES],
+            )
+        )
+        return _cut_to_last_line(out, seg, bad)
+    if not d.eof:
+        bad.append(
+            BadLine(
+                seg.path, seg.partition, None, len(out), "truncated gzip stream (no end marker)"
+            )
+        )
+        return _cut_to_last_line(out, seg, bad)
+    return out
+
+
+def _salvage(d: Any, data: bytes) -> bytes:
+    """Decompress chunk by chunk until the stream breaks; return what came out before."""
+    out = bytearray()
+    for i in range(0, len(data), 4096):
+        try:
+            out += d.decompress(data[i : i + 4096])
+        except zlib.error:
+            break
+    return bytes(out)
+
+
+def _cut_to_last_line(data: bytes, seg: SegmentFile, bad: list[BadLine]) -> bytes:
+    """Of a damaged stream, keep the complete lines; report the cut-off tail."""
+    end = data.rfind(b"\n") + 1
+    if end < len(data):
+        bad.append(
+            BadLine(
+                seg.path,
+                seg.partition,
+                data.count(b"\n", 0, end) + 1,
+                end,
+                "line cut off by the damaged gzip stream",
+                data[end : end + RAW_SAMPLE_BYTES],
+            )
+        )
+    return data[:end]
+
+
+def _line_spans(data: bytes) -> tuple[np.ndarray, np.ndarray]:
+    """Start and end (exclusive, without the newline) of every line."""
+    nl = np.flatnonzero(np.frombuffer(data, dtype=np.uint8) == 10)
+    starts = np.concatenate(([0], nl + 1))
+    ends = np.concatenate((nl, [len(data)]))
+    if starts[-1] == len(data):  # the file ends with a newline: no empty last line
+        starts, ends = starts[:-1], ends[:-1]
+    return starts, ends
+
+
+def read_segment(
+    seg: SegmentFile, topic: str, max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES
+) -> SegmentRead:
+    """Every good record of one segment file, and every bad line with its reason."""
+    bad: list[BadLine] = []
+    data = _read_bytes(seg, bad)
+    if not data:
+        if not bad:
+            bad.append(BadLine(seg.path, seg.partition, None, 0, "empty segment file (zero bytes)"))
+        return SegmentRead(_empty(), bad, 0, None)
+    starts, ends = _line_spans(data)
+    lengths = ends - starts
+    if seg.format == "envelope":
+        clean = (
+            not bad
+            and data.endswith(b"\n")
+            and int(lengths.max(initial=0)) <= max_record_bytes
+            and int(lengths.min(initial=1)) > 0
+        )
+        if clean:
+            fast = _envelope_fast(data, seg, topic)
+            if fast is not None:
+                offsets = fast.column("offset")
+                end = pc.max(offsets).as_py()
+                return SegmentRead(fast, bad, len(starts), None if end is None else end + 1)
+        return _lines(data, starts, ends, seg, topic, max_record_bytes, bad, _envelope_row)
+    keys = _companion_keys(seg, bad)
+    parser = _connect_row(keys, seg)
+    result = _lines(data, starts, ends, seg, topic, max_record_bytes, bad, parser)
+    result.end_offset = seg.start_offset + len(starts)
+    return result
+
+
+def _empty() -> pa.Table:
+    return RECORD_SCHEMA.empty_table()
+
+
+def _envelope_fast(data: bytes, seg: SegmentFile, topic: str) -> pa.Table | None:
+    """Parse a clean envelope file in one call; ``None`` sends it down the line-by-line path."""
+    try:
+        parsed = pj.read_json(
+            io.BytesIO(data),
+            read_options=pj.ReadOptions(block_size=max(1 << 20, len(data) + 1)),
+            parse_options=pj.ParseOptions(
+                explicit_schema=_ENVELOPE_JSON, unexpected_field_behavior="error"
+            ),
+        )
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return None
+    n = parsed.num_rows
+    if n == 0 or parsed.column("offset").null_count:
+        return None
+    for enc in ("keyEncoding", "valueEncoding"):
+        if parsed.column(enc).null_count != n:
+            return None  # base64 fields: decoded one by one on the careful path
+    headers = parsed.column("headers")
+    if headers.null_count != n:
+        return None
+    ttype = parsed.column("timestampType")
+    log_append = pc.fill_null(pc.equal(ttype, "LogAppendTime"), False)
+    create = pc.or_(pc.is_null(ttype), pc.equal(ttype, "CreateTime"))
+    if not pc.all(pc.or_(log_append, pc.fill_null(create, False))).as_py():
+        return None
+    ts = parsed.column("timestamp")
+    return pa.table(
+        {
+            "key": parsed.column("key").cast(pa.binary()),
+            "value": parsed.column("value").cast(pa.binary()),
+            "topic": pa.repeat(pa.scalar(topic, pa.string()), n),
+            "partition": pa.repeat(pa.scalar(seg.partition, pa.int32()), n),
+            "offset": parsed.column("offset"),
+            "timestamp": pc.multiply(ts, 1000).cast(pa.timestamp("us", tz="UTC")),
+            "timestampType": pc.if_else(log_append, 1, 0).cast(pa.int32()),
+            "headers": pa.ListArray.from_arrays(
+                pa.array(np.zeros(n + 1, dtype=np.int32)), pa.array([], HEADER)
+            ),
+            "_source_file": pa.repeat(pa.scalar(seg.path, pa.string()), n),
+        },
+        schema=RECORD_SCHEMA,
+    )
+
+
+# -- the careful path: line by line --------------------------------------------------------
+
+
+def _decode(text: Any, encoding: Any, what: str) -> bytes | None:
+    if text is None:
+        return None
+    if not isinstance(text, str):
+        raise _Bad(f"{what} must be a string or null")
+    if encoding in (None, "utf8"):
+        return text.encode("utf-8")
+    if encoding == "base64":
+        try:
+            return base64.b64decode(text, validate=True)
+        except (binascii.Error, ValueError):
+            raise _Bad(f"{what} is not valid base64") from None
+    raise _Bad(f"unknown {what} encoding {encoding!r} (utf8 or base64)")
+
+
+def _envelope_row(obj: Any, line_no: int, raw: bytes) -> dict[str, Any]:
+    if not isinstance(obj, dict):
+        raise _Bad("line is JSON but not a record envelope object")
+    unknown = set(obj) - _ENVELOPE_KEYS
+    if unknown:
+        raise _Bad(f"unknown envelope field(s) {sorted(unknown)}")
+    offset = obj.get("offset")
+    if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+        raise _Bad("missing or invalid 'offset' (a non-negative integer)")
+    ts = obj.get("timestamp")
+    if ts is not None and (isinstance(ts, bool) or not isinstance(ts, int)):
+        raise _Bad("'timestamp' must be epoch milliseconds")
+    ttype = obj.get("timestampType") or "CreateTime"
+    if ttype not in ("CreateTime", "LogAppendTime"):
+        raise _Bad(f"unknown timestampType {ttype!r}")
+    headers = []
+    for h in obj.get("headers") or []:
+        if not isinstance(h, dict) or not isinstance(h.get("key"), str):
+            raise _Bad("headers must be a list of {key, value[, encoding]}")
+        headers.append(
+            {"key": h["key"], "value": _decode(h.get("value"), h.get("encoding"), "header value")}
+        )
+    return {
+        "key": _decode(obj.get("key"), obj.get("keyEncoding"), "key"),
+        "value": _decode(obj.get("value"), obj.get("valueEncoding"), "value"),
+        "offset": offset,
+        "timestamp": None if ts is None else ts * 1000,
+        "timestampType": 1 if ttype == "LogAppendTime" else 0,
+        "headers": headers,
+    }
+
+
+def _companion_keys(seg: SegmentFile, bad: list[BadLine]) -> list[bytes | None] | None:
+    if not seg.keys_path:
+        return None
+    try:
+        with open(seg.keys_path, "rb") as fh:
+            lines = fh.read().splitlines()
+    except OSError as exc:
+        bad.append(BadLine(seg.path, seg.partition, None, None, f"keys file unreadable: {exc}"))
+        return None
+    keys: list[bytes | None] = []
+    for line in lines:
+        try:
+            k = json.loads(line)
+        except ValueError:
+            keys.append(line)  # not JSON: the key's bytes as written
+            continue
+        keys.append(None if k is None else (k.encode("utf-8") if isinstance(k, str) else line))
+    return keys
+
+
+def _connect_row(keys: list[bytes | None] | None, seg: SegmentFile) -> Any:
+    def parse(obj: Any, line_no: int, raw: bytes) -> dict[str, Any]:
+        if keys is not None and line_no > len(keys):
+            raise _Bad(f"no key for this line in {seg.keys_path} ({len(keys)} keys)")
+        return {
+            "key": None if keys is None else keys[line_no - 1],
+            "value": None if obj is None else raw,
+            "offset": seg.start_offset + line_no - 1,
+            "timestamp": None,
+            "timestampType": NO_TIMESTAMP_TYPE,
+            "headers": [],
+        }
+
+    return parse
+
+
+def _lines(
+    data: bytes,
+    starts: np.ndarray,
+    ends: np.ndarray,
+    seg: SegmentFile,
+    topic: str,
+    max_record_bytes: int,
+    bad: list[BadLine],
+    parse: Any,
+) -> SegmentRead:
+    rows: list[dict[str, Any]] = []
+    last = len(starts) - 1
+    for i, (a, b) in enumerate(zip(starts.tolist(), ends.tolist(), strict=True)):
+        raw = data[a:b]
+        line_no = i + 1
+
+        def fail(reason: str, raw: bytes = raw, line_no: int = line_no, a: int = a) -> None:
+            bad.append(BadLine(seg.path, seg.partition, line_no, a, reason, raw[:RAW_SAMPLE_BYTES]))
+
+        if len(raw) > max_record_bytes:
+            fail(f"oversized record: {len(raw)} bytes, the limit is {max_record_bytes}")
+            continue
+        if not raw.strip():
+            fail("empty line")
+            continue
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            fail(f"invalid UTF-8 at byte {exc.start} of the line")
+            continue
+        try:
+            obj = json.loads(text)
+        except ValueError as exc:
+            cut = i == last and not data.endswith(b"\n")
+            fail(
+                ("truncated line (the file ends without a newline): " if cut else "not JSON: ")
+                + str(exc)
+            )
+            continue
+        try:
+            rows.append(parse(obj, line_no, raw))
+        except _Bad as exc:
+            fail(str(exc))
+    n = len(rows)
+    records = pa.table(
+        {
+            "key": pa.array([r["key"] for r in rows], pa.binary()),
+            "value": pa.array([r["value"] for r in rows], pa.binary()),
+            "topic": pa.array([topic] * n, pa.string()),
+            "partition": pa.array([seg.partition] * n, pa.int32()),
+            "offset": pa.array([r["offset"] for r in rows], pa.int64()),
+            "timestamp": pa.array([r["timestamp"] for r in rows], pa.int64()).cast(
+                pa.timestamp("us", tz="UTC")
+            ),
+            "timestampType": pa.array([r["timestampType"] for r in rows], pa.int32()),
+            "headers": pa.array([r["headers"] for r in rows], pa.list_(HEADER)),
+            "_source_file": pa.array([seg.path] * n, pa.string()),
+        },
+        schema=RECORD_SCHEMA,
+    )
+    offsets = records.column("offset")
+    end = pc.max(offsets).as_py() if n else None
+    return SegmentRead(records, bad, len(starts), None if end is None else end + 1)

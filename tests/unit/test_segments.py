@@ -1,0 +1,131 @@
+"""Reading landing segments: both formats, gzip, and every kind of bad line, without Spark."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+
+from lakehouse.segments import SegmentFile, read_segment
+
+
+def _env(offset: int, key: str | None = "k", value: str | None = "v", **extra: object) -> str:
+    return json.dumps(
+        {
+            "offset": offset,
+            "timestamp": 1_700_000_000_000 + offset,
+            "key": key,
+            "value": value,
+            **extra,
+        }
+    )
+
+
+def _write(tmp_path: Path, name: str, data: bytes) -> str:
+    path = tmp_path / name
+    path.write_bytes(data)
+    return str(path)
+
+
+def test_clean_envelope_file(tmp_path: Path) -> None:
+    lines = [
+        _env(7, "alice", '{"location":"Paris"}'),
+        _env(8, None, None, timestampType="LogAppendTime"),
+    ]
+    path = _write(tmp_path, "t+0+0000000007.json", ("\n".join(lines) + "\n").encode())
+    got = read_segment(SegmentFile(path, 0, 7), "t")
+    assert got.bad == [] and got.lines == 2 and got.end_offset == 9
+    rows = got.records.to_pylist()
+    assert [(r["key"], r["value"], r["offset"], r["timestampType"]) for r in rows] == [
+        (b"alice", b'{"location":"Paris"}', 7, 0),
+        (None, None, 8, 1),
+    ]
+    assert rows[0]["timestamp"].timestamp() == 1_700_000_000.007
+    assert rows[0]["topic"] == "t" and rows[0]["partition"] == 0 and rows[0]["_source_file"] == path
+
+
+def test_every_bad_line_is_reported_and_good_lines_land(tmp_path: Path) -> None:
+    lines = [
+        _env(0).encode(),
+        b"not json at all",
+        _env(2, key="\u00e9").encode().replace(b"\\u00e9", b"\xff"),  # invalid UTF-8
+        b"",
+        json.dumps({"key": "k", "value": "v"}).encode(),  # no offset
+        _env(5, key="@@@", keyEncoding="base64").encode(),
+        _env(6, value="x" * 200).encode(),  # oversized with a 150-byte limit
+        _env(7, headers=[{"key": "h", "value": "AQ==", "encoding": "base64"}]).encode(),
+        b'{"offset": 8, "key": "k", "val',  # truncated: the file ends mid-line
+    ]
+    data = b"\n".join(lines)
+    path = _write(tmp_path, "t+0+0000000000.json", data)
+    got = read_segment(SegmentFile(path, 0, 0), "t", max_record_bytes=150)
+    assert [r["offset"] for r in got.records.to_pylist()] == [0, 7]
+    assert got.records.to_pylist()[1]["headers"] == [{"key": "h", "value": b"\x01"}]
+    reasons = {b.line: b.reason for b in got.bad}
+    assert reasons[2].startswith("not JSON")
+    bad_byte = lines[2].index(b"\xff")
+    assert reasons[3] == f"invalid UTF-8 at byte {bad_byte} of the line"
+    assert reasons[4] == "empty line"
+    assert reasons[5].startswith("missing or invalid 'offset'")
+    assert reasons[6] == "key is not valid base64"
+    assert reasons[7].startswith("oversized record: ") and "the limit is 150" in reasons[7]
+    assert reasons[9].startswith("truncated line (the file ends without a newline)")
+    assert len(got.bad) == 7
+    # byte offsets point at each bad line's first byte
+    for b in got.bad:
+        assert b.line is not None and b.byte_offset == sum(len(x) + 1 for x in lines[: b.line - 1])
+        assert b.source_file == path and b.partition == 0
+
+
+def test_zero_byte_file_is_reported(tmp_path: Path) -> None:
+    got = read_segment(SegmentFile(_write(tmp_path, "t+1+0000000000.json", b""), 1, 0), "t")
+    assert got.records.num_rows == 0
+    assert [(b.line, b.reason) for b in got.bad] == [(None, "empty segment file (zero bytes)")]
+
+
+def test_gzip_segments_and_damaged_gzip(tmp_path: Path) -> None:
+    lines = [_env(i, value="v" * 50) for i in range(2000)]
+    packed = gzip.compress(("\n".join(lines) + "\n").encode())
+    ok = read_segment(SegmentFile(_write(tmp_path, "t+0+0000000000.json.gz", packed), 0, 0), "t")
+    assert ok.records.num_rows == 2000 and ok.bad == [] and ok.end_offset == 2000
+    cut = read_segment(
+        SegmentFile(_write(tmp_path, "t+0+0000002000.json.gz", packed[: len(packed) // 2]), 0, 0),
+        "t",
+    )
+    landed = cut.records.num_rows
+    assert 0 < landed < 2000
+    assert [r["offset"] for r in cut.records.to_pylist()] == list(range(landed))
+    reasons = [b.reason for b in cut.bad]
+    assert "truncated gzip stream (no end marker)" in reasons
+    assert "line cut off by the damaged gzip stream" in reasons
+
+
+def test_connect_json_values_with_companion_keys(tmp_path: Path) -> None:
+    values = b'{"location":"Paris"}\nnull\n{"location":"Rome"}\n{broken\n{"location":"Oslo"}\n'
+    keys = b'"alice"\n"bob"\nnull\n"dave"\n'
+    path = _write(tmp_path, "t+2+0000000040.json", values)
+    keys_path = _write(tmp_path, "t+2+0000000040.keys.json", keys)
+    got = read_segment(SegmentFile(path, 2, 40, "connect_json", keys_path), "t")
+    rows = got.records.to_pylist()
+    assert [(r["offset"], r["key"], r["value"]) for r in rows] == [
+        (40, b"alice", b'{"location":"Paris"}'),
+        (41, b"bob", None),
+        (42, None, b'{"location":"Rome"}'),
+    ]
+    assert all(r["timestampType"] == -1 and r["timestamp"] is None for r in rows)
+    assert [(b.line, b.reason) for b in got.bad] == [
+        (
+            4,
+            "not JSON: Expecting property name enclosed in double quotes: line 1 column 2 (char 1)",
+        ),
+        (5, f"no key for this line in {keys_path} (4 keys)"),
+    ]
+    assert got.end_offset == 45  # five lines: offsets 40..44 are covered
+
+
+@pytest.mark.parametrize("name", ["t+0+0000000000.json"])
+def test_value_only_without_keys_has_null_keys(tmp_path: Path, name: str) -> None:
+    got = read_segment(SegmentFile(_write(tmp_path, name, b'{"a":1}\n'), 0, 0, "connect_json"), "t")
+    assert got.records.to_pylist()[0]["key"] is None and got.bad == []
