@@ -120,3 +120,66 @@ def test_processes_appending_at_once_lose_nothing(spark: Any, tmp_path: Path) ->
     df = DeltaStore(spark).read(table)
     assert df.count() == 3 * 4 * 2500
     assert df.select("id").distinct().count() == 3 * 4 * 2500
+
+
+INGEST_CONTRACT = """\
+topic: t
+partitions: 3
+key: {format: string, name: k}
+value: {format: json, fields: [{name: v, type: long}]}
+stream: {name: t_stream}
+"""
+
+
+def test_kill_9_of_the_ingest_then_rerun(spark: Any, tmp_path: Path) -> None:
+    """Bronze == produced, no duplicates, every bad line quarantined exactly once."""
+    from lakehouse.config import Settings
+    from lakehouse.landing import Producer, Record
+
+    contracts = tmp_path / "contracts"
+    contracts.mkdir()
+    (contracts / "t.yaml").write_text(INGEST_CONTRACT)
+    lake = Settings.from_env(tmp_path / "home", contracts)
+    env = {**os.environ, "LAKEHOUSE_HOME": str(lake.home), "LAKEHOUSE_CONTRACTS": str(contracts)}
+    ingest = [
+        str(Path(sys.executable).parent / "lakehouse"),
+        "run",
+        "--topic",
+        "t",
+        "--layer",
+        "bronze",
+    ]
+    producer = Producer(lake, "t", 3)
+    rng = random.Random(4)
+    produced = 0
+    for i in range(KILLS):
+        producer.send_batch(
+            Record(f"k{n}".encode(), b'{"v":1}', partition=n % 2)
+            for n in range(produced, produced + 20_000)
+        )
+        produced += 20_000
+        # A damaged segment in partition 2 (no producer writes there): one bad line each.
+        bad = lake.topic_dir("t") / "partition=2" / f"t+2+{i:010d}.json"
+        bad.parent.mkdir(parents=True, exist_ok=True)
+        bad.write_bytes(b"garbage\n")
+        proc = subprocess.Popen(
+            ingest,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        time.sleep(rng.uniform(0.5, 8.0))
+        _kill(proc)
+    final = subprocess.run(
+        ingest, env=env, capture_output=True, text=True, timeout=600, check=False
+    )
+    assert final.returncode == 0, final.stderr[-3000:]
+
+    store = DeltaStore(spark)
+    rows = store.read(lake.bronze_path("t"))
+    assert rows.count() == produced
+    assert rows.select("partition", "offset").distinct().count() == produced
+    quarantined = store.read(lake.quarantine_path("bronze", "t")).collect()
+    assert len(quarantined) == KILLS
+    assert len({(q.source_file, q.line) for q in quarantined}) == KILLS
