@@ -25,9 +25,9 @@ $(VENV)/bin/python:
 	@$(PYTHON) -c 'import sys; assert (3, 11) <= sys.version_info[:2] < (3, 14), f"Python 3.11-3.13 is required, found {sys.version.split()[0]} ($(PYTHON)); set PYTHON=..."'
 	$(PYTHON) -m venv $(VENV)
 
-$(STAMP): $(VENV)/bin/python requirements.lock pyproject.toml
+$(STAMP): $(VENV)/bin/python requirements.lock pyproject.toml Makefile
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check "uv==$(UV_VERSION)"
-	$(BIN)/uv pip install --quiet --python $(BIN)/python -r requirements.lock
+	$(BIN)/uv pip install --quiet --compile-bytecode --python $(BIN)/python -r requirements.lock
 	$(BIN)/uv pip install --quiet --python $(BIN)/python --no-deps -e .
 	@# The Spark provider pulls pyspark-client, which installs over pyspark's modules; the
 	@# lock pins both to one version, and this import proves the result is whole.

@@ -27,7 +27,7 @@ import pyarrow as pa
 from lakehouse.config import Settings
 from lakehouse.contracts import Contract
 from lakehouse.landing import Segment, list_segments
-from lakehouse.segments import RECORD_SCHEMA, BadLine, SegmentFile, read_segment
+from lakehouse.segments import RECORD_SCHEMA, BadLine, SegmentFile, constant, read_segment
 from lakehouse.storage import DeltaStore, Txn
 
 if TYPE_CHECKING:
@@ -130,24 +130,31 @@ def _partition_task(
     import numpy as np
 
     committed = int(item["committed"])
-    seen = np.empty(0, dtype=np.int64)
-    batch = pa.scalar(item["batch_id"], pa.int64())
-    now = pa.scalar(item["ingested_at_us"], pa.timestamp("us", tz="UTC"))
+    seen: list[np.ndarray] = []  # offsets kept so far in this batch, per file
+    seen_max = -1
+    ingested_at = pa.timestamp("us", tz="UTC")
     for raw in item["files"]:
         seg = SegmentFile(**raw)
         got = read_segment(seg, item["topic"], item["max_record_bytes"])
         for b in got.bad:
             emit({"bad_line": _bad_row(b)})
         offsets = got.records.column("offset").to_numpy()
-        _, first = np.unique(offsets, return_index=True)
-        once = np.zeros(len(offsets), dtype=bool)
-        once[first] = True
         new = offsets >= committed
-        # Keep a record once: not below the position, not seen in an earlier file of the batch.
-        keep = new & once & ~np.isin(offsets, seen)
+        increasing = len(offsets) < 2 or bool(np.all(offsets[1:] > offsets[:-1]))
+        if increasing and (len(offsets) == 0 or offsets[0] > seen_max):
+            keep = new  # the usual case: no offset can repeat, nothing to look up
+        else:
+            # Keep a record once: not seen in an earlier file of the batch, first in this one.
+            _, first = np.unique(offsets, return_index=True)
+            once = np.zeros(len(offsets), dtype=bool)
+            once[first] = True
+            earlier = np.concatenate(seen) if seen else np.empty(0, dtype=np.int64)
+            keep = new & once & ~np.isin(offsets, earlier)
         kept = got.records.filter(pa.array(keep))
         kept_offsets = offsets[keep]
-        seen = np.union1d(seen, kept_offsets)
+        if len(kept_offsets):
+            seen.append(kept_offsets)
+            seen_max = max(seen_max, int(kept_offsets.max()))
         emit(
             {
                 "file": raw,
@@ -161,9 +168,9 @@ def _partition_task(
         )
         if kept.num_rows:
             n = kept.num_rows
-            yield kept.append_column("_batch_id", pa.repeat(batch, n)).append_column(
-                "_ingested_at", pa.repeat(now, n)
-            )
+            yield kept.append_column(
+                "_batch_id", constant(item["batch_id"], pa.int64(), n)
+            ).append_column("_ingested_at", constant(item["ingested_at_us"], ingested_at, n))
 
 
 def _bad_row(b: BadLine) -> dict[str, Any]:

@@ -8,7 +8,7 @@ Runs inside Spark's Python tasks (pyarrow only, no deltalake). Two formats:
   the file's start offset + line index; keys, where present, in a companion
   ``<name>.keys.json`` file, one per line.
 
-The common case (a clean envelope file) is parsed in one call to pyarrow's JSON reader; a file
+The common case (a clean envelope file) is parsed in one call to polars' NDJSON reader; a file
 with any problem is parsed line by line so that each bad line is reported with its line number,
 byte offset and reason, and the good lines of the same file still land.
 """
@@ -26,7 +26,6 @@ from typing import Any, Literal
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.json as pj
 
 SegmentFormat = Literal["envelope", "connect_json"]
 DEFAULT_MAX_RECORD_BYTES = 1_048_576  # Kafka's default message.max.bytes is about 1 MiB
@@ -47,30 +46,21 @@ RECORD_SCHEMA = pa.schema(
         pa.field("_source_file", pa.string()),
     ]
 )
-_ENVELOPE_JSON = pa.schema(
-    [
-        pa.field("offset", pa.int64()),
-        pa.field("timestamp", pa.int64()),
-        pa.field("timestampType", pa.string()),
-        pa.field("key", pa.string()),
-        pa.field("keyEncoding", pa.string()),
-        pa.field("value", pa.string()),
-        pa.field("valueEncoding", pa.string()),
-        pa.field(
-            "headers",
-            pa.list_(
-                pa.struct(
-                    [
-                        pa.field("key", pa.string()),
-                        pa.field("value", pa.string()),
-                        pa.field("encoding", pa.string()),
-                    ]
-                )
-            ),
-        ),
-    ]
-)
-_ENVELOPE_KEYS = frozenset(_ENVELOPE_JSON.names)
+
+
+def _polars_envelope() -> dict[str, Any]:
+    import polars as pl
+
+    return {
+        "offset": pl.Int64,
+        "timestamp": pl.Int64,
+        "timestampType": pl.Utf8,
+        "key": pl.Utf8,
+        "keyEncoding": pl.Utf8,
+        "value": pl.Utf8,
+        "valueEncoding": pl.Utf8,
+        "headers": pl.List(pl.Struct({"key": pl.Utf8, "value": pl.Utf8, "encoding": pl.Utf8})),
+    }
 
 
 @dataclass(frozen=True)
@@ -184,22 +174,15 @@ def read_segment(
         if not bad:
             bad.append(BadLine(seg.path, seg.partition, None, 0, "empty segment file (zero bytes)"))
         return SegmentRead(_empty(), bad, 0, None)
-    starts, ends = _line_spans(data)
-    lengths = ends - starts
     if seg.format == "envelope":
-        clean = (
-            not bad
-            and data.endswith(b"\n")
-            and int(lengths.max(initial=0)) <= max_record_bytes
-            and int(lengths.min(initial=1)) > 0
-        )
-        if clean:
-            fast = _envelope_fast(data, seg, topic)
+        if not bad and data.endswith(b"\n"):
+            fast = _envelope_fast(data, seg, topic, max_record_bytes)
             if fast is not None:
-                offsets = fast.column("offset")
-                end = pc.max(offsets).as_py()
-                return SegmentRead(fast, bad, len(starts), None if end is None else end + 1)
+                end = pc.max(fast.column("offset")).as_py()
+                return SegmentRead(fast, bad, fast.num_rows, end + 1)
+        starts, ends = _line_spans(data)
         return _lines(data, starts, ends, seg, topic, max_record_bytes, bad, _envelope_row)
+    starts, ends = _line_spans(data)
     keys = _companion_keys(seg, bad)
     parser = _connect_row(keys, seg)
     result = _lines(data, starts, ends, seg, topic, max_record_bytes, bad, parser)
@@ -207,50 +190,58 @@ def read_segment(
     return result
 
 
+def constant(value: Any, type_: pa.DataType, n: int) -> pa.Array:
+    """``n`` copies of one value (``pa.repeat`` would import pandas into every worker)."""
+    return pa.array([value], type_).take(pa.array(np.zeros(n, dtype=np.int32)))
+
+
 def _empty() -> pa.Table:
     return RECORD_SCHEMA.empty_table()
 
 
-def _envelope_fast(data: bytes, seg: SegmentFile, topic: str) -> pa.Table | None:
-    """Parse a clean envelope file in one call; ``None`` sends it down the line-by-line path."""
+def _envelope_fast(
+    data: bytes, seg: SegmentFile, topic: str, max_record_bytes: int
+) -> pa.Table | None:
+    """Parse a clean envelope file in one call (polars' NDJSON reader, about twice pyarrow's
+    speed here); ``None`` sends the file down the line-by-line path, which finds the problem."""
+    import polars as pl
+
     try:
-        parsed = pj.read_json(
-            io.BytesIO(data),
-            read_options=pj.ReadOptions(block_size=max(1 << 20, len(data) + 1)),
-            parse_options=pj.ParseOptions(
-                explicit_schema=_ENVELOPE_JSON, unexpected_field_behavior="error"
-            ),
-        )
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        parsed = pl.read_ndjson(io.BytesIO(data), schema=_polars_envelope()).to_arrow()
+    except (pl.exceptions.PolarsError, pa.ArrowException, ValueError):
         return None
     n = parsed.num_rows
-    if n == 0 or parsed.column("offset").null_count:
+    # Every line a record (an empty line would be skipped silently), every offset present.
+    if n == 0 or n != data.count(b"\n") or parsed.column("offset").null_count:
         return None
     for enc in ("keyEncoding", "valueEncoding"):
         if parsed.column(enc).null_count != n:
             return None  # base64 fields: decoded one by one on the careful path
-    headers = parsed.column("headers")
-    if headers.null_count != n:
+    if parsed.column("headers").null_count != n:
+        return None
+    key = parsed.column("key").cast(pa.large_binary())
+    value = parsed.column("value").cast(pa.large_binary())
+    size = pc.add(pc.fill_null(pc.binary_length(key), 0), pc.fill_null(pc.binary_length(value), 0))
+    if pc.max(size).as_py() > max_record_bytes:
         return None
     ttype = parsed.column("timestampType")
     log_append = pc.fill_null(pc.equal(ttype, "LogAppendTime"), False)
-    create = pc.or_(pc.is_null(ttype), pc.equal(ttype, "CreateTime"))
-    if not pc.all(pc.or_(log_append, pc.fill_null(create, False))).as_py():
+    create = pc.fill_null(pc.or_(pc.is_null(ttype), pc.equal(ttype, "CreateTime")), False)
+    if not pc.all(pc.or_(log_append, create)).as_py():
         return None
-    ts = parsed.column("timestamp")
     return pa.table(
         {
-            "key": parsed.column("key").cast(pa.binary()),
-            "value": parsed.column("value").cast(pa.binary()),
-            "topic": pa.repeat(pa.scalar(topic, pa.string()), n),
-            "partition": pa.repeat(pa.scalar(seg.partition, pa.int32()), n),
+            "key": key.cast(pa.binary()),
+            "value": value.cast(pa.binary()),
+            "topic": constant(topic, pa.string(), n),
+            "partition": constant(seg.partition, pa.int32(), n),
             "offset": parsed.column("offset"),
-            "timestamp": pc.multiply(ts, 1000).cast(pa.timestamp("us", tz="UTC")),
-            "timestampType": pc.if_else(log_append, 1, 0).cast(pa.int32()),
-            "headers": pa.ListArray.from_arrays(
-                pa.array(np.zeros(n + 1, dtype=np.int32)), pa.array([], HEADER)
+            "timestamp": pc.multiply(parsed.column("timestamp"), 1000).cast(
+                pa.timestamp("us", tz="UTC")
             ),
-            "_source_file": pa.repeat(pa.scalar(seg.path, pa.string()), n),
+            "timestampType": pc.if_else(log_append, 1, 0).cast(pa.int32()),
+            "headers": pa.array([[]], pa.list_(HEADER)).take(pa.array(np.zeros(n, np.int32))),
+            "_source_file": constant(seg.path, pa.string(), n),
         },
         schema=RECORD_SCHEMA,
     )
@@ -277,9 +268,6 @@ def _decode(text: Any, encoding: Any, what: str) -> bytes | None:
 def _envelope_row(obj: Any, line_no: int, raw: bytes) -> dict[str, Any]:
     if not isinstance(obj, dict):
         raise _Bad("line is JSON but not a record envelope object")
-    unknown = set(obj) - _ENVELOPE_KEYS
-    if unknown:
-        raise _Bad(f"unknown envelope field(s) {sorted(unknown)}")
     offset = obj.get("offset")
     if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
         raise _Bad("missing or invalid 'offset' (a non-negative integer)")
