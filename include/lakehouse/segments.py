@@ -103,19 +103,20 @@ def _read_bytes(seg: SegmentFile, bad: list[BadLine]) -> bytes:
     try:
         out = d.decompress(data) + d.flush()
     except zlib.error as exc:
-        # Keep what decompressed before the damage; the rest is reported, not dropped silently.
-        out = _salvage(zlib.decompressobj(wbits=31), data)
+        # Damaged deflate data can decompress into plausible but wrong lines before zlib notices
+        # (back-references copy earlier text), so nothing of such a file can be trusted: the
+        # whole file is reported. (A merely truncated stream, below, keeps its exact prefix.)
         bad.append(
             BadLine(
                 seg.path,
                 seg.partition,
                 None,
-                len(out),
-                f"corrupt gzip stream: {exc}",
+                None,
+                f"corrupt gzip stream ({exc}): no record of this file can be trusted",
                 data[:RAW_SAMPLE_BYTES],
             )
         )
-        return _cut_to_last_line(out, seg, bad)
+        return b""
     if not d.eof:
         bad.append(
             BadLine(
@@ -124,17 +125,6 @@ def _read_bytes(seg: SegmentFile, bad: list[BadLine]) -> bytes:
         )
         return _cut_to_last_line(out, seg, bad)
     return out
-
-
-def _salvage(d: Any, data: bytes) -> bytes:
-    """Decompress chunk by chunk until the stream breaks; return what came out before."""
-    out = bytearray()
-    for i in range(0, len(data), 4096):
-        try:
-            out += d.decompress(data[i : i + 4096])
-        except zlib.error:
-            break
-    return bytes(out)
 
 
 def _cut_to_last_line(data: bytes, seg: SegmentFile, bad: list[BadLine]) -> bytes:
