@@ -5,7 +5,6 @@ appending at once lose nothing."""
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import random
 import signal
@@ -16,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from delta_log import added_files
 
 from lakehouse.storage import DeltaStore
 
@@ -42,20 +42,10 @@ def _kill(proc: subprocess.Popen[bytes]) -> None:
     proc.wait()
 
 
-def _referenced(table: Path) -> set[str]:
-    names: set[str] = set()
-    for commit in (table / "_delta_log").glob("*.json"):
-        for line in commit.read_text().splitlines():
-            action = json.loads(line)
-            if "add" in action:
-                names.add(Path(action["add"]["path"]).name)
-    return names
-
-
 def _orphans(table: Path) -> set[str]:
     if not (table / "_delta_log").is_dir():
         return {p.name for p in table.glob("*.parquet")}
-    return {p.name for p in table.glob("*.parquet")} - _referenced(table)
+    return {p.name for p in table.glob("*.parquet")} - added_files(table)
 
 
 def _kill_when_uncommitted_files_appear(

@@ -13,6 +13,7 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
+from delta_log import added_files
 
 from lakehouse.errors import ConcurrentWriteError, SchemaMismatchError, TableNotFoundError
 from lakehouse.storage import (
@@ -250,27 +251,7 @@ def test_conflicting_overwrites_raise_a_typed_error(
         store.write(_ints(spark, 20, 1), path, mode="overwrite")
     assert [r.n for r in store.read(path).collect()] == [10]
     # The losing write deleted its own files: every data file on disk is in some commit.
-    assert {p.name for p in path.glob("*.parquet")} == _ever_added(path)
-
-
-def _added_in(path: Path, version: int) -> set[str]:
-    import json
-
-    commit = path / "_delta_log" / f"{version:020d}.json"
-    actions = [json.loads(line) for line in commit.read_text().splitlines()]
-    return {Path(a["add"]["path"]).name for a in actions if "add" in a}
-
-
-def _ever_added(path: Path) -> set[str]:
-    import json
-
-    names = set()
-    for commit in (path / "_delta_log").glob("*.json"):
-        for line in commit.read_text().splitlines():
-            action = json.loads(line)
-            if "add" in action:
-                names.add(Path(action["add"]["path"]).name)
-    return names
+    assert {p.name for p in path.glob("*.parquet")} == added_files(path)
 
 
 def test_racing_writes_of_one_txn_apply_once(
@@ -423,7 +404,7 @@ def test_vacuum_keeps_what_consumers_still_need(spark: Any, tmp_path: Path) -> N
     store.write(spark.createDataFrame([(1,)], "x long"), sink, txn=Txn("source", consumer_position))
     store.write(_ints(spark, 10, 5), source, mode="overwrite")  # v3: removes v2's file
     consumer = Consumer("sink", sink, "source")
-    first_files = _added_in(source, 1)
+    first_files = added_files(source, 1)
     report = maintain(
         source, [consumer], retention_hours=0, allow_unsafe_retention=True, compact=False
     )

@@ -300,19 +300,10 @@ class DeltaStore:
         partition_by: Sequence[str] = (),
     ) -> None:
         """Create an empty table (no-op if it exists) with the given table properties."""
-        if self.exists(path):
-            return
-        from deltalake import DeltaTable
         from pyspark.sql.pandas.types import to_arrow_schema
 
-        path.mkdir(parents=True, exist_ok=True)
-        DeltaTable.create(
-            str(path),
-            schema=to_arrow_schema(schema, timezone="UTC"),
-            mode="ignore",
-            partition_by=list(partition_by) or None,
-            configuration=dict(properties),
-        )
+        arrow = to_arrow_schema(schema, timezone="UTC")
+        self.create_arrow(path, arrow, properties=properties, partition_by=partition_by)
 
     def write(
         self,
