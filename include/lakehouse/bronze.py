@@ -26,7 +26,7 @@ import pyarrow as pa
 
 from lakehouse.config import Settings
 from lakehouse.contracts import Contract
-from lakehouse.landing import Segment, list_segments
+from lakehouse.landing import Segment, list_segments, start_offset_of
 from lakehouse.segments import RECORD_SCHEMA, BadLine, SegmentFile, constant, read_segment
 from lakehouse.storage import DeltaStore, Txn
 
@@ -190,10 +190,11 @@ def advance(old: Position, files: list[dict[str, Any]], listed_at_ms: int) -> Po
         if f["max_kept"] is not None:
             marks.append(f["max_kept"] + 1)
         nxt[p] = max(marks)
-    skip: dict[int, list[str]] = {}
-    known = {Path(f["file"]["path"]).name: f["file"]["start_offset"] for f in files}
-    for p, names in old.skip.items():
-        skip[p] = [n for n in names if known.get(n, nxt.get(p, 0)) >= nxt.get(p, 0)]
+    # A skipped file below the position is covered by the position itself: forget it.
+    skip = {
+        p: [n for n in names if start_offset_of(n) >= nxt.get(p, 0)]
+        for p, names in old.skip.items()
+    }
     for f in files:
         p, name = f["file"]["partition"], Path(f["file"]["path"]).name
         if f["file"]["start_offset"] >= nxt.get(p, 0) and name not in skip.setdefault(p, []):

@@ -118,6 +118,14 @@ def parse_segment_name(path: Path, topic: str) -> Segment | None:
     )
 
 
+def start_offset_of(name: str) -> int:
+    """The start offset a segment file name carries (``<topic>+<p>+<start>.json``)."""
+    m = _SEGMENT_NAME.match(name)
+    if not m:
+        raise ValueError(f"not a segment file name: {name!r}")
+    return int(m.group("offset"))
+
+
 def list_segments(settings: Settings, topic: str) -> list[Segment]:
     """Every segment of a topic, ordered by partition and start offset."""
     root = settings.topic_dir(topic)

@@ -146,3 +146,12 @@ def test_iso_timestamps_default_to_utc() -> None:
     assert parse_timestamp("2023-11-14T22:13:20Z", "x") == 1700000000000
     assert parse_timestamp("2023-11-14T22:13:20", "x") == 1700000000000
     assert parse_timestamp("2023-11-15T00:13:20+02:00", "x") == 1700000000000
+
+
+def test_start_offset_from_segment_names() -> None:
+    from lakehouse.landing import start_offset_of
+
+    assert start_offset_of("user-locations+2+0000000042.json") == 42
+    assert start_offset_of("t+0+0000000007.json.gz") == 7
+    with pytest.raises(ValueError, match="not a segment file name"):
+        start_offset_of("t+0+0000000007.keys.json")
