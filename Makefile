@@ -69,6 +69,7 @@ BENCH_ROWS ?= 10000000
 .PHONY: bench
 bench: java ## Run the benchmarks (BENCH_ROWS=10000000); figures also in bench/results/
 	$(BIN)/python bench/storage.py --rows $(BENCH_ROWS)
+	$(BIN)/python bench/bronze.py --records $(BENCH_ROWS)
 
 .PHONY: lint
 lint: $(STAMP) ## ruff (lint + format check) and mypy

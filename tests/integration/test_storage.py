@@ -72,6 +72,16 @@ ROWS = [
 ]
 
 
+# Upsert by key `k`; a source row with `gone` set deletes the key (a tombstone).
+UPSERT: dict[str, Any] = {
+    "on": ["k"],
+    "update": {"v": "s.v"},
+    "insert": {"k": "s.k", "v": "s.v"},
+    "delete_when": "s.gone",
+    "insert_when": "NOT s.gone",
+}
+
+
 def _sorted(rows: list[Any]) -> list[tuple[Any, ...]]:
     return sorted((tuple(r) for r in rows), key=repr)
 
@@ -295,25 +305,18 @@ def test_merge_upserts_and_deletes_with_change_images(spark: Any, tmp_path: Path
     store = DeltaStore(spark)
     path = tmp_path / "t"
     store.create(path, spark.createDataFrame([], "k string, v string").schema)
-    rules: dict[str, Any] = {
-        "on": ["k"],
-        "update": {"v": "s.v"},
-        "insert": {"k": "s.k", "v": "s.v"},
-        "delete_when": "s.gone",
-        "insert_when": "NOT s.gone",
-    }
     schema = "k string, v string, gone boolean"
     store.merge(
         spark.createDataFrame([("a", "1", False), ("b", "2", False)], schema),
         path,
         txn=Txn("m", 1),
-        **rules,
+        **UPSERT,
     )
     second = spark.createDataFrame(
         [("a", "9", False), ("b", None, True), ("c", None, True)], schema
     )
-    store.merge(second, path, txn=Txn("m", 2), **rules)
-    assert not store.merge(second, path, txn=Txn("m", 2), **rules).committed
+    store.merge(second, path, txn=Txn("m", 2), **UPSERT)
+    assert not store.merge(second, path, txn=Txn("m", 2), **UPSERT).committed
     assert sorted(tuple(r.values()) for r in read_arrow(path).to_pylist()) == [("a", "9")]
     expected = [("delete", "b", "2"), ("update_postimage", "a", "9"), ("update_preimage", "a", "1")]
     feed = changes_arrow(path, 2).to_pylist()
@@ -330,17 +333,10 @@ def test_change_feed_after_random_rounds(spark: Any, tmp_path: Path) -> None:
     store = DeltaStore(spark)
     path = tmp_path / "t"
     store.create(path, spark.createDataFrame([], "k long, v long").schema)
-    rules: dict[str, Any] = {
-        "on": ["k"],
-        "update": {"v": "s.v"},
-        "insert": {"k": "s.k", "v": "s.v"},
-        "delete_when": "s.gone",
-        "insert_when": "NOT s.gone",
-    }
     for _ in range(8):
         keys = rng.sample(range(40), 12)
         batch = [(k, rng.randrange(1000), rng.random() < 0.3) for k in keys]
-        store.merge(spark.createDataFrame(batch, "k long, v long, gone boolean"), path, **rules)
+        store.merge(spark.createDataFrame(batch, "k long, v long, gone boolean"), path, **UPSERT)
     feed = store.changes(path, 0).collect()
     kinds = [r._change_type for r in feed]
     assert kinds.count("insert") - kinds.count("delete") == len(read_arrow(path))

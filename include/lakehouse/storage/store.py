@@ -108,6 +108,17 @@ def _check_readable(dt: DeltaTable, path: Path) -> None:
         )
 
 
+def _applied(dt: DeltaTable, txn: Txn | None) -> bool:
+    """Whether ``txn`` (or a later version of its app) is already in the table.
+
+    delta-rs records app transactions but does not refuse a repeated version by itself.
+    """
+    if txn is None:
+        return False
+    done = dt.transaction_version(txn.app_id)
+    return done is not None and done >= txn.version
+
+
 def _commit_properties(txn: Txn | None, metadata: Mapping[str, Any] | None) -> Any:
     from deltalake import CommitProperties, Transaction
 
@@ -333,10 +344,8 @@ class DeltaStore:
         self.create(path, df.schema, properties=properties, partition_by=partition_by)
         dt = _load(path)
         _check_readable(dt, path)
-        if txn is not None:
-            done = dt.transaction_version(txn.app_id)
-            if done is not None and done >= txn.version:
-                return WriteResult(False, dt.version())
+        if _applied(dt, txn):
+            return WriteResult(False, dt.version())
         table_partitions = list(dt.metadata().partition_columns)
         if partition_by and list(partition_by) != table_partitions:
             raise SchemaMismatchError(
@@ -422,11 +431,9 @@ class DeltaStore:
         from lakehouse.storage.datasource import CONFLICT_MARKER, WritePlan, commit_files
 
         dt = _load(path)
-        if txn is not None:
-            done = dt.transaction_version(txn.app_id)
-            if done is not None and done >= txn.version:
-                _delete_files(path, files)
-                return WriteResult(False, dt.version())
+        if _applied(dt, txn):
+            _delete_files(path, files)
+            return WriteResult(False, dt.version())
         plan = WritePlan(
             table_root=str(path),
             schema_b64=WritePlan.encode_schema(table_arrow_schema(dt)),
@@ -545,10 +552,8 @@ class DeltaStore:
 
         dt = _load(path)
         _check_readable(dt, path)
-        if txn is not None:
-            done = dt.transaction_version(txn.app_id)
-            if done is not None and done >= txn.version:
-                return WriteResult(False, dt.version())
+        if _applied(dt, txn):
+            return WriteResult(False, dt.version())
         data = source.toArrow()
         predicate = " AND ".join(f"t.{k} = s.{k}" for k in on)
         builder = dt.merge(
