@@ -27,7 +27,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import Figure, run_worker, save, tree_peak_rss_mib
+from common import Figure, report, run_worker, tree_peak_rss_mib
 
 TOPIC = "bench-checkins"
 PARTITIONS = 12
@@ -198,13 +198,9 @@ def main() -> None:
                 higher_is_better=False,
             ),
         ]
-        for f in figures:
-            print(f.line())
-        print(
-            f"(Spark session warm-up ingest of 1000 records: {ours['warmup']:.1f} s, not counted)"
-        )
-        out = save(figures, "bronze", {"records": n, "cores": cores, "partitions": PARTITIONS})
-        print(f"(written to {out})")
+        report(figures, "bronze", {"records": n, "cores": cores, "partitions": PARTITIONS})
+        warmup = ours["warmup"]
+        print(f"(Spark session warm-up ingest of 1000 records: {warmup:.1f} s, not counted)")
     finally:
         if not args.workdir:
             shutil.rmtree(work, ignore_errors=True)

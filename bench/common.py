@@ -49,6 +49,13 @@ def save(figures: list[Figure], name: str, context: dict[str, Any]) -> Path:
     return out
 
 
+def report(figures: list[Figure], name: str, context: dict[str, Any]) -> None:
+    """Print one line per figure and keep them in ``bench/results/<name>.json``."""
+    for f in figures:
+        print(f.line())
+    print(f"(written to {save(figures, name, context)})")
+
+
 def _children(pid: int) -> list[int]:
     kids = []
     for entry in Path("/proc").iterdir():

@@ -25,7 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import Figure, run_worker, save, tree_peak_rss_mib
+from common import Figure, report, run_worker, tree_peak_rss_mib
 
 FILES = 8
 
@@ -198,13 +198,10 @@ def main() -> None:
                 n / reads["peer"],
             ),
         ]
-        for f in figures:
-            print(f.line())
-        print(
-            f"(first write of a Spark session, 10K rows: {ours['warmup_seconds']:.1f} s, not in the figures above)"
-        )
-        out = save(figures, "storage", {"rows": n, "cores": cores})
-        print(f"(written to {out}; peak memory = Python driver + JVM, or the delta-rs process)")
+        report(figures, "storage", {"rows": n, "cores": cores})
+        warmup = ours["warmup_seconds"]
+        print(f"(first write of a Spark session, 10K rows: {warmup:.1f} s, not counted)")
+        print("(peak memory: Python driver + JVM, or the delta-rs process)")
     finally:
         if not args.workdir:
             shutil.rmtree(work, ignore_errors=True)

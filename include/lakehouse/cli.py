@@ -230,14 +230,16 @@ def lag(settings: Settings, catalog: Catalog, topic: str | None, fmt: str) -> in
     """Kafka's consumer lag, for bronze as the consumer of the landing topic partitions."""
     import pyarrow as pa
 
+    from lakehouse.bronze import POSITION_KEY, Position
     from lakehouse.landing import end_offsets
     from lakehouse.storage.store import latest_metadata
 
     rows = []
     for c in [catalog.topic(topic)] if topic else list(catalog):
         ends = end_offsets(settings, c.topic, c.partitions, c.landing_format)
-        raw = latest_metadata(settings.bronze_path(c.topic), "lakehouse.position") or {}
-        committed = {int(p): int(n) for p, n in raw.get("next", {}).items()}
+        committed = Position.from_json(
+            latest_metadata(settings.bronze_path(c.topic), POSITION_KEY)
+        ).next
         for p in sorted(set(ends) | set(committed)):
             end, done = ends.get(p, 0), committed.get(p, 0)
             rows.append(

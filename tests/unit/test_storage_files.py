@@ -148,3 +148,27 @@ def test_change_files_follow_the_protocol(tmp_path: Path) -> None:
     assert version_changes(tmp_path, 3)[0].timestamp_ms == 1_700_000_000_003
     with pytest.raises(LogUnavailableError, match="version 9 is not in the log"):
         version_changes(tmp_path, 9)
+
+
+def test_latest_metadata_looks_past_the_recent_commits(tmp_path: Path) -> None:
+    from deltalake import CommitProperties, write_deltalake
+
+    from lakehouse.storage.store import latest_metadata
+
+    table = pa.table({"n": [1]})
+    write_deltalake(
+        str(tmp_path),
+        table,
+        commit_properties=CommitProperties(custom_metadata={"pos": '{"p": 1}'}),
+    )
+    for _ in range(20):  # more commits than the first, bounded look covers
+        write_deltalake(str(tmp_path), table, mode="append")
+    assert latest_metadata(tmp_path, "pos") == {"p": 1}
+    write_deltalake(
+        str(tmp_path),
+        table,
+        mode="append",
+        commit_properties=CommitProperties(custom_metadata={"pos": '{"p": 2}'}),
+    )
+    assert latest_metadata(tmp_path, "pos") == {"p": 2}
+    assert latest_metadata(tmp_path, "absent") is None

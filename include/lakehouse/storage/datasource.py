@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, WriterCommitMessage
 
-from lakehouse.storage.files import DataFile, TableFileWriter, fs_path
+from lakehouse.storage.files import DataFile, TableFileWriter, delete_data_files
 
 if TYPE_CHECKING:
     from pyspark.sql.types import StructType
@@ -105,20 +105,15 @@ class DeltaArrowWriter(DataSourceArrowWriter):
         try:
             commit_files(self.plan, files)
         except BaseException:
-            _delete(self.plan.table_root, files)
+            delete_data_files(self.plan.table_root, files)
             raise
 
     def abort(self, messages: Sequence[WriterCommitMessage | None]) -> None:
-        _delete(self.plan.table_root, _files(messages))
+        delete_data_files(self.plan.table_root, _files(messages))
 
 
 def _files(messages: Sequence[WriterCommitMessage | None]) -> list[DataFile]:
     return [f for m in messages if isinstance(m, FilesWritten) for f in m.files]
-
-
-def _delete(table_root: str, files: list[DataFile]) -> None:
-    for f in files:
-        fs_path(table_root, f.path).unlink(missing_ok=True)
 
 
 def commit_files(plan: WritePlan, files: list[DataFile]) -> None:

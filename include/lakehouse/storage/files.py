@@ -219,10 +219,9 @@ class TableFileWriter:
         """Delete every file this writer produced (the write is being abandoned)."""
         for f in self._open.values():
             f.writer.close()
-            _unlink(fs_path(self.table_root, f.relative))
+            fs_path(self.table_root, f.relative).unlink(missing_ok=True)
         self._open.clear()
-        for d in self._done:
-            _unlink(fs_path(self.table_root, d.path))
+        delete_data_files(self.table_root, self._done)
         self._done.clear()
 
     def _conform(self, batch: pa.RecordBatch) -> pa.Table:
@@ -301,5 +300,7 @@ class TableFileWriter:
             self._close(key)
 
 
-def _unlink(path: Path) -> None:
-    path.unlink(missing_ok=True)
+def delete_data_files(table_root: str | Path, files: Iterable[DataFile]) -> None:
+    """Delete data files that no commit references (a write that is being abandoned)."""
+    for f in files:
+        fs_path(table_root, f.path).unlink(missing_ok=True)

@@ -36,7 +36,7 @@ from lakehouse.errors import (
     TableNotFoundError,
 )
 from lakehouse.storage.arrow import normalize_table, plain_schema
-from lakehouse.storage.files import DataFile, fs_path
+from lakehouse.storage.files import DataFile, delete_data_files, fs_path
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -371,10 +371,7 @@ class DeltaStore:
         try:
             df.write.format(FORMAT).option("plan", plan.to_json()).mode("append").save()
         except Exception as exc:
-            from lakehouse.storage.datasource import CONFLICT_MARKER
-
-            if CONFLICT_MARKER in str(exc):
-                raise ConcurrentWriteError(str(path), _conflict_detail(str(exc))) from None
+            _raise_if_conflict(exc, path)
             raise
         return WriteResult(True, self.version(path))
 
@@ -428,11 +425,11 @@ class DeltaStore:
         """Commit staged files in one append, against ``read_version`` (the version the work was
         planned on): a concurrent commit of the same app transaction conflicts instead of
         doubling the data. If the transaction is already applied, the files are deleted."""
-        from lakehouse.storage.datasource import CONFLICT_MARKER, WritePlan, commit_files
+        from lakehouse.storage.datasource import WritePlan, commit_files
 
         dt = _load(path)
         if _applied(dt, txn):
-            _delete_files(path, files)
+            delete_data_files(path, files)
             return WriteResult(False, dt.version())
         plan = WritePlan(
             table_root=str(path),
@@ -446,9 +443,8 @@ class DeltaStore:
         try:
             commit_files(plan, list(files))
         except RuntimeError as exc:
-            _delete_files(path, files)
-            if CONFLICT_MARKER in str(exc):
-                raise ConcurrentWriteError(str(path), _conflict_detail(str(exc))) from None
+            delete_data_files(path, files)
+            _raise_if_conflict(exc, path)
             raise
         return WriteResult(True, self.version(path))
 
@@ -588,29 +584,35 @@ def _activate(spark: SparkSession) -> None:
     SparkSession._get_j_spark_session_class(jvm).setActiveSession(spark._jsparkSession)
 
 
-def _conflict_detail(text: str) -> str:
+def _raise_if_conflict(exc: BaseException, path: Path) -> None:
+    """Turn the data source's conflict report (raised in a Python worker, so it reaches us as
+    text) into :class:`ConcurrentWriteError`; other errors are left to the caller."""
     from lakehouse.storage.datasource import CONFLICT_MARKER
 
+    text = str(exc)
+    if CONFLICT_MARKER not in text:
+        return
     tail = text[text.index(CONFLICT_MARKER) + len(CONFLICT_MARKER) :].lstrip(": ")
-    return tail.splitlines()[0] if tail else text
-
-
-def _delete_files(path: Path, files: Sequence[DataFile]) -> None:
-    for f in files:
-        fs_path(path, f.path).unlink(missing_ok=True)
+    raise ConcurrentWriteError(str(path), tail.splitlines()[0] if tail else text) from None
 
 
 # -- light reads without Spark (command-line pull queries) -------------------------------------
 
 
 def latest_metadata(path: Path, key: str) -> Any:
-    """The newest commit's value for a custom commit-metadata ``key``, JSON-decoded."""
+    """The newest commit's value for a custom commit-metadata ``key``, JSON-decoded.
+
+    Jobs call this every micro-batch to find their position, which is nearly always in one of
+    the last few commits: look there first, and read the whole history only if it is not.
+    """
     if not (path / "_delta_log").is_dir():
         return None
-    for commit in _load(path).history():
-        if key in commit:
-            raw = commit[key]
-            return json.loads(raw) if isinstance(raw, str) else raw
+    dt = _load(path)
+    for limit in (16, None):
+        for commit in dt.history(limit):
+            if key in commit:
+                raw = commit[key]
+                return json.loads(raw) if isinstance(raw, str) else raw
     return None
 
 
