@@ -2,13 +2,14 @@
 
 Commands::
 
-    lakehouse produce TOPIC < records.jsonl
+    lakehouse produce TOPIC [--value-schema-id N] < records.jsonl
     lakehouse run [--topic T] [--layer bronze|silver|gold]
     lakehouse show TABLE [--version N | --as-of TIME] [--format table|json]
     lakehouse changes TABLE [--from-version N] [--format table|json]
     lakehouse lag [--topic T]
     lakehouse maintain [--topic T] [--retention-hours H] [--no-compact] [--dry-run]
-    lakehouse sample [--records N [--value-bytes B]]   (the seed's events, or N random)
+    lakehouse sample [--topic T] [--records N [--value-bytes B]]   (fixed samples, or N random)
+    lakehouse schemas [--topic T] [--check]   (registered schema versions; check contracts)
     lakehouse airflow ARGS    (Airflow with the lakehouse's environment)
 """
 
@@ -35,15 +36,6 @@ if TYPE_CHECKING:
 
 PRODUCE_CHUNK = 10_000
 
-# The seed's example: a stream of (username, location) events.
-SAMPLE_EVENTS = [
-    ("alice", "Paris"),
-    ("bob", "Sydney"),
-    ("alice", "Rome"),
-    ("bob", "Lima"),
-    ("alice", "Berlin"),
-]
-
 
 def _chunks(lines: Iterable[str], size: int) -> Iterator[list[tuple[int, str]]]:
     chunk: list[tuple[int, str]] = []
@@ -58,13 +50,24 @@ def _chunks(lines: Iterable[str], size: int) -> Iterator[list[tuple[int, str]]]:
         yield chunk
 
 
-def produce(settings: Settings, contract: Contract, stream: TextIO, err: TextIO) -> int:
-    """Produce JSON lines from ``stream``; stop at the first bad line, keeping what went before."""
+def produce(
+    settings: Settings,
+    contract: Contract,
+    stream: TextIO,
+    err: TextIO,
+    value_schema_id: int | None = None,
+) -> int:
+    """Produce JSON lines from ``stream``, keys and values encoded in the topic's formats (Avro
+    with the latest schema id, or ``value_schema_id``); stop at the first bad line, keeping what
+    went before."""
+    from lakehouse.serde import Serializer
+
     if contract.landing_format != "envelope":
         raise ConfigError(
             f"topic {contract.topic!r} lands as {contract.landing_format} files (Kafka Connect "
             "writes them); the producer writes envelope segments only"
         )
+    serializer = Serializer(contract, value_schema_id)
     producer = Producer(settings, contract.topic, contract.partitions)
     total = 0
     per_partition: dict[int, int] = {}
@@ -74,7 +77,7 @@ def produce(settings: Settings, contract: Contract, stream: TextIO, err: TextIO)
             failure: BadRecordError | None = None
             for n, line in chunk:
                 try:
-                    records.append(record_from_json_line(line, f"stdin line {n}"))
+                    records.append(record_from_json_line(line, f"stdin line {n}", serializer))
                 except BadRecordError as exc:
                     failure = exc
                     break
@@ -94,41 +97,59 @@ def produce_sample(
     settings: Settings,
     catalog: Catalog,
     err: TextIO,
+    topic: str | None = None,
     records: int | None = None,
     value_bytes: int = 0,
     seed: int = 0,
 ) -> int:
-    """The seed's five events (once, into an empty topic), or ``records`` random check-ins."""
-    from lakehouse.landing import generate_user_locations, list_segments
+    """The shipped topics' fixed samples (once, into empty topics), or ``records`` random ones
+    for one topic (default user-locations)."""
+    from lakehouse import samples
 
-    contract = catalog.topic("user-locations")
     if records is not None:
-        n = generate_user_locations(
-            settings,
-            contract.topic,
-            contract.partitions,
-            records,
-            value_bytes=value_bytes,
-            seed=seed,
-        )
+        contract = catalog.topic(topic or "user-locations")
+        n = samples.generate(settings, contract, records, value_bytes=value_bytes, seed=seed)
         print(f"produced {n} generated record(s) to {contract.topic}", file=err)
         return 0
-    if list_segments(settings, contract.topic):
-        print(
-            f"{contract.topic} already has data under {settings.landing_root}: left as is", file=err
-        )
-        return 0
-    base_ms = 1_700_000_000_000
-    events = [
-        Record(
-            key=user.encode(),
-            value=json.dumps({"location": place}, separators=(",", ":")).encode(),
-            timestamp_ms=base_ms + 60_000 * i,
-        )
-        for i, (user, place) in enumerate(SAMPLE_EVENTS)
-    ]
-    Producer(settings, contract.topic, contract.partitions).send_batch(events)
-    print(f"produced {len(events)} sample record(s) to {contract.topic}", file=err)
+    names = [topic] if topic else [t for t in samples.SAMPLE_TOPICS if t in catalog.topics]
+    for name in names:
+        contract = catalog.topic(name)
+        if contract.topic not in samples.SAMPLE_TOPICS:
+            raise ConfigError(
+                f"topic {name!r} has no sample data; shipped: {samples.SAMPLE_TOPICS}"
+            )
+        n = samples.produce_seed(settings, contract)
+        if n:
+            print(f"produced {n} sample record(s) to {contract.topic}", file=err)
+        else:
+            print(
+                f"{contract.topic} already has data under {settings.landing_root}: left as is",
+                file=err,
+            )
+    return 0
+
+
+def schemas(settings: Settings, catalog: Catalog, topic: str | None, check: bool) -> int:
+    """List each topic's registered key/value schema versions; ``check``: would the current
+    contracts be accepted (nothing is registered)?"""
+    from lakehouse.registry import SUBJECTS, SchemaRegistry
+
+    registry = SchemaRegistry(settings.registry_root)
+    contracts = [catalog.topic(topic)] if topic else list(catalog)
+    for contract in contracts:
+        pending = registry.check(contract) if check else {}
+        for subject in SUBJECTS:
+            versions = registry.versions(contract.topic, subject)
+            listing = ", ".join(
+                f"v{v.version} ({v.state.format}, {v.registered_at})" for v in versions
+            )
+            state = ""
+            if check:
+                state = "  -> new version accepted" if subject in pending else "  -> unchanged"
+            print(
+                f"{contract.topic} {subject} [{contract.compatibility}]: "
+                f"{listing or 'no versions yet'}{state}"
+            )
     return 0
 
 
@@ -300,6 +321,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     sp = sub.add_parser("produce", help="append JSON-line records from stdin to a topic")
     sp.add_argument("topic")
+    sp.add_argument(
+        "--value-schema-id",
+        type=int,
+        help="Avro topics: encode values with this schema id (default: the latest)",
+    )
 
     sr = sub.add_parser("run", help="run one micro-batch of the pipeline, without Airflow")
     sr.add_argument("--topic")
@@ -330,9 +356,20 @@ def build_parser() -> argparse.ArgumentParser:
     ss = sub.add_parser(
         "sample", help="produce the seed's example events (once), or --records N random ones"
     )
-    ss.add_argument("--records", type=int, help="generate this many random check-ins instead")
+    ss.add_argument("--topic", help="one topic (default: every shipped sample topic)")
+    ss.add_argument(
+        "--records",
+        type=int,
+        help="generate this many random records (default topic: user-locations)",
+    )
     ss.add_argument("--value-bytes", type=int, default=0, help="pad values to about this size")
     ss.add_argument("--seed", type=int, default=0)
+
+    sc = sub.add_parser(
+        "schemas", help="registered schema versions per topic; --check tests the contracts"
+    )
+    sc.add_argument("--topic")
+    sc.add_argument("--check", action="store_true", help="check the contracts against the registry")
 
     sl = sub.add_parser("lag", help="per partition: landing end offset, bronze offset, lag")
     sl.add_argument("--topic")
@@ -350,7 +387,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             return run_airflow(settings, args.args)
         catalog = Catalog.load(settings.contracts_dir)
         if args.command == "produce":
-            return produce(settings, catalog.topic(args.topic), sys.stdin, sys.stderr)
+            return produce(
+                settings, catalog.topic(args.topic), sys.stdin, sys.stderr, args.value_schema_id
+            )
         if args.command == "run":
             return run_pipeline(settings, catalog, args.topic, cast(Layer | None, args.layer))
         if args.command == "show":
@@ -371,8 +410,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         if args.command == "sample":
             return produce_sample(
-                settings, catalog, sys.stderr, args.records, args.value_bytes, args.seed
+                settings, catalog, sys.stderr, args.topic, args.records, args.value_bytes, args.seed
             )
+        if args.command == "schemas":
+            return schemas(settings, catalog, args.topic, args.check)
         if args.command == "lag":
             return lag(settings, catalog, args.topic, args.format)
     except LakehouseError as exc:

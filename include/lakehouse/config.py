@@ -93,6 +93,11 @@ class Settings:
         return self.home / "airflow"
 
     @property
+    def registry_root(self) -> Path:
+        """Every registered version of every topic's key and value schema."""
+        return self.home / "registry"
+
+    @property
     def reports_root(self) -> Path:
         return self.home / "reports"
 

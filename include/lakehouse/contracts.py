@@ -1,16 +1,23 @@
 """Data contracts: one YAML file per topic, the single place a topic is described.
 
-A contract names the topic and its partition count, the key and value formats and schema (the
-stream is the topic read with this schema), and the gold tables built from that stream. It is
-validated against ``schemas/contract.schema.json`` when loaded; the platform refuses to run on an
-invalid one, with an error naming the file, the path inside it and what is wrong.
+A contract names the topic and its partition count, the key and value formats and schemas (the
+stream is the topic read with this schema), the event-time field, the schema-registry
+compatibility mode, the gold tables built from the stream and the expectations of each layer.
+It is validated against ``schemas/contract.schema.json`` when loaded; the platform refuses to run
+on an invalid one, with an error naming the file, the path inside it and what is wrong.
 
-This module is imported at DAG parse time: it must stay free of Spark, Delta and GX imports.
+Avro schemas live beside the contract (``.avsc`` files, or inline), listed by their Confluent
+schema id, oldest first; the last one is the latest and is the shape of the silver stream.
+
+This module is imported at DAG parse time: it must stay free of Spark, Delta and GX imports
+(the Avro helpers are imported only when a contract uses Avro).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from functools import cache
@@ -26,10 +33,25 @@ from lakehouse.errors import ContractError, UnknownTableError, UnknownTopicError
 
 FieldType = Literal["string", "long", "int", "double", "boolean", "timestamp"]
 AggFn = Literal["count", "sum", "min", "max"]
+KeyFormat = Literal["string", "json", "avro"]
+ValueFormat = Literal["json", "avro", "string"]
+Severity = Literal["warn", "quarantine", "fail"]
 NUMERIC_TYPES = frozenset({"long", "int", "double"})
+LAYER_NAMES = ("bronze", "silver", "gold")
 
 # Columns every stream carries beside the contract's own; contract fields may not shadow them.
-STREAM_METADATA_COLUMNS = ("partition", "offset", "timestamp")
+STREAM_METADATA_COLUMNS = ("partition", "offset", "timestamp", "tombstone", "event_time")
+# Bronze has the schema of Spark's Kafka source plus ingest metadata.
+BRONZE_COLUMNS = (
+    "key",
+    "value",
+    "topic",
+    "partition",
+    "offset",
+    "timestamp",
+    "timestampType",
+    "headers",
+)
 
 
 @dataclass(frozen=True)
@@ -47,6 +69,35 @@ class Aggregation:
 
 
 @dataclass(frozen=True)
+class SchemaVersion:
+    """One Avro schema of a key or value, by its Confluent schema id."""
+
+    id: int
+    schema: Any = field(compare=False)
+    file: str | None = None
+
+    @property
+    def canonical(self) -> str:
+        return json.dumps(self.schema, sort_keys=True, separators=(",", ":"))
+
+
+@dataclass(frozen=True)
+class Expectation:
+    """A data-quality expectation on one layer; compiled into a GX suite by the quality gates."""
+
+    layer: Literal["bronze", "silver", "gold"]
+    name: str
+    expect: str
+    severity: Severity
+    column: str | None = None
+    table: str | None = None
+    params: tuple[tuple[str, Any], ...] = ()
+
+    def param(self, name: str, default: Any = None) -> Any:
+        return dict(self.params).get(name, default)
+
+
+@dataclass(frozen=True)
 class TableSpec:
     """A gold table: an aggregated stream (KTable)."""
 
@@ -60,12 +111,18 @@ class TableSpec:
 class Contract:
     topic: str
     partitions: int
-    key_format: Literal["string"]
+    key_format: KeyFormat
     key_name: str
-    value_format: Literal["json"]
+    value_format: ValueFormat
     fields: tuple[Field, ...]
     stream: str
     tables: tuple[TableSpec, ...] = ()
+    key_type: FieldType = "string"
+    key_schemas: tuple[SchemaVersion, ...] = ()
+    value_schemas: tuple[SchemaVersion, ...] = ()
+    event_time: str | None = None
+    compatibility: str = "BACKWARD"
+    expectations: tuple[Expectation, ...] = ()
     schedule_minutes: int = 5
     landing_format: Literal["envelope", "connect_json"] = "envelope"
     max_record_bytes: int = 1_048_576
@@ -76,6 +133,34 @@ class Contract:
     @property
     def bronze_name(self) -> str:
         return self.topic
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        """The stream's own columns: the key, then the value's fields."""
+        return (self.key_name, *(f.name for f in self.fields))
+
+    def value_avro_schema(self) -> Any:
+        """The value's latest schema in Avro's terms, as the schema registry compares it."""
+        from lakehouse import avro
+
+        if self.value_format == "avro":
+            return self.value_schemas[-1].schema
+        if self.value_format == "string":
+            return ["null", "string"]
+        return avro.record_schema(self.stream, self.fields)
+
+    def key_avro_schema(self) -> Any:
+        if self.key_format == "avro":
+            return self.key_schemas[-1].schema
+        return self.key_type
+
+    def expectations_of(self, layer: str) -> tuple[Expectation, ...]:
+        return tuple(e for e in self.expectations if e.layer == layer)
+
+    def table_columns(self, spec: TableSpec) -> tuple[str, ...]:
+        if spec.kind == "latest":
+            return self.columns
+        return (self.key_name, *(a.name for a in spec.aggregations))
 
     def field(self, name: str) -> Field:
         for f in self.fields:
@@ -106,23 +191,50 @@ def _json_path(error: ValidationError) -> str:
 def _describe(error: ValidationError) -> str:
     if error.validator == "pattern" and isinstance(error.instance, str):
         return f"{error.instance!r} does not match the required pattern {error.validator_value}"
-    if error.validator == "not" and "required" in str(error.validator_value):
-        return "'aggregations' is only allowed on tables of kind 'aggregate'"
+    if error.validator == "not" and isinstance(error.instance, dict):
+        present = [k for k in _required_keys(error.validator_value) if k in error.instance]
+        if present == ["aggregations"]:
+            return "'aggregations' is only allowed on tables of kind 'aggregate'"
+        if present:
+            names = ", ".join(repr(k) for k in present)
+            for selector in ("format", "kind", "expect"):
+                if selector in error.instance:
+                    return f"{names} is not allowed with {selector} {error.instance[selector]!r}"
+            return f"{names} is not allowed here"
     return error.message
 
 
-def parse_contract(document: Any, source: str = "<memory>") -> Contract:
-    """Validate a parsed YAML document and build a :class:`Contract`, or raise ContractError."""
+def _required_keys(schema: Any) -> list[str]:
+    """Every property a (sub)schema lists as required, in order: what a ``not`` forbids."""
+    if isinstance(schema, dict):
+        found = list(schema.get("required", []))
+        for part in schema.get("anyOf", []) + schema.get("allOf", []):
+            found += _required_keys(part)
+        return found
+    return []
+
+
+def parse_contract(document: Any, source: str = "<memory>", base: Path | None = None) -> Contract:
+    """Validate a parsed YAML document and build a :class:`Contract`, or raise ContractError.
+
+    ``base`` is the folder Avro schema files are read from (the contract's own folder).
+    """
     errors = sorted(_validator().iter_errors(document), key=lambda e: list(e.absolute_path))
     if errors:
         first = errors[0]
         more = f" (and {len(errors) - 1} more problem(s))" if len(errors) > 1 else ""
         raise ContractError(source, _json_path(first), _describe(first) + more)
 
-    fields = tuple(
-        Field(name=f["name"], type=f["type"], nullable=f.get("nullable", True))
-        for f in document["value"]["fields"]
-    )
+    key_doc, value_doc = document["key"], document["value"]
+    key_schemas = _schema_versions(key_doc.get("schemas", []), source, "key.schemas", base)
+    value_schemas = _schema_versions(value_doc.get("schemas", []), source, "value.schemas", base)
+    fields = _value_fields(value_doc, value_schemas, source)
+    key_type: FieldType = key_doc.get("type", "string")
+    if key_doc["format"] == "avro":
+        from lakehouse import avro
+
+        latest = len(key_schemas) - 1
+        key_type = avro.primitive_of(key_schemas[-1].schema, source, f"key.schemas[{latest}]")
     tables = tuple(
         TableSpec(
             name=t["name"],
@@ -138,12 +250,18 @@ def parse_contract(document: Any, source: str = "<memory>") -> Contract:
     contract = Contract(
         topic=document["topic"],
         partitions=document.get("partitions", 1),
-        key_format=document["key"]["format"],
-        key_name=document["key"]["name"],
-        value_format=document["value"]["format"],
+        key_format=key_doc["format"],
+        key_name=key_doc["name"],
+        key_type=key_type,
+        key_schemas=key_schemas,
+        value_format=value_doc["format"],
+        value_schemas=value_schemas,
         fields=fields,
         stream=document["stream"]["name"],
         tables=tables,
+        event_time=document.get("event_time"),
+        compatibility=document.get("compatibility", "BACKWARD"),
+        expectations=_expectations(document.get("expectations", {})),
         schedule_minutes=document.get("schedule_minutes", 5),
         landing_format=document.get("landing", {}).get("format", "envelope"),
         max_record_bytes=document.get("landing", {}).get("max_record_bytes", 1_048_576),
@@ -151,18 +269,102 @@ def parse_contract(document: Any, source: str = "<memory>") -> Contract:
         owner=document.get("owner", "data-platform"),
         source=source,
     )
-    _check_semantics(contract, document)
+    _check_semantics(contract)
     return contract
 
 
-def _check_semantics(c: Contract, doc: dict[str, Any]) -> None:
+def _schema_versions(
+    items: list[dict[str, Any]], source: str, where: str, base: Path | None
+) -> tuple[SchemaVersion, ...]:
+    """Load each listed Avro schema (file beside the contract, or inline) and validate it."""
+    if not items:
+        return ()
+    from lakehouse import avro
+
+    out: list[SchemaVersion] = []
+    seen: set[int] = set()
+    for i, item in enumerate(items):
+        path = f"{where}[{i}]"
+        if item["id"] in seen:
+            raise ContractError(source, f"{path}.id", f"schema id {item['id']} is listed twice")
+        seen.add(item["id"])
+        schema = item.get("schema")
+        if "file" in item:
+            if base is None:
+                raise ContractError(source, f"{path}.file", "schema files need a contract file")
+            file = base / item["file"]
+            try:
+                schema = json.loads(file.read_text(encoding="utf-8"))
+            except OSError as exc:
+                raise ContractError(
+                    source, f"{path}.file", f"cannot read {file}: {exc.strerror}"
+                ) from None
+            except json.JSONDecodeError as exc:
+                raise ContractError(
+                    source, f"{path}.file", f"{file} is not JSON: {exc.msg} (line {exc.lineno})"
+                ) from None
+        elif isinstance(schema, str):
+            with contextlib.suppress(json.JSONDecodeError):  # else a bare name such as "string"
+                schema = json.loads(schema)
+        avro.parse(schema, source, path)
+        out.append(SchemaVersion(id=item["id"], schema=schema, file=item.get("file")))
+    return tuple(out)
+
+
+def _value_fields(
+    value_doc: dict[str, Any], schemas: tuple[SchemaVersion, ...], source: str
+) -> tuple[Field, ...]:
+    if value_doc["format"] == "string":
+        return (Field(name=value_doc["name"], type="string", nullable=True),)
+    if value_doc["format"] == "avro":
+        from lakehouse import avro
+
+        latest = f"value.schemas[{len(schemas) - 1}]"
+        return avro.fields_of(schemas[-1].schema, source, latest)
+    return tuple(
+        Field(name=f["name"], type=f["type"], nullable=f.get("nullable", True))
+        for f in value_doc["fields"]
+    )
+
+
+def _expectations(doc: dict[str, list[dict[str, Any]]]) -> tuple[Expectation, ...]:
+    out = []
+    for layer in LAYER_NAMES:
+        for e in doc.get(layer, []):
+            params = tuple(
+                (k, tuple(v) if isinstance(v, list) else v)
+                for k, v in sorted(e.items())
+                if k in {"min", "max", "values", "pattern"}
+            )
+            out.append(
+                Expectation(
+                    layer=layer,  # type: ignore[arg-type]
+                    name=e["name"],
+                    expect=e["expect"],
+                    severity=e["severity"],
+                    column=e.get("column"),
+                    table=e.get("table"),
+                    params=params,
+                )
+            )
+    return tuple(out)
+
+
+def _check_semantics(c: Contract) -> None:
     """Rules a JSON schema cannot say: names must not collide, fields must exist and fit."""
     if c.topic in {".", ".."}:
         raise ContractError(c.source, "topic", "'.' and '..' are not legal topic names")
-    columns = [c.key_name, *(f.name for f in c.fields)]
+    columns = list(c.columns)
     for i, name in enumerate(columns):
         where = "key.name" if i == 0 else f"value.fields[{i - 1}].name"
-        if name in STREAM_METADATA_COLUMNS:
+        if c.value_format == "string" and i == 1:
+            where = "value.name"
+        elif c.value_format == "avro" and i > 0:
+            where = f"value.schemas[{len(c.value_schemas) - 1}].fields[{i - 1}].name"
+        reserved = name in STREAM_METADATA_COLUMNS
+        if name == "event_time" and c.event_time == "event_time":
+            reserved = False  # the event-time field may itself be called event_time
+        if reserved:
             raise ContractError(
                 c.source,
                 where,
@@ -170,6 +372,50 @@ def _check_semantics(c: Contract, doc: dict[str, Any]) -> None:
             )
         if name in columns[:i]:
             raise ContractError(c.source, where, f"column {name!r} is declared twice")
+    if c.event_time is not None:
+        try:
+            et = c.field(c.event_time)
+        except KeyError:
+            raise ContractError(
+                c.source, "event_time", f"no value field named {c.event_time!r}"
+            ) from None
+        allowed = ("timestamp",) if et.name == "event_time" else ("timestamp", "long")
+        if et.type not in allowed:
+            raise ContractError(
+                c.source,
+                "event_time",
+                f"field {et.name!r} is {et.type}; event time must be "
+                + " or ".join(f"a {t}" for t in allowed)
+                + (" (epoch milliseconds)" if "long" in allowed else ""),
+            )
+    if c.value_format == "avro" or c.key_format == "avro":
+        _check_schema_chain(c)
+    _check_tables(c, columns)
+    _check_expectations(c)
+
+
+def _check_schema_chain(c: Contract) -> None:
+    """The listed Avro versions must follow each other under the topic's compatibility mode."""
+    from lakehouse import avro
+
+    for part, versions in (("key", c.key_schemas), ("value", c.value_schemas)):
+        for i in range(1, len(versions)):
+            try:
+                problems = avro.check_compatibility(
+                    c.compatibility, versions[i].schema, [v.schema for v in versions[:i]]
+                )
+            except ValueError as exc:  # Apache's parser is stricter than fastavro's
+                raise ContractError(c.source, f"{part}.schemas[{i}]", str(exc)) from None
+            if problems:
+                raise ContractError(
+                    c.source,
+                    f"{part}.schemas[{i}]",
+                    f"schema id {versions[i].id} breaks {c.compatibility} compatibility: "
+                    + "; ".join(problems),
+                )
+
+
+def _check_tables(c: Contract, columns: list[str]) -> None:
     seen: set[str] = set()
     for ti, t in enumerate(c.tables):
         if t.name in seen:
@@ -201,6 +447,63 @@ def _check_semantics(c: Contract, doc: dict[str, Any]) -> None:
                 )
 
 
+def _check_expectations(c: Contract) -> None:
+    """Each expectation must name a column of its layer (and, on gold, one of the tables)."""
+    index: dict[str, int] = {}
+    seen: set[tuple[str, str]] = set()
+    for e in c.expectations:
+        i = index.get(e.layer, 0)
+        index[e.layer] = i + 1
+        where = f"expectations.{e.layer}[{i}]"
+        if (e.layer, e.name) in seen:
+            raise ContractError(
+                c.source, f"{where}.name", f"expectation {e.name!r} is declared twice"
+            )
+        seen.add((e.layer, e.name))
+        if e.layer == "gold":
+            if e.table is None:
+                raise ContractError(c.source, where, "a gold expectation must name its 'table'")
+            try:
+                available = c.table_columns(c.table(e.table))
+            except KeyError:
+                raise ContractError(
+                    c.source, f"{where}.table", f"no table named {e.table!r} in this contract"
+                ) from None
+        else:
+            if e.table is not None:
+                raise ContractError(
+                    c.source, f"{where}.table", "only gold expectations name a table"
+                )
+            available = (
+                BRONZE_COLUMNS
+                if e.layer == "bronze"
+                else (*c.columns, "partition", "offset", "timestamp", "event_time")
+            )
+        if e.column is not None and e.column not in available:
+            raise ContractError(
+                c.source,
+                f"{where}.column",
+                f"no column {e.column!r} in {e.layer} (columns: {', '.join(available)})",
+            )
+        if e.severity == "quarantine" and e.layer == "gold":
+            raise ContractError(
+                c.source,
+                f"{where}.severity",
+                "gold tables have no quarantine (a table row is an aggregate, not a record): "
+                "use warn or fail",
+            )
+        lo, hi = e.param("min"), e.param("max")
+        if lo is not None and hi is not None and lo > hi:
+            raise ContractError(c.source, f"{where}.min", f"min {lo} is greater than max {hi}")
+        if e.expect == "match_regex":
+            try:
+                re.compile(e.param("pattern"))
+            except re.error as exc:
+                raise ContractError(
+                    c.source, f"{where}.pattern", f"not a valid regular expression: {exc}"
+                ) from None
+
+
 def load_contract(path: Path) -> Contract:
     """Read and validate one contract file."""
     source = str(path)
@@ -214,7 +517,7 @@ def load_contract(path: Path) -> Contract:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         raise ContractError(source, where, f"not valid YAML: {exc}") from exc
-    contract = parse_contract(document, source)
+    contract = parse_contract(document, source, base=path.parent)
     if path.stem != contract.topic:
         raise ContractError(
             source,

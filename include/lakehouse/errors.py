@@ -66,3 +66,8 @@ class ConcurrentWriteError(LakehouseError):
 
 class SchemaMismatchError(LakehouseError):
     """Data does not fit a table's schema in a way the write allows."""
+
+
+class SchemaEvolutionError(ContractError):
+    """A contract's new key or value schema breaks the topic's compatibility mode (or a rule of
+    the registry such as immutable schema ids). Raised before any data moves."""

@@ -29,10 +29,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lakehouse.config import Settings, validate_topic_name
 from lakehouse.errors import BadRecordError
+
+if TYPE_CHECKING:
+    from lakehouse.serde import Serializer
 
 SEGMENT_SUFFIX = ".json"
 _SEGMENT_NAME = re.compile(r"^(?P<topic>.+)\+(?P<partition>\d+)\+(?P<offset>\d+)\.json(?:\.gz)?$")
@@ -442,10 +445,12 @@ def _headers(raw: Any, origin: str) -> tuple[tuple[str, bytes | None], ...]:
 _INPUT_KEYS = frozenset({"key", "value", "timestamp", "headers", "partition"})
 
 
-def record_from_json_line(line: str, origin: str) -> Record:
+def record_from_json_line(line: str, origin: str, serializer: Serializer | None = None) -> Record:
     """Parse one producer input line: ``{"key", "value", "timestamp"?, "headers"?, "partition"?}``.
 
-    The value is any JSON (or null, a tombstone) and is carried as its compact JSON text.
+    With a ``serializer`` (from the topic's contract) key and value are encoded in the topic's
+    format; without one the key is text and the value any JSON (or null, a tombstone), carried
+    as its compact JSON text.
     """
     try:
         obj = json.loads(line)
@@ -460,16 +465,23 @@ def record_from_json_line(line: str, origin: str) -> Record:
         )
     if "value" not in obj:
         raise BadRecordError(origin, "missing 'value' (use null for a tombstone)")
-    key = obj.get("key")
-    if key is not None and not isinstance(key, str):
-        raise BadRecordError(origin, "key must be a string or null")
     partition = obj.get("partition")
     if partition is not None and (isinstance(partition, bool) or not isinstance(partition, int)):
         raise BadRecordError(origin, "partition must be an integer")
-    value = obj["value"]
+    key, value = obj.get("key"), obj["value"]
+    if serializer is not None:
+        key_bytes = serializer.key(key, origin)
+        value_bytes = serializer.value(value, origin)
+    else:
+        if key is not None and not isinstance(key, str):
+            raise BadRecordError(origin, "key must be a string or null")
+        key_bytes = None if key is None else key.encode("utf-8")
+        value_bytes = (
+            None if value is None else json.dumps(value, separators=(",", ":")).encode("utf-8")
+        )
     return Record(
-        key=None if key is None else key.encode("utf-8"),
-        value=None if value is None else json.dumps(value, separators=(",", ":")).encode("utf-8"),
+        key=key_bytes,
+        value=value_bytes,
         timestamp_ms=parse_timestamp(obj.get("timestamp"), origin),
         headers=_headers(obj.get("headers"), origin),
         partition=partition,

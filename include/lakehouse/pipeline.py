@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from lakehouse import bronze, streams, tables
 from lakehouse.config import LAYERS, Layer, Settings
 from lakehouse.contracts import Catalog, Contract
+from lakehouse.registry import SchemaRegistry
 from lakehouse.storage.maintenance import Consumer, MaintenanceReport, maintain
 
 if TYPE_CHECKING:
@@ -18,7 +19,12 @@ if TYPE_CHECKING:
 def run_layer(
     spark: SparkSession, settings: Settings, contract: Contract, layer: Layer
 ) -> list[str]:
-    """Run one layer of one topic; return one summary line per table written."""
+    """Run one layer of one topic; return one summary line per table written.
+
+    The contract's schemas are checked against the topic's registered versions first, so a
+    contract that breaks its compatibility mode stops every layer before any data moves.
+    """
+    SchemaRegistry(settings.registry_root).register(contract)
     if layer == "bronze":
         return [bronze.ingest(spark, settings, contract).summary()]
     if layer == "silver":

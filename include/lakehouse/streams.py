@@ -8,19 +8,38 @@ version is committed atomically with the output (app transaction), so a rerun is
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from lakehouse.config import Settings
 from lakehouse.contracts import Contract, Field
 from lakehouse.storage import DeltaStore, Txn
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pyspark.sql import Column, DataFrame, SparkSession
     from pyspark.sql.types import DataType, StructType
 
 TOMBSTONE = "tombstone"
+EVENT_TIME = "event_time"
 SOURCE_METADATA = ("partition", "offset", "timestamp")
+# Decoded values and the first decoding problem of each record, before the checks that follow.
+_V, _VALUE_ERROR, _K, _KEY_ERROR = "_v", "_value_error", "_k", "_key_error"
+_BRONZE_INPUT = ("key", "value", "topic", "partition", "offset", "timestamp")
+# A string field of a JSON value: Spark's from_json hands back the raw text of a number, object,
+# array or boolean; only values that look like one are re-checked (by JSON type) for strictness.
+_AMBIGUOUS_STRING = r"^(-?[0-9]|\{|\[|true$|false$)"
+# The JSON types (as schema_of_variant names them) each field type accepts.
+_JSON_KINDS: dict[str, tuple[str, ...]] = {
+    "string": ("STRING",),
+    "long": ("BIGINT",),
+    "int": ("BIGINT",),
+    "double": ("BIGINT", "DECIMAL", "DOUBLE"),
+    "boolean": ("BOOLEAN",),
+    "timestamp": ("STRING",),
+}
 
 
 def source_app(contract: Contract) -> str:
@@ -29,6 +48,14 @@ def source_app(contract: Contract) -> str:
 
 
 def spark_type(f: Field) -> DataType:
+    return _spark_type(f.type)
+
+
+def key_spark_type(contract: Contract) -> DataType:
+    return _spark_type(contract.key_type)
+
+
+def _spark_type(kind: str) -> DataType:
     from pyspark.sql import types as T
 
     types: dict[str, DataType] = {
@@ -39,79 +66,309 @@ def spark_type(f: Field) -> DataType:
         "boolean": T.BooleanType(),
         "timestamp": T.TimestampType(),
     }
-    return types[f.type]
+    return types[kind]
 
 
 def value_schema(contract: Contract) -> StructType:
-    from pyspark.sql.types import StringType, StructField, StructType
+    from pyspark.sql.types import StructField, StructType
 
-    fields = [StructField(f.name, spark_type(f), True) for f in contract.fields]
-    return StructType([*fields, StructField("_corrupt_record", StringType(), True)])
+    return StructType([StructField(f.name, spark_type(f), True) for f in contract.fields])
 
 
-def _first_failure(checks: list[tuple[Column, str]]) -> Column:
+def stream_schema(contract: Contract) -> StructType:
+    """The silver stream's schema: key, value fields, then the stream metadata."""
+    from pyspark.sql import types as T
+
+    fields = [
+        T.StructField(contract.key_name, _spark_type(contract.key_type), True),
+        *(T.StructField(f.name, spark_type(f), True) for f in contract.fields),
+        T.StructField(TOMBSTONE, T.BooleanType(), True),
+        T.StructField("partition", T.IntegerType(), True),
+        T.StructField("offset", T.LongType(), True),
+        T.StructField("timestamp", T.TimestampType(), True),
+    ]
+    if not _event_time_is_a_field(contract):
+        fields.append(T.StructField(EVENT_TIME, T.TimestampType(), True))
+    return T.StructType(fields)
+
+
+def _event_time_is_a_field(contract: Contract) -> bool:
+    return contract.event_time == EVENT_TIME
+
+
+def _first(cases: list[tuple[Column, Column | str]], otherwise: Column | None = None) -> Column:
+    """CASE WHEN over ``cases`` in order; Spark evaluates a branch's value only when it is chosen,
+    so a costly diagnosis is paid for by the bad records alone."""
     from pyspark.sql import functions as F
 
-    reason = F.lit(None).cast("string")
-    for cond, text in reversed(checks):
-        reason = F.when(cond, F.lit(text)).otherwise(reason)
-    return reason
+    out = F.lit(None).cast("string") if otherwise is None else otherwise
+    for cond, value in reversed(cases):
+        out = F.when(cond, F.lit(value) if isinstance(value, str) else value).otherwise(out)
+    return out
+
+
+def _json_kind(variant: Column) -> Column:
+    """The JSON type of a variant: STRING, BIGINT, DECIMAL, DOUBLE, BOOLEAN, OBJECT, ARRAY, VOID
+    (a JSON null), or null when absent."""
+    from pyspark.sql import functions as F
+
+    return F.regexp_extract(F.schema_of_variant(variant), r"^[A-Z]+", 0)
+
+
+def _article(kind: str) -> str:
+    return ("an " if kind[0] in "aeiou" else "a ") + kind
+
+
+def _json_field_problem(parsed: Column, typed: Column, name: str, kind: str) -> Column:
+    """Why a present field of a parsed JSON object does not fit its type (null if it fits)."""
+    from pyspark.sql import functions as F
+
+    found = _json_kind(F.variant_get(parsed, f"$.{name}", "variant"))
+    allowed = _JSON_KINDS[kind]
+    present = found.isNotNull() & (found != "VOID")
+    return _first(
+        [
+            (
+                present & ~found.isin(*allowed),
+                F.concat(
+                    F.lit(f"field {name!r} should be {_article(kind)}, found a JSON "),
+                    F.lower(found),
+                ),
+            ),
+            (
+                present & typed.isNull(),
+                F.concat(
+                    F.lit(f"field {name!r} is not a valid {kind}: "),
+                    F.substring(F.variant_get(parsed, f"$.{name}", "string"), 1, 80),
+                ),
+            ),
+        ]
+    )
+
+
+def _decode_json_value(df: DataFrame, contract: Contract) -> DataFrame:
+    """Spark's from_json for the typed values (fast), and a diagnosis only for failing rows."""
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    text = F.col("value").cast("string")
+    schema = T.StructType(
+        [*value_schema(contract).fields, T.StructField("_corrupt_record", T.StringType(), True)]
+    )
+    parsed = F.from_json(
+        text, schema, {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": "_corrupt_record"}
+    )
+    df = df.withColumn("_json", parsed)
+    variant = F.try_parse_json(text)
+    problems = {
+        f.name: _json_field_problem(variant, F.col(f"_json.{f.name}"), f.name, f.type)
+        for f in contract.fields
+    }
+    top = _json_kind(variant)
+    diagnosis = _first(
+        [
+            (variant.isNull(), "value is not valid JSON"),
+            (
+                top != "OBJECT",
+                F.concat(F.lit("value is a JSON "), F.lower(top), F.lit(", not an object")),
+            ),
+            *((p.isNotNull(), p) for p in problems.values()),
+        ],
+        otherwise=F.lit(f"value does not match the {contract.topic} contract"),
+    )
+    strings = [f.name for f in contract.fields if f.type == "string"]
+    suspicious = F.lit(False)
+    for name in strings:
+        suspicious = suspicious | F.col(f"_json.{name}").rlike(_AMBIGUOUS_STRING)
+    # A string that looks like a number, object, array or boolean is a problem only if the
+    # JSON value really was one.
+    string_diagnosis = _first([(problems[n].isNotNull(), problems[n]) for n in strings])
+    error = _first(
+        [
+            (F.col("value").isNull(), F.lit(None).cast("string")),
+            (~F.is_valid_utf8(text), "value is not valid UTF-8"),
+            (F.col("_json").isNull() | F.col("_json._corrupt_record").isNotNull(), diagnosis),
+            (suspicious, string_diagnosis),
+        ]
+    )
+    values = F.struct(*[F.col(f"_json.{f.name}").alias(f.name) for f in contract.fields])
+    return df.withColumn(_V, values).withColumn(_VALUE_ERROR, error).drop("_json")
+
+
+def _decode_string_value(df: DataFrame, contract: Contract) -> DataFrame:
+    from pyspark.sql import functions as F
+
+    text = F.col("value").cast("string")
+    error = F.when(
+        F.col("value").isNotNull() & ~F.is_valid_utf8(text), F.lit("value is not valid UTF-8")
+    )
+    valid = F.when(F.is_valid_utf8(text), text)
+    return df.withColumn(_V, F.struct(valid.alias(contract.fields[0].name))).withColumn(
+        _VALUE_ERROR, error
+    )
+
+
+def _decode_text_key(df: DataFrame, contract: Contract) -> DataFrame:
+    """``string`` keys are UTF-8 text; ``json`` keys are one JSON scalar of the key's type."""
+    from pyspark.sql import functions as F
+
+    text = F.col("key").cast("string")
+    not_utf8 = F.col("key").isNotNull() & ~F.is_valid_utf8(text)
+    if contract.key_format == "string":
+        return df.withColumn(_K, text).withColumn(
+            _KEY_ERROR, F.when(not_utf8, F.lit("key is not valid UTF-8"))
+        )
+    variant = F.try_parse_json(text)
+    found = _json_kind(variant)
+    kind = contract.key_type
+    typed = F.try_variant_get(variant, "$", _spark_type(kind).simpleString())
+    error = _first(
+        [
+            (F.col("key").isNull(), F.lit(None).cast("string")),
+            (not_utf8, "key is not valid UTF-8"),
+            (variant.isNull(), "key is not valid JSON"),
+            (found == "VOID", F.lit(None).cast("string")),
+            (
+                ~found.isin(*_JSON_KINDS[kind]),
+                F.concat(F.lit(f"key should be {_article(kind)}, found a JSON "), F.lower(found)),
+            ),
+            (typed.isNull(), F.lit(f"key is not a valid {kind}")),
+        ]
+    )
+    return df.withColumn(_K, F.when(found.isin(*_JSON_KINDS[kind]), typed)).withColumn(
+        _KEY_ERROR, error
+    )
+
+
+def _decode_avro(df: DataFrame, contract: Contract) -> DataFrame:
+    """Avro keys and values (Confluent wire format) decode in Python workers with fastavro.
+
+    Records written with an older schema id resolve into the latest schema (Avro's schema
+    resolution), so the stream always has the latest shape.
+    """
+    from pyspark.sql import types as T
+
+    value_avro = contract.value_format == "avro"
+    key_avro = contract.key_format == "avro"
+    out_fields = list(df.schema.fields)
+    if value_avro:
+        out_fields += [
+            T.StructField(_V, value_schema(contract), True),
+            T.StructField(_VALUE_ERROR, T.StringType(), True),
+        ]
+    if key_avro:
+        out_fields += [
+            T.StructField(_K, _spark_type(contract.key_type), True),
+            T.StructField(_KEY_ERROR, T.StringType(), True),
+        ]
+    value_args = (
+        ({v.id: v.schema for v in contract.value_schemas}, contract.value_schemas[-1].schema)
+        if value_avro
+        else None
+    )
+    key_args = (
+        ({v.id: v.schema for v in contract.key_schemas}, contract.key_schemas[-1].schema)
+        if key_avro
+        else None
+    )
+    return df.mapInArrow(
+        _avro_batches(value_args, key_args, contract.fields), T.StructType(out_fields)
+    )
+
+
+def _avro_batches(
+    value_args: tuple[dict[int, Any], Any] | None,
+    key_args: tuple[dict[int, Any], Any] | None,
+    fields: tuple[Field, ...],
+) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        import pyarrow as pa
+
+        from lakehouse import avro
+
+        values = avro.WireDecoder(value_args[0], value_args[1], fields) if value_args else None
+        keys = avro.WireDecoder(key_args[0], key_args[1], ()) if key_args else None
+        for batch in batches:
+            columns = list(batch.columns)
+            names = list(batch.schema.names)
+            if values is not None:
+                decoded, reasons = values.decode(batch.column("value"))
+                columns += [decoded, reasons]
+                names += [_V, _VALUE_ERROR]
+            if keys is not None:
+                key_values, key_reasons = keys.decode_key(batch.column("key"))
+                columns += [key_values, key_reasons]
+                names += [_K, _KEY_ERROR]
+            yield pa.RecordBatch.from_arrays(columns, names=names)
+
+    return run
 
 
 def decode(bronze: DataFrame, contract: Contract) -> DataFrame:
     """Bronze rows -> typed rows plus a ``_reason`` column (null when the record is good). Pure.
 
-    A null value is a tombstone and is kept (flagged), a null key is kept too: a stream records
-    every event; tables decide what to ignore.
+    A null value is a tombstone and is kept (flagged); a null key is kept too: a stream records
+    every event, and tables decide what to ignore. ``_reason`` is the first problem found: the
+    key's decoding, then the value's, then required fields.
     """
     from pyspark.sql import functions as F
 
-    parsed = F.from_json(
-        F.col("value").cast("string"),
-        value_schema(contract),
-        {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": "_corrupt_record"},
-    )
-    df = bronze.withColumn("_v", parsed)
+    df = bronze.select(*_BRONZE_INPUT)
+    if "avro" in (contract.key_format, contract.value_format):
+        df = _decode_avro(df, contract)
+    if contract.value_format == "json":
+        df = _decode_json_value(df, contract)
+    elif contract.value_format == "string":
+        df = _decode_string_value(df, contract)
+    if contract.key_format != "avro":
+        df = _decode_text_key(df, contract)
+
     is_tombstone = F.col("value").isNull()
-    checks: list[tuple[Column, str]] = [
-        (
-            ~is_tombstone & (F.col("_v").isNull() | F.col("_v._corrupt_record").isNotNull()),
-            f"value is not a JSON object matching the {contract.topic} contract",
-        ),
+    checks: list[tuple[Column, Column | str]] = [
+        (F.col(_KEY_ERROR).isNotNull(), F.col(_KEY_ERROR)),
+        (F.col(_VALUE_ERROR).isNotNull(), F.col(_VALUE_ERROR)),
     ]
-    if contract.key_format == "string":
-        checks.append(
-            (
-                F.col("key").isNotNull() & F.col("key").cast("string").isNull(),
-                "key is not UTF-8 text",
-            )
-        )
     for f in contract.fields:
         if not f.nullable:
             checks.append(
                 (
-                    ~is_tombstone & F.col(f"_v.{f.name}").isNull(),
+                    ~is_tombstone & F.col(f"{_V}.{f.name}").isNull(),
                     f"required field {f.name!r} is missing or null",
                 )
             )
+    value_columns = [
+        F.when(is_tombstone, None).otherwise(F.col(f"{_V}.{f.name}")).alias(f.name)
+        for f in contract.fields
+    ]
     columns = [
-        F.col("key").cast("string").alias(contract.key_name),
-        *(
-            F.when(is_tombstone, None).otherwise(F.col(f"_v.{f.name}")).alias(f.name)
-            for f in contract.fields
-        ),
+        F.col(_K).alias(contract.key_name),
+        *value_columns,
         is_tombstone.alias(TOMBSTONE),
         F.col("partition"),
         F.col("offset"),
         F.col("timestamp"),
     ]
-    return df.select(*columns, _first_failure(checks).alias("_reason"), "key", "value", "topic")
+    if not _event_time_is_a_field(contract):
+        columns.append(_event_time(contract, is_tombstone).alias(EVENT_TIME))
+    return df.select(*columns, _first(checks).alias("_reason"), "key", "value", "topic")
+
+
+def _event_time(contract: Contract, is_tombstone: Column) -> Column:
+    """The declared event-time field, else (absent, null, or a tombstone) the record timestamp."""
+    from pyspark.sql import functions as F
+
+    if contract.event_time is None:
+        return F.col("timestamp")
+    value = F.col(f"{_V}.{contract.event_time}")
+    if contract.field(contract.event_time).type == "long":
+        value = F.timestamp_millis(value)
+    return F.when(is_tombstone, F.col("timestamp")).otherwise(F.coalesce(value, F.col("timestamp")))
 
 
 def stream_rows(decoded: DataFrame, contract: Contract) -> DataFrame:
     from pyspark.sql import functions as F
 
-    cols = [contract.key_name, *(f.name for f in contract.fields), TOMBSTONE, *SOURCE_METADATA]
+    cols = [f.name for f in stream_schema(contract).fields]
     return decoded.filter(F.col("_reason").isNull()).select(*cols)
 
 
@@ -126,6 +383,20 @@ def quarantine_rows(decoded: DataFrame) -> DataFrame:
         "key",
         "value",
         F.col("_reason").alias("reason"),
+    )
+
+
+def _fit_to_table(store: DeltaStore, path: Path, rows: DataFrame) -> DataFrame:
+    """Columns the stream had before but the contract dropped stay in silver, null from now on;
+    history is never rewritten."""
+    from pyspark.sql import functions as F
+
+    if store.version(path) is None:
+        return rows
+    have = set(rows.columns)
+    missing = [f for f in store.spark_schema(path) if f.name not in have]
+    return rows.select(
+        *rows.columns, *(F.lit(None).cast(f.dataType).alias(f.name) for f in missing)
     )
 
 
@@ -152,6 +423,9 @@ def build(spark: SparkSession, settings: Settings, contract: Contract) -> Silver
     """Decode bronze versions not yet consumed into the silver stream (one micro-batch)."""
     from pyspark.sql import functions as F
 
+    from lakehouse.registry import SchemaRegistry
+
+    SchemaRegistry(settings.registry_root).register(contract)  # refuses a breaking contract
     store = DeltaStore(spark)
     bronze_path = settings.bronze_path(contract.topic)
     silver_path = settings.silver_path(contract.stream)
@@ -163,7 +437,7 @@ def build(spark: SparkSession, settings: Settings, contract: Contract) -> Silver
 
     changes = store.changes(bronze_path, start, head).filter(F.col("_change_type") == "insert")
     decoded = decode(changes, contract).cache()
-    good = stream_rows(decoded, contract)
+    good = _fit_to_table(store, silver_path, stream_rows(decoded, contract))
     bad = quarantine_rows(decoded)
     txn = Txn(source_app(contract), head)
     meta = {"lakehouse.source": {"table": f"bronze.{contract.topic}", "versions": [start, head]}}
@@ -173,6 +447,7 @@ def build(spark: SparkSession, settings: Settings, contract: Contract) -> Silver
             bad, settings.quarantine_path("silver", contract.stream), txn=txn, metadata=meta
         )
     n_good = good.count()
-    result = store.append(good, silver_path, txn=txn, metadata=meta)
+    # The registry has allowed the contract's schema: new optional fields become new columns.
+    result = store.write(good, silver_path, txn=txn, metadata=meta, schema_mode="add_columns")
     decoded.unpersist()
     return SilverResult(contract.stream, (start, head), n_good, n_bad, result.committed)

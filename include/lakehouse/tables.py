@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 from lakehouse.config import Settings
 from lakehouse.contracts import Aggregation, Contract, TableSpec
 from lakehouse.storage import CDF_PROPERTIES, DeltaStore, Txn
-from lakehouse.streams import TOMBSTONE, spark_type
+from lakehouse.streams import TOMBSTONE, key_spark_type, spark_type
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -86,9 +86,9 @@ def _agg_type(contract: Contract, a: Aggregation) -> DataType:
 
 
 def table_schema(contract: Contract, spec: TableSpec) -> StructType:
-    from pyspark.sql.types import StringType, StructField, StructType
+    from pyspark.sql.types import StructField, StructType
 
-    key = StructField(contract.key_name, StringType(), False)
+    key = StructField(contract.key_name, key_spark_type(contract), False)
     if spec.kind == "latest":
         return StructType(
             [key, *(StructField(f.name, spark_type(f), True) for f in contract.fields)]

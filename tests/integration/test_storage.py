@@ -326,6 +326,26 @@ def test_merge_upserts_and_deletes_with_change_images(spark: Any, tmp_path: Path
     assert {r._commit_version for r in spark_feed} == {2}
 
 
+def test_merge_into_an_empty_table_skips_unmatched_tombstones(spark: Any, tmp_path: Path) -> None:
+    # delta-rs alone writes an all-null row here (and fails on the key's NOT NULL check).
+    from pyspark.sql import types as T
+
+    store = DeltaStore(spark)
+    path = tmp_path / "t"
+    schema = T.StructType(
+        [T.StructField("k", T.StringType(), False), T.StructField("v", T.StringType(), True)]
+    )
+    store.create(path, schema)
+    batch = spark.createDataFrame(
+        [("a", "1", False), ("c", None, True)], "k string, v string, gone boolean"
+    )
+    assert store.merge(batch, path, **UPSERT).committed
+    assert [tuple(r.values()) for r in read_arrow(path).to_pylist()] == [("a", "1")]
+    assert [(r["_change_type"], r["k"]) for r in changes_arrow(path, 1).to_pylist()] == [
+        ("insert", "a")
+    ]
+
+
 def test_change_feed_after_random_rounds(spark: Any, tmp_path: Path) -> None:
     """Random inserts/updates/deletes: inserts - deletes == rows; every update has both images;
     Spark's change feed equals delta-rs' own."""

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from lakehouse import cli
+from lakehouse import cli, samples
 from lakehouse.config import Settings
 from lakehouse.landing import end_offsets, list_segments
 
@@ -52,7 +52,9 @@ def test_unknown_topic_is_one_clear_error(
 ) -> None:
     assert _run(monkeypatch, ["produce", "nope"], '{"key": "a", "value": 1}\n') == 1
     err = capsys.readouterr().err.strip()
-    assert err == "error: unknown topic 'nope'; topics with a contract: user-locations"
+    assert (
+        err == "error: unknown topic 'nope'; topics with a contract: user-locations, user-profiles"
+    )
     assert not settings.landing_root.exists()
 
 
@@ -81,7 +83,9 @@ def test_sample_produces_the_seed_events_once(
         for seg in list_segments(settings, "user-locations")
         for line in seg.path.read_text().splitlines()
     ]
-    assert [(r["key"], json.loads(r["value"])["location"]) for r in records] == cli.SAMPLE_EVENTS
+    assert [
+        (r["key"], json.loads(r["value"])["location"]) for r in records
+    ] == samples.SAMPLE_EVENTS
 
 
 def test_render_table_and_json() -> None:
@@ -98,3 +102,85 @@ def test_render_table_and_json() -> None:
     cli.render(t, "table", out)
     text = out.getvalue()
     assert "| username | count | raw" in text and "| null     | 2" in text and "(2 rows)" in text
+
+
+def _values(settings: Settings, topic: str) -> list[tuple[str, bytes | None]]:
+    import base64
+
+    out = []
+    for seg in list_segments(settings, topic):
+        for line in seg.path.read_text().splitlines():
+            r = json.loads(line)
+            value = r["value"]
+            if value is not None:
+                value = (
+                    base64.b64decode(value)
+                    if r.get("valueEncoding") == "base64"
+                    else value.encode()
+                )
+            out.append((r["key"], value))
+    return out
+
+
+def test_produce_encodes_avro_values_with_the_chosen_schema_id(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from lakehouse import avro
+    from lakehouse.contracts import Catalog
+
+    contract = Catalog.load(settings.contracts_dir).topic("user-profiles")
+    line = '{"key": "ann", "value": {"name": "Ann", "age": 30, "updated_at": "2026-01-01T00:00:00Z"}}\n'
+    assert _run(monkeypatch, ["produce", "user-profiles"], line) == 0
+    assert _run(monkeypatch, ["produce", "user-profiles", "--value-schema-id", "1"], line) == 0
+    ((_, old), (_, latest)) = sorted(_values(settings, "user-profiles"), key=lambda kv: kv[1][4])
+    assert (old[:5], latest[:5]) == (b"\x00\x00\x00\x00\x01", b"\x00\x00\x00\x00\x02")
+    decoder = avro.WireDecoder(
+        {v.id: v.schema for v in contract.value_schemas},
+        contract.value_schemas[-1].schema,
+        contract.fields,
+    )
+    import pyarrow as pa
+
+    decoded, reasons = decoder.decode(pa.array([old, latest], pa.binary()))
+    assert reasons.to_pylist() == [None, None]
+    assert [(r["name"], r["age"], r["email"]) for r in decoded.to_pylist()] == [
+        ("Ann", 30, None),
+        ("Ann", 30, None),
+    ]
+
+
+def test_produce_refuses_a_value_that_does_not_fit_the_avro_schema(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    stdin = '{"key": "ann", "value": {"name": "Ann", "age": "thirty", "updated_at": 0}}\n'
+    assert _run(monkeypatch, ["produce", "user-profiles"], stdin) == 1
+    err = capsys.readouterr().err
+    assert "stdin line 1: value does not fit Avro schema id 2" in err
+    assert _values(settings, "user-profiles") == []
+
+
+def test_sample_covers_both_shipped_topics(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert _run(monkeypatch, ["sample"]) == 0
+    profiles = _values(settings, "user-profiles")
+    assert len(profiles) == len(samples.SAMPLE_PROFILES)
+    ids = sorted({v[1:5] for _, v in profiles if v is not None})
+    assert ids == [b"\x00\x00\x00\x01", b"\x00\x00\x00\x02"]  # old and new producers
+
+
+def test_schemas_lists_versions_and_checks_contracts(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert _run(monkeypatch, ["schemas", "--check", "--topic", "user-profiles"]) == 0
+    out = capsys.readouterr().out
+    assert "user-profiles value [BACKWARD]: no versions yet  -> new version accepted" in out
+    from lakehouse.contracts import Catalog
+    from lakehouse.registry import SchemaRegistry
+
+    SchemaRegistry(settings.registry_root).register(
+        Catalog.load(settings.contracts_dir).topic("user-profiles")
+    )
+    assert _run(monkeypatch, ["schemas", "--check", "--topic", "user-profiles"]) == 0
+    out = capsys.readouterr().out
+    assert "user-profiles value [BACKWARD]: v1 (avro, " in out and "-> unchanged" in out

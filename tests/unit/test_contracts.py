@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from textwrap import dedent
 
@@ -146,6 +147,171 @@ def test_catalog_resolves_names_by_layer() -> None:
     with pytest.raises(UnknownTableError, match=r"unknown table .nope.*user_latest_location"):
         catalog.resolve_table("nope")
     with pytest.raises(
-        UnknownTopicError, match="unknown topic 'nope'; topics with a contract: user-locations"
+        UnknownTopicError,
+        match="unknown topic 'nope'; topics with a contract: user-locations, user-profiles",
     ):
         catalog.topic("nope")
+
+
+def test_shipped_avro_contract_derives_fields_from_the_latest_schema() -> None:
+    c = Catalog.load(REPO_ROOT / "contracts").topic("user-profiles")
+    assert (c.key_format, c.value_format, c.compatibility) == ("string", "avro", "BACKWARD")
+    assert [v.id for v in c.value_schemas] == [1, 2]
+    assert [(f.name, f.type, f.nullable) for f in c.fields] == [
+        ("name", "string", False),
+        ("city", "string", True),
+        ("age", "int", True),
+        ("updated_at", "timestamp", False),
+        ("email", "string", True),
+    ]
+    assert c.event_time == "updated_at"
+
+
+AVRO = dedent(
+    """\
+    topic: t
+    event_time: at
+    key: {format: string, name: id}
+    value:
+      format: avro
+      schemas:
+        - id: 1
+          file: t/v1.avsc
+    stream: {name: t_stream}
+    expectations:
+      silver:
+        - {name: name_given, expect: not_null, column: name, severity: quarantine}
+        - {name: sane_at, expect: between, column: offset, min: 0, severity: warn}
+      gold:
+        - {name: one_row_per_id, expect: unique, column: id, table: t_latest, severity: fail}
+    tables:
+      - {name: t_latest, kind: latest}
+    """
+)
+V1 = {
+    "type": "record",
+    "name": "T",
+    "fields": [
+        {"name": "name", "type": "string"},
+        {"name": "at", "type": {"type": "long", "logicalType": "timestamp-millis"}},
+    ],
+}
+
+
+def _avro_dir(tmp_path: Path, schema: object = V1) -> Path:
+    (tmp_path / "t").mkdir(exist_ok=True)
+    (tmp_path / "t" / "v1.avsc").write_text(json.dumps(schema))
+    return _write(tmp_path, AVRO)
+
+
+def test_avro_contract_reads_schema_files_beside_it(tmp_path: Path) -> None:
+    c = load_contract(_avro_dir(tmp_path))
+    assert [f.name for f in c.fields] == ["name", "at"]
+    assert [(e.layer, e.name, e.severity) for e in c.expectations] == [
+        ("silver", "name_given", "quarantine"),
+        ("silver", "sane_at", "warn"),
+        ("gold", "one_row_per_id", "fail"),
+    ]
+    assert c.expectations_of("gold")[0].table == "t_latest"
+    assert c.expectations_of("silver")[1].param("min") == 0
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "where", "problem"),
+    [
+        ("file: t/v1.avsc", "file: t/v9.avsc", "value.schemas[0].file", "cannot read"),
+        ("file: t/v1.avsc", "file: ../v1.avsc", "value.schemas[0].file", "does not match"),
+        ("file: t/v1.avsc", "file: /etc/v1.avsc", "value.schemas[0].file", "does not match"),
+        (
+            "format: avro",
+            "format: avro\n  fields: [{name: a, type: long}]",
+            "value",
+            "'fields' is not allowed with format 'avro'",
+        ),
+        ("key: {format: string, name: id}", "key: {format: avro, name: id}", "key", "'schemas'"),
+        ("key: {format: string, name: id}", "key: {format: json, name: id}", "key", "'type'"),
+        ("event_time: at", "event_time: nope", "event_time", "no value field named 'nope'"),
+        ("event_time: at", "event_time: name", "event_time", "must be a timestamp or a long"),
+        ("event_time: at", "compatibility: SOMETIMES", "compatibility", "is not one of"),
+        (
+            "column: name, severity",
+            "column: nope, severity",
+            "expectations.silver[0].column",
+            "no column 'nope' in silver",
+        ),
+        (
+            "table: t_latest, severity",
+            "table: nope, severity",
+            "expectations.gold[0].table",
+            "no table named 'nope'",
+        ),
+        (
+            "table: t_latest, severity: fail",
+            "table: t_latest, severity: quarantine",
+            "expectations.gold[0].severity",
+            "gold tables have no quarantine",
+        ),
+        (
+            "column: offset, min: 0,",
+            "column: offset, min: 5, max: 1,",
+            "expectations.silver[1].min",
+            "min 5 is greater than max 1",
+        ),
+        (
+            "expect: between, column: offset, min: 0,",
+            "expect: match_regex, column: name, pattern: '(',",
+            "expectations.silver[1].pattern",
+            "not a valid regular expression",
+        ),
+        (
+            "expect: between, column: offset, min: 0,",
+            "expect: between, column: offset,",
+            "expectations.silver[1]",
+            "is not valid under any of the given schemas",
+        ),
+        ("severity: warn", "severity: panic", "expectations.silver[1].severity", "is not one of"),
+    ],
+)
+def test_broken_avro_contract_names_file_path_and_problem(
+    tmp_path: Path, old: str, new: str, where: str, problem: str
+) -> None:
+    assert old in AVRO
+    path = _avro_dir(tmp_path)
+    path.write_text(AVRO.replace(old, new))
+    with pytest.raises(ContractError) as info:
+        load_contract(path)
+    assert (info.value.path, str(path)) == (where, info.value.source)
+    assert problem in info.value.problem
+
+
+def test_invalid_or_unsupported_avro_schemas_are_refused(tmp_path: Path) -> None:
+    with pytest.raises(ContractError, match="not a valid Avro schema") as info:
+        load_contract(
+            _avro_dir(tmp_path, {"type": "record", "name": "T", "fields": [{"name": "a"}]})
+        )
+    assert info.value.path == "value.schemas[0]"
+    nested = {
+        **V1,
+        "fields": [*V1["fields"], {"name": "tags", "type": {"type": "array", "items": "string"}}],
+    }
+    with pytest.raises(ContractError, match="array"):
+        load_contract(_avro_dir(tmp_path, nested))
+    reserved = {**V1, "fields": [*V1["fields"], {"name": "offset", "type": "long"}]}
+    with pytest.raises(ContractError, match="reserved for stream metadata"):
+        load_contract(_avro_dir(tmp_path, reserved))
+
+
+def test_schema_list_must_follow_the_compatibility_mode(tmp_path: Path) -> None:
+    path = _avro_dir(tmp_path)
+    v2 = {**V1, "fields": [*V1["fields"], {"name": "required_now", "type": "string"}]}
+    (tmp_path / "t" / "v2.avsc").write_text(json.dumps(v2))
+    text = AVRO.replace("file: t/v1.avsc", "file: t/v1.avsc\n    - id: 2\n      file: t/v2.avsc")
+    path.write_text(text)
+    with pytest.raises(ContractError, match="schema id 2 breaks BACKWARD compatibility") as info:
+        load_contract(path)
+    assert info.value.path == "value.schemas[1]"
+    path.write_text("compatibility: FORWARD\n" + text)
+    assert [v.id for v in load_contract(path).value_schemas] == [1, 2]
+    path.write_text(text.replace("- id: 2", "- id: 1"))
+    with pytest.raises(ContractError, match="schema id 1 is listed twice"):
+        load_contract(path)

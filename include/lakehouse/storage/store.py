@@ -550,6 +550,13 @@ class DeltaStore:
         _check_readable(dt, path)
         if _applied(dt, txn):
             return WriteResult(False, dt.version())
+        if insert_when and not dt.file_uris():
+            # Nothing to match in an empty table, so rows failing ``insert_when`` are no-ops.
+            # Filter them here: delta-rs 1.6 (with the change feed on) turns such a row into
+            # an all-null insert that then fails the key's NOT NULL check.
+            from pyspark.sql import functions as F
+
+            source = source.alias("s").filter(F.expr(insert_when)).select(*source.columns)
         data = source.toArrow()
         predicate = " AND ".join(f"t.{k} = s.{k}" for k in on)
         builder = dt.merge(

@@ -1,0 +1,219 @@
+"""Silver streams end to end: bronze -> silver with quarantine, incremental reads, schema
+evolution through the registry, and the shipped Avro topic."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from textwrap import dedent
+from typing import Any
+
+import pytest
+from deltalake import DeltaTable
+
+from lakehouse.config import Settings
+from lakehouse.contracts import Catalog
+from lakehouse.errors import SchemaEvolutionError
+from lakehouse.landing import Producer, Record
+from lakehouse.pipeline import run
+from lakehouse.storage import read_arrow
+
+pytestmark = pytest.mark.integration
+
+CONTRACT = dedent(
+    """\
+    topic: orders
+    partitions: 2
+    key: {format: string, name: order_id}
+    value:
+      format: json
+      fields:
+        - {name: customer, type: string, nullable: false}
+        - {name: amount, type: long}
+    stream: {name: orders_stream}
+    """
+)
+
+
+@pytest.fixture
+def lake(tmp_path: Path) -> Settings:
+    contracts = tmp_path / "contracts"
+    contracts.mkdir()
+    (contracts / "orders.yaml").write_text(CONTRACT)
+    return Settings.from_env(tmp_path / "home", contracts)
+
+
+def _produce(settings: Settings, values: list[bytes | None], start: int = 0) -> None:
+    Producer(settings, "orders", 2).send_batch(
+        Record(f"o{start + i}".encode(), v) for i, v in enumerate(values)
+    )
+
+
+def _run(
+    spark: Any, settings: Settings, layers: tuple[str, ...] = ("bronze", "silver")
+) -> list[str]:
+    lines: list[str] = []
+    run(spark, settings, Catalog.load(settings.contracts_dir), layers=layers, echo=lines.append)  # type: ignore[arg-type]
+    return lines
+
+
+def _source_versions(path: Path) -> list[list[int]]:
+    return [
+        json.loads(c["lakehouse.source"])["versions"]
+        for c in reversed(DeltaTable(str(path)).history())
+        if "lakehouse.source" in c
+    ]
+
+
+def test_ten_thousand_bad_among_ninety_thousand_good(spark: Any, lake: Settings) -> None:
+    kinds = [
+        (b"{broken", "value is not valid JSON"),
+        (
+            b'{"customer": "c", "amount": "12"}',
+            "field 'amount' should be a long, found a JSON string",
+        ),
+        (b'{"amount": 5}', "required field 'customer' is missing or null"),
+        (b"[]", "value is a JSON array, not an object"),
+        (b'{"customer": 7}', "field 'customer' should be a string, found a JSON bigint"),
+    ]
+    values: list[bytes | None] = []
+    for i in range(100_000):
+        if i % 10 == 9:
+            values.append(kinds[(i // 10) % len(kinds)][0])
+        else:
+            values.append(json.dumps({"customer": f"c{i % 97}", "amount": i}).encode())
+    _produce(lake, values)
+    _run(spark, lake)
+
+    silver = read_arrow(lake.silver_path("orders_stream"))
+    bad = read_arrow(lake.quarantine_path("silver", "orders_stream"))
+    assert (silver.num_rows, bad.num_rows) == (90_000, 10_000)
+    reasons: dict[str, int] = {}
+    for r in bad.column("reason").to_pylist():
+        reasons[r] = reasons.get(r, 0) + 1
+    assert reasons == {text: 2_000 for _, text in kinds}
+    # good + quarantined == input, each record exactly once
+    keys = silver.column("order_id").to_pylist() + [
+        k.decode() for k in bad.column("key").to_pylist()
+    ]
+    assert sorted(keys) == sorted(f"o{i}" for i in range(100_000))
+    assert sum(silver.column("amount").to_pylist()) == sum(i for i in range(100_000) if i % 10 != 9)
+
+
+def test_incremental_runs_read_only_new_bronze_versions(spark: Any, lake: Settings) -> None:
+    _produce(lake, [b'{"customer": "a", "amount": 1}'] * 3)
+    _run(spark, lake)
+    bronze_v1 = DeltaTable(str(lake.bronze_path("orders"))).version()
+    _produce(lake, [b'{"customer": "b", "amount": 2}'] * 2, start=3)
+    _run(spark, lake, ("bronze",))
+    _produce(lake, [b'{"customer": "c", "amount": 3}'], start=5)
+    _run(spark, lake, ("bronze",))
+    bronze_v3 = DeltaTable(str(lake.bronze_path("orders"))).version()
+    lines = _run(spark, lake, ("silver",))
+    assert f"bronze versions {bronze_v1 + 1}..{bronze_v3} committed: 3 records" in lines[0]
+    silver = lake.silver_path("orders_stream")
+    assert _source_versions(silver) == [[0, bronze_v1], [bronze_v1 + 1, bronze_v3]]
+    assert sorted(read_arrow(silver).column("customer").to_pylist()) == ["a"] * 3 + ["b"] * 2 + [
+        "c"
+    ]
+    assert "no new versions" in _run(spark, lake, ("silver",))[0]
+
+
+def test_an_added_optional_field_adds_a_column_without_rewriting_history(
+    spark: Any, lake: Settings
+) -> None:
+    _produce(lake, [b'{"customer": "a", "amount": 1}'] * 2)
+    _run(spark, lake)
+    silver = lake.silver_path("orders_stream")
+    files_before = set(DeltaTable(str(silver)).file_uris())
+
+    contract = lake.contracts_dir / "orders.yaml"
+    contract.write_text(
+        CONTRACT.replace(
+            "{name: amount, type: long}",
+            "{name: amount, type: long}\n    - {name: coupon, type: string}",
+        )
+    )
+    _produce(lake, [b'{"customer": "b", "amount": 2, "coupon": "X1"}'], start=2)
+    _run(spark, lake)
+
+    table = read_arrow(silver).to_pylist()
+    assert sorted((r["customer"], r["coupon"]) for r in table) == [
+        ("a", None),
+        ("a", None),
+        ("b", "X1"),
+    ]
+    dt = DeltaTable(str(silver))
+    assert files_before <= set(dt.file_uris())  # the old files are still the old rows
+    operations = [c["operation"] for c in dt.history()]
+    assert "DELETE" not in operations and "MERGE" not in operations
+    registered = json.loads((lake.registry_root / "orders" / "value" / "v000002.json").read_text())
+    assert registered["columns"] == {"customer": "string", "amount": "long", "coupon": "string"}
+    assert "coupon" in registered["contract_text"]
+
+    # A field dropped later stays as a column (null from then on); history keeps its values.
+    contract.write_text(
+        CONTRACT.replace(
+            "    - {name: amount, type: long}\n", "    - {name: coupon, type: string}\n"
+        )
+    )
+    _produce(lake, [b'{"customer": "c", "coupon": "Y"}'], start=3)
+    _run(spark, lake)
+    rows = {r["customer"]: r for r in read_arrow(silver).to_pylist()}
+    assert (rows["b"]["amount"], rows["c"]["amount"], rows["c"]["coupon"]) == (2, None, "Y")
+
+
+def test_a_breaking_contract_is_refused_before_any_data_moves(spark: Any, lake: Settings) -> None:
+    _produce(lake, [b'{"customer": "a", "amount": 1}'])
+    _run(spark, lake)
+    versions = {
+        p: DeltaTable(str(p)).version()
+        for p in (lake.bronze_path("orders"), lake.silver_path("orders_stream"))
+    }
+    contract = lake.contracts_dir / "orders.yaml"
+    contract.write_text(
+        CONTRACT.replace(
+            "{name: amount, type: long}",
+            "{name: amount, type: long}\n    - {name: region, type: string, nullable: false}",
+        )
+    )
+    _produce(lake, [b'{"customer": "b", "amount": 2, "region": "eu"}'], start=1)
+    with pytest.raises(SchemaEvolutionError) as info:
+        _run(spark, lake)
+    assert info.value.source == str(contract)
+    assert "region" in info.value.problem and "BACKWARD" in info.value.problem
+    assert {p: DeltaTable(str(p)).version() for p in versions} == versions
+
+
+def test_shipped_avro_topic_through_silver_and_gold(spark: Any, settings: Settings) -> None:
+    from lakehouse import samples
+
+    contract = Catalog.load(settings.contracts_dir).topic("user-profiles")
+    samples.produce_seed(settings, contract)
+    lines: list[str] = []
+    run(
+        spark,
+        settings,
+        Catalog.load(settings.contracts_dir),
+        topics=["user-profiles"],
+        echo=lines.append,
+    )
+    silver = read_arrow(settings.silver_path("user_profile_changes")).to_pylist()
+    assert len(silver) == len(samples.SAMPLE_PROFILES)
+    assert not settings.quarantine_path("silver", "user_profile_changes").exists()
+    old = [
+        r for r in silver if r["username"] == "bob" and r["email"] is None and not r["tombstone"]
+    ]
+    assert len(old) == 2  # written with schema id 1 (no email) and with id 2 (email null)
+    latest = {r["username"]: r for r in read_arrow(settings.gold_path("user_profiles")).to_pylist()}
+    assert sorted(latest) == ["alice", "bob"]  # carol's account was deleted (tombstone)
+    assert (latest["alice"]["city"], latest["alice"]["email"]) == ("Berlin", "alice@example.org")
+    updates = {
+        r["username"]: r for r in read_arrow(settings.gold_path("user_profile_updates")).to_pylist()
+    }
+    assert (
+        updates["alice"]["updates"],
+        updates["alice"]["min_age"],
+        updates["alice"]["max_age"],
+    ) == (2, 34, 35)
+    assert updates["carol"]["updates"] == 1  # the tombstone is not an update

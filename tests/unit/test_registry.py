@@ -1,0 +1,222 @@
+"""The schema registry: each contract version kept, compatibility modes enforced before data
+moves, schema ids immutable, column types and wire formats fixed."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from textwrap import dedent
+from typing import Any
+
+import pytest
+import yaml
+
+from lakehouse.contracts import Contract, parse_contract
+from lakehouse.errors import ContractError, SchemaEvolutionError
+from lakehouse.registry import SchemaRegistry
+
+
+def _json_contract(fields: list[dict[str, Any]], mode: str = "BACKWARD", **extra: Any) -> Contract:
+    doc = {
+        "topic": "t",
+        "compatibility": mode,
+        "key": {"format": "string", "name": "id"},
+        "value": {"format": "json", "fields": fields},
+        "stream": {"name": "t_stream"},
+        **extra,
+    }
+    return parse_contract(doc, "t.yaml")
+
+
+def _avro_contract(schemas: list[tuple[int, dict[str, Any]]], mode: str = "BACKWARD") -> Contract:
+    doc = {
+        "topic": "t",
+        "compatibility": mode,
+        "key": {"format": "string", "name": "id"},
+        "value": {"format": "avro", "schemas": [{"id": i, "schema": s} for i, s in schemas]},
+        "stream": {"name": "t_stream"},
+    }
+    return parse_contract(doc, "t.yaml")
+
+
+def _record(*fields: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "record", "name": "V", "fields": list(fields)}
+
+
+A = {"name": "a", "type": "long"}
+B_OPTIONAL = {"name": "b", "type": ["null", "string"], "default": None}
+
+
+@pytest.fixture
+def registry(tmp_path: Path) -> SchemaRegistry:
+    return SchemaRegistry(tmp_path / "registry")
+
+
+def test_first_contract_registers_version_one_then_nothing_changes(
+    registry: SchemaRegistry,
+) -> None:
+    c = _json_contract([{"name": "a", "type": "long"}])
+    added = registry.register(c)
+    assert [(v.subject, v.version) for v in added] == [("key", 1), ("value", 1)]
+    assert registry.register(c) == []
+    (value,) = registry.versions("t", "value")
+    assert value.state.columns == {"a": "long"}
+    assert value.compatibility == "BACKWARD"
+
+
+def test_each_contract_version_is_kept_with_its_text(tmp_path: Path) -> None:
+    registry = SchemaRegistry(tmp_path / "registry")
+    path = tmp_path / "t.yaml"
+    v1 = dedent(
+        """\
+        topic: t
+        key: {format: string, name: id}
+        value: {format: json, fields: [{name: a, type: long}]}
+        stream: {name: t_stream}
+        """
+    )
+    path.write_text(v1)
+    from lakehouse.contracts import load_contract
+
+    registry.register(load_contract(path))
+    v2 = v1.replace("{name: a, type: long}", "{name: a, type: long}, {name: b, type: string}")
+    path.write_text(v2)
+    registry.register(load_contract(path))
+    versions = registry.versions("t", "value")
+    assert [v.version for v in versions] == [1, 2]
+    assert [v.contract_text for v in versions] == [v1, v2]
+    assert versions[1].state.columns == {"a": "long", "b": "string"}
+
+
+@pytest.mark.parametrize(
+    ("mode", "change", "accepted"),
+    [
+        # Adding an optional field: old data reads with null (BACKWARD), old readers ignore it.
+        ("BACKWARD", "add_optional", True),
+        ("FORWARD", "add_optional", True),
+        ("FULL", "add_optional", True),
+        # Adding a required field: the new schema cannot read old data.
+        ("BACKWARD", "add_required", False),
+        ("FORWARD", "add_required", True),
+        ("FULL", "add_required", False),
+        ("NONE", "add_required", True),
+        # Removing a required field: old readers cannot read new data.
+        ("BACKWARD", "remove_required", True),
+        ("FORWARD", "remove_required", False),
+        ("FULL", "remove_required", False),
+        ("NONE", "remove_required", True),
+    ],
+)
+def test_json_contract_evolution_by_mode(
+    registry: SchemaRegistry, mode: str, change: str, accepted: bool
+) -> None:
+    base = [{"name": "a", "type": "long", "nullable": False}, {"name": "z", "type": "string"}]
+    registry.register(_json_contract(base, mode))
+    new = {
+        "add_optional": [*base, {"name": "b", "type": "string"}],
+        "add_required": [*base, {"name": "b", "type": "string", "nullable": False}],
+        "remove_required": base[1:],
+    }[change]
+    contract = _json_contract(new, mode)
+    if accepted:
+        assert [v.version for v in registry.register(contract)] == [2]
+    else:
+        with pytest.raises(SchemaEvolutionError) as info:
+            registry.register(contract)
+        assert info.value.path == "value"
+        assert f"under compatibility {mode}" in info.value.problem
+        assert "/fields/" in info.value.problem  # the offending field's location
+        assert [v.version for v in registry.versions("t", "value")] == [1]
+
+
+def test_transitive_modes_check_every_older_version(registry: SchemaRegistry) -> None:
+    # v1 writes colours RED and GREEN; v2 drops the field; v3 brings it back, optional, with
+    # RED only. v3 reads v2's data (the field defaults to null) but not v1's (GREEN).
+    colour = {"type": "enum", "name": "Colour", "symbols": ["RED", "GREEN"]}
+    v1 = _record(A, {"name": "colour", "type": colour})
+    v2 = _record(A)
+    red_only = {"type": "enum", "name": "Colour", "symbols": ["RED"]}
+    v3 = _record(A, {"name": "colour", "type": ["null", red_only], "default": None})
+
+    plain = SchemaRegistry(registry.root / "plain")
+    plain.register(_avro_contract([(1, v1)]))
+    plain.register(_avro_contract([(2, v2)]))
+    assert [v.version for v in plain.register(_avro_contract([(3, v3)]))] == [3]
+
+    registry.register(_avro_contract([(1, v1)], "BACKWARD_TRANSITIVE"))
+    registry.register(_avro_contract([(2, v2)], "BACKWARD_TRANSITIVE"))
+    with pytest.raises(SchemaEvolutionError) as info:
+        registry.register(_avro_contract([(3, v3)], "BACKWARD_TRANSITIVE"))
+    assert "cannot read enum 'Colour'" in info.value.problem
+    assert [v.version for v in registry.versions("t", "value")] == [1, 2]
+
+    # A contract that lists all three ids is refused at load time, before any registry.
+    with pytest.raises(ContractError, match="schema id 3 breaks BACKWARD_TRANSITIVE"):
+        _avro_contract([(1, v1), (2, v2), (3, v3)], "BACKWARD_TRANSITIVE")
+    assert _avro_contract([(1, v1), (2, v2), (3, v3)], "BACKWARD").value_schemas[-1].id == 3
+
+
+def test_schema_ids_are_immutable(registry: SchemaRegistry) -> None:
+    registry.register(_avro_contract([(1, _record(A))]))
+    changed = _record(A, B_OPTIONAL)  # compatible, but under the same id
+    with pytest.raises(SchemaEvolutionError, match="schema id 1 was registered in version 1"):
+        registry.register(_avro_contract([(1, changed)]))
+    assert [
+        v.version for v in registry.register(_avro_contract([(1, _record(A)), (2, changed)]))
+    ] == [2]
+
+
+def test_column_type_change_is_refused_even_when_avro_allows_it(
+    registry: SchemaRegistry,
+) -> None:
+    registry.register(_avro_contract([(1, _record({"name": "a", "type": "int"}))]))
+    with pytest.raises(SchemaEvolutionError, match="column 'a' would change type from int to long"):
+        registry.register(
+            _avro_contract([(1, _record({"name": "a", "type": "int"})), (2, _record(A))])
+        )
+
+
+def test_format_change_needs_mode_none(registry: SchemaRegistry) -> None:
+    registry.register(_json_contract([{"name": "a", "type": "long", "nullable": False}]))
+    with pytest.raises(SchemaEvolutionError, match="format changes from json to avro"):
+        registry.register(_avro_contract([(1, _record(A))]))
+    assert [v.version for v in registry.register(_avro_contract([(1, _record(A))], "NONE"))] == [2]
+
+
+def test_key_schema_is_a_subject_too(registry: SchemaRegistry) -> None:
+    doc: dict[str, Any] = yaml.safe_load(
+        dedent(
+            """\
+            topic: t
+            key: {format: json, name: id, type: long}
+            value: {format: json, fields: [{name: a, type: long}]}
+            stream: {name: t_stream}
+            """
+        )
+    )
+    registry.register(parse_contract(doc, "t.yaml"))
+    doc["key"]["type"] = "string"
+    with pytest.raises(SchemaEvolutionError) as info:
+        registry.register(parse_contract(doc, "t.yaml"))
+    assert info.value.path == "key"
+    assert "column 'id' would change type from long to string" in info.value.problem
+
+
+def test_concurrent_registration_takes_one_version(registry: SchemaRegistry) -> None:
+    registry.register(_json_contract([{"name": "a", "type": "long"}]))
+    new = _json_contract([{"name": "a", "type": "long"}, {"name": "b", "type": "string"}])
+    errors: list[BaseException] = []
+
+    def go() -> None:
+        try:
+            registry.register(new)
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=go) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert [v.version for v in registry.versions("t", "value")] == [1, 2]
