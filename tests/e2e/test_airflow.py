@@ -4,6 +4,7 @@ through `airflow dags test` (SparkSubmitOperator -> spark-submit -> jobs/run_lay
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -67,6 +68,12 @@ def test_dag_folder_parses_without_heavy_imports(settings: Settings) -> None:
         "gold.user_latest_location",
         "gold.user_location_counts",
     ]
+    profiles = result["dags"]["pipeline__user-profiles"]["tasks"]
+    assert profiles["silver"]["outlets"] == ["silver.user_profile_changes"]
+    assert sorted(profiles["gold"]["outlets"]) == [
+        "gold.user_profile_updates",
+        "gold.user_profiles",
+    ]
 
 
 def test_pipeline_dag_runs_through_airflow(settings: Settings) -> None:
@@ -102,4 +109,23 @@ def test_pipeline_dag_runs_through_airflow(settings: Settings) -> None:
     assert [json.loads(x) for x in shown.stdout.splitlines()] == [
         {"username": "alice", "location": "Berlin"},
         {"username": "bob", "location": "Lima"},
+    ]
+
+
+def test_avro_pipeline_dag_runs_through_airflow(settings: Settings) -> None:
+    """The Avro topic under spark-submit: fastavro decodes in Spark's Python workers."""
+    assert _lakehouse(settings, "sample", "--topic", "user-profiles").returncode == 0
+    migrate = _lakehouse(settings, "airflow", "db", "migrate")
+    assert migrate.returncode == 0, migrate.stderr[-3000:]
+    run = _lakehouse(settings, "airflow", "dags", "test", "pipeline__user-profiles", timeout=900)
+    log = run.stdout + run.stderr
+    assert run.returncode == 0, log[-5000:]
+    summary = r"silver user_profile_changes: bronze versions \d+\.\.\d+ committed: 6 records"
+    assert re.search(summary + ", 0 quarantined", log), log[-5000:]
+    shown = _lakehouse(settings, "show", "user_profiles", "--format", "json")
+    assert shown.returncode == 0, shown.stderr
+    rows = [json.loads(x) for x in shown.stdout.splitlines()]
+    assert [(r["username"], r["city"], r["email"]) for r in rows] == [
+        ("alice", "Berlin", "alice@example.org"),
+        ("bob", "Lima", None),
     ]
