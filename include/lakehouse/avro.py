@@ -19,7 +19,6 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 import fastavro
-import pyarrow as pa
 from fastavro.read import SchemaResolutionError
 from fastavro.types import Schema
 
@@ -28,6 +27,8 @@ from lakehouse import contracts
 from lakehouse.errors import ContractError
 
 if TYPE_CHECKING:
+    import pyarrow as pa
+
     from lakehouse.contracts import Field, FieldType
 
 ParsedSchema: TypeAlias = Schema
@@ -51,14 +52,22 @@ _SUPPORTED = (
     "string, int, long, float, double, boolean, enum or a long with logical type "
     "timestamp-millis/-micros, optionally in a union with null"
 )
-_ARROW_TYPES: dict[str, pa.DataType] = {
-    "string": pa.string(),
-    "int": pa.int32(),
-    "long": pa.int64(),
-    "double": pa.float64(),
-    "boolean": pa.bool_(),
-    "timestamp": pa.timestamp("us", tz="UTC"),
-}
+
+
+def _arrow_type(kind: str) -> pa.DataType:
+    """The Arrow type of a column type (pyarrow is imported here, not at contract load)."""
+    import pyarrow as pa
+
+    return {
+        "string": pa.string(),
+        "int": pa.int32(),
+        "long": pa.int64(),
+        "double": pa.float64(),
+        "boolean": pa.bool_(),
+        "timestamp": pa.timestamp("us", tz="UTC"),
+    }[kind]
+
+
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 _REASON_LIMIT = 300  # exception texts can embed whole schemas; a reason should stay readable
 
@@ -454,6 +463,8 @@ class WireDecoder:
     _SOURCE = "<Avro wire decoder>"
 
     def __init__(self, writers: Mapping[int, Any], reader: Any, fields: Sequence[Field]) -> None:
+        import pyarrow as pa
+
         if not writers:
             raise ValueError("a WireDecoder needs at least one writer schema")
         self.fields = tuple(fields)
@@ -488,7 +499,7 @@ class WireDecoder:
                     self._scales.setdefault(column, {})[schema_id] = 1000
         self._known_ids = ", ".join(str(i) for i in sorted(writers))
         self._arrow_fields = [
-            pa.field(f.name, _ARROW_TYPES[f.type], nullable=f.nullable) for f in self.fields
+            pa.field(f.name, _arrow_type(f.type), nullable=f.nullable) for f in self.fields
         ]
 
     def _check_fields(self, reader: Any) -> None:
@@ -503,19 +514,23 @@ class WireDecoder:
     @property
     def arrow_type(self) -> pa.DataType:
         """The type ``decode`` (a struct) or ``decode_key`` (a scalar) returns."""
+        import pyarrow as pa
+
         if self.scalar is not None:
-            return _ARROW_TYPES[self.scalar]
+            return _arrow_type(self.scalar)
         return pa.struct(self._arrow_fields)
 
     def decode(self, values: pa.Array) -> tuple[pa.StructArray, pa.StringArray]:
         """Decode a binary array of values: (one struct row per value, reason or null)."""
+        import pyarrow as pa
+
         if self.scalar is not None:
             raise TypeError("this decoder reads scalar (key) schemas: use decode_key")
         decoded, reasons = self._decode(values)
         children = [
             pa.array(
                 [None if row is None else row[f.name] for row in decoded],
-                type=_ARROW_TYPES[f.type],
+                type=_arrow_type(f.type),
             )
             for f in self.fields
         ]
@@ -525,15 +540,17 @@ class WireDecoder:
 
     def decode_key(self, values: pa.Array) -> tuple[pa.Array, pa.StringArray]:
         """Decode a binary array of keys: (one typed value per key, reason or null)."""
+        import pyarrow as pa
+
         if self.scalar is None:
             raise TypeError("this decoder reads record schemas: use decode")
         decoded, reasons = self._decode(values)
-        return pa.array(decoded, type=_ARROW_TYPES[self.scalar]), pa.array(
-            reasons, type=pa.string()
-        )
+        return pa.array(decoded, type=_arrow_type(self.scalar)), pa.array(reasons, type=pa.string())
 
     def _decode(self, values: pa.Array) -> tuple[list[Any], list[str | None]]:
         """One pass over the batch: (record dict / scalar / None per row, reason per row)."""
+        import pyarrow as pa
+
         kind = values.type
         if not (
             pa.types.is_binary(kind)

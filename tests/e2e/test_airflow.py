@@ -17,7 +17,7 @@ from lakehouse.storage import changes_arrow, read_arrow
 
 pytestmark = pytest.mark.e2e
 
-HEAVY = ("pyspark", "deltalake", "great_expectations", "polars")
+HEAVY = ("pyspark", "deltalake", "great_expectations", "polars", "pyarrow")
 
 INSPECT_DAGS = Path(__file__).with_name("inspect_dags.py")
 
