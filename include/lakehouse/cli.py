@@ -198,7 +198,7 @@ def _sort(table: pa.Table, first: Sequence[str]) -> pa.Table:
 def _table_path(settings: Settings, catalog: Catalog, name: str) -> tuple[Path, list[str]]:
     layer, bare, contract = catalog.resolve_table(name)
     if layer == "gold":
-        return settings.gold_path(bare), [contract.key_name]
+        return settings.gold_path(bare), [contract.table_key(contract.table(bare))]
     if layer == "silver":
         return settings.silver_path(bare), ["partition", "offset"]
     return settings.bronze_path(bare), ["partition", "offset"]
@@ -220,7 +220,10 @@ def show(
     if as_of is not None:
         ms = parse_timestamp(int(as_of) if as_of.isdigit() else as_of, "--as-of")
         when = datetime.fromtimestamp((ms or 0) / 1000, tz=UTC)
-    render(_sort(read_arrow(path, version, when), order), fmt, sys.stdout)
+    table = read_arrow(path, version, when)
+    # Columns named __* are aggregation state (e.g. an average's sum and count), not results.
+    table = table.select([c for c in table.column_names if not c.startswith("__")])
+    render(_sort(table, order), fmt, sys.stdout)
     return 0
 
 

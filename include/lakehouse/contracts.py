@@ -32,7 +32,9 @@ from jsonschema.exceptions import ValidationError
 from lakehouse.errors import ContractError, UnknownTableError, UnknownTopicError
 
 FieldType = Literal["string", "long", "int", "double", "boolean", "timestamp"]
-AggFn = Literal["count", "sum", "min", "max"]
+AggFn = Literal["count", "sum", "min", "max", "avg"]
+# Aggregations a table source can take back when a key's value changes (KGroupedTable's subtractor).
+SUBTRACTABLE = frozenset({"count", "sum", "avg"})
 KeyFormat = Literal["string", "json", "avro"]
 ValueFormat = Literal["json", "avro", "string"]
 Severity = Literal["warn", "quarantine", "fail"]
@@ -99,12 +101,20 @@ class Expectation:
 
 @dataclass(frozen=True)
 class TableSpec:
-    """A gold table: an aggregated stream (KTable)."""
+    """A gold table: an aggregated stream (KTable).
+
+    An ``aggregate`` groups by the record key, or re-keys by a value field (``group_by``). Its
+    ``source`` is the ``stream`` (every event counts, KGroupedStream) or the stream read as a
+    ``table`` (only each key's latest value counts: an update takes back the old value and adds
+    the new one, KGroupedTable).
+    """
 
     name: str
     kind: Literal["latest", "aggregate"]
     aggregations: tuple[Aggregation, ...] = ()
     description: str = ""
+    group_by: str | None = None
+    source: Literal["stream", "table"] = "stream"
 
 
 @dataclass(frozen=True)
@@ -157,10 +167,14 @@ class Contract:
     def expectations_of(self, layer: str) -> tuple[Expectation, ...]:
         return tuple(e for e in self.expectations if e.layer == layer)
 
+    def table_key(self, spec: TableSpec) -> str:
+        """The key column of a gold table: the record key, or the field it is re-keyed by."""
+        return spec.group_by or self.key_name
+
     def table_columns(self, spec: TableSpec) -> tuple[str, ...]:
         if spec.kind == "latest":
             return self.columns
-        return (self.key_name, *(a.name for a in spec.aggregations))
+        return (self.table_key(spec), *(a.name for a in spec.aggregations))
 
     def field(self, name: str) -> Field:
         for f in self.fields:
@@ -240,6 +254,8 @@ def parse_contract(document: Any, source: str = "<memory>", base: Path | None = 
             name=t["name"],
             kind=t["kind"],
             description=t.get("description", ""),
+            group_by=t.get("group_by"),
+            source=t.get("source", "stream"),
             aggregations=tuple(
                 Aggregation(name=a["name"], fn=a["fn"], field=a.get("field"))
                 for a in t.get("aggregations", [])
@@ -421,7 +437,22 @@ def _check_tables(c: Contract, columns: list[str]) -> None:
         if t.name in seen:
             raise ContractError(c.source, f"tables[{ti}].name", f"table {t.name!r} declared twice")
         seen.add(t.name)
-        out_names: set[str] = {c.key_name}
+        if t.group_by is not None and t.group_by not in columns[1:]:
+            raise ContractError(
+                c.source, f"tables[{ti}].group_by", f"no value field named {t.group_by!r}"
+            )
+        if t.source == "table":
+            for ai, a in enumerate(t.aggregations):
+                if a.fn not in SUBTRACTABLE:
+                    raise ContractError(
+                        c.source,
+                        f"tables[{ti}].aggregations[{ai}].fn",
+                        f"'{a.fn}' cannot aggregate a table: when a key's value changes the "
+                        "old value must be taken back, and only "
+                        + ", ".join(sorted(SUBTRACTABLE))
+                        + " can do that (as with Kafka Streams' KGroupedTable)",
+                    )
+        out_names: set[str] = {c.table_key(t)}
         for ai, a in enumerate(t.aggregations):
             where = f"tables[{ti}].aggregations[{ai}]"
             if a.name in out_names:
@@ -441,9 +472,9 @@ def _check_tables(c: Contract, columns: list[str]) -> None:
                 raise ContractError(
                     c.source, f"{where}.field", f"no value field named {a.field!r}"
                 ) from None
-            if a.fn == "sum" and f.type not in NUMERIC_TYPES:
+            if a.fn in {"sum", "avg"} and f.type not in NUMERIC_TYPES:
                 raise ContractError(
-                    c.source, f"{where}.field", f"cannot sum {a.field!r} of type {f.type}"
+                    c.source, f"{where}.field", f"cannot {a.fn} {a.field!r} of type {f.type}"
                 )
 
 

@@ -57,6 +57,11 @@ def topic_tables(settings: Settings, contract: Contract) -> list[tuple[Path, lis
         Consumer(f"gold.{t.name}", settings.gold_path(t.name), tables.source_app(contract))
         for t in contract.tables
     ]
+    states = [t.name for t in contract.tables if t.source == "table"]
+    gold_consumers += [
+        Consumer(f"state.{name}", settings.state_path(name), tables.source_app(contract))
+        for name in states
+    ]
     return [
         (
             settings.bronze_path(contract.topic),
@@ -64,6 +69,7 @@ def topic_tables(settings: Settings, contract: Contract) -> list[tuple[Path, lis
         ),
         (silver, gold_consumers),
         *((settings.gold_path(t.name), []) for t in contract.tables),
+        *((settings.state_path(name), []) for name in states),
         (settings.quarantine_path("bronze", contract.topic), []),
         (settings.quarantine_path("silver", contract.stream), []),
     ]

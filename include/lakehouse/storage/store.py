@@ -550,14 +550,10 @@ class DeltaStore:
         _check_readable(dt, path)
         if _applied(dt, txn):
             return WriteResult(False, dt.version())
-        if insert_when and not dt.file_uris():
-            # Nothing to match in an empty table, so rows failing ``insert_when`` are no-ops.
-            # Filter them here: delta-rs 1.6 (with the change feed on) turns such a row into
-            # an all-null insert that then fails the key's NOT NULL check.
-            from pyspark.sql import functions as F
-
-            source = source.alias("s").filter(F.expr(insert_when)).select(*source.columns)
-        data = source.toArrow()
+        if insert_when:
+            data = _drop_unmatched_non_inserts(source, dt, on, insert_when)
+        else:
+            data = source.toArrow()
         predicate = " AND ".join(f"t.{k} = s.{k}" for k in on)
         builder = dt.merge(
             data,
@@ -575,6 +571,30 @@ class DeltaStore:
         except CommitFailedError as exc:
             raise ConcurrentWriteError(str(path), str(exc)) from None
         return WriteResult(True, self.version(path))
+
+
+def _drop_unmatched_non_inserts(
+    source: DataFrame, dt: DeltaTable, on: list[str], insert_when: str
+) -> pa.Table:
+    """The source as Arrow, without rows that fail ``insert_when`` and match no target row: they
+    would change nothing. delta-rs 1.6 (change feed on) mishandles them when the batch matches no
+    target row but inserts others: it writes an all-null row, which then fails the key's NOT NULL
+    check. Filtering them first keeps the merge's result and avoids the bug."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    from pyspark.sql import functions as F
+
+    flag = "__lakehouse_insertable"
+    data = source.alias("s").withColumn(flag, F.expr(insert_when)).toArrow()
+    insertable = pc.fill_null(data.column(flag), False)
+    if pc.all(insertable).as_py():
+        return data.drop_columns([flag])
+    row = "__lakehouse_row"
+    data = data.append_column(row, pa.array(range(data.num_rows), pa.int64()))
+    target = dt.to_pyarrow_table(columns=on)
+    matched = data.select([*on, row]).join(target, keys=on, join_type="left semi").column(row)
+    keep = pc.or_(insertable, pc.is_in(data.column(row), value_set=matched.combine_chunks()))
+    return data.filter(keep).drop_columns([flag, row])
 
 
 def _activate(spark: SparkSession) -> None:
