@@ -73,6 +73,7 @@ def test_dag_folder_parses_without_heavy_imports(settings: Settings) -> None:
     assert sorted(profiles["gold"]["outlets"]) == [
         "gold.user_profile_updates",
         "gold.user_profiles",
+        "gold.users_per_city",
     ]
 
 

@@ -217,3 +217,8 @@ def test_shipped_avro_topic_through_silver_and_gold(spark: Any, settings: Settin
         updates["alice"]["max_age"],
     ) == (2, 34, 35)
     assert updates["carol"]["updates"] == 1  # the tombstone is not an update
+    cities = read_arrow(settings.gold_path("users_per_city")).to_pylist()
+    assert sorted((r["city"], r["users"], r["average_age"]) for r in cities) == [
+        ("Berlin", 1, 35.0),
+        ("Lima", 1, 27.0),
+    ]

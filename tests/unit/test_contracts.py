@@ -98,6 +98,30 @@ def test_valid_contract_parses(tmp_path: Path) -> None:
             "only allowed",
         ),
         (
+            "kind: aggregate\n",
+            "kind: aggregate\n    group_by: nope\n",
+            "tables[1].group_by",
+            "no value field named 'nope'",
+        ),
+        (
+            "{name: total, fn: sum, field: amount}",
+            "{name: total, fn: max, field: amount}\n    source: table\n    group_by: label",
+            "tables[1].aggregations[1].fn",
+            "only avg, count, sum can do that",
+        ),
+        (
+            "{name: t_latest, kind: latest}",
+            "{name: t_latest, kind: latest, group_by: label}",
+            "tables[0]",
+            "'group_by' is not allowed with kind 'latest'",
+        ),
+        (
+            "fn: sum, field: amount}",
+            "fn: avg, field: label}",
+            "tables[1].aggregations[1].field",
+            "cannot avg 'label'",
+        ),
+        (
             "stream: {name: t_stream}",
             "stream: {name: t_stream}\ncolour: red",
             "",
