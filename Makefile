@@ -78,6 +78,7 @@ BENCH_ROWS ?= 10000000
 bench: java ## Run the benchmarks (BENCH_ROWS=10000000); figures also in bench/results/
 	$(BIN)/python bench/storage.py --rows $(BENCH_ROWS)
 	$(BIN)/python bench/bronze.py --records $(BENCH_ROWS)
+	$(BIN)/python bench/silver.py --records $(BENCH_ROWS)
 
 .PHONY: lint
 lint: $(STAMP) ## ruff (lint + format check) and mypy
