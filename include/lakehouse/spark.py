@@ -28,6 +28,11 @@ def spark_conf(master: str, app_name: str) -> dict[str, str]:
         "spark.ui.showConsoleProgress": "false",
         "spark.ui.enabled": os.environ.get("LAKEHOUSE_SPARK_UI", "false"),
         "spark.driver.memory": os.environ.get("LAKEHOUSE_DRIVER_MEMORY", "2g"),
+        # HotSpot does not JIT-compile methods over 8000 bytes of bytecode; a whole-stage
+        # method larger than that (silver's decoding with its per-field diagnosis) would run
+        # interpreted, several times slower. Spark's documentation suggests this limit on
+        # HotSpot: larger stages fall back to smaller, compiled pieces.
+        "spark.sql.codegen.hugeMethodLimit": "8000",
     }
 
 

@@ -436,7 +436,15 @@ def build(spark: SparkSession, settings: Settings, contract: Contract) -> Silver
         return SilverResult(contract.stream, None)
 
     changes = store.changes(bronze_path, start, head).filter(F.col("_change_type") == "insert")
-    decoded = decode(changes, contract).cache()
+    decoded = decode(changes, contract)
+    # Cached once for both outputs; the raw bytes are kept for quarantined records only, since
+    # they are most of a record's size and good records do not need them.
+    bad_row = F.col("_reason").isNotNull()
+    decoded = decoded.select(
+        *(c for c in decoded.columns if c not in {"key", "value"}),
+        F.when(bad_row, F.col("key")).alias("key"),
+        F.when(bad_row, F.col("value")).alias("value"),
+    ).cache()
     good = _fit_to_table(store, silver_path, stream_rows(decoded, contract))
     bad = quarantine_rows(decoded)
     txn = Txn(source_app(contract), head)
