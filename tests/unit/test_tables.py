@@ -84,6 +84,10 @@ def test_sum_min_max_of_a_field(spark: Any) -> None:
 
 
 def test_combine_expressions_fold_partials() -> None:
-    assert _combine(Aggregation("n", "count")).endswith("ELSE t.n + s.n END")
-    assert "s.m < t.m" in _combine(Aggregation("m", "min", "x"))
-    assert "s.m > t.m" in _combine(Aggregation("m", "max", "x"))
+    assert _combine(Aggregation("n", "count"))["n"].endswith("ELSE t.n + s.n END")
+    assert "s.m < t.m" in _combine(Aggregation("m", "min", "x"))["m"]
+    assert "s.m > t.m" in _combine(Aggregation("m", "max", "x"))["m"]
+    avg = _combine(Aggregation("a", "avg", "x"))
+    assert sorted(avg) == ["__a_count", "__a_sum", "a"]
+    assert avg["__a_sum"].endswith("ELSE t.__a_sum + s.__a_sum END")
+    assert avg["a"].startswith("CASE WHEN (") and "THEN NULL ELSE" in avg["a"]
