@@ -29,6 +29,7 @@ import yaml
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError
 
+from lakehouse.config import LAYERS
 from lakehouse.errors import ContractError, UnknownTableError, UnknownTopicError
 
 FieldType = Literal["string", "long", "int", "double", "boolean", "timestamp"]
@@ -39,7 +40,6 @@ KeyFormat = Literal["string", "json", "avro"]
 ValueFormat = Literal["json", "avro", "string"]
 Severity = Literal["warn", "quarantine", "fail"]
 NUMERIC_TYPES = frozenset({"long", "int", "double"})
-LAYER_NAMES = ("bronze", "silver", "gold")
 
 # Columns every stream carries beside the contract's own; contract fields may not shadow them.
 STREAM_METADATA_COLUMNS = ("partition", "offset", "timestamp", "tombstone", "event_time")
@@ -70,6 +70,11 @@ class Aggregation:
     field: str | None = None
 
 
+def canonical_json(schema: Any) -> str:
+    """One text per schema, whatever its key order or spacing: what "the same schema" means."""
+    return json.dumps(schema, sort_keys=True, separators=(",", ":"))
+
+
 @dataclass(frozen=True)
 class SchemaVersion:
     """One Avro schema of a key or value, by its Confluent schema id."""
@@ -80,7 +85,7 @@ class SchemaVersion:
 
     @property
     def canonical(self) -> str:
-        return json.dumps(self.schema, sort_keys=True, separators=(",", ":"))
+        return canonical_json(self.schema)
 
 
 @dataclass(frozen=True)
@@ -345,7 +350,7 @@ def _value_fields(
 
 def _expectations(doc: dict[str, list[dict[str, Any]]]) -> tuple[Expectation, ...]:
     out = []
-    for layer in LAYER_NAMES:
+    for layer in LAYERS:
         for e in doc.get(layer, []):
             params = tuple(
                 (k, tuple(v) if isinstance(v, list) else v)
@@ -354,7 +359,7 @@ def _expectations(doc: dict[str, list[dict[str, Any]]]) -> tuple[Expectation, ..
             )
             out.append(
                 Expectation(
-                    layer=layer,  # type: ignore[arg-type]
+                    layer=layer,
                     name=e["name"],
                     expect=e["expect"],
                     severity=e["severity"],

@@ -35,15 +35,11 @@ from pathlib import Path
 from typing import Any, Literal
 
 from lakehouse.config import validate_topic_name
-from lakehouse.contracts import Contract
+from lakehouse.contracts import Contract, canonical_json
 from lakehouse.errors import SchemaEvolutionError
 
 Subject = Literal["key", "value"]
 SUBJECTS: tuple[Subject, ...] = ("key", "value")
-
-
-def _canonical(schema: Any) -> str:
-    return json.dumps(schema, sort_keys=True, separators=(",", ":"))
 
 
 @dataclass(frozen=True)
@@ -72,9 +68,9 @@ class SchemaState:
         )
 
     def same_as(self, other: SchemaState) -> bool:
-        return (self.format, _canonical(self.schema), self.ids, self.columns) == (
+        return (self.format, canonical_json(self.schema), self.ids, self.columns) == (
             other.format,
-            _canonical(other.schema),
+            canonical_json(other.schema),
             other.ids,
             other.columns,
         )
@@ -153,7 +149,7 @@ def evolution_problems(mode: str, new: SchemaState, history: list[RegisteredVers
             f"the format changes from {latest.format} to {new.format}; records already in "
             "bronze would no longer decode (allowed only under compatibility NONE)"
         )
-    if _canonical(new.schema) != _canonical(latest.schema):
+    if canonical_json(new.schema) != canonical_json(latest.schema):
         previous = [v.state.schema for v in history]
         try:
             problems += avro.check_compatibility(mode, new.schema, previous)

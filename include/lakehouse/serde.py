@@ -15,6 +15,7 @@ from typing import Any
 
 from lakehouse.contracts import Contract, SchemaVersion
 from lakehouse.errors import BadRecordError
+from lakehouse.landing import parse_timestamp
 
 
 def _pick(versions: tuple[SchemaVersion, ...], schema_id: int | None, what: str) -> SchemaVersion:
@@ -93,15 +94,10 @@ class Serializer:
 
 
 def _timestamp(value: Any, origin: str, name: str) -> Any:
-    """ISO-8601 text or epoch milliseconds, for an Avro timestamp field."""
-    if value is None or isinstance(value, bool):
+    """ISO-8601 text or epoch milliseconds (as the producer reads record timestamps), for an
+    Avro timestamp field; datetimes pass as they are."""
+    if value is None or isinstance(value, datetime):
         return value
-    if isinstance(value, int):
-        return datetime.fromtimestamp(value / 1000, tz=UTC)
-    if isinstance(value, str):
-        try:
-            parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
-        except ValueError:
-            raise BadRecordError(origin, f"field {name!r}: {value!r} is not a timestamp") from None
-        return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
-    return value
+    ms = parse_timestamp(value, f"{origin}: field {name!r}")
+    assert ms is not None
+    return datetime.fromtimestamp(ms / 1000, tz=UTC)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from lakehouse.config import Settings
@@ -24,7 +23,6 @@ if TYPE_CHECKING:
 
 TOMBSTONE = "tombstone"
 EVENT_TIME = "event_time"
-SOURCE_METADATA = ("partition", "offset", "timestamp")
 # Decoded values and the first decoding problem of each record, before the checks that follow.
 _V, _VALUE_ERROR, _K, _KEY_ERROR = "_v", "_value_error", "_k", "_key_error"
 _BRONZE_INPUT = ("key", "value", "topic", "partition", "offset", "timestamp")
@@ -386,20 +384,6 @@ def quarantine_rows(decoded: DataFrame) -> DataFrame:
     )
 
 
-def _fit_to_table(store: DeltaStore, path: Path, rows: DataFrame) -> DataFrame:
-    """Columns the stream had before but the contract dropped stay in silver, null from now on;
-    history is never rewritten."""
-    from pyspark.sql import functions as F
-
-    if store.version(path) is None:
-        return rows
-    have = set(rows.columns)
-    missing = [f for f in store.spark_schema(path) if f.name not in have]
-    return rows.select(
-        *rows.columns, *(F.lit(None).cast(f.dataType).alias(f.name) for f in missing)
-    )
-
-
 @dataclass
 class SilverResult:
     stream: str
@@ -423,9 +407,6 @@ def build(spark: SparkSession, settings: Settings, contract: Contract) -> Silver
     """Decode bronze versions not yet consumed into the silver stream (one micro-batch)."""
     from pyspark.sql import functions as F
 
-    from lakehouse.registry import SchemaRegistry
-
-    SchemaRegistry(settings.registry_root).register(contract)  # refuses a breaking contract
     store = DeltaStore(spark)
     bronze_path = settings.bronze_path(contract.topic)
     silver_path = settings.silver_path(contract.stream)
@@ -445,7 +426,7 @@ def build(spark: SparkSession, settings: Settings, contract: Contract) -> Silver
         F.when(bad_row, F.col("key")).alias("key"),
         F.when(bad_row, F.col("value")).alias("value"),
     ).cache()
-    good = _fit_to_table(store, silver_path, stream_rows(decoded, contract))
+    good = stream_rows(decoded, contract)
     bad = quarantine_rows(decoded)
     txn = Txn(source_app(contract), head)
     meta = {"lakehouse.source": {"table": f"bronze.{contract.topic}", "versions": [start, head]}}
@@ -455,7 +436,8 @@ def build(spark: SparkSession, settings: Settings, contract: Contract) -> Silver
             bad, settings.quarantine_path("silver", contract.stream), txn=txn, metadata=meta
         )
     n_good = good.count()
-    # The registry has allowed the contract's schema: new optional fields become new columns.
+    # The registry (checked when the job started) has allowed the contract's schema: new
+    # optional fields become new columns; columns the contract dropped are written as nulls.
     result = store.write(good, silver_path, txn=txn, metadata=meta, schema_mode="add_columns")
     decoded.unpersist()
     return SilverResult(contract.stream, (start, head), n_good, n_bad, result.committed)
