@@ -24,13 +24,14 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         settings = Settings.from_env()
-        contract = Catalog.load(settings.contracts_dir).topic(args.topic)
+        catalog = Catalog.load(settings.contracts_dir)
+        contract = catalog.topic(args.topic)
     except LakehouseError as exc:  # bad configuration fails before Spark starts
         print(f"error: {exc}", file=sys.stderr)
         return 2
     spark = get_session(app_name=f"lakehouse-{args.layer}-{args.topic}")
     try:
-        for line in run_layer(spark, settings, contract, args.layer):
+        for line in run_layer(spark, settings, contract, args.layer, catalog):
             print(line, flush=True)
     finally:
         spark.stop()

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO, cast
 
 from lakehouse.config import LAYERS, Layer, Settings
-from lakehouse.contracts import Catalog, Contract
+from lakehouse.contracts import Catalog, Contract, TableSpec
 from lakehouse.errors import BadRecordError, ConfigError, LakehouseError
 from lakehouse.landing import Producer, Record, record_from_json_line
 from lakehouse.storage.maintenance import DEFAULT_RETENTION_HOURS
@@ -196,9 +196,13 @@ def _sort(table: pa.Table, first: Sequence[str]) -> pa.Table:
 
 
 def _table_path(settings: Settings, catalog: Catalog, name: str) -> tuple[Path, list[str]]:
+    if name.startswith("late."):  # a windowed table's late records
+        bare = name.removeprefix("late.")
+        _, _, contract = catalog.resolve_table(bare)
+        return settings.late_path(bare), ["partition", "offset"]
     layer, bare, contract = catalog.resolve_table(name)
     if layer == "gold":
-        return settings.gold_path(bare), [contract.table_key(contract.table(bare))]
+        return settings.gold_path(bare), list(contract.table_key_columns(contract.table(bare)))
     if layer == "silver":
         return settings.silver_path(bare), ["partition", "offset"]
     return settings.bronze_path(bare), ["partition", "offset"]
@@ -211,20 +215,71 @@ def show(
     fmt: str,
     version: int | None = None,
     as_of: str | None = None,
+    at_event_time: str | None = None,
 ) -> int:
-    from lakehouse.landing import parse_timestamp
     from lakehouse.storage import read_arrow
 
     path, order = _table_path(settings, catalog, name)
-    when = None
-    if as_of is not None:
-        ms = parse_timestamp(int(as_of) if as_of.isdigit() else as_of, "--as-of")
-        when = datetime.fromtimestamp((ms or 0) / 1000, tz=UTC)
-    table = read_arrow(path, version, when)
+    if at_event_time is not None:
+        table = _at_event_time(settings, catalog, name, _instant(at_event_time, "--at-event-time"))
+    else:
+        when = None if as_of is None else _instant(as_of, "--as-of")
+        table = read_arrow(path, version, when)
     # Columns named __* are aggregation state (e.g. an average's sum and count), not results.
     table = table.select([c for c in table.column_names if not c.startswith("__")])
     render(_sort(table, order), fmt, sys.stdout)
     return 0
+
+
+def _instant(text: str, flag: str) -> datetime:
+    from lakehouse.landing import parse_timestamp
+
+    ms = parse_timestamp(int(text) if text.isdigit() else text, flag)
+    return datetime.fromtimestamp((ms or 0) / 1000, tz=UTC)
+
+
+def _gold(catalog: Catalog, name: str) -> tuple[Contract, TableSpec]:
+    layer, bare, contract = catalog.resolve_table(name)
+    if layer != "gold":
+        raise LakehouseError(f"{name} is a {layer} table; this works on gold tables only")
+    return contract, contract.table(bare)
+
+
+def _at_event_time(settings: Settings, catalog: Catalog, name: str, when: datetime) -> pa.Table:
+    from lakehouse.rebuild import at_event_time
+    from lakehouse.spark import get_session
+
+    contract, spec = _gold(catalog, name)
+    spark = get_session(settings.spark_master, app_name="lakehouse-at-event-time")
+    return at_event_time(spark, settings, catalog, contract, spec, when)
+
+
+def refresh(settings: Settings, catalog: Catalog, name: str, from_version: int | None) -> int:
+    from lakehouse.rebuild import refresh as rebuild
+    from lakehouse.spark import get_session
+
+    contract, spec = _gold(catalog, name)
+    spark = get_session(settings.spark_master, app_name="lakehouse-refresh")
+    print(rebuild(spark, settings, catalog, contract, spec, from_version).summary())
+    return 0
+
+
+def restore(settings: Settings, catalog: Catalog, name: str, target: str | None) -> int:
+    """Rebuild a gold table from its changelog into a new table and compare the two."""
+    from lakehouse.rebuild import restore as replay
+    from lakehouse.spark import get_session
+    from lakehouse.storage import read_arrow
+
+    contract, spec = _gold(catalog, name)
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
+    path = Path(target) if target else settings.home / "restored" / f"{spec.name}-{stamp}"
+    spark = get_session(settings.spark_master, app_name="lakehouse-restore")
+    rows = replay(spark, settings, contract, spec, path.resolve())
+    keys = list(contract.table_key_columns(spec))
+    same = _sort(read_arrow(path), keys).equals(_sort(read_arrow(settings.gold_path(name)), keys))
+    print(f"restored {rows} rows of gold {name} from its changelog into {path}")
+    print(f"equal to the table: {'yes' if same else 'NO'}")
+    return 0 if same else 1
 
 
 def changes(settings: Settings, catalog: Catalog, name: str, start: int, fmt: str) -> int:
@@ -344,9 +399,27 @@ def build_parser() -> argparse.ArgumentParser:
             when = s.add_mutually_exclusive_group()
             when.add_argument("--version", type=int, help="time travel to a table version")
             when.add_argument("--as-of", help="time travel to a time (ISO-8601 or epoch ms)")
+            when.add_argument(
+                "--at-event-time",
+                help="gold: rebuild the table from the events with event time <= this",
+            )
         else:
             s.add_argument("--from-version", type=int, default=0)
         s.add_argument("--format", choices=("table", "json"), default="table")
+
+    sf = sub.add_parser(
+        "refresh", help="rebuild a gold table from its input (keeps history; changelog = diff)"
+    )
+    sf.add_argument("table")
+    sf.add_argument(
+        "--from-version",
+        type=int,
+        help="reprocess: put the table back to before this input version; the next run "
+        "re-reads from there",
+    )
+    so = sub.add_parser("restore", help="rebuild a gold table from its changelog alone")
+    so.add_argument("table")
+    so.add_argument("--to", help="the new table's folder (default: <home>/restored/<table>-<time>)")
 
     sm = sub.add_parser(
         "maintain", help="compact, vacuum (consumer-aware), checkpoint and clean table logs"
@@ -396,7 +469,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "run":
             return run_pipeline(settings, catalog, args.topic, cast(Layer | None, args.layer))
         if args.command == "show":
-            return show(settings, catalog, args.table, args.format, args.version, args.as_of)
+            return show(
+                settings,
+                catalog,
+                args.table,
+                args.format,
+                args.version,
+                args.as_of,
+                args.at_event_time,
+            )
+        if args.command == "refresh":
+            return refresh(settings, catalog, args.table, args.from_version)
+        if args.command == "restore":
+            return restore(settings, catalog, args.table, args.to)
         if args.command == "changes":
             return changes(settings, catalog, args.table, args.from_version, args.format)
         if args.command == "maintain":

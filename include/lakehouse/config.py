@@ -119,6 +119,10 @@ class Settings:
         """A gold table's own state (e.g. each source key's latest value, for table sources)."""
         return self._inside(self.tables_root / "state" / validate_table_name(table))
 
+    def late_path(self, table: str) -> Path:
+        """A windowed gold table's late-records side table: records whose window had closed."""
+        return self._inside(self.tables_root / "late" / validate_table_name(table))
+
     def quarantine_path(self, layer: Layer, name: str) -> Path:
         """Quarantine table beside a layer's table: bad records with their reason and origin."""
         checked = validate_topic_name(name) if layer == "bronze" else validate_table_name(name)

@@ -33,7 +33,9 @@ from lakehouse.config import LAYERS
 from lakehouse.errors import ContractError, UnknownTableError, UnknownTopicError
 
 FieldType = Literal["string", "long", "int", "double", "boolean", "timestamp"]
-AggFn = Literal["count", "sum", "min", "max", "avg"]
+AggFn = Literal[
+    "count", "sum", "min", "max", "avg", "count_distinct", "earliest", "latest", "collect"
+]
 # Aggregations a table source can take back when a key's value changes (KGroupedTable's subtractor).
 SUBTRACTABLE = frozenset({"count", "sum", "avg"})
 KeyFormat = Literal["string", "json", "avro"]
@@ -70,6 +72,21 @@ class Aggregation:
     field: str | None = None
 
 
+def aggregate_type(source: Contract, a: Aggregation) -> FieldType:
+    """The type of an aggregation's column (``collect`` is a list of its field's type, which has
+    no :data:`FieldType`; it is refused where a field type is needed)."""
+    if a.fn in {"count", "count_distinct"}:
+        return "long"
+    if a.fn == "avg":
+        return "double"
+    f = source.field(a.field or "")
+    if a.fn == "sum":
+        return "double" if f.type == "double" else "long"
+    if f.type == "int" and a.fn in {"min", "max", "earliest", "latest"}:
+        return "int"
+    return f.type
+
+
 def canonical_json(schema: Any) -> str:
     """One text per schema, whatever its key order or spacing: what "the same schema" means."""
     return json.dumps(schema, sort_keys=True, separators=(",", ":"))
@@ -104,6 +121,49 @@ class Expectation:
         return dict(self.params).get(name, default)
 
 
+WINDOW_START, WINDOW_END = "window_start", "window_end"
+_UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+def duration_ms(text: str) -> int:
+    """``5m`` -> 300000; the schema has already checked the form."""
+    number = text.rstrip("smhd")
+    return int(number) * _UNIT_MS[text[len(number) :]]
+
+
+@dataclass(frozen=True)
+class Window:
+    """An event-time window (Kafka Streams' TimeWindows and SessionWindows), in milliseconds.
+
+    Tumbling windows are hopping windows whose advance is their size. A record is late, and goes
+    to the table's late-records side table, once its window has closed: the window's end plus
+    the grace period is at or before the stream time (the largest event time seen so far).
+    """
+
+    type: Literal["tumbling", "hopping", "session"]
+    size_ms: int = 0
+    advance_ms: int = 0
+    gap_ms: int = 0
+    grace_ms: int = 0
+
+
+@dataclass(frozen=True)
+class Join:
+    """A join with another topic's stream or table (see the contract schema for the kinds)."""
+
+    type: Literal["stream-table", "table-table", "stream-stream"]
+    other: str  # the other topic
+    fields: tuple[str, ...]
+    how: Literal["inner", "left"] = "inner"
+    on: str | None = None  # this side's field matched against the other key; None: the key
+    prefix: str = ""
+    within_ms: int = 0
+
+    def column(self, field_name: str) -> str:
+        """The output column of one of the other side's fields."""
+        return self.prefix + field_name
+
+
 @dataclass(frozen=True)
 class TableSpec:
     """A gold table: an aggregated stream (KTable).
@@ -115,11 +175,14 @@ class TableSpec:
     """
 
     name: str
-    kind: Literal["latest", "aggregate"]
+    kind: Literal["latest", "aggregate", "join"]
     aggregations: tuple[Aggregation, ...] = ()
     description: str = ""
     group_by: str | None = None
     source: Literal["stream", "table"] = "stream"
+    window: Window | None = None
+    join: Join | None = None
+    changelog: str | None = None  # another table of the contract whose changelog is the input
 
 
 @dataclass(frozen=True)
@@ -172,14 +235,67 @@ class Contract:
     def expectations_of(self, layer: str) -> tuple[Expectation, ...]:
         return tuple(e for e in self.expectations if e.layer == layer)
 
+    def input(self, spec: TableSpec) -> Contract:
+        """The stream a table reads: the topic's stream, or another table's changelog read as a
+        stream (:meth:`changelog_stream`)."""
+        if spec.changelog is None:
+            return self
+        return self.changelog_stream(self.table(spec.changelog))
+
+    def changelog_stream(self, spec: TableSpec) -> Contract:
+        """A table turned back into a stream: its changelog, keyed by the table's key, with the
+        table's other columns as the value; a deleted row is a tombstone."""
+        source = self.input(spec)
+        key = self.table_key(spec)
+        if spec.kind == "latest":
+            key_type, fields = source.key_type, source.fields
+        else:
+            key_type = source.key_type if key == source.key_name else source.field(key).type
+            fields = tuple(
+                Field(a.name, aggregate_type(source, a), nullable=True) for a in spec.aggregations
+            )
+        return Contract(
+            topic=f"{self.topic}:{spec.name}",
+            partitions=1,
+            key_format="string",
+            key_name=key,
+            key_type=key_type,
+            value_format="json",
+            fields=fields,
+            stream=spec.name,
+            source=f"{self.source} (changelog of {spec.name})",
+        )
+
     def table_key(self, spec: TableSpec) -> str:
         """The key column of a gold table: the record key, or the field it is re-keyed by."""
-        return spec.group_by or self.key_name
+        return spec.group_by or self.input(spec).key_name
+
+    def table_key_columns(self, spec: TableSpec) -> tuple[str, ...]:
+        """The columns that identify a row of a gold table."""
+        if spec.window is not None:
+            return (self.table_key(spec), WINDOW_START, WINDOW_END)
+        if spec.join is not None and spec.join.type == "stream-table":
+            return ("partition", "offset")
+        if spec.join is not None and spec.join.type == "stream-stream":
+            j = spec.join
+            return ("partition", "offset", j.column("partition"), j.column("offset"))
+        return (self.table_key(spec),)
 
     def table_columns(self, spec: TableSpec) -> tuple[str, ...]:
+        """A gold table's visible columns (hidden state columns start with ``__``)."""
+        source = self.input(spec)
         if spec.kind == "latest":
-            return self.columns
-        return (self.table_key(spec), *(a.name for a in spec.aggregations))
+            return source.columns
+        if spec.join is not None:
+            j = spec.join
+            taken = tuple(j.column(f) for f in j.fields)
+            if j.type == "table-table":
+                return (*source.columns, *taken)
+            if j.type == "stream-table":
+                return (*source.columns, *taken, "partition", "offset", "timestamp", "event_time")
+            mine = ("partition", "offset", "event_time")
+            return (*source.columns, *taken, *mine, *(j.column(c) for c in mine))
+        return (*self.table_key_columns(spec), *(a.name for a in spec.aggregations))
 
     def field(self, name: str) -> Field:
         for f in self.fields:
@@ -216,7 +332,7 @@ def _describe(error: ValidationError) -> str:
             return "'aggregations' is only allowed on tables of kind 'aggregate'"
         if present:
             names = ", ".join(repr(k) for k in present)
-            for selector in ("format", "kind", "expect"):
+            for selector in ("format", "kind", "expect", "type"):
                 if selector in error.instance:
                     return f"{names} is not allowed with {selector} {error.instance[selector]!r}"
             return f"{names} is not allowed here"
@@ -261,6 +377,9 @@ def parse_contract(document: Any, source: str = "<memory>", base: Path | None = 
             description=t.get("description", ""),
             group_by=t.get("group_by"),
             source=t.get("source", "stream"),
+            window=_window(t.get("window")),
+            join=_join(t.get("join")),
+            changelog=t.get("changelog"),
             aggregations=tuple(
                 Aggregation(name=a["name"], fn=a["fn"], field=a.get("field"))
                 for a in t.get("aggregations", [])
@@ -292,6 +411,33 @@ def parse_contract(document: Any, source: str = "<memory>", base: Path | None = 
     )
     _check_semantics(contract)
     return contract
+
+
+def _window(doc: dict[str, Any] | None) -> Window | None:
+    if doc is None:
+        return None
+    size = duration_ms(doc["size"]) if "size" in doc else 0
+    return Window(
+        type=doc["type"],
+        size_ms=size,
+        advance_ms=duration_ms(doc["advance"]) if "advance" in doc else size,
+        gap_ms=duration_ms(doc["gap"]) if "gap" in doc else 0,
+        grace_ms=duration_ms(doc["grace"]) if "grace" in doc else 0,
+    )
+
+
+def _join(doc: dict[str, Any] | None) -> Join | None:
+    if doc is None:
+        return None
+    return Join(
+        type=doc["type"],
+        other=doc["with"],
+        fields=tuple(doc["fields"]),
+        how=doc.get("how", "inner"),
+        on=doc.get("on_field"),
+        prefix=doc.get("prefix", ""),
+        within_ms=duration_ms(doc["within"]) if "within" in doc else 0,
+    )
 
 
 def _schema_versions(
@@ -411,7 +557,7 @@ def _check_semantics(c: Contract) -> None:
             )
     if c.value_format == "avro" or c.key_format == "avro":
         _check_schema_chain(c)
-    _check_tables(c, columns)
+    _check_tables(c)
     _check_expectations(c)
 
 
@@ -436,51 +582,139 @@ def _check_schema_chain(c: Contract) -> None:
                 )
 
 
-def _check_tables(c: Contract, columns: list[str]) -> None:
+def _check_tables(c: Contract) -> None:
     seen: set[str] = set()
     for ti, t in enumerate(c.tables):
+        at = f"tables[{ti}]"
         if t.name in seen:
-            raise ContractError(c.source, f"tables[{ti}].name", f"table {t.name!r} declared twice")
+            raise ContractError(c.source, f"{at}.name", f"table {t.name!r} declared twice")
+        if t.changelog is not None:
+            _check_changelog_source(c, t, seen, at)
         seen.add(t.name)
-        if t.group_by is not None and t.group_by not in columns[1:]:
-            raise ContractError(
-                c.source, f"tables[{ti}].group_by", f"no value field named {t.group_by!r}"
-            )
+        source = c.input(t)
+        values = [f.name for f in source.fields]
+        if t.group_by is not None and t.group_by not in values:
+            raise ContractError(c.source, f"{at}.group_by", f"no value field named {t.group_by!r}")
+        if t.window is not None:
+            _check_window(c, t, at)
+        if t.join is not None:
+            if t.join.on is not None and t.join.on not in values:
+                raise ContractError(
+                    c.source, f"{at}.join.on_field", f"no value field named {t.join.on!r}"
+                )
+            continue
         if t.source == "table":
             for ai, a in enumerate(t.aggregations):
                 if a.fn not in SUBTRACTABLE:
                     raise ContractError(
                         c.source,
-                        f"tables[{ti}].aggregations[{ai}].fn",
+                        f"{at}.aggregations[{ai}].fn",
                         f"'{a.fn}' cannot aggregate a table: when a key's value changes the "
                         "old value must be taken back, and only "
                         + ", ".join(sorted(SUBTRACTABLE))
                         + " can do that (as with Kafka Streams' KGroupedTable)",
                     )
-        out_names: set[str] = {c.table_key(t)}
+        out_names: set[str] = set(c.table_key_columns(t))
         for ai, a in enumerate(t.aggregations):
-            where = f"tables[{ti}].aggregations[{ai}]"
-            if a.name in out_names:
+            where = f"{at}.aggregations[{ai}]"
+            if a.name in out_names or a.name.startswith("__"):
                 raise ContractError(c.source, f"{where}.name", f"column {a.name!r} already exists")
             out_names.add(a.name)
-            if a.fn == "count":
-                if a.field is not None and a.field not in columns[1:]:
-                    raise ContractError(
-                        c.source, f"{where}.field", f"no value field named {a.field!r}"
-                    )
+            if a.fn == "count" and a.field is None:
                 continue
             if a.field is None:
                 raise ContractError(c.source, where, f"'{a.fn}' needs a 'field' to aggregate")
-            try:
-                f = c.field(a.field)
-            except KeyError:
-                raise ContractError(
-                    c.source, f"{where}.field", f"no value field named {a.field!r}"
-                ) from None
+            if a.field not in values:
+                raise ContractError(c.source, f"{where}.field", f"no value field named {a.field!r}")
+            f = source.field(a.field)
             if a.fn in {"sum", "avg"} and f.type not in NUMERIC_TYPES:
                 raise ContractError(
                     c.source, f"{where}.field", f"cannot {a.fn} {a.field!r} of type {f.type}"
                 )
+
+
+def _check_changelog_source(c: Contract, t: TableSpec, earlier: set[str], at: str) -> None:
+    """A table read as a stream must be an earlier, plainly keyed table of the same contract."""
+    name = t.changelog
+    if name not in earlier:
+        raise ContractError(
+            c.source,
+            f"{at}.changelog",
+            f"no earlier table named {name!r} in this contract (a changelog source must be "
+            "declared before the tables that read it)",
+        )
+    src = c.table(name or "")
+    if src.window is not None or src.join is not None:
+        raise ContractError(
+            c.source,
+            f"{at}.changelog",
+            f"{name!r} is a {'windowed' if src.window else 'join'} table; only latest and plain "
+            "aggregate tables can be read as a stream",
+        )
+    if any(a.fn == "collect" for a in src.aggregations):
+        raise ContractError(
+            c.source,
+            f"{at}.changelog",
+            f"{name!r} has a 'collect' column (a list), which a stream cannot carry",
+        )
+
+
+def _check_join(catalog: Catalog, c: Contract, t: TableSpec, at: str) -> None:
+    """A join's other side must exist, have the fields taken, and a key of the matching type."""
+    j = t.join
+    assert j is not None
+    try:
+        other = catalog.topic(j.other)
+    except UnknownTopicError:
+        raise ContractError(
+            c.source, f"{at}.with", f"no contract for topic {j.other!r} (known: {catalog.topics})"
+        ) from None
+    known = [f.name for f in other.fields]
+    for fi, name in enumerate(j.fields):
+        if name not in known:
+            raise ContractError(
+                c.source, f"{at}.fields[{fi}]", f"topic {j.other!r} has no value field {name!r}"
+            )
+    mine = c.key_type if j.on is None else c.field(j.on).type
+    if mine != other.key_type:
+        raise ContractError(
+            c.source,
+            f"{at}.on_field" if j.on else at,
+            f"{j.on or c.key_name!r} is {mine} but topic {j.other!r} is keyed by {other.key_type}",
+        )
+    if j.type == "stream-stream" and not j.prefix:
+        raise ContractError(
+            c.source,
+            f"{at}.prefix",
+            "a stream-stream join needs a prefix: both sides have partition, offset and event_time",
+        )
+    columns = c.table_columns(t)
+    for name in columns:
+        if columns.count(name) > 1:
+            raise ContractError(
+                c.source,
+                f"{at}.fields",
+                f"column {name!r} would appear twice in {t.name!r}; set a 'prefix' for the "
+                "columns taken from the other side",
+            )
+
+
+def _check_window(c: Contract, t: TableSpec, at: str) -> None:
+    w = t.window
+    assert w is not None
+    if t.source != "stream":
+        raise ContractError(
+            c.source,
+            f"{at}.window",
+            "windows aggregate a stream; a table source cannot be windowed (as in Kafka Streams, "
+            "where only KGroupedStream has windowedBy)",
+        )
+    if w.type == "hopping" and w.advance_ms > w.size_ms:
+        raise ContractError(
+            c.source,
+            f"{at}.window.advance",
+            "a hopping window cannot advance by more than its size",
+        )
 
 
 def _check_expectations(c: Contract) -> None:
@@ -587,7 +821,12 @@ class Catalog:
                         c.source, kind, f"name {name!r} is already used by {owners[name]}"
                     )
                 owners[name] = c.source
-        return cls(contracts)
+        catalog = cls(contracts)
+        for c in contracts:
+            for ti, t in enumerate(c.tables):
+                if t.join is not None:
+                    _check_join(catalog, c, t, f"tables[{ti}].join")
+        return catalog
 
     def __iter__(self) -> Iterator[Contract]:
         return iter(self.contracts)

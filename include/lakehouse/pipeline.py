@@ -17,19 +17,24 @@ if TYPE_CHECKING:
 
 
 def run_layer(
-    spark: SparkSession, settings: Settings, contract: Contract, layer: Layer
+    spark: SparkSession,
+    settings: Settings,
+    contract: Contract,
+    layer: Layer,
+    catalog: Catalog | None = None,
 ) -> list[str]:
     """Run one layer of one topic; return one summary line per table written.
 
     The contract's schemas are checked against the topic's registered versions first, so a
     contract that breaks its compatibility mode stops every layer before any data moves.
+    ``catalog`` resolves the other topic of a gold join.
     """
     SchemaRegistry(settings.registry_root).register(contract)
     if layer == "bronze":
         return [bronze.ingest(spark, settings, contract).summary()]
     if layer == "silver":
         return [streams.build(spark, settings, contract).summary()]
-    return [r.summary() for r in tables.build(spark, settings, contract)]
+    return [r.summary() for r in tables.build(spark, settings, contract, catalog)]
 
 
 def run(
@@ -46,30 +51,45 @@ def run(
     ordered = [layer for layer in LAYERS if layer in layers]
     for contract in contracts:
         for layer in ordered:
-            for line in run_layer(spark, settings, contract, layer):
+            for line in run_layer(spark, settings, contract, layer, catalog):
                 echo(line)
 
 
-def topic_tables(settings: Settings, contract: Contract) -> list[tuple[Path, list[Consumer]]]:
-    """Every table of a topic's pipeline with the consumers reading its change feed."""
-    silver = settings.silver_path(contract.stream)
-    gold_consumers = [
-        Consumer(f"gold.{t.name}", settings.gold_path(t.name), tables.source_app(contract))
-        for t in contract.tables
-    ]
-    states = [t.name for t in contract.tables if t.source == "table"]
-    gold_consumers += [
-        Consumer(f"state.{name}", settings.state_path(name), tables.source_app(contract))
-        for name in states
-    ]
+def topic_tables(
+    settings: Settings, contract: Contract, catalog: Catalog | None = None
+) -> list[tuple[Path, list[Consumer]]]:
+    """Every table of a topic's pipeline with the consumers reading its change feed (a gold
+    table reads the stream, another table's changelog, or for a join the other topic's stream
+    too; its private state tables read what it reads)."""
+    readers: dict[Path, list[Consumer]] = {
+        settings.bronze_path(contract.topic): [
+            Consumer(
+                f"silver.{contract.stream}",
+                settings.silver_path(contract.stream),
+                streams.source_app(contract),
+            )
+        ],
+        settings.silver_path(contract.stream): [],
+    }
+    owned: list[Path] = []
+    for spec in contract.tables:
+        out = tables.outputs(settings, spec)
+        source = tables.input_path(settings, contract, spec)
+        app = tables.input_app(contract, spec)
+        feeds = [(source, app)]
+        if spec.join is not None and catalog is not None:
+            other = catalog.topic(spec.join.other)
+            feeds.append((settings.silver_path(other.stream), tables.source_app(other)))
+        # The gold table always; its state and late-record tables once they exist (a consumer
+        # without a position would keep the whole history from being vacuumed).
+        private = [out.state, *sorted(out.state.parent.glob(f"{out.state.name}__*")), out.late]
+        for path in [out.gold, *(p for p in private if (p / "_delta_log").is_dir())]:
+            owned.append(path)
+            for feed, feed_app in feeds:
+                readers.setdefault(feed, []).append(Consumer(f"gold.{spec.name}", path, feed_app))
+    listed = [*readers.items(), *((p, []) for p in owned if p not in readers)]
     return [
-        (
-            settings.bronze_path(contract.topic),
-            [Consumer(f"silver.{contract.stream}", silver, streams.source_app(contract))],
-        ),
-        (silver, gold_consumers),
-        *((settings.gold_path(t.name), []) for t in contract.tables),
-        *((settings.state_path(name), []) for name in states),
+        *listed,
         (settings.quarantine_path("bronze", contract.topic), []),
         (settings.quarantine_path("silver", contract.stream), []),
     ]
@@ -89,7 +109,7 @@ def maintain_topics(
     contracts = [catalog.topic(t) for t in topics] if topics else list(catalog)
     reports = []
     for contract in contracts:
-        for path, consumers in topic_tables(settings, contract):
+        for path, consumers in topic_tables(settings, contract, catalog):
             if not (path / "_delta_log").is_dir():
                 continue
             report = maintain(

@@ -68,6 +68,9 @@ class Txn:
 
     app_id: str
     version: int
+    # Set the app's position even when ``version`` is not newer: a reprocess that moves a
+    # consumer back to an earlier source version. Never treated as already applied.
+    rewind: bool = False
 
 
 @dataclass(frozen=True)
@@ -108,22 +111,36 @@ def _check_readable(dt: DeltaTable, path: Path) -> None:
         )
 
 
-def _applied(dt: DeltaTable, txn: Txn | None) -> bool:
-    """Whether ``txn`` (or a later version of its app) is already in the table.
+def _txns(txn: Txn | Sequence[Txn] | None) -> list[Txn]:
+    if txn is None:
+        return []
+    return [txn] if isinstance(txn, Txn) else list(txn)
+
+
+def _applied(dt: DeltaTable, txn: Txn | Sequence[Txn] | None) -> bool:
+    """Whether ``txn`` (or a later version of its app) is already in the table; with several
+    (a job consuming several sources), whether every one of them is.
 
     delta-rs records app transactions but does not refuse a repeated version by itself.
     """
-    if txn is None:
+    txns = _txns(txn)
+    if not txns or any(t.rewind for t in txns):
         return False
-    done = dt.transaction_version(txn.app_id)
-    return done is not None and done >= txn.version
+    for t in txns:
+        done = dt.transaction_version(t.app_id)
+        if done is None or done < t.version:
+            return False
+    return True
 
 
-def _commit_properties(txn: Txn | None, metadata: Mapping[str, Any] | None) -> Any:
+def _commit_properties(
+    txn: Txn | Sequence[Txn] | None, metadata: Mapping[str, Any] | None
+) -> Any:
     from deltalake import CommitProperties, Transaction
 
+    txns = [Transaction(app_id=t.app_id, version=t.version) for t in _txns(txn)]
     return CommitProperties(
-        app_transactions=[Transaction(app_id=txn.app_id, version=txn.version)] if txn else None,
+        app_transactions=txns or None,
         custom_metadata=_metadata_strings(metadata) or None,
     )
 
@@ -534,14 +551,19 @@ class DeltaStore:
         insert: Mapping[str, str],
         delete_when: str | None = None,
         insert_when: str | None = None,
-        txn: Txn | None = None,
+        delete_unmatched: bool = False,
+        update_when: str | None = None,
+        txn: Txn | Sequence[Txn] | None = None,
         metadata: Mapping[str, Any] | None = None,
     ) -> WriteResult:
         """Upsert ``source`` (one row per key) into the table as one commit.
 
         ``update`` and ``insert`` map target columns to SQL expressions over ``s`` (source) and
         ``t`` (target); ``delete_when`` deletes matched rows where it holds (tombstones), and
-        ``insert_when`` restricts which unmatched source rows are inserted. The change feed gets
+        ``insert_when`` restricts which unmatched source rows are inserted; ``delete_unmatched``
+        deletes every target row the source does not have (the source is then the whole table,
+        as in a full refresh); ``update_when`` restricts which matched rows are updated. Several ``txn`` may be given, one per source consumed. The
+        change feed gets
         ``update_preimage``/``update_postimage`` pairs and ``delete`` rows.
         """
         from deltalake.exceptions import CommitFailedError
@@ -564,8 +586,10 @@ class DeltaStore:
         )
         if delete_when:
             builder = builder.when_matched_delete(delete_when)
-        builder = builder.when_matched_update(dict(update))
+        builder = builder.when_matched_update(dict(update), predicate=update_when)
         builder = builder.when_not_matched_insert(dict(insert), predicate=insert_when)
+        if delete_unmatched:
+            builder = builder.when_not_matched_by_source_delete()
         try:
             builder.execute()
         except CommitFailedError as exc:
