@@ -157,7 +157,7 @@ VALUES = st.one_of(
 )
 
 
-@hsettings(max_examples=4, deadline=None, suppress_health_check=list(HealthCheck))
+@hsettings(max_examples=2, deadline=None, suppress_health_check=list(HealthCheck))
 @given(
     history=st.lists(st.tuples(KEYS, VALUES), min_size=1, max_size=9),
     cuts=st.lists(st.integers(1, 8), max_size=2, unique=True),

@@ -184,3 +184,27 @@ def test_schemas_lists_versions_and_checks_contracts(
     assert _run(monkeypatch, ["schemas", "--check", "--topic", "user-profiles"]) == 0
     out = capsys.readouterr().out
     assert "user-profiles value [BACKWARD]: v1 (avro, " in out and "-> unchanged" in out
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["refresh", "silver.user_locations"], "is a silver table; this works on gold tables only"),
+        (["restore", "bronze.user-locations"], "is a bronze table; this works on gold tables only"),
+        (["show", "user_places", "--at-event-time", "silver.x"], "--at-event-time"),
+        (["refresh", "nope"], "unknown table 'nope'"),
+    ],
+)
+def test_rebuild_commands_refuse_bad_arguments_before_spark_starts(
+    settings: Settings,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    argv: list[str],
+    message: str,
+) -> None:
+    def no_spark(*_args: object, **_kwargs: object) -> None:
+        raise AssertionError("Spark must not start for a bad argument")
+
+    monkeypatch.setattr("lakehouse.spark.get_session", no_spark)
+    assert _run(monkeypatch, argv) == 1
+    assert message in capsys.readouterr().err
