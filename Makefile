@@ -11,7 +11,8 @@ STAMP := $(VENV)/.installed
 
 export LAKEHOUSE_HOME ?= $(CURDIR)/.lakehouse
 LAKEHOUSE := $(BIN)/lakehouse
-DEMO_DAGS := pipeline__user-locations pipeline__user-profiles
+# user-profiles first: user-locations' joins read the profiles stream.
+DEMO_DAGS := pipeline__user-profiles pipeline__user-locations
 
 .PHONY: help
 help: ## Show this help
@@ -60,6 +61,8 @@ demo: java ## Produce the sample events, run both sample pipeline DAGs once thro
 	@$(LAKEHOUSE) show user_latest_location
 	@echo; echo "gold table user_location_counts (locations visited per user):"
 	@$(LAKEHOUSE) show user_location_counts
+	@echo; echo "gold table user_places (distinct places, first, last and the trail):"
+	@$(LAKEHOUSE) show user_places
 	@echo; echo "gold table user_profiles (current profile per user; Avro topic, schema ids 1 and 2):"
 	@$(LAKEHOUSE) show user_profiles
 	@echo; echo "registered schema versions:"

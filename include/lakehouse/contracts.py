@@ -682,6 +682,13 @@ def _check_join(catalog: Catalog, c: Contract, t: TableSpec, at: str) -> None:
             f"{at}.on_field" if j.on else at,
             f"{j.on or c.key_name!r} is {mine} but topic {j.other!r} is keyed by {other.key_type}",
         )
+    if j.type == "stream-stream" and j.how == "left":
+        raise ContractError(
+            c.source,
+            f"{at}.how",
+            "a stream-stream join is inner only: Kafka emits a left join's unmatched events once "
+            "their window has closed, which needs a grace period not declared here",
+        )
     if j.type == "stream-stream" and not j.prefix:
         raise ContractError(
             c.source,

@@ -49,8 +49,10 @@ def run(
     """Run the given layers (in pipeline order) for the given topics (all when empty)."""
     contracts = [catalog.topic(t) for t in topics] if topics else list(catalog)
     ordered = [layer for layer in LAYERS if layer in layers]
-    for contract in contracts:
-        for layer in ordered:
+    # Layer by layer across topics: a gold join then sees the other topic's stream as of this
+    # run, not as of the previous one.
+    for layer in ordered:
+        for contract in contracts:
             for line in run_layer(spark, settings, contract, layer, catalog):
                 echo(line)
 

@@ -25,7 +25,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from lakehouse import tables
 from lakehouse.config import Settings
@@ -130,8 +130,18 @@ def _fold(
         insert={c: f"s.{c}" for c in rebuilt.columns},
         delete_unmatched=True,
         txn=_rewinds(store, scratch, apps),
-        metadata={"lakehouse.refresh": {"from": str(scratch.name)}},
+        metadata={**_carried_metadata(scratch), "lakehouse.refresh": {"rebuilt": True}},
     )
+
+
+def _carried_metadata(scratch: Path) -> dict[str, Any]:
+    """The rebuilt table's newest ``lakehouse.*`` commit metadata (its position, a windowed
+    table's stream time): the real table's next micro-batch reads it from the refresh commit."""
+    from deltalake import DeltaTable
+
+    history = DeltaTable(str(scratch)).history(1)
+    newest = history[0] if history else {}
+    return {k: v for k, v in newest.items() if k.startswith("lakehouse.")}
 
 
 def _replace(store: DeltaStore, scratch: Path, real: Path, apps: list[str]) -> None:

@@ -463,6 +463,7 @@ def test_windows_joins_and_changelog_sources_parse(tmp_path: Path) -> None:
         ("{type: table-table, with: u, fields: [label]}", "join.fields", "would appear twice"),
         ("{type: stream-table, with: u, on_field: amount, fields: [label], prefix: u_}", "join.on_field", "is long"),
         ("{type: stream-stream, with: u, fields: [label], within: 1m}", "join.prefix", "needs a prefix"),
+        ("{type: stream-stream, with: u, fields: [label], within: 1m, how: left, prefix: u_}", "join.how", "inner only"),
         ("{type: stream-table, with: u, fields: [label], within: 1m}", "tables[2].join", "'within' is not allowed with type 'stream-table'"),
     ],
 )  # fmt: skip
