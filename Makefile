@@ -63,6 +63,10 @@ demo: java ## Produce the sample events, run both sample pipeline DAGs once thro
 	@$(LAKEHOUSE) show user_location_counts
 	@echo; echo "gold table user_places (distinct places, first, last and the trail):"
 	@$(LAKEHOUSE) show user_places
+	@echo; echo "gold table user_sessions (session windows per user, 2 minutes of inactivity):"
+	@$(LAKEHOUSE) show user_sessions
+	@echo; echo "gold table checkins_with_profile (each check-in with the profile as of its time):"
+	@$(LAKEHOUSE) show checkins_with_profile
 	@echo; echo "gold table user_profiles (current profile per user; Avro topic, schema ids 1 and 2):"
 	@$(LAKEHOUSE) show user_profiles
 	@echo; echo "registered schema versions:"

@@ -122,6 +122,8 @@ class Expectation:
 
 
 WINDOW_START, WINDOW_END = "window_start", "window_end"
+# What a windowed table's late-records side table adds to the stream's columns.
+WINDOW_LATE_COLUMNS = (WINDOW_START, WINDOW_END, "stream_time", "reason")
 _UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 
 
@@ -721,6 +723,14 @@ def _check_window(c: Contract, t: TableSpec, at: str) -> None:
             c.source,
             f"{at}.window.advance",
             "a hopping window cannot advance by more than its size",
+        )
+    taken = {*WINDOW_LATE_COLUMNS} & {f.name for f in c.input(t).fields}
+    if taken:
+        raise ContractError(
+            c.source,
+            f"{at}.window",
+            f"value field(s) {sorted(taken)} would collide with the window and late-record "
+            f"columns {list(WINDOW_LATE_COLUMNS)}",
         )
 
 

@@ -230,9 +230,7 @@ def _append_once(
 
     ``DeltaStore.append`` takes one Txn only, so rows go in through an insert-only merge on the
     identity columns (which accepts several; an identity already present is left alone). An
-    empty merge commits nothing, so an empty result records each position with an empty
-    append instead (one per input not yet recorded: any prefix of them is a consistent
-    position, since no rows were due).
+    empty result records the positions alone.
     """
     if n:
         return store.merge(
@@ -250,13 +248,9 @@ def _append_once(
 def _record_positions(
     store: DeltaStore, path: Path, txns: list[Txn], meta: dict[str, Any]
 ) -> WriteResult:
-    empty = store.spark.createDataFrame([], store.spark_schema(path))
-    result = WriteResult(False, store.version(path))
-    for t in txns:
-        done = store.transaction_version(path, t.app_id)
-        if done is None or done < t.version:
-            result = store.append(empty, path, txn=t, metadata=meta)
-    return result
+    """Every input's position, committed with no rows (nothing was due)."""
+    store.record_positions(path, txns, meta)
+    return WriteResult(True, store.version(path))
 
 
 # -- stream-table -------------------------------------------------------------------------------

@@ -38,12 +38,19 @@ def _spark_conf() -> dict[str, str]:
     return {"spark.pyspark.python": sys.executable, "spark.pyspark.driver.python": sys.executable}
 
 
-def pipeline_dag(contract: Contract, settings: Settings) -> DAG:
-    """ingest (bronze) -> silver -> gold for one topic, as scheduled micro-batches."""
+def pipeline_dag(contract: Contract, settings: Settings, catalog: Catalog | None = None) -> DAG:
+    """ingest (bronze) -> silver -> gold for one topic, as scheduled micro-batches. The gold task
+    also reads the streams of the topics its joins name."""
     topic = contract.topic
     bronze = table_asset(settings, "bronze", topic)
     silver = table_asset(settings, "silver", contract.stream)
     gold = [table_asset(settings, "gold", t.name) for t in contract.tables]
+    joined = sorted({t.join.other for t in contract.tables if t.join is not None})
+    others = (
+        []
+        if catalog is None
+        else [table_asset(settings, "silver", catalog.topic(name).stream) for name in joined]
+    )
     doc = (
         f"### Pipeline of topic `{topic}`\n\n{contract.description}\n\n"
         f"landing `{topic}` ({contract.partitions} partitions) -> bronze `{topic}` -> "
@@ -71,7 +78,7 @@ def pipeline_dag(contract: Contract, settings: Settings) -> DAG:
         for layer, inlets, outlets in (
             ("bronze", [], [bronze]),
             ("silver", [bronze], [silver]),
-            ("gold", [silver], gold),
+            ("gold", [silver, *others], gold),
         ):
             steps.append(
                 SparkSubmitOperator(
@@ -98,4 +105,4 @@ def pipeline_dags(settings: Settings | None = None) -> dict[str, DAG]:
     """Every pipeline DAG, keyed by DAG id (for ``globals().update(...)`` in a DAG file)."""
     settings = settings or Settings.from_env()
     catalog = Catalog.load(settings.contracts_dir)
-    return {dag_id(c.topic): pipeline_dag(c, settings) for c in catalog}
+    return {dag_id(c.topic): pipeline_dag(c, settings, catalog) for c in catalog}

@@ -8,6 +8,7 @@ version is committed atomically with the output (app transaction), so a rerun is
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -175,12 +176,16 @@ def _decode_json_value(df: DataFrame, contract: Contract) -> DataFrame:
         otherwise=F.lit(f"value does not match the {contract.topic} contract"),
     )
     strings = [f.name for f in contract.fields if f.type == "string"]
+    times = [f.name for f in contract.fields if f.type == "timestamp"]
     suspicious = F.lit(False)
     for name in strings:
         suspicious = suspicious | F.col(f"_json.{name}").rlike(_AMBIGUOUS_STRING)
-    # A string that looks like a number, object, array or boolean is a problem only if the
-    # JSON value really was one.
-    string_diagnosis = _first([(problems[n].isNotNull(), problems[n]) for n in strings])
+    for name in times:
+        # from_json reads a JSON number as epoch seconds; the contract wants an ISO-8601 string.
+        suspicious = suspicious | text.rlike(f'"{re.escape(name)}"\\s*:\\s*[-0-9]')
+    # A string that looks like a number, object, array or boolean (or a timestamp that may have
+    # been a number) is a problem only if the JSON value really was one.
+    string_diagnosis = _first([(problems[n].isNotNull(), problems[n]) for n in strings + times])
     error = _first(
         [
             (F.col("value").isNull(), F.lit(None).cast("string")),

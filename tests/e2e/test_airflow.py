@@ -64,9 +64,19 @@ def test_dag_folder_parses_without_heavy_imports(settings: Settings) -> None:
     assert all(t["retries"] >= 1 and t["type"] == "SparkSubmitOperator" for t in tasks.values())
     assert tasks["bronze"]["outlets"] == ["bronze.user-locations"]
     assert tasks["silver"]["inlets"] == ["bronze.user-locations"]
+    # The joins read the profiles stream too.
+    assert tasks["gold"]["inlets"] == ["silver.user_locations", "silver.user_profile_changes"]
     assert sorted(tasks["gold"]["outlets"]) == [
+        "gold.checkins_10m_every_5m",
+        "gold.checkins_5m",
+        "gold.checkins_near_profile_changes",
+        "gold.checkins_with_profile",
         "gold.user_latest_location",
         "gold.user_location_counts",
+        "gold.user_location_profile",
+        "gold.user_moves",
+        "gold.user_places",
+        "gold.user_sessions",
     ]
     profiles = result["dags"]["pipeline__user-profiles"]["tasks"]
     assert profiles["silver"]["outlets"] == ["silver.user_profile_changes"]

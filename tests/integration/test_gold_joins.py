@@ -497,7 +497,7 @@ def _replayed(lake: Settings, name: str) -> dict[str, tuple[Any, ...]]:
     return out
 
 
-@hsettings(max_examples=5, deadline=None, suppress_health_check=list(HealthCheck))
+@hsettings(max_examples=3, deadline=None, suppress_health_check=list(HealthCheck))
 @given(history=HISTORIES, cuts=st.lists(st.integers(1, 9), max_size=2, unique=True))
 @example(  # a key deleted and back on either side, across and within batches
     history=[

@@ -68,6 +68,10 @@ STRING_KEY = {"format": "string", "name": "id"}
             b'{"name": "a", "seen": "not a time"}',
             "field 'seen' is not a valid timestamp: not a time",
         ),
+        (
+            b'{"name": "a", "seen": 1767225600}',
+            "field 'seen' should be a timestamp, found a JSON bigint",
+        ),
         (b'{"age": 3}', "required field 'name' is missing or null"),
         (b'{"name": null}', "required field 'name' is missing or null"),
         (b'{"name": "\xff\xfe"}', "value is not valid UTF-8"),

@@ -133,9 +133,7 @@ def _applied(dt: DeltaTable, txn: Txn | Sequence[Txn] | None) -> bool:
     return True
 
 
-def _commit_properties(
-    txn: Txn | Sequence[Txn] | None, metadata: Mapping[str, Any] | None
-) -> Any:
+def _commit_properties(txn: Txn | Sequence[Txn] | None, metadata: Mapping[str, Any] | None) -> Any:
     from deltalake import CommitProperties, Transaction
 
     txns = [Transaction(app_id=t.app_id, version=t.version) for t in _txns(txn)]
@@ -594,7 +592,26 @@ class DeltaStore:
             builder.execute()
         except CommitFailedError as exc:
             raise ConcurrentWriteError(str(path), str(exc)) from None
+        self.record_positions(path, txn, metadata)
         return WriteResult(True, self.version(path))
+
+    def record_positions(
+        self, path: Path, txn: Txn | Sequence[Txn] | None, metadata: Mapping[str, Any] | None
+    ) -> None:
+        """Commit ``txn`` with no rows unless the table already holds exactly these positions.
+
+        delta-rs makes no commit for a merge that changes nothing (an empty batch, or one whose
+        rows all equal the stored ones). The consumer's position must still advance, or the same
+        input versions would be read again every run."""
+        from deltalake import write_deltalake
+
+        dt = _load(path)
+        if all(dt.transaction_version(t.app_id) == t.version for t in _txns(txn)):
+            return
+        empty = table_arrow_schema(dt).empty_table()
+        write_deltalake(
+            dt, empty, mode="append", commit_properties=_commit_properties(txn, metadata)
+        )
 
 
 def _drop_unmatched_non_inserts(
