@@ -86,6 +86,7 @@ bench: java ## Run the benchmarks (BENCH_ROWS=10000000); figures also in bench/r
 	$(BIN)/python bench/storage.py --rows $(BENCH_ROWS)
 	$(BIN)/python bench/bronze.py --records $(BENCH_ROWS)
 	$(BIN)/python bench/silver.py --records $(BENCH_ROWS)
+	$(BIN)/python bench/gold.py --events $(BENCH_ROWS)
 
 .PHONY: lint
 lint: $(STAMP) ## ruff (lint + format check) and mypy
