@@ -55,7 +55,7 @@ demo: java ## Produce the sample events, run both sample pipeline DAGs once thro
 		echo "running $$dag (log: $$log)"; \
 		$(LAKEHOUSE) airflow dags test $$dag > $$log 2>&1 \
 			|| { tail -n 60 $$log; echo "DAG run failed: see $$log"; exit 1; }; \
-		grep -E "DagRun Finished|(bronze|silver|gold) [a-z_-]+: " $$log | sed -E 's/^.*\] (.*) \[airflow.*$$/  \1/; s/^.*(DagRun Finished: dag_id=[^,]+).*(state=[a-z]+).*$$/  \1 \2/'; \
+		grep -E "DagRun Finished|(bronze|silver|gold) [a-z0-9_-]+: " $$log | sed -E 's/^.*\] (.*) \[airflow.*$$/  \1/; s/^.*(DagRun Finished: dag_id=[^,]+).*(state=[a-z]+).*$$/  \1 \2/'; \
 	done
 	@echo; echo "gold table user_latest_location (latest location per user; JSON topic):"
 	@$(LAKEHOUSE) show user_latest_location
