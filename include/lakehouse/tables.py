@@ -530,15 +530,15 @@ def build_table(
     events = read_input(store, settings, contract, spec, start, end)
     txn, meta = Txn(app, end), source_meta(app, start, end)
     if spec.kind == "latest":
-        batch = latest_per_key(events, source).cache()
+        batch = latest_per_key(events, source)
         result = _merge_latest(store, batch, out.gold, source, txn, meta)
     else:
         latest = None
         if spec.source == "table":
             latest = latest_per_key(events, source).cache()
-            batch = table_deltas(latest, store.read(out.state), source, spec).cache()
+            batch = table_deltas(latest, store.read(out.state), source, spec)
         else:
-            batch = aggregate_per_key(events, source, spec).cache()
+            batch = aggregate_per_key(events, source, spec)
         rules = merge_rules(source, spec)
         result = store.merge(
             batch,
@@ -554,8 +554,8 @@ def build_table(
         if latest is not None:
             _merge_latest(store, latest, out.state, source, txn, meta)
             latest.unpersist()
-    changed = batch.count()
-    batch.unpersist()
+    # The merge reads the batch once (to Arrow) and knows its size: no second Spark job.
+    changed = result.source_rows or 0
     return GoldResult(spec.name, (start, end), changed, result.committed)
 
 

@@ -77,6 +77,7 @@ class Txn:
 class WriteResult:
     committed: bool  # False when the Txn version was already applied
     table_version: int | None
+    source_rows: int | None = None  # merge: the rows of the source (known without a Spark job)
 
 
 def _load(path: Path, version: int | None = None) -> DeltaTable:
@@ -593,7 +594,7 @@ class DeltaStore:
         except CommitFailedError as exc:
             raise ConcurrentWriteError(str(path), str(exc)) from None
         self.record_positions(path, txn, metadata)
-        return WriteResult(True, self.version(path))
+        return WriteResult(True, self.version(path), data.num_rows)
 
     def record_positions(
         self, path: Path, txn: Txn | Sequence[Txn] | None, metadata: Mapping[str, Any] | None
