@@ -246,8 +246,13 @@ def table_deltas(
             exprs.append(F.sum(counted).alias(a.name))
             nonzero.append(F.col(a.name) != 0)
         elif a.fn == "sum":
-            exprs.append(F.sum(value * sign).alias(a.name))
-            nonzero.append(F.coalesce(F.col(a.name) != 0, F.lit(False)))
+            # with how many non-null values: a sum whose values all left is null, not 0
+            _, count = _state_columns(a)
+            exprs += [
+                F.sum(value * sign).alias(a.name),
+                F.sum(F.when(value.isNotNull(), sign).otherwise(0)).alias(count),
+            ]
+            nonzero += [F.coalesce(F.col(a.name) != 0, F.lit(False)), F.col(count) != 0]
         else:  # avg
             total, count = _state_columns(a)
             exprs += [
@@ -286,6 +291,8 @@ def aggregation_fields(contract: Contract, spec: TableSpec) -> list[StructField]
                 T.StructField(total, T.DoubleType(), True),
                 T.StructField(count, T.LongType(), True),
             ]
+        elif a.fn == "sum" and spec.source == "table":
+            fields.append(T.StructField(_state_columns(a)[1], T.LongType(), True))
         elif a.fn == "count_distinct":
             element = spark_type(contract.field(a.field or ""))
             fields.append(T.StructField(_distinct_column(a), T.ArrayType(element, True), True))
@@ -326,11 +333,18 @@ def _add(t: str, s: str) -> str:
     return f"CASE WHEN {t} IS NULL THEN {s} WHEN {s} IS NULL THEN {t} ELSE {t} + {s} END"
 
 
-def _combine(a: Aggregation) -> dict[str, str]:
+def _combine(a: Aggregation, table: bool = False) -> dict[str, str]:
     """SQL (delta-rs merge) folding a batch's partial aggregate into the stored one, per column.
     Deltas of a table source may be negative; the same sums apply. A batch always arrives after
     what is stored, so earliest keeps the stored value and latest takes the batch's."""
     t, s = f"t.{a.name}", f"s.{a.name}"
+    if a.fn == "sum" and table:  # values can leave: null once no non-null value is left
+        _, count = _state_columns(a)
+        new_count = _add(f"t.{count}", f"s.{count}")
+        return {
+            count: new_count,
+            a.name: f"CASE WHEN ({new_count}) = 0 THEN NULL ELSE {_add(t, s)} END",
+        }
     if a.fn in {"count", "sum"}:
         return {a.name: _add(t, s)}
     if a.fn == "avg":
@@ -360,7 +374,7 @@ def _combine(a: Aggregation) -> dict[str, str]:
     }
 
 
-def _insert(a: Aggregation) -> dict[str, str]:
+def _insert(a: Aggregation, table: bool = False) -> dict[str, str]:
     if a.fn == "avg":
         total, count = _state_columns(a)
         return {
@@ -370,6 +384,12 @@ def _insert(a: Aggregation) -> dict[str, str]:
         }
     if a.fn == "count_distinct":
         return {_distinct_column(a): f"s.{_distinct_column(a)}", a.name: f"s.{a.name}"}
+    if a.fn == "sum" and table:
+        _, count = _state_columns(a)
+        return {
+            count: f"s.{count}",
+            a.name: f"CASE WHEN s.{count} = 0 THEN NULL ELSE s.{a.name} END",
+        }
     return {a.name: f"s.{a.name}"}
 
 
@@ -393,8 +413,8 @@ def merge_rules(contract: Contract, spec: TableSpec) -> MergeRules:
     update: dict[str, str] = {}
     insert: dict[str, str] = {k: f"s.{k}" for k in keys}
     for a in spec.aggregations:
-        update.update(_combine(a))
-        insert.update(_insert(a))
+        update.update(_combine(a, spec.source == "table"))
+        insert.update(_insert(a, spec.source == "table"))
     if spec.source != "table":
         return MergeRules(keys, update, insert)
     update[MEMBERS] = _add(f"t.{MEMBERS}", f"s.{MEMBERS}")

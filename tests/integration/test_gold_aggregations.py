@@ -230,6 +230,13 @@ def _approx(rows: dict[Any, dict[str, Any]]) -> dict[Any, dict[str, Any]]:
     ],
     cuts=[3, 5],
 )
+@example(  # a key's only non-null amount is replaced by a null: its table sum is null, not 0
+    history=[
+        ("c", {"amount": 38, "city": None}),
+        ("c", {"amount": None, "city": None}),
+    ],
+    cuts=[1],
+)
 def test_incremental_equals_full_recompute_equals_model(
     spark: Any, tmp_path_factory: pytest.TempPathFactory, history: list[Event], cuts: list[int]
 ) -> None:
