@@ -48,18 +48,17 @@ from typing import TYPE_CHECKING, Any
 
 from lakehouse.config import Settings
 from lakehouse.contracts import Catalog, Contract, Join, TableSpec
-from lakehouse.errors import ContractError
 from lakehouse.storage import CDF_PROPERTIES, DeltaStore, Txn, WriteResult
 from lakehouse.streams import EVENT_TIME, TOMBSTONE, key_spark_type, spark_type
 from lakehouse.tables import (
     LATEST,
     GoldResult,
     Outputs,
-    _catch_up_state,
-    _merge_latest,
+    catch_up_state,
     input_app,
     input_path,
     latest_per_key,
+    merge_latest,
     pending,
     read_input,
     source_app,
@@ -114,14 +113,6 @@ def build_join(
     input version; the other side is read at its head."""
     j = spec.join
     assert j is not None
-    if j.type == "stream-stream" and j.how != "inner":
-        at = next((i for i, t in enumerate(contract.tables) if t.name == spec.name), 0)
-        raise ContractError(
-            contract.source,
-            f"tables[{at}].join.how",
-            "a stream-stream join is inner only: Kafka emits a left join's unmatched events "
-            "once their window has closed, which needs a grace period not declared here",
-        )
     other = catalog.topic(j.other)
     store = DeltaStore(spark)
     store.create(out.gold, join_schema(contract, other, spec), properties=CDF_PROPERTIES)
@@ -217,34 +208,6 @@ def _txns(*positions: tuple[str, int | None]) -> list[Txn]:
     return [Txn(app, v) for app, v in latest.items()]
 
 
-def _append_once(
-    store: DeltaStore,
-    rows: DataFrame,
-    n: int,
-    path: Path,
-    identity: tuple[str, ...],
-    txns: list[Txn],
-    meta: dict[str, Any],
-) -> WriteResult:
-    """Append result rows (``n`` of them) in one commit carrying every input's position.
-
-    ``DeltaStore.append`` takes one Txn only, so rows go in through an insert-only merge on the
-    identity columns (which accepts several; an identity already present is left alone). An
-    empty result records the positions alone.
-    """
-    if n:
-        return store.merge(
-            rows,
-            path,
-            on=list(identity),
-            update={},
-            insert={c: f"s.{c}" for c in rows.columns},
-            txn=txns,
-            metadata=meta,
-        )
-    return _record_positions(store, path, txns, meta)
-
-
 def _record_positions(
     store: DeltaStore, path: Path, txns: list[Txn], meta: dict[str, Any]
 ) -> WriteResult:
@@ -284,7 +247,7 @@ def _stream_table(
     }
     txns = _txns((app, end), (other_app, other_version))
     n = rows.count()
-    result = _append_once(store, rows, n, out.gold, contract.table_key_columns(spec), txns, meta)
+    result = store.append(rows, out.gold, txn=txns, metadata=meta)
     rows.unpersist()
     versions = None if other_version is None else (other_version, other_version)
     return JoinResult(spec.name, (start, end), n, result.committed, other_app, versions)
@@ -363,8 +326,8 @@ def _table_table(
     consumed = store.transaction_version(out.gold, app)
     other_consumed = store.transaction_version(out.gold, other_app)
     # Both states must stand where the gold table does (a run may have died between commits).
-    _catch_up_state(store, settings, contract, spec, out, consumed)
-    _catch_up_state(store, settings, other, LATEST, other_out, other_consumed)
+    catch_up_state(store, settings, contract, spec, out, consumed)
+    catch_up_state(store, settings, other, LATEST, other_out, other_consumed)
     todo = pending(store, out.gold, app, input_path(settings, contract, spec), upto)
     other_todo = pending(store, out.gold, other_app, settings.silver_path(other.stream))
     if todo is None and other_todo is None:
@@ -407,7 +370,7 @@ def _table_table(
         (theirs, other, other_todo, other_out.state, other_app),
     ):
         if side is not None and span is not None:
-            _merge_latest(
+            merge_latest(
                 store, side, state, c, Txn(side_app, span[1]), source_meta(side_app, *span)
             )
             side.unpersist()
@@ -531,7 +494,7 @@ def _stream_stream(
     txns = _txns((app, end), (other_app, other_end))
     meta = _meta(app, todo, other_app, other_todo)
     n = rows.count()
-    result = _append_once(store, rows, n, out.gold, contract.table_key_columns(spec), txns, meta)
+    result = store.append(rows, out.gold, txn=txns, metadata=meta)
     rows.unpersist()
     return JoinResult(spec.name, todo, n, result.committed, other_app, other_todo)
 

@@ -145,19 +145,15 @@ def _carried_metadata(scratch: Path) -> dict[str, Any]:
 
 
 def _replace(store: DeltaStore, scratch: Path, real: Path, apps: list[str]) -> None:
-    """A private table (state, late records) is replaced whole by its rebuilt version."""
-    if not DeltaStore.exists(scratch):
-        if DeltaStore.exists(real):
-            empty = store.read(real).limit(0)
-            for txn in _rewinds(store, scratch, apps):
-                store.write(empty, real, mode="overwrite", txn=txn)
+    """A private table (state, late records) is replaced whole by its rebuilt version (emptied
+    if the rebuild has none), with the rebuild's positions."""
+    if DeltaStore.exists(scratch):
+        rows = store.read(scratch)
+    elif DeltaStore.exists(real):
+        rows = store.read(real).limit(0)
+    else:
         return
-    rebuilt = store.read(scratch)
-    txns = [t for t in _rewinds(store, scratch, apps) if t.version >= 0] or [
-        Txn(apps[0], -1, rewind=True)
-    ]
-    for txn in txns:  # one commit per position held; the rows are the same each time
-        store.write(rebuilt, real, mode="overwrite", txn=txn)
+    store.write(rows, real, mode="overwrite", txn=_rewinds(store, scratch, apps))
 
 
 def at_event_time(

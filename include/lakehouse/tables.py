@@ -446,7 +446,7 @@ class GoldResult:
 LATEST = TableSpec(name="state", kind="latest")
 
 
-def _merge_latest(
+def merge_latest(
     store: DeltaStore,
     batch: DataFrame,
     path: Path,
@@ -475,7 +475,7 @@ def source_meta(app: str, start: int, end: int) -> dict[str, Any]:
     return {"lakehouse.source": {"table": app, "versions": [start, end]}}
 
 
-def _catch_up_state(
+def catch_up_state(
     store: DeltaStore,
     settings: Settings,
     contract: Contract,
@@ -492,9 +492,7 @@ def _catch_up_state(
     start = 0 if have is None else have + 1
     if upto is not None and start <= upto:
         batch = latest_per_key(read_input(store, settings, contract, spec, start, upto), source)
-        _merge_latest(
-            store, batch, out.state, source, Txn(app, upto), source_meta(app, start, upto)
-        )
+        merge_latest(store, batch, out.state, source, Txn(app, upto), source_meta(app, start, upto))
     return out.state
 
 
@@ -542,7 +540,7 @@ def build_table(
     store.create(out.gold, table_schema(source, spec), properties=CDF_PROPERTIES)
     consumed = store.transaction_version(out.gold, app)
     if spec.source == "table":
-        _catch_up_state(store, settings, contract, spec, out, consumed)
+        catch_up_state(store, settings, contract, spec, out, consumed)
     todo = pending(store, out.gold, app, input_path(settings, contract, spec), upto)
     if todo is None:
         return GoldResult(spec.name, None)
@@ -551,7 +549,7 @@ def build_table(
     txn, meta = Txn(app, end), source_meta(app, start, end)
     if spec.kind == "latest":
         batch = latest_per_key(events, source)
-        result = _merge_latest(store, batch, out.gold, source, txn, meta)
+        result = merge_latest(store, batch, out.gold, source, txn, meta)
     else:
         latest = None
         if spec.source == "table":
@@ -572,7 +570,7 @@ def build_table(
             metadata=meta,
         )
         if latest is not None:
-            _merge_latest(store, latest, out.state, source, txn, meta)
+            merge_latest(store, latest, out.state, source, txn, meta)
             latest.unpersist()
     # The merge reads the batch once (to Arrow) and knows its size: no second Spark job.
     changed = result.source_rows or 0

@@ -343,7 +343,7 @@ def test_table_table_recovers_from_a_crash_between_the_gold_and_state_commits(
     _produce(lake, "users", [("a", None)])
     _produce(lake, "clicks", [("b", {"page": "q"})])
     with monkeypatch.context() as m:
-        m.setattr(joins, "_merge_latest", crash)
+        m.setattr(joins, "merge_latest", crash)
         with pytest.raises(RuntimeError, match="killed"):
             _run(spark, lake)
     assert _table(lake, "tt_inner") == {"b": ("q", "y")}  # the gold commit went through

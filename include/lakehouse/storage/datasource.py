@@ -48,7 +48,7 @@ class WritePlan:
     mode: Literal["append", "overwrite"]
     read_version: int
     removes: list[RemovedFile] = field(default_factory=list)
-    txn: tuple[str, int] | None = None
+    txns: list[tuple[str, int]] = field(default_factory=list)  # (app id, version) per source
     metadata: dict[str, str] = field(default_factory=dict)
     max_rows_per_file: int = 5_000_000
 
@@ -67,7 +67,7 @@ class WritePlan:
     def from_json(cls, text: str) -> WritePlan:
         raw = json.loads(text)
         raw["removes"] = [RemovedFile(**r) for r in raw["removes"]]
-        raw["txn"] = tuple(raw["txn"]) if raw["txn"] else None
+        raw["txns"] = [tuple(t) for t in raw["txns"]]
         return cls(**raw)
 
 
@@ -134,7 +134,7 @@ def commit_files(plan: WritePlan, files: list[DataFile]) -> None:
     ]
     actions += [RemoveAction(r.path, True, now, r.size, r.partition_values) for r in plan.removes]
     props = CommitProperties(
-        app_transactions=[Transaction(plan.txn[0], plan.txn[1])] if plan.txn else None,
+        app_transactions=[Transaction(app, version) for app, version in plan.txns] or None,
         custom_metadata=plan.metadata or None,
     )
     table = DeltaTable(plan.table_root, version=plan.read_version)

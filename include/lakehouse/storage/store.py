@@ -340,7 +340,7 @@ class DeltaStore:
         mode: WriteMode = "append",
         replace_where: str | None = None,
         partition_by: Sequence[str] = (),
-        txn: Txn | None = None,
+        txn: Txn | Sequence[Txn] | None = None,
         metadata: Mapping[str, Any] | None = None,
         schema_mode: SchemaMode = "strict",
         properties: Mapping[str, str] = CDF_PROPERTIES,
@@ -351,7 +351,8 @@ class DeltaStore:
         ``mode``: ``append``; ``overwrite`` (replace every row); ``replace_where`` (replace the
         rows matching the SQL predicate ``replace_where``; every new row must match it).
         ``schema_mode="add_columns"`` lets new nullable columns into the table; any other schema
-        difference is refused. With ``txn``, the write happens at most once per (app, version).
+        difference is refused. With ``txn`` (one per source consumed), the write happens at most
+        once per (app, version).
         """
         from lakehouse.storage.datasource import FORMAT, WritePlan
 
@@ -379,7 +380,7 @@ class DeltaStore:
             mode="overwrite" if mode == "overwrite" else "append",
             read_version=int(dt.version()),
             removes=removes,
-            txn=(txn.app_id, txn.version) if txn else None,
+            txns=[(t.app_id, t.version) for t in _txns(txn)],
             metadata=_metadata_strings(metadata),
             max_rows_per_file=max_rows_per_file,
         )
@@ -435,7 +436,7 @@ class DeltaStore:
         files: Sequence[DataFile],
         *,
         read_version: int | None,
-        txn: Txn | None = None,
+        txn: Txn | Sequence[Txn] | None = None,
         metadata: Mapping[str, Any] | None = None,
     ) -> WriteResult:
         """Commit staged files in one append, against ``read_version`` (the version the work was
@@ -453,7 +454,7 @@ class DeltaStore:
             partition_by=list(dt.metadata().partition_columns),
             mode="append",
             read_version=int(dt.version() if read_version is None else read_version),
-            txn=(txn.app_id, txn.version) if txn else None,
+            txns=[(t.app_id, t.version) for t in _txns(txn)],
             metadata=_metadata_strings(metadata),
         )
         try:
@@ -469,11 +470,11 @@ class DeltaStore:
         df: DataFrame,
         path: Path,
         *,
-        txn: Txn | None = None,
+        txn: Txn | Sequence[Txn] | None = None,
         metadata: Mapping[str, Any] | None = None,
         properties: Mapping[str, str] = CDF_PROPERTIES,
     ) -> WriteResult:
-        """Append ``df``; with ``txn``, at most once per (app id, version)."""
+        """Append ``df``; with ``txn`` (one or several), at most once per (app id, version)."""
         return self.write(df, path, txn=txn, metadata=metadata, properties=properties)
 
     def _conform_schema(
@@ -561,9 +562,10 @@ class DeltaStore:
         ``t`` (target); ``delete_when`` deletes matched rows where it holds (tombstones), and
         ``insert_when`` restricts which unmatched source rows are inserted; ``delete_unmatched``
         deletes every target row the source does not have (the source is then the whole table,
-        as in a full refresh); ``update_when`` restricts which matched rows are updated. Several ``txn`` may be given, one per source consumed. The
-        change feed gets
-        ``update_preimage``/``update_postimage`` pairs and ``delete`` rows.
+        as in a full refresh); ``update_when`` restricts which matched rows are updated. Several
+        ``txn`` may be given, one per source consumed; they are committed even when the merge
+        changes no row. The change feed gets ``update_preimage``/``update_postimage`` pairs and
+        ``delete`` rows.
         """
         from deltalake.exceptions import CommitFailedError
 
