@@ -21,17 +21,22 @@ from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote
 
 import pyarrow as pa
 
+from lakehouse import quality
 from lakehouse.config import Settings
 from lakehouse.contracts import Contract
+from lakehouse.errors import QualityGateError
 from lakehouse.landing import Segment, list_segments, start_offset_of
 from lakehouse.segments import RECORD_SCHEMA, BadLine, SegmentFile, constant, read_segment
 from lakehouse.storage import DeltaStore, Txn
+from lakehouse.storage.files import DataFile, delete_data_files
+from lakehouse.storage.gates import gate_for
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
 BRONZE_APP = "landing"
 POSITION_KEY = "lakehouse.position"
@@ -305,6 +310,23 @@ def _repair_quarantine(
     _write_quarantine(spark, store, settings, contract.topic, done, bad)
 
 
+def _staged_batch(
+    spark: SparkSession, table: Path, files: list[DataFile], rows: int
+) -> pa.Table | DataFrame:
+    """The staged (not yet committed) batch, as the gate reads it: Arrow in the driver when it is
+    small enough for GX's pandas engine, else a Spark read of the files."""
+    paths = [str(table / unquote(f.path)) for f in files]
+    if rows <= quality.pandas_max_rows():
+        import pyarrow.parquet as pq
+
+        return (
+            pa.concat_tables([pq.read_table(p) for p in paths])
+            if paths
+            else BRONZE_SCHEMA.empty_table()
+        )
+    return spark.read.parquet(*paths)
+
+
 def ingest(spark: SparkSession, settings: Settings, contract: Contract) -> BronzeResult:
     """Ingest every new landing record of a topic as one bronze batch (one Delta commit)."""
     store = DeltaStore(spark)
@@ -336,6 +358,21 @@ def ingest(spark: SparkSession, settings: Settings, contract: Contract) -> Bronz
         "gaps": {str(p): g for p, g in gaps.items()},
         "files_with_bad_lines": [f["file"] for f in files if f["file"]["path"] in bad_files],
     }
+    verdict = None
+    gate = gate_for(path)
+    if gate is not None:
+        try:
+            verdict = gate.check(
+                _staged_batch(spark, path, staged.files, kept),
+                kept,
+                source={
+                    "table": f"landing.{topic}",
+                    "offsets": {str(p): n for p, n in pos.next.items()},
+                },
+            )
+        except QualityGateError:
+            delete_data_files(path, staged.files)
+            raise
     result = store.commit_staged(
         path,
         staged.files,
@@ -345,6 +382,8 @@ def ingest(spark: SparkSession, settings: Settings, contract: Contract) -> Bronz
     )
     if result.committed:
         _write_quarantine(spark, store, settings, topic, batch_id, bad)
+    if gate is not None and verdict is not None:
+        gate.record(verdict, table_version=result.table_version, published=result.committed)
     return BronzeResult(
         topic,
         batch_id,

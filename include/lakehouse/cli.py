@@ -338,6 +338,19 @@ def lag(settings: Settings, catalog: Catalog, topic: str | None, fmt: str) -> in
     return 0
 
 
+def data_quality(settings: Settings, table: str | None, last: int, fmt: str) -> int:
+    """The ledger's latest validation per table with its trend, or (json) the ledger's rows."""
+    if fmt == "json":
+        from lakehouse.quality import read_ledger
+
+        render(read_ledger(settings, table), fmt, sys.stdout)
+        return 0
+    from lakehouse.reports import print_report
+
+    print_report(settings, table=table, last=last)
+    return 0
+
+
 def run_pipeline(
     settings: Settings, catalog: Catalog, topic: str | None, layer: Layer | None
 ) -> int:
@@ -450,6 +463,11 @@ def build_parser() -> argparse.ArgumentParser:
     sl = sub.add_parser("lag", help="per partition: landing end offset, bronze offset, lag")
     sl.add_argument("--topic")
     sl.add_argument("--format", choices=("table", "json"), default="table")
+    sq = sub.add_parser("dq", help="data quality: latest results and trends per table (ledger)")
+    sq.add_argument("--table", help="one table: topic, stream or gold table name")
+    sq.add_argument("--last", type=int, default=10, help="validations per table in the trend")
+    sq.add_argument("--format", choices=("table", "json"), default="table")
+    sub.add_parser("report", help="rebuild the Data Docs (HTML) from the saved validations")
     sa = sub.add_parser("airflow", help="run the airflow CLI with the lakehouse's environment")
     sa.add_argument("args", nargs=argparse.REMAINDER)
     return p
@@ -504,6 +522,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             return schemas(settings, catalog, args.topic, args.check)
         if args.command == "lag":
             return lag(settings, catalog, args.topic, args.format)
+        if args.command == "dq":
+            return data_quality(settings, args.table, args.last, args.format)
+        if args.command == "report":
+            from lakehouse.reports import build_data_docs
+
+            print(f"Data Docs: {build_data_docs(settings, catalog)}")
+            return 0
     except LakehouseError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

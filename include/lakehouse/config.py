@@ -101,6 +101,25 @@ class Settings:
     def reports_root(self) -> Path:
         return self.home / "reports"
 
+    @property
+    def data_docs_root(self) -> Path:
+        """Great Expectations Data Docs (HTML), rebuilt by ``lakehouse report``."""
+        return self.reports_root / "data_docs"
+
+    @property
+    def quality_root(self) -> Path:
+        return self.home / "quality"
+
+    @property
+    def ledger_path(self) -> Path:
+        """The results ledger: one row per expectation per validation, a Delta table."""
+        return self.quality_root / "ledger"
+
+    @property
+    def validations_root(self) -> Path:
+        """Each validation's full Great Expectations result (JSON), the source of Data Docs."""
+        return self.quality_root / "validations"
+
     # -- paths of named things ---------------------------------------------------------------
     def topic_dir(self, topic: str) -> Path:
         """Landing folder of a topic, laid out as Kafka Connect's S3/HDFS sinks write it."""

@@ -121,6 +121,24 @@ class Expectation:
         return dict(self.params).get(name, default)
 
 
+@dataclass(frozen=True)
+class Volume:
+    """Warn when a batch is more than ``factor`` times, or less than ``1/factor`` of, the median
+    size of the last ``history`` batches (once ``min_history`` of them exist)."""
+
+    factor: float = 10.0
+    history: int = 20
+    min_history: int = 5
+
+
+@dataclass(frozen=True)
+class QualityChecks:
+    """Checks beside the value expectations, each a warning: freshness and volume."""
+
+    freshness_ms: int | None = None
+    volume: Volume | None = None
+
+
 WINDOW_START, WINDOW_END = "window_start", "window_end"
 # What a windowed table's late-records side table adds to the stream's columns.
 WINDOW_LATE_COLUMNS = (WINDOW_START, WINDOW_END, "stream_time", "reason")
@@ -203,6 +221,7 @@ class Contract:
     event_time: str | None = None
     compatibility: str = "BACKWARD"
     expectations: tuple[Expectation, ...] = ()
+    quality: QualityChecks = QualityChecks()
     schedule_minutes: int = 5
     landing_format: Literal["envelope", "connect_json"] = "envelope"
     max_record_bytes: int = 1_048_576
@@ -404,6 +423,7 @@ def parse_contract(document: Any, source: str = "<memory>", base: Path | None = 
         event_time=document.get("event_time"),
         compatibility=document.get("compatibility", "BACKWARD"),
         expectations=_expectations(document.get("expectations", {})),
+        quality=_quality(document.get("quality", {})),
         schedule_minutes=document.get("schedule_minutes", 5),
         landing_format=document.get("landing", {}).get("format", "envelope"),
         max_record_bytes=document.get("landing", {}).get("max_record_bytes", 1_048_576),
@@ -493,6 +513,14 @@ def _value_fields(
     return tuple(
         Field(name=f["name"], type=f["type"], nullable=f.get("nullable", True))
         for f in value_doc["fields"]
+    )
+
+
+def _quality(doc: dict[str, Any]) -> QualityChecks:
+    volume = doc.get("volume")
+    return QualityChecks(
+        freshness_ms=duration_ms(doc["freshness"]) if "freshness" in doc else None,
+        volume=None if volume is None else Volume(**volume),
     )
 
 
@@ -736,6 +764,14 @@ def _check_window(c: Contract, t: TableSpec, at: str) -> None:
 
 def _check_expectations(c: Contract) -> None:
     """Each expectation must name a column of its layer (and, on gold, one of the tables)."""
+    volume = c.quality.volume
+    if volume is not None and volume.min_history > volume.history:
+        raise ContractError(
+            c.source,
+            "quality.volume.min_history",
+            f"{volume.min_history} is more than the {volume.history} batches of history kept: "
+            "the check could never run",
+        )
     index: dict[str, int] = {}
     seen: set[tuple[str, str]] = set()
     for e in c.expectations:
@@ -772,11 +808,25 @@ def _check_expectations(c: Contract) -> None:
                 f"{where}.column",
                 f"no column {e.column!r} in {e.layer} (columns: {', '.join(available)})",
             )
+        if e.severity == "quarantine" and e.layer == "bronze":
+            raise ContractError(
+                c.source,
+                f"{where}.severity",
+                "bronze is the topic itself and keeps every record: quarantine on silver, where "
+                "values have types, or use warn or fail",
+            )
         if e.severity == "quarantine" and e.layer == "gold":
             raise ContractError(
                 c.source,
                 f"{where}.severity",
                 "gold tables have no quarantine (a table row is an aggregate, not a record): "
+                "use warn or fail",
+            )
+        if e.severity == "quarantine" and e.expect in ("unique", "row_count_between"):
+            raise ContractError(
+                c.source,
+                f"{where}.severity",
+                f"{e.expect} judges the batch, not a row, so it has no rows to quarantine: "
                 "use warn or fail",
             )
         lo, hi = e.param("min"), e.param("max")

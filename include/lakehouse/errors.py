@@ -71,3 +71,17 @@ class SchemaMismatchError(LakehouseError):
 class SchemaEvolutionError(ContractError):
     """A contract's new key or value schema breaks the topic's compatibility mode (or a rule of
     the registry such as immutable schema ids). Raised before any data moves."""
+
+
+# The exit code of a job stopped by a `fail` expectation (Airflow then fails without retrying).
+GATE_FAILED_EXIT = 3
+
+
+class QualityGateError(LakehouseError):
+    """A ``fail`` expectation did not hold: the batch was not published."""
+
+    def __init__(self, layer: str, table: str, failures: list[str]) -> None:
+        self.layer, self.table, self.failures = layer, table, failures
+        super().__init__(
+            f"{layer} table {table}: quality gate failed, nothing published: " + "; ".join(failures)
+        )

@@ -9,12 +9,16 @@ from __future__ import annotations
 import itertools
 import sys
 from datetime import datetime, timedelta
+from typing import Any
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
-from airflow.sdk import DAG, Asset
+from airflow.providers.standard.operators.python import PythonOperator
+from airflow.sdk import DAG, Asset, TriggerRule
+from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from lakehouse.config import REPO_ROOT, Layer, Settings
 from lakehouse.contracts import Catalog, Contract
+from lakehouse.errors import GATE_FAILED_EXIT
 
 JOB = str(REPO_ROOT / "jobs" / "run_layer.py")
 START = datetime(2026, 1, 1)
@@ -31,6 +35,22 @@ def table_asset(settings: Settings, layer: Layer, name: str) -> Asset:
         "gold": settings.gold_path,
     }[layer](name)
     return Asset(name=f"{layer}.{name}", uri=path.as_uri(), group="delta")
+
+
+class LayerJobOperator(SparkSubmitOperator):
+    """spark-submit of one layer's job. A failed quality gate fails the task at once: the same
+    batch would fail again, so retrying it only delays the run's failure and its report."""
+
+    def execute(self, context: Any) -> None:
+        try:
+            super().execute(context)
+        except AirflowException as exc:
+            if f"Error code is: {GATE_FAILED_EXIT}." in str(exc):
+                raise AirflowFailException(
+                    "a `fail` expectation stopped the batch (see the quality lines above); "
+                    "nothing was published"
+                ) from exc
+            raise
 
 
 def _spark_conf() -> dict[str, str]:
@@ -74,17 +94,20 @@ def pipeline_dag(contract: Contract, settings: Settings, catalog: Catalog | None
             "retry_exponential_backoff": True,
         },
     ) as dag:
-        steps: list[SparkSubmitOperator] = []
+        steps: list[LayerJobOperator] = []
         for layer, inlets, outlets in (
             ("bronze", [], [bronze]),
             ("silver", [bronze], [silver]),
             ("gold", [silver, *others], gold),
         ):
             steps.append(
-                SparkSubmitOperator(
+                LayerJobOperator(
                     task_id=layer,
                     application=JOB,
-                    application_args=["--topic", topic, "--layer", layer],
+                    application_args=[
+                        *("--topic", topic, "--layer", layer),
+                        *("--dag-run-id", "{{ run_id }}"),
+                    ],
                     conn_id="spark_default",
                     name=f"lakehouse-{layer}-{topic}",
                     conf=_spark_conf(),
@@ -98,7 +121,39 @@ def pipeline_dag(contract: Contract, settings: Settings, catalog: Catalog | None
             )
         for upstream, downstream in itertools.pairwise(steps):
             upstream >> downstream
+        # The report is built whatever happened (a failed gate is what people most need to
+        # read); the watcher fails the run when any task failed, since a run's state follows
+        # its leaf tasks and the report would otherwise make a failed run look successful.
+        report = PythonOperator(
+            task_id="report",
+            python_callable=build_report,
+            op_kwargs={"topic": topic, "dag_run_id": "{{ run_id }}"},
+            trigger_rule=TriggerRule.ALL_DONE,
+            retries=0,
+        )
+        watcher = PythonOperator(
+            task_id="watcher",
+            python_callable=_fail_run,
+            trigger_rule=TriggerRule.ONE_FAILED,
+            retries=0,
+        )
+        steps[-1] >> report
+        [*steps, report] >> watcher
     return dag
+
+
+def build_report(topic: str, dag_run_id: str) -> None:
+    """Rebuild the Data Docs and print this run's validations (the per-run summary)."""
+    from lakehouse.reports import build_data_docs, run_summary
+
+    settings = Settings.from_env()
+    for line in run_summary(settings, dag_run_id):
+        print(line)
+    print(f"Data Docs: {build_data_docs(settings)}")
+
+
+def _fail_run() -> None:
+    raise RuntimeError("a task of this run failed (see its log and the data-quality report)")
 
 
 def pipeline_dags(settings: Settings | None = None) -> dict[str, DAG]:

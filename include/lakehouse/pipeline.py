@@ -9,11 +9,22 @@ from typing import TYPE_CHECKING
 from lakehouse import bronze, streams, tables
 from lakehouse.config import LAYERS, Layer, Settings
 from lakehouse.contracts import Catalog, Contract
+from lakehouse.quality import Gate, RunInfo, Verdict, freshness_outcome, sync_constraints
 from lakehouse.registry import SchemaRegistry
+from lakehouse.storage.gates import gating
 from lakehouse.storage.maintenance import Consumer, MaintenanceReport, maintain
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+
+def layer_tables(settings: Settings, contract: Contract, layer: Layer) -> list[tuple[str, Path]]:
+    """The tables a layer of a topic publishes (name, path): the gated ones."""
+    if layer == "bronze":
+        return [(contract.topic, settings.bronze_path(contract.topic))]
+    if layer == "silver":
+        return [(contract.stream, settings.silver_path(contract.stream))]
+    return [(t.name, settings.gold_path(t.name)) for t in contract.tables]
 
 
 def run_layer(
@@ -22,19 +33,60 @@ def run_layer(
     contract: Contract,
     layer: Layer,
     catalog: Catalog | None = None,
+    *,
+    run: RunInfo | None = None,
+    echo: Callable[[str], None] = print,
 ) -> list[str]:
     """Run one layer of one topic; return one summary line per table written.
 
     The contract's schemas are checked against the topic's registered versions first, so a
-    contract that breaks its compatibility mode stops every layer before any data moves.
-    ``catalog`` resolves the other topic of a gold join.
+    contract that breaks its compatibility mode stops every layer before any data moves. Each
+    table the layer publishes is gated by the contract's expectations for it (see
+    :mod:`lakehouse.quality`); the gates' results go to the ledger and, line by line, to
+    ``echo`` (the task log). ``catalog`` resolves the other topic of a gold join.
     """
     SchemaRegistry(settings.registry_root).register(contract)
-    if layer == "bronze":
-        return [bronze.ingest(spark, settings, contract).summary()]
-    if layer == "silver":
-        return [streams.build(spark, settings, contract).summary()]
-    return [r.summary() for r in tables.build(spark, settings, contract, catalog)]
+    run = run or RunInfo.from_env()
+    gates = {
+        path: Gate(settings, contract, layer, name, run, echo=echo)
+        for name, path in layer_tables(settings, contract, layer)
+    }
+    for path, gate in gates.items():
+        _constrain(path, gate, echo)
+    with gating({p: g for p, g in gates.items() if g.active}):
+        if layer == "bronze":
+            lines = [bronze.ingest(spark, settings, contract).summary()]
+        elif layer == "silver":
+            lines = [streams.build(spark, settings, contract).summary()]
+        else:
+            lines = [r.summary() for r in tables.build(spark, settings, contract, catalog)]
+    for path, gate in gates.items():
+        _constrain(path, gate, echo)
+        check_freshness(settings, gate, path)
+    return lines
+
+
+def _constrain(path: Path, gate: Gate, echo: Callable[[str], None]) -> None:
+    if (path / "_delta_log").is_dir():
+        for note in sync_constraints(path, gate.expectations):
+            echo(f"quality {gate.layer}.{gate.table}: {note}")
+
+
+def check_freshness(settings: Settings, gate: Gate, path: Path) -> None:
+    """Record whether the table has had new data within the contract's freshness interval."""
+    if gate.contract.quality.freshness_ms is None:
+        return
+    from lakehouse.storage.store import last_commit_time
+
+    outcome = freshness_outcome(gate.contract, last_commit_time(path))
+    if outcome is not None:
+        verdict = Verdict(gate.layer, gate.table, [outcome], 0, "none")
+        version = None
+        if (path / "_delta_log").is_dir():
+            from lakehouse.storage.store import table_version
+
+            version = table_version(path)
+        gate.record(verdict, table_version=version, published=False)
 
 
 def run(
@@ -53,7 +105,7 @@ def run(
     # run, not as of the previous one.
     for layer in ordered:
         for contract in contracts:
-            for line in run_layer(spark, settings, contract, layer, catalog):
+            for line in run_layer(spark, settings, contract, layer, catalog, echo=echo):
                 echo(line)
 
 

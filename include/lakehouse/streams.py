@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from lakehouse import quality
 from lakehouse.config import Settings
 from lakehouse.contracts import Contract, Field
 from lakehouse.storage import DeltaStore, Txn
@@ -423,18 +424,31 @@ def build(spark: SparkSession, settings: Settings, contract: Contract) -> Silver
 
     changes = store.changes(bronze_path, start, head).filter(F.col("_change_type") == "insert")
     decoded = decode(changes, contract)
+    gate = quality.gate_for(silver_path)
     # Cached once for both outputs; the raw bytes are kept for quarantined records only, since
-    # they are most of a record's size and good records do not need them.
-    bad_row = F.col("_reason").isNotNull()
+    # they are most of a record's size and good records do not need them (unless a quarantine
+    # expectation may yet route a decoded record).
+    keep_raw = F.lit(gate is not None and bool(gate.quarantines))
+    bad_row = F.col("_reason").isNotNull() | keep_raw
     decoded = decoded.select(
         *(c for c in decoded.columns if c not in {"key", "value"}),
         F.when(bad_row, F.col("key")).alias("key"),
         F.when(bad_row, F.col("value")).alias("value"),
     ).cache()
+    txn = Txn(source_app(contract), head)
+    source = {"table": f"bronze.{contract.topic}", "versions": [start, head]}
+    meta = {"lakehouse.source": source}
+    verdict = None
+    if gate is not None:
+        # The gate judges the records that decoded and carry a value; tombstones (deletes)
+        # pass through. A failed `fail` expectation raises here, before anything is written.
+        judged = stream_rows(decoded, contract).filter(~F.col(TOMBSTONE))
+        verdict = gate.check(judged, judged.count(), source=source)
+        if verdict.to_quarantine:
+            routed = F.when(~F.col(TOMBSTONE), gate.quarantine_reason(verdict.to_quarantine))
+            decoded = decoded.withColumn("_reason", F.coalesce(F.col("_reason"), routed))
     good = stream_rows(decoded, contract)
     bad = quarantine_rows(decoded)
-    txn = Txn(source_app(contract), head)
-    meta = {"lakehouse.source": {"table": f"bronze.{contract.topic}", "versions": [start, head]}}
     n_bad = bad.count()
     if n_bad:
         store.append(
@@ -445,4 +459,6 @@ def build(spark: SparkSession, settings: Settings, contract: Contract) -> Silver
     # optional fields become new columns; columns the contract dropped are written as nulls.
     result = store.write(good, silver_path, txn=txn, metadata=meta, schema_mode="add_columns")
     decoded.unpersist()
+    if gate is not None and verdict is not None:
+        gate.record(verdict, table_version=result.table_version, published=result.committed)
     return SilverResult(contract.stream, (start, head), n_good, n_bad, result.committed)

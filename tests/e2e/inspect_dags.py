@@ -22,6 +22,8 @@ def main(dag_folder: str, heavy: list[str]) -> None:
                 "retries": t.retries,
                 "owner": t.owner,
                 "type": type(t).__name__,
+                "bases": [c.__name__ for c in type(t).__mro__],
+                "trigger_rule": getattr(t.trigger_rule, "value", str(t.trigger_rule)),
                 "outlets": [a.name for a in t.outlets],
                 "inlets": [a.name for a in t.inlets],
             }

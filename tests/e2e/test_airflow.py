@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -58,10 +59,16 @@ def test_dag_folder_parses_without_heavy_imports(settings: Settings) -> None:
     assert dag["max_active_runs"] == 1
     assert dag["doc"]
     tasks = dag["tasks"]
-    assert tasks["bronze"]["downstream"] == ["silver"]
-    assert tasks["silver"]["downstream"] == ["gold"]
-    assert tasks["gold"]["downstream"] == []
-    assert all(t["retries"] >= 1 and t["type"] == "SparkSubmitOperator" for t in tasks.values())
+    assert tasks["bronze"]["downstream"] == ["silver", "watcher"]
+    assert tasks["silver"]["downstream"] == ["gold", "watcher"]
+    assert tasks["gold"]["downstream"] == ["report", "watcher"]
+    assert tasks["report"]["downstream"] == ["watcher"]
+    assert tasks["watcher"]["downstream"] == []
+    jobs = [tasks[layer] for layer in ("bronze", "silver", "gold")]
+    assert all(t["retries"] >= 1 and "SparkSubmitOperator" in t["bases"] for t in jobs)
+    assert tasks["report"]["type"] == tasks["watcher"]["type"] == "PythonOperator"
+    assert tasks["report"]["trigger_rule"] == "all_done"
+    assert tasks["watcher"]["trigger_rule"] == "one_failed"
     assert tasks["bronze"]["outlets"] == ["bronze.user-locations"]
     assert tasks["silver"]["inlets"] == ["bronze.user-locations"]
     # The joins read the profiles stream too.
@@ -99,8 +106,12 @@ def test_pipeline_dag_runs_through_airflow(settings: Settings) -> None:
         "bronze user-locations: batch 0 committed",
         "silver user_locations:",
         "gold user_latest_location:",
+        # the gates' per-run summary, from the jobs and from the report task
+        "quality silver.user_locations: 3/3 checks met on 5 rows",
+        f"data quality of run {_run_id(log)}:",
     ):
         assert layer in log
+    assert (settings.data_docs_root / "index.html").is_file()
 
     latest = read_arrow(settings.gold_path("user_latest_location")).to_pylist()
     assert sorted((r["username"], r["location"]) for r in latest) == [
@@ -121,6 +132,47 @@ def test_pipeline_dag_runs_through_airflow(settings: Settings) -> None:
         {"username": "alice", "location": "Berlin"},
         {"username": "bob", "location": "Lima"},
     ]
+
+
+def _run_id(log: str) -> str:
+    found = re.search(r"run_id=(\S+?),", log)
+    assert found, log[-3000:]
+    return found.group(1)
+
+
+def test_failed_gate_fails_the_dag_run_and_publishes_nothing(
+    settings: Settings, tmp_path: Path
+) -> None:
+    """A `fail` expectation on silver: the silver task fails naming the table, the expectation
+    and the observed value; silver publishes nothing, gold does not run, the report is still
+    built, and the DAG run ends failed."""
+    contracts = tmp_path / "contracts"
+    shutil.copytree(REPO_ROOT / "contracts", contracts)
+    doc = (contracts / "user-locations.yaml").read_text()
+    doc = doc.replace(
+        "  silver:\n",
+        "  silver:\n    - {name: berlin_only, expect: in_set, column: location, "
+        "values: [Berlin], severity: fail}\n",
+        1,
+    )
+    (contracts / "user-locations.yaml").write_text(doc)
+    settings = Settings.from_env(settings.home, contracts)
+    assert _lakehouse(settings, "sample").returncode == 0
+    assert _lakehouse(settings, "airflow", "db", "migrate").returncode == 0
+    run = _lakehouse(settings, "airflow", "dags", "test", "pipeline__user-locations", timeout=900)
+    log = run.stdout + run.stderr
+    (settings.home / "dags-test.log").write_text(log)  # the whole log, for a failing assert
+    assert re.search(r"DagRun Finished: .*state=failed", log), log[-5000:]
+    assert re.search(
+        r"silver table user_locations: quality gate failed, nothing published: berlin_only "
+        r"\(in_set location\): 2 of 5 rows unexpected, e\.g\. Lima",
+        log,
+    ), log[-5000:]
+    assert read_arrow(settings.bronze_path("user-locations")).num_rows == 5
+    assert not (settings.silver_path("user_locations") / "_delta_log").exists()
+    assert not (settings.gold_path("user_latest_location") / "_delta_log").exists()
+    assert f"data quality of run {_run_id(log)}:" in log
+    assert (settings.data_docs_root / "index.html").is_file()
 
 
 def test_avro_pipeline_dag_runs_through_airflow(settings: Settings) -> None:

@@ -37,6 +37,7 @@ from lakehouse.errors import (
 )
 from lakehouse.storage.arrow import normalize_table, plain_schema
 from lakehouse.storage.files import DataFile, delete_data_files, fs_path
+from lakehouse.storage.gates import gate_for
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -373,6 +374,14 @@ class DeltaStore:
         if mode == "replace_where":
             assert replace_where is not None
             df, removes = self._plan_replace_where(df, dt, path, replace_where)
+        gate, verdict = gate_for(path, at_commit=True), None
+        if gate is not None:
+            whole = None
+            if gate.needs_whole_table:
+                kept = self.read(path) if mode == "append" else None
+                whole = df if kept is None else kept.unionByName(df, allowMissingColumns=True)
+            source = (metadata or {}).get("lakehouse.source")
+            verdict = gate.check(df, df.count(), whole=whole, source=source)
         plan = WritePlan(
             table_root=str(path),
             schema_b64=WritePlan.encode_schema(table_arrow_schema(dt)),
@@ -390,7 +399,10 @@ class DeltaStore:
         except Exception as exc:
             _raise_if_conflict(exc, path)
             raise
-        return WriteResult(True, self.version(path))
+        version = self.version(path)
+        if gate is not None:
+            gate.record(verdict, table_version=version, published=True)
+        return WriteResult(True, version)
 
     def create_arrow(
         self,
@@ -578,25 +590,40 @@ class DeltaStore:
         else:
             data = source.toArrow()
         predicate = " AND ".join(f"t.{k} = s.{k}" for k in on)
-        builder = dt.merge(
-            data,
-            predicate,
-            source_alias="s",
-            target_alias="t",
-            commit_properties=_commit_properties(txn, metadata),
+
+        def clauses(builder: Any) -> Any:
+            if delete_when:
+                builder = builder.when_matched_delete(delete_when)
+            builder = builder.when_matched_update(dict(update), predicate=update_when)
+            builder = builder.when_not_matched_insert(dict(insert), predicate=insert_when)
+            if delete_unmatched:
+                builder = builder.when_not_matched_by_source_delete()
+            return builder
+
+        gate, verdict = gate_for(path, at_commit=True), None
+        if gate is not None:
+            post, gone = _merge_outcome(dt, data, on, predicate, clauses)
+            whole = _table_after(dt, on, post, gone) if gate.needs_whole_table else None
+            position = (metadata or {}).get("lakehouse.source")
+            verdict = gate.check(post, post.num_rows, whole=whole, source=position)
+        builder = clauses(
+            dt.merge(
+                data,
+                predicate,
+                source_alias="s",
+                target_alias="t",
+                commit_properties=_commit_properties(txn, metadata),
+            )
         )
-        if delete_when:
-            builder = builder.when_matched_delete(delete_when)
-        builder = builder.when_matched_update(dict(update), predicate=update_when)
-        builder = builder.when_not_matched_insert(dict(insert), predicate=insert_when)
-        if delete_unmatched:
-            builder = builder.when_not_matched_by_source_delete()
         try:
             builder.execute()
         except CommitFailedError as exc:
             raise ConcurrentWriteError(str(path), str(exc)) from None
         self.record_positions(path, txn, metadata)
-        return WriteResult(True, self.version(path), data.num_rows)
+        version = self.version(path)
+        if gate is not None:
+            gate.record(verdict, table_version=version, published=True)
+        return WriteResult(True, version, data.num_rows)
 
     def record_positions(
         self, path: Path, txn: Txn | Sequence[Txn] | None, metadata: Mapping[str, Any] | None
@@ -615,6 +642,62 @@ class DeltaStore:
         write_deltalake(
             dt, empty, mode="append", commit_properties=_commit_properties(txn, metadata)
         )
+
+
+def _merge_outcome(
+    dt: DeltaTable, data: pa.Table, on: list[str], predicate: str, clauses: Any
+) -> tuple[pa.Table, pa.Table]:
+    """What a merge would publish, without publishing it: the same merge, run by delta-rs on a
+    scratch copy of just the target rows the source's keys touch. Returns the rows it would
+    insert or update (post-images) and the keys of the rows it would delete."""
+    import tempfile
+
+    import polars as pl
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    from deltalake import DeltaTable as Table
+    from deltalake import write_deltalake
+
+    schema = table_arrow_schema(dt)
+    # polars reads the snapshot's files with the key filter pushed down to their statistics
+    # (pyarrow's dataset filter cannot compare delta-rs's string_view files with string ones).
+    touched = pl.all_horizontal(
+        [pl.col(k).is_in(pl.Series(pc.unique(data[k])).implode()) for k in on]
+    )
+    scan = pl.scan_delta(dt.table_uri, version=dt.version()).filter(touched).collect()
+    matched = normalize_table(scan.to_arrow()).select(schema.names)
+    with tempfile.TemporaryDirectory(prefix="lakehouse-dry-merge-") as tmp:
+        write_deltalake(tmp, matched.cast(schema), configuration=dict(CDF_PROPERTIES))
+        scratch = Table(tmp)
+        clauses(scratch.merge(data, predicate, source_alias="s", target_alias="t")).execute()
+        if scratch.version() == 0:  # the merge changed nothing
+            return schema.empty_table(), matched.select(on).slice(0, 0)
+        changes = normalize_table(
+            pa.table(scratch.load_cdf(starting_version=1, ending_version=1).read_all())
+        )
+    kind = changes["_change_type"]
+    post = pc.filter(changes, pc.is_in(kind, value_set=pa.array(["insert", "update_postimage"])))
+    gone = pc.filter(changes, pc.equal(kind, "delete")).select(on)
+    return post.select(schema.names).cast(schema), gone
+
+
+def _table_after(dt: DeltaTable, on: list[str], post: pa.Table, gone: pa.Table) -> pa.Table:
+    """The whole table as it would be after a merge: the rows it leaves alone, then the
+    post-images (for table-level checks such as key uniqueness)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    current = normalize_table(pa.table(dt.to_pyarrow_table())).cast(post.schema)
+    keys = post.select(on)
+    replaced = pa.concat_tables([keys, gone.select(on).cast(keys.schema)])
+    if replaced.num_rows and current.num_rows:
+        numbered = current.select(on).append_column(
+            "__row", pa.array(range(current.num_rows), pa.int64())
+        )
+        hit = numbered.join(replaced, keys=on, join_type="left semi")["__row"].combine_chunks()
+        everything = pa.array(range(current.num_rows), pa.int64())
+        current = current.filter(pc.invert(pc.is_in(everything, value_set=hit)))
+    return pa.concat_tables([current, post.cast(current.schema)])
 
 
 def _drop_unmatched_non_inserts(
@@ -668,6 +751,23 @@ def _raise_if_conflict(exc: BaseException, path: Path) -> None:
 
 
 # -- light reads without Spark (command-line pull queries) -------------------------------------
+
+
+def table_version(path: Path) -> int | None:
+    """The table's latest version, or None if there is no table."""
+    if not (path / "_delta_log").is_dir():
+        return None
+    return int(_load(path).version())
+
+
+def last_commit_time(path: Path) -> datetime | None:
+    """When the table's latest commit was made, or None if there is no table."""
+    from datetime import UTC
+
+    if not (path / "_delta_log").is_dir():
+        return None
+    (commit,) = _load(path).history(1)
+    return datetime.fromtimestamp(commit["timestamp"] / 1000, UTC)
 
 
 def latest_metadata(path: Path, key: str) -> Any:

@@ -1,0 +1,672 @@
+"""Data-quality gates: the contract's expectations, run by Great Expectations on each batch a
+job is about to publish.
+
+A contract declares expectations per layer with a severity:
+
+* ``warn`` records the failure and publishes;
+* ``quarantine`` (row-level kinds, silver) routes the failing rows to the stream's quarantine
+  table, with the expectation's name as the reason, and publishes the rest;
+* ``fail`` stops before anything is published: the table's version does not move and the job
+  raises :class:`~lakehouse.errors.QualityGateError` naming the table, the expectation and the
+  observed value.
+
+Each expectation compiles three ways from the one declaration: a Great Expectations (1.x)
+expectation (the judge of every batch), a Spark predicate (which rows a ``quarantine``
+expectation routes), and, for ``fail`` row checks, a Delta CHECK constraint on the table (so other
+Delta writers are held to the contract too). Every validation goes to the results ledger (a
+Delta table) and its full GX result to ``quality/validations`` for Data Docs.
+
+Batches up to ``LAKEHOUSE_GX_PANDAS_MAX_ROWS`` rows (default 250,000) are validated by GX's
+pandas engine on an Arrow copy; bigger ones by GX's Spark engine where they are. GX is imported
+only when a gate runs, never when DAGs are parsed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import statistics
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from lakehouse.config import Layer, Settings
+from lakehouse.contracts import Contract, Expectation
+from lakehouse.errors import QualityGateError
+from lakehouse.storage import gates
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark.sql import Column, DataFrame
+
+# Expectations judged per row: they can quarantine rows and become Delta CHECK constraints.
+ROW_LEVEL = ("not_null", "between", "in_set", "match_regex", "length_between")
+# On a gold table these judge the whole table as it would be after the batch.
+TABLE_LEVEL = ("unique", "row_count_between")
+SAMPLE_SIZE = 10
+_SAMPLE_TEXT = 200
+REASON_PREFIX = "expectation "
+
+
+def pandas_max_rows() -> int:
+    return int(os.environ.get("LAKEHOUSE_GX_PANDAS_MAX_ROWS", "250000"))
+
+
+def suite_name(layer: Layer, table: str) -> str:
+    return f"{layer}.{table}"
+
+
+# -- compiling -------------------------------------------------------------------------------
+def _gx() -> Any:
+    os.environ.setdefault("GX_ANALYTICS_ENABLED", "False")
+    os.environ.setdefault("TQDM_DISABLE", "1")  # GX's progress bars, one per validation
+    import great_expectations as gx
+
+    return gx
+
+
+def gx_expectation(e: Expectation) -> Any:
+    """The Great Expectations expectation of one contract expectation (its name, kind and
+    severity ride in ``meta``, so results map back to the contract)."""
+    _gx()
+    import great_expectations.expectations as gxe
+
+    meta = {"name": e.name, "kind": e.expect, "severity": e.severity}
+    severity = "warning" if e.severity == "warn" else "critical"
+    lo, hi = e.param("min"), e.param("max")
+    common: dict[str, Any] = {"meta": meta, "severity": severity}
+    if e.expect == "row_count_between":
+        return gxe.ExpectTableRowCountToBeBetween(min_value=lo, max_value=hi, **common)
+    common["column"] = e.column
+    if e.expect == "not_null":
+        return gxe.ExpectColumnValuesToNotBeNull(**common)
+    if e.expect == "unique":
+        return gxe.ExpectColumnValuesToBeUnique(**common)
+    if e.expect == "between":
+        return gxe.ExpectColumnValuesToBeBetween(min_value=lo, max_value=hi, **common)
+    if e.expect == "in_set":
+        return gxe.ExpectColumnValuesToBeInSet(value_set=list(e.param("values")), **common)
+    if e.expect == "match_regex":
+        return gxe.ExpectColumnValuesToMatchRegex(regex=e.param("pattern"), **common)
+    if e.expect == "length_between":
+        return gxe.ExpectColumnValueLengthsToBeBetween(min_value=lo, max_value=hi, **common)
+    raise ValueError(f"unknown expectation kind {e.expect!r}")
+
+
+def suite(name: str, expectations: Sequence[Expectation]) -> Any:
+    gx = _gx()
+    return gx.ExpectationSuite(name=name, expectations=[gx_expectation(e) for e in expectations])
+
+
+def spark_passes(e: Expectation) -> Column:
+    """Whether a row passes a row-level expectation, as GX judges it (nulls pass every check
+    but not_null)."""
+    from pyspark.sql import functions as F
+
+    c = F.col(e.column or "")
+    lo, hi = e.param("min"), e.param("max")
+    if e.expect == "not_null":
+        return c.isNotNull()
+    if e.expect == "between":
+        cond = F.lit(True)
+        if lo is not None:
+            cond = cond & (c >= F.lit(lo))
+        if hi is not None:
+            cond = cond & (c <= F.lit(hi))
+    elif e.expect == "in_set":
+        cond = c.isin(list(e.param("values")))
+    elif e.expect == "match_regex":
+        cond = c.rlike(e.param("pattern"))
+    elif e.expect == "length_between":
+        n = F.length(c)
+        cond = F.lit(True)
+        if lo is not None:
+            cond = cond & (n >= F.lit(lo))
+        if hi is not None:
+            cond = cond & (n <= F.lit(hi))
+    else:
+        raise ValueError(f"{e.expect} is not a row-level expectation")
+    return c.isNull() | F.coalesce(cond, F.lit(False))
+
+
+def _sql_literal(v: Any) -> str:
+    if isinstance(v, str):
+        return "'" + v.replace("'", "''") + "'"
+    if isinstance(v, bool):
+        return "TRUE" if v else "FALSE"
+    return repr(v)
+
+
+def check_constraint(e: Expectation) -> str | None:
+    """The Delta CHECK constraint of a ``fail`` row expectation, where SQL says the same thing
+    in every engine (regular expressions differ between engines, so they stay GX-only)."""
+    if e.severity != "fail" or e.expect not in ROW_LEVEL or e.expect == "match_regex":
+        return None
+    col = e.column
+    lo, hi = e.param("min"), e.param("max")
+    if e.expect == "not_null":
+        return f"{col} IS NOT NULL"
+    if e.expect == "in_set":
+        values = ", ".join(_sql_literal(v) for v in e.param("values"))
+        return f"{col} IS NULL OR {col} IN ({values})"
+    measure = col if e.expect == "between" else f"character_length({col})"
+    bounds = [
+        f"{measure} >= {lo!r}" if lo is not None else "",
+        f"{measure} <= {hi!r}" if hi is not None else "",
+    ]
+    return f"{col} IS NULL OR (" + " AND ".join(b for b in bounds if b) + ")"
+
+
+def constraint_name(e: Expectation, sql: str) -> str:
+    """``dq_<expectation>_<hash of the SQL>``: delta-rs stores constraints rewritten in its own
+    words, so a changed expectation is recognised by its name, not by comparing the text."""
+    digest = hashlib.sha256(sql.encode()).hexdigest()[:8]
+    return f"dq_{e.name}_{digest}"
+
+
+def sync_constraints(path: Path, expectations: Sequence[Expectation]) -> list[str]:
+    """Add the CHECK constraints the contract's ``fail`` row expectations imply, and drop the
+    ``dq_*`` ones it no longer does. A constraint that the table's existing rows break is not
+    added (delta-rs refuses it); the gate still holds new batches to it. Returns notes."""
+    from deltalake import DeltaTable
+
+    dt = DeltaTable(str(path))
+    have = {
+        k.removeprefix("delta.constraints.")
+        for k in dt.metadata().configuration
+        if k.startswith("delta.constraints.dq_")
+    }
+    want = {constraint_name(e, sql): sql for e in expectations if (sql := check_constraint(e))}
+    notes = []
+    for name in sorted(have - set(want)):
+        dt.alter.drop_constraint(name)
+        notes.append(f"dropped constraint {name}")
+    for name, sql in sorted(want.items()):
+        if name in have:
+            continue
+        try:
+            dt.alter.add_constraint({name: sql})
+            notes.append(f"added constraint {name}: {sql}")
+        except Exception as exc:  # delta-rs reports a violation as a generic error
+            first = str(exc).strip().splitlines()[0]
+            notes.append(f"constraint {name} not added (existing rows break it: {first})")
+    return notes
+
+
+# -- results ---------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Outcome:
+    """One expectation's verdict on one batch."""
+
+    expectation: str
+    kind: str
+    severity: str
+    success: bool
+    column: str | None = None
+    observed: Any = None
+    element_count: int | None = None
+    unexpected_count: int | None = None
+    sample: tuple[Any, ...] = ()
+
+    def describe(self) -> str:
+        what = f"{self.expectation} ({self.kind}{'' if self.column is None else ' ' + self.column})"
+        if self.unexpected_count is not None and self.kind not in TABLE_LEVEL[1:]:
+            seen = f"{self.unexpected_count} of {self.element_count} rows unexpected"
+            if self.sample:
+                seen += ", e.g. " + ", ".join(_short(v) for v in self.sample[:3])
+        else:
+            seen = f"observed {_short(self.observed)}"
+        return f"{what}: {seen}"
+
+
+def _short(v: Any) -> str:
+    text = v if isinstance(v, str) else json.dumps(_jsonable(v))
+    text = text if isinstance(text, str) else str(text)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _jsonable(v: Any) -> Any:
+    if isinstance(v, bytes):
+        return v.decode("utf-8", "backslashreplace")
+    if isinstance(v, float) and v != v:  # NaN: pandas' null
+        return None
+    if isinstance(v, dict):
+        return {str(k): _jsonable(x) for k, x in v.items()}
+    if isinstance(v, list | tuple):
+        return [_jsonable(x) for x in v]
+    if isinstance(v, str | int | float | bool) or v is None:
+        return v[:_SAMPLE_TEXT] if isinstance(v, str) else v
+    return str(v)[:_SAMPLE_TEXT]
+
+
+@dataclass
+class Verdict:
+    """What a gate decided about one batch."""
+
+    layer: Layer
+    table: str
+    outcomes: list[Outcome]
+    rows: int
+    engine: str
+    result: dict[str, Any] | None = None  # the GX result, for Data Docs
+    validated_at: datetime = field(default_factory=lambda: datetime.now(UTC))
+
+    @property
+    def failed(self) -> list[Outcome]:
+        return [o for o in self.outcomes if not o.success and o.severity == "fail"]
+
+    @property
+    def to_quarantine(self) -> list[str]:
+        return [
+            o.expectation for o in self.outcomes if not o.success and o.severity == "quarantine"
+        ]
+
+    def summary(self) -> list[str]:
+        ok = sum(o.success for o in self.outcomes)
+        if self.engine == "none" and all(o.kind == "freshness" for o in self.outcomes):
+            head = f"quality {self.layer}.{self.table}: freshness " + (
+                "ok" if ok == len(self.outcomes) else "STALE"
+            )
+        else:
+            judge = "" if self.engine == "none" else f", Great Expectations ({self.engine})"
+            head = (
+                f"quality {self.layer}.{self.table}: {ok}/{len(self.outcomes)} checks met on "
+                f"{self.rows} rows{judge}"
+            )
+        return [
+            head,
+            *(f"  {o.severity.upper():10} {o.describe()}" for o in self.outcomes if not o.success),
+        ]
+
+
+def _outcomes(result: Any, by_name: Mapping[str, Expectation]) -> list[Outcome]:
+    out = []
+    for r in result.results:
+        name = r.expectation_config.meta["name"]
+        e = by_name[name]
+        res = r.result or {}
+        if r.exception_info and r.exception_info.get("raised_exception"):
+            observed: Any = r.exception_info.get("exception_message")
+        else:
+            observed = res.get("observed_value")
+        out.append(
+            Outcome(
+                expectation=name,
+                kind=e.expect,
+                severity=e.severity,
+                success=bool(r.success),
+                column=e.column,
+                observed=_jsonable(observed),
+                element_count=res.get("element_count"),
+                unexpected_count=res.get("unexpected_count"),
+                sample=tuple(_jsonable(res.get("partial_unexpected_list") or [])[:SAMPLE_SIZE]),
+            )
+        )
+    order = {e: i for i, e in enumerate(by_name)}
+    return sorted(out, key=lambda o: order[o.expectation])
+
+
+_CONTEXT: dict[Any, Any] = {}
+
+
+def _validation(name: str, expectations: Sequence[Expectation], engine: str) -> Any:
+    """The GX validation definition of a suite on an engine, made once per process: one
+    ephemeral context, one data source per engine, one asset per suite."""
+    gx = _gx()
+    key = (name, tuple(expectations), engine)
+    if key in _CONTEXT:
+        return _CONTEXT[key]
+    if "context" not in _CONTEXT:
+        _CONTEXT["context"] = gx.get_context(mode="ephemeral")
+    context = _CONTEXT["context"]
+    source_name = f"lakehouse-{engine}"
+    try:
+        source = context.data_sources.get(source_name)
+    except (KeyError, ValueError):
+        source = (
+            context.data_sources.add_pandas(source_name)
+            if engine == "pandas"
+            else context.data_sources.add_spark(source_name, persist=False)
+        )
+    label = f"{name}-{len(_CONTEXT)}"
+    asset = source.add_dataframe_asset(label)
+    definition = asset.add_batch_definition_whole_dataframe("batch")
+    compiled = context.suites.add(suite(label, expectations))
+    validation = context.validation_definitions.add(
+        gx.ValidationDefinition(name=label, data=definition, suite=compiled)
+    )
+    _CONTEXT[key] = validation
+    return validation
+
+
+def run_suite(
+    name: str,
+    expectations: Sequence[Expectation],
+    batch: DataFrame | pa.Table,
+    rows: int,
+) -> tuple[list[Outcome], str, dict[str, Any]]:
+    """Run the expectations on a batch with GX; return the outcomes, the engine used and the
+    GX result as JSON."""
+    import pyarrow as pa
+
+    if isinstance(batch, pa.Table) or rows <= pandas_max_rows():
+        engine = "pandas"
+        table = batch if isinstance(batch, pa.Table) else batch.toArrow()
+        data: Any = table.to_pandas()
+    else:
+        engine, data = "spark", batch
+    validation = _validation(name, expectations, engine)
+    result = validation.run(
+        batch_parameters={"dataframe": data},
+        result_format={"result_format": "SUMMARY", "partial_unexpected_count": SAMPLE_SIZE},
+    )
+    by_name = {e.name: e for e in expectations}
+    document = result.to_json_dict()
+    document["suite_name"] = name  # the context's suite carries a per-process label
+    return _outcomes(result, by_name), engine, document
+
+
+# -- run identity and the ledger ---------------------------------------------------------------
+@dataclass(frozen=True)
+class RunInfo:
+    """Who is validating: one job run, and the Airflow DAG run that started it, if any."""
+
+    run_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    dag_id: str | None = None
+    dag_run_id: str | None = None
+
+    @classmethod
+    def from_env(cls, dag_run_id: str | None = None) -> RunInfo:
+        return cls(
+            dag_id=os.environ.get("AIRFLOW_CTX_DAG_ID"),
+            dag_run_id=dag_run_id or os.environ.get("AIRFLOW_CTX_DAG_RUN_ID"),
+        )
+
+
+def ledger_schema() -> pa.Schema:
+    import pyarrow as pa
+
+    return pa.schema(
+        [
+            ("run_id", pa.string()),
+            ("dag_id", pa.string()),
+            ("dag_run_id", pa.string()),
+            ("validated_at", pa.timestamp("us", tz="UTC")),
+            ("layer", pa.string()),
+            ("table", pa.string()),
+            ("table_version", pa.int64()),
+            ("published", pa.bool_()),
+            ("source", pa.string()),
+            ("rows", pa.int64()),
+            ("engine", pa.string()),
+            ("expectation", pa.string()),
+            ("kind", pa.string()),
+            ("column", pa.string()),
+            ("severity", pa.string()),
+            ("success", pa.bool_()),
+            ("observed_value", pa.string()),
+            ("element_count", pa.int64()),
+            ("unexpected_count", pa.int64()),
+            ("unexpected_sample", pa.string()),
+        ]
+    )
+
+
+def write_ledger(
+    settings: Settings,
+    run: RunInfo,
+    verdict: Verdict,
+    *,
+    table_version: int | None,
+    published: bool,
+    source: Mapping[str, Any] | None,
+) -> None:
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    base = {
+        "run_id": run.run_id,
+        "dag_id": run.dag_id,
+        "dag_run_id": run.dag_run_id,
+        "validated_at": verdict.validated_at,
+        "layer": verdict.layer,
+        "table": verdict.table,
+        "table_version": table_version,
+        "published": published,
+        "source": None if source is None else json.dumps(source, sort_keys=True),
+        "rows": verdict.rows,
+        "engine": verdict.engine,
+    }
+    rows = [
+        {
+            **base,
+            "expectation": o.expectation,
+            "kind": o.kind,
+            "column": o.column,
+            "severity": o.severity,
+            "success": o.success,
+            "observed_value": None if o.observed is None else json.dumps(o.observed),
+            "element_count": o.element_count,
+            "unexpected_count": o.unexpected_count,
+            "unexpected_sample": json.dumps(list(o.sample)) if o.sample else None,
+        }
+        for o in verdict.outcomes
+    ]
+    if not rows:
+        return
+    settings.ledger_path.mkdir(parents=True, exist_ok=True)
+    write_deltalake(
+        str(settings.ledger_path),
+        pa.Table.from_pylist(rows, schema=ledger_schema()),
+        mode="append",
+    )
+
+
+def read_ledger(settings: Settings, table: str | None = None) -> pa.Table:
+    import pyarrow.compute as pc
+    from deltalake import DeltaTable
+
+    if not (settings.ledger_path / "_delta_log").is_dir():
+        return ledger_schema().empty_table()
+    data = DeltaTable(str(settings.ledger_path)).to_pyarrow_table()
+    if table is not None:
+        data = data.filter(pc.equal(data["table"], table))
+    return data
+
+
+def save_result(settings: Settings, verdict: Verdict, run: RunInfo) -> Path | None:
+    """Keep the full GX result for Data Docs (written whole, then renamed into place)."""
+    if verdict.result is None:
+        return None
+    folder = settings.validations_root / suite_name(verdict.layer, verdict.table)
+    folder.mkdir(parents=True, exist_ok=True)
+    stamp = verdict.validated_at.strftime("%Y%m%dT%H%M%S.%fZ")
+    document = {
+        "run_id": run.run_id,
+        "dag_run_id": run.dag_run_id,
+        "validated_at": verdict.validated_at.isoformat(),
+        "result": verdict.result,
+    }
+    path = folder / f"{stamp}-{run.run_id[:12]}.json"
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(document, default=str), encoding="utf-8")
+    tmp.replace(path)
+    return path
+
+
+# -- volume and freshness ----------------------------------------------------------------------
+def volume_outcome(
+    settings: Settings, layer: Layer, table: str, rows: int, contract: Contract
+) -> Outcome | None:
+    """A batch far outside the usual volume: more than ``factor`` times the median of the last
+    ``history`` batches' sizes, or less than that median divided by ``factor``."""
+    volume = contract.quality.volume
+    if volume is None:
+        return None
+    import pyarrow.compute as pc
+
+    past = read_ledger(settings, table)
+    if past.num_rows:
+        past = past.filter(
+            pc.and_(pc.equal(past["layer"], layer), pc.equal(past["expectation"], "volume"))
+        )
+        past = past.filter(pc.equal(past["published"], True))
+    sizes = [int(json.loads(v)) for v in past.sort_by("validated_at")["observed_value"].to_pylist()]
+    sizes = sizes[-volume.history :]
+    name = "volume"
+    if len(sizes) < volume.min_history:
+        return Outcome(name, "volume", "warn", True, observed=rows)
+    median = statistics.median(sizes)
+    lo, hi = median / volume.factor, median * volume.factor
+    return Outcome(
+        name,
+        "volume",
+        "warn",
+        lo <= rows <= hi,
+        observed=rows,
+        sample=(f"median of the last {len(sizes)} batches: {median:g}",),
+    )
+
+
+def freshness_outcome(contract: Contract, last_commit: datetime | None) -> Outcome | None:
+    """No new data for longer than the contract's ``freshness`` interval."""
+    limit = contract.quality.freshness_ms
+    if limit is None:
+        return None
+    if last_commit is None:
+        return Outcome("freshness", "freshness", "warn", False, observed="no data yet")
+    age = (datetime.now(UTC) - last_commit).total_seconds()
+    return Outcome(
+        "freshness",
+        "freshness",
+        "warn",
+        age * 1000 <= limit,
+        observed=round(age, 3),
+        sample=(f"limit {limit / 1000:g} s",),
+    )
+
+
+# -- gates -----------------------------------------------------------------------------------
+@dataclass
+class Gate:
+    """The gate of one table of one layer in one job run."""
+
+    settings: Settings
+    contract: Contract
+    layer: Layer
+    table: str
+    run: RunInfo
+    echo: Any = print
+    verdicts: list[Verdict] = field(default_factory=list)
+    source: Mapping[str, Any] | None = None  # the input positions of the batch being judged
+
+    @property
+    def expectations(self) -> tuple[Expectation, ...]:
+        mine = self.contract.expectations_of(self.layer)
+        if self.layer == "gold":
+            return tuple(e for e in mine if e.table == self.table)
+        return mine
+
+    @property
+    def quarantines(self) -> tuple[Expectation, ...]:
+        return tuple(e for e in self.expectations if e.severity == "quarantine")
+
+    @property
+    def at_commit(self) -> bool:
+        # A gold table has several writers (merges, appends): DeltaStore gates each commit.
+        return self.layer == "gold"
+
+    @property
+    def needs_whole_table(self) -> bool:
+        return self.layer == "gold" and any(e.expect in TABLE_LEVEL for e in self.expectations)
+
+    @property
+    def active(self) -> bool:
+        return bool(self.expectations) or self.contract.quality.volume is not None
+
+    def check(
+        self,
+        batch: DataFrame | pa.Table,
+        rows: int,
+        *,
+        whole: DataFrame | pa.Table | None = None,
+        source: Mapping[str, Any] | None = None,
+    ) -> Verdict:
+        """Validate a batch before it is published; on a failed ``fail`` expectation, record
+        it and raise. ``whole`` is what table-level gold expectations judge (the table as it
+        would be after the batch)."""
+        exps = self.expectations
+        name = suite_name(self.layer, self.table)
+        outcomes: list[Outcome] = []
+        engine, result = "none", None
+        batch_level = [e for e in exps if not (self.layer == "gold" and e.expect in TABLE_LEVEL)]
+        table_level = [e for e in exps if e not in batch_level]
+        if batch_level:
+            outcomes, engine, result = run_suite(name, batch_level, batch, rows)
+        if table_level:
+            assert whole is not None, "table-level expectations need the would-be table"
+            more, engine2, result2 = run_suite(name, table_level, whole, _rows(whole))
+            outcomes += more
+            engine = engine2 if engine == "none" else engine
+            result = _merge_results(result, result2)
+        volume = volume_outcome(self.settings, self.layer, self.table, rows, self.contract)
+        if volume is not None:
+            outcomes.append(volume)
+        verdict = Verdict(self.layer, self.table, outcomes, rows, engine, result)
+        self.source = source
+        if verdict.failed:
+            self.record(verdict, table_version=None, published=False)
+            raise QualityGateError(self.layer, self.table, [o.describe() for o in verdict.failed])
+        return verdict
+
+    def quarantine_reason(self, names: Sequence[str]) -> Column:
+        """The first of the named quarantine expectations a row fails, or null."""
+        from pyspark.sql import functions as F
+
+        chosen = [e for e in self.quarantines if e.name in names]
+        return F.coalesce(
+            *(
+                F.when(~spark_passes(e), F.lit(f"{REASON_PREFIX}{e.name} ({e.expect})"))
+                for e in chosen
+            ),
+            F.lit(None).cast("string"),
+        )
+
+    def record(self, verdict: Verdict, *, table_version: int | None, published: bool) -> None:
+        self.verdicts.append(verdict)
+        write_ledger(
+            self.settings,
+            self.run,
+            verdict,
+            table_version=table_version,
+            published=published,
+            source=self.source,
+        )
+        save_result(self.settings, verdict, self.run)
+        for line in verdict.summary():
+            self.echo(line)
+
+
+def _rows(batch: DataFrame | pa.Table) -> int:
+    import pyarrow as pa
+
+    return batch.num_rows if isinstance(batch, pa.Table) else batch.count()
+
+
+def _merge_results(a: dict[str, Any] | None, b: dict[str, Any]) -> dict[str, Any]:
+    if a is None:
+        return b
+    merged = dict(a)
+    merged["results"] = [*a["results"], *b["results"]]
+    merged["success"] = a["success"] and b["success"]
+    return merged
+
+
+def gate_for(path: Path) -> Gate | None:
+    """The data-quality gate registered (by :func:`lakehouse.storage.gates.gating`) for a table."""
+    gate = gates.gate_for(path)
+    return gate if isinstance(gate, Gate) else None

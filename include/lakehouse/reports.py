@@ -1,0 +1,182 @@
+"""Data-quality reports: Great Expectations Data Docs, and the ledger's latest results and trends.
+
+The gates keep each validation's full GX result as JSON under ``quality/validations``; Data Docs
+are rebuilt from those files by ``lakehouse report`` (the pipeline DAG's last task), into
+``reports/data_docs``, which the Airflow UI links to. Jobs never touch GX's project folder, so
+two jobs validating at once cannot race on it: this module is its only writer.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections import defaultdict
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from lakehouse.config import Layer, Settings
+from lakehouse.contracts import Catalog
+from lakehouse.quality import _gx, suite, suite_name
+
+SITE = "lakehouse"
+KEEP_PER_SUITE = 30
+
+
+def _saved_results(settings: Settings, keep: int) -> dict[str, list[dict[str, Any]]]:
+    """The newest ``keep`` saved results of each suite (file names sort by time)."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    root = settings.validations_root
+    if not root.is_dir():
+        return out
+    for folder in sorted(p for p in root.iterdir() if p.is_dir()):
+        files = sorted(folder.glob("*.json"))[-keep:]
+        out[folder.name] = [json.loads(f.read_text(encoding="utf-8")) for f in files]
+    return out
+
+
+def build_data_docs(
+    settings: Settings, catalog: Catalog | None = None, *, keep: int = KEEP_PER_SUITE
+) -> Path:
+    """Rebuild Data Docs from the saved validation results; return the site's index page.
+
+    The GX project under ``quality/gx`` is rebuilt each time from the contracts (suites) and the
+    newest ``keep`` results per suite, so the site shows what the contracts say now and its
+    build time does not grow with history (the ledger keeps all of it)."""
+    gx = _gx()
+    from great_expectations.core.expectation_validation_result import (
+        ExpectationSuiteValidationResultSchema,
+    )
+    from great_expectations.core.run_identifier import RunIdentifier
+    from great_expectations.data_context.types.resource_identifiers import (
+        ExpectationSuiteIdentifier,
+        ValidationResultIdentifier,
+    )
+
+    project = settings.quality_root / "gx"
+    shutil.rmtree(project, ignore_errors=True)
+    site = settings.data_docs_root
+    shutil.rmtree(site, ignore_errors=True)
+    site.mkdir(parents=True, exist_ok=True)
+    context = gx.get_context(mode="file", project_root_dir=str(project))
+    for name in list(context.get_config().data_docs_sites or {}):
+        context.delete_data_docs_site(name)
+    context.add_data_docs_site(
+        SITE,
+        {
+            "class_name": "SiteBuilder",
+            "show_how_to_buttons": False,
+            "store_backend": {
+                "class_name": "TupleFilesystemStoreBackend",
+                "base_directory": str(site),
+            },
+            "site_index_builder": {"class_name": "DefaultSiteIndexBuilder"},
+        },
+    )
+    catalog = catalog or Catalog.load(settings.contracts_dir)
+    for contract in catalog:
+        for layer, table in _suites_of(contract):
+            exps = [
+                e for e in contract.expectations_of(layer) if layer != "gold" or e.table == table
+            ]
+            if exps:
+                context.suites.add_or_update(suite(suite_name(layer, table), exps))
+    loader = ExpectationSuiteValidationResultSchema()
+    for name, documents in _saved_results(settings, keep).items():
+        for doc in documents:
+            result = loader.load(doc["result"])
+            key = ValidationResultIdentifier(
+                expectation_suite_identifier=ExpectationSuiteIdentifier(name=name),
+                run_id=RunIdentifier(
+                    run_name=doc.get("dag_run_id") or doc["run_id"],
+                    run_time=doc["validated_at"],
+                ),
+                batch_identifier=doc["run_id"][:12],
+            )
+            context.validation_results_store.set(key, result)
+    context.build_data_docs(site_names=[SITE])
+    return site / "index.html"
+
+
+def _suites_of(contract: Any) -> list[tuple[Layer, str]]:
+    return [
+        ("bronze", contract.topic),
+        ("silver", contract.stream),
+        *(("gold", t.name) for t in contract.tables),
+    ]
+
+
+def ledger_report(settings: Settings, *, table: str | None = None, last: int = 10) -> list[str]:
+    """The latest validation of each table and its trend: how many of its last ``last``
+    validations met every expectation, and each expectation's failures among them."""
+    from lakehouse.quality import read_ledger
+
+    data = read_ledger(settings, table).to_pylist()
+    if not data:
+        return ["no validations recorded" + ("" if table is None else f" for {table}")]
+    # One job run's checks of a table belong together (its gate and its freshness check).
+    runs: dict[tuple[str, str], dict[str, list[dict[str, Any]]]] = defaultdict(
+        lambda: defaultdict(list)
+    )
+    for row in sorted(data, key=lambda r: r["validated_at"]):
+        runs[(row["layer"], row["table"])][row["run_id"]].append(row)
+    lines: list[str] = []
+    for (layer, name), by_run in sorted(runs.items()):
+        ordered = list(by_run)[-last:]  # runs in order of their first check
+        latest = by_run[ordered[-1]]
+        published = [r for r in latest if r["published"]]
+        version = f"v{published[0]['table_version']}" if published else "nothing published"
+        rows = max(r["rows"] for r in latest)
+        ok = sum(r["success"] for r in latest)
+        clean = sum(all(r["success"] for r in by_run[k]) for k in ordered)
+        lines.append(
+            f"{layer}.{name}: latest {latest[0]['validated_at']:%Y-%m-%d %H:%M:%S} ({version}, "
+            f"{rows} rows): {ok}/{len(latest)} met; last {len(ordered)} runs: {clean} clean"
+        )
+        failures: dict[str, int] = defaultdict(int)
+        for k in ordered:
+            for r in by_run[k]:
+                if not r["success"]:
+                    failures[r["expectation"]] += 1
+        for r in latest:
+            trend = f"failed {failures[r['expectation']]}/{len(ordered)}"
+            mark = "ok  " if r["success"] else "FAIL"
+            observed = (
+                r["observed_value"]
+                if r["unexpected_count"] is None
+                else f"{r['unexpected_count']} of {r['element_count']} unexpected"
+            )
+            lines.append(f"  {mark} {r['severity']:10} {r['expectation']:28} {observed}  ({trend})")
+    return lines
+
+
+def run_summary(settings: Settings, dag_run_id: str) -> list[str]:
+    """One DAG run's validations: each table's verdict, and every expectation that failed."""
+    from lakehouse.quality import read_ledger
+
+    rows = [r for r in read_ledger(settings).to_pylist() if r["dag_run_id"] == dag_run_id]
+    if not rows:
+        return [f"no validations recorded for run {dag_run_id}"]
+    by_table: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+    for r in rows:
+        by_table[(r["layer"], r["table"])].append(r)
+    lines = [f"data quality of run {dag_run_id}:"]
+    for (layer, name), checks in sorted(by_table.items()):
+        met = sum(r["success"] for r in checks)
+        published = any(r["published"] for r in checks)
+        lines.append(
+            f"  {layer}.{name}: {met}/{len(checks)} checks met"
+            + ("" if published else " (not published)")
+        )
+        for r in checks:
+            if not r["success"]:
+                lines.append(
+                    f"    {r['severity'].upper()} {r['expectation']}: observed "
+                    f"{r['observed_value'] or ''} unexpected {r['unexpected_count']}"
+                )
+    return lines
+
+
+def print_report(settings: Settings, echo: Callable[[str], None] = print, **kwargs: Any) -> None:
+    for line in ledger_report(settings, **kwargs):
+        echo(line)

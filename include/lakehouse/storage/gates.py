@@ -1,0 +1,58 @@
+"""Checks a job registers for the tables it writes, consulted by :class:`DeltaStore` just before
+it commits to one of them (the data-quality gates of :mod:`lakehouse.quality`).
+
+A table may be written by several calls in one job (a gold table by merges and appends): a hook
+here sees every batch about to be published, whichever call publishes it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
+from pathlib import Path
+from typing import Any, Protocol
+
+
+class PublishGate(Protocol):
+    @property
+    def at_commit(self) -> bool:
+        """Whether DeltaStore runs the gate at every commit to the table; if not, the job that
+        writes the table runs it itself (silver, bronze: they route or stage rows first)."""
+
+    @property
+    def needs_whole_table(self) -> bool:
+        """Whether :meth:`check` also judges the table as it would be after the batch."""
+
+    def check(
+        self,
+        batch: Any,
+        rows: int,
+        *,
+        whole: Any = None,
+        source: Mapping[str, Any] | None = None,
+    ) -> Any:
+        """Judge a batch (the rows a write is about to publish); raise to stop the write."""
+
+    def record(self, verdict: Any, *, table_version: int | None, published: bool) -> None:
+        """Keep the verdict once the write is done."""
+
+
+_GATES: ContextVar[Mapping[Path, PublishGate] | None] = ContextVar("lakehouse_gates", default=None)
+
+
+@contextmanager
+def gating(gates: Mapping[Path, PublishGate]) -> Iterator[None]:
+    """Register gates by table path for the writes made inside the ``with`` block."""
+    token = _GATES.set({Path(p).resolve(): g for p, g in gates.items()})
+    try:
+        yield
+    finally:
+        _GATES.reset(token)
+
+
+def gate_for(path: Path, *, at_commit: bool = False) -> PublishGate | None:
+    """The gate registered for a table; with ``at_commit``, only one DeltaStore should run."""
+    gates = _GATES.get()
+    gate = None if not gates else gates.get(Path(path).resolve())
+    return None if gate is None or (at_commit and not gate.at_commit) else gate

@@ -1,0 +1,311 @@
+"""Data-quality gates end to end: each severity on each layer it applies to, the Delta CHECK
+constraints, the results ledger, volume and freshness checks, the `dq` report and Data Docs."""
+
+from __future__ import annotations
+
+import io
+import json
+from contextlib import redirect_stdout
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from lakehouse import cli
+from lakehouse.config import Settings
+from lakehouse.contracts import Catalog
+from lakehouse.errors import QualityGateError
+from lakehouse.landing import Producer, Record
+from lakehouse.pipeline import run, run_layer
+from lakehouse.quality import RunInfo, read_ledger
+from lakehouse.reports import build_data_docs
+from lakehouse.storage import read_arrow
+from lakehouse.storage.store import table_version
+
+pytestmark = pytest.mark.integration
+
+HEAD = """\
+topic: orders
+partitions: 2
+key: {format: string, name: order_id}
+value:
+  format: json
+  fields:
+    - {name: city, type: string}
+    - {name: amount, type: long}
+stream: {name: orders_stream}
+tables:
+  - {name: order_latest, kind: latest}
+  - name: order_counts
+    kind: aggregate
+    aggregations:
+      - {name: n, fn: count}
+"""
+
+
+def _lake(root: Path, expectations: str, quality: str = "") -> Settings:
+    contracts = root / "contracts"
+    contracts.mkdir(parents=True, exist_ok=True)
+    text = HEAD + "expectations:\n" + expectations + quality
+    (contracts / "orders.yaml").write_text(text)
+    return Settings.from_env(root / "home", contracts)
+
+
+def _send(lake: Settings, rows: list[tuple[str | None, dict[str, Any] | None]]) -> None:
+    Producer(lake, "orders", 2).send_batch(
+        Record(
+            None if k is None else k.encode(),
+            None if v is None else json.dumps(v).encode(),
+            partition=0,
+        )
+        for k, v in rows
+    )
+
+
+def _ledger(lake: Settings, layer: str) -> list[dict[str, Any]]:
+    rows = sorted(read_ledger(lake).to_pylist(), key=lambda r: r["validated_at"])
+    return [r for r in rows if r["layer"] == layer]
+
+
+def _run(spark: Any, lake: Settings, *layers: str, run_id: str = "manual__test") -> list[str]:
+    contract = Catalog.load(lake.contracts_dir).topic("orders")
+    lines: list[str] = []
+    for layer in layers:
+        run_layer(
+            spark,
+            lake,
+            contract,
+            layer,  # type: ignore[arg-type]
+            run=RunInfo(dag_run_id=run_id),
+            echo=lines.append,
+        )
+    return lines
+
+
+GOOD = [("o1", {"city": "Berlin", "amount": 10}), ("o2", {"city": "Lima", "amount": 20})]
+
+
+def test_warn_records_the_failure_and_publishes_everything(spark: Any, tmp_path: Path) -> None:
+    lake = _lake(
+        tmp_path,
+        "  silver:\n"
+        "    - {name: amount_range, expect: between, column: amount, min: 0, max: 100, "
+        "severity: warn}\n",
+    )
+    _send(lake, [*GOOD, ("o3", {"city": "Paris", "amount": 500})])
+    lines = _run(spark, lake, "bronze", "silver")
+
+    assert read_arrow(lake.silver_path("orders_stream")).num_rows == 3
+    (row,) = [r for r in _ledger(lake, "silver") if r["expectation"] == "amount_range"]
+    assert row["success"] is False and row["severity"] == "warn"
+    assert (row["element_count"], row["unexpected_count"]) == (3, 1)
+    assert json.loads(row["unexpected_sample"]) == [500]
+    assert row["published"] is True
+    assert row["table_version"] == table_version(lake.silver_path("orders_stream"))
+    assert row["dag_run_id"] == "manual__test"
+    assert json.loads(row["source"]) == {"table": "bronze.orders", "versions": [0, 1]}
+    assert any(
+        "WARN       amount_range (between amount): 1 of 3 rows unexpected" in x for x in lines
+    )
+
+
+@pytest.mark.parametrize("engine", ["pandas", "spark"])
+def test_quarantine_routes_failing_rows_with_the_expectation_as_reason(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, engine: str
+) -> None:
+    if engine == "spark":  # every batch is "big": GX judges it with its Spark engine
+        monkeypatch.setenv("LAKEHOUSE_GX_PANDAS_MAX_ROWS", "0")
+    lake = _lake(
+        tmp_path,
+        "  silver:\n"
+        "    - {name: city_known, expect: in_set, column: city, values: [Berlin, Lima], "
+        "severity: quarantine}\n"
+        "    - {name: amount_present, expect: not_null, column: amount, severity: quarantine}\n",
+    )
+    _send(
+        lake,
+        [
+            *GOOD,
+            ("o3", {"city": "Atlantis", "amount": 5}),
+            ("o4", {"city": "Lima", "amount": None}),
+            ("o5", {"city": "Atlantis", "amount": None}),  # fails both: the first one names it
+            ("o1", None),  # a tombstone carries no value: it passes through
+        ],
+    )
+    _run(spark, lake, "bronze", "silver")
+
+    stream = read_arrow(lake.silver_path("orders_stream")).to_pylist()
+    assert sorted((r["order_id"], r["tombstone"]) for r in stream) == [
+        ("o1", False),
+        ("o1", True),
+        ("o2", False),
+    ]
+    bad = read_arrow(lake.quarantine_path("silver", "orders_stream")).to_pylist()
+    assert sorted((r["offset"], r["reason"]) for r in bad) == [
+        (2, "expectation city_known (in_set)"),
+        (3, "expectation amount_present (not_null)"),
+        (4, "expectation city_known (in_set)"),
+    ]
+    # The origin and the raw record are kept: nothing is lost.
+    assert all(r["topic"] == "orders" and r["partition"] == 0 for r in bad)
+    assert json.loads(next(r for r in bad if r["offset"] == 2)["value"]) == {
+        "city": "Atlantis",
+        "amount": 5,
+    }
+    # GX's verdict and the Spark predicate that routed the rows agree.
+    ledger = {r["expectation"]: r for r in _ledger(lake, "silver")}
+    assert ledger["city_known"]["unexpected_count"] == 2
+    assert ledger["amount_present"]["unexpected_count"] == 2
+    assert ledger["city_known"]["engine"] == engine
+    assert sorted(json.loads(ledger["city_known"]["unexpected_sample"])) == ["Atlantis"] * 2
+
+    # The gold layer sees only the published stream.
+    _run(spark, lake, "gold")
+    counts = read_arrow(lake.gold_path("order_counts")).to_pylist()
+    assert sorted((r["order_id"], r["n"]) for r in counts) == [("o1", 1), ("o2", 1)]
+
+
+def test_fail_on_silver_publishes_nothing_and_stops_the_run(spark: Any, tmp_path: Path) -> None:
+    lake = _lake(
+        tmp_path,
+        "  silver:\n"
+        "    - {name: amount_range, expect: between, column: amount, min: 0, max: 100, "
+        "severity: fail}\n",
+    )
+    _send(lake, GOOD)
+    run(spark, lake, Catalog.load(lake.contracts_dir), echo=lambda _: None)
+    silver = lake.silver_path("orders_stream")
+    versions = {p: table_version(p) for p in (silver, lake.gold_path("order_counts"))}
+    constraint = [
+        v
+        for k, v in _table_config(silver).items()
+        if k.startswith("delta.constraints.dq_amount_range_")
+    ]
+    assert constraint == ["amount IS NULL OR amount >= 0 AND amount <= 100"]
+
+    _send(lake, [("o3", {"city": "Paris", "amount": 500}), ("o4", {"city": "Rome", "amount": 1})])
+    with pytest.raises(QualityGateError) as failed:
+        run(spark, lake, Catalog.load(lake.contracts_dir), echo=lambda _: None)
+    message = str(failed.value)
+    assert message.startswith("silver table orders_stream: quality gate failed, nothing published")
+    assert "amount_range (between amount): 1 of 2 rows unexpected, e.g. 500" in message
+
+    # Nothing moved downstream of bronze: not silver, not its quarantine, not gold.
+    assert {p: table_version(p) for p in versions} == versions
+    assert not (lake.quarantine_path("silver", "orders_stream") / "_delta_log").exists()
+    (row,) = [r for r in _ledger(lake, "silver") if not r["published"] and r["kind"] == "between"]
+    assert row["success"] is False and row["table_version"] is None
+
+    # The constraint holds other Delta writers to the contract as well.
+    from deltalake import write_deltalake
+
+    bad = read_arrow(silver).slice(0, 1).set_column(2, "amount", pa.array([999], pa.int64()))
+    with pytest.raises(Exception, match="failed validation check"):
+        write_deltalake(str(silver), bad, mode="append")
+
+
+def test_fail_on_gold_judges_the_rows_after_the_merge(spark: Any, tmp_path: Path) -> None:
+    """A count is an aggregate: the gate judges the row the merge would publish (the count
+    after adding the batch), not the batch's partial count; the table does not move."""
+    lake = _lake(
+        tmp_path,
+        "  gold:\n"
+        "    - {name: once_per_order, table: order_counts, expect: between, column: n, max: 2, "
+        "severity: fail}\n"
+        "    - {name: one_row_per_order, table: order_latest, expect: unique, column: order_id, "
+        "severity: fail}\n",
+    )
+    _send(lake, [*GOOD, ("o1", {"city": "Berlin", "amount": 11})])
+    _run(spark, lake, "bronze", "silver", "gold")
+    gold = lake.gold_path("order_counts")
+    before = table_version(gold)
+    assert sorted((r["order_id"], r["n"]) for r in read_arrow(gold).to_pylist()) == [
+        ("o1", 2),
+        ("o2", 1),
+    ]
+    # One more o1 makes its count 3, though this batch alone counts 1.
+    _send(lake, [("o1", {"city": "Berlin", "amount": 12}), ("o2", {"city": "Lima", "amount": 1})])
+    with pytest.raises(
+        QualityGateError,
+        match=r"gold table order_counts: .*once_per_order "
+        r"\(between n\): 1 of 2 rows unexpected, e\.g\. 3",
+    ):
+        _run(spark, lake, "bronze", "silver", "gold")
+    assert table_version(gold) == before
+    # order_latest is built first and passed: its table-level check judged the whole table.
+    latest = {r["expectation"]: r for r in _ledger(lake, "gold") if r["table"] == "order_latest"}
+    assert latest["one_row_per_order"]["success"] is True
+    assert latest["one_row_per_order"]["element_count"] == 2
+
+
+def test_fail_on_bronze_leaves_no_version_and_no_files(spark: Any, tmp_path: Path) -> None:
+    lake = _lake(
+        tmp_path,
+        "  bronze:\n"
+        "    - {name: small_batches, expect: row_count_between, max: 2, severity: fail}\n",
+    )
+    _send(lake, GOOD)
+    _run(spark, lake, "bronze")
+    bronze = lake.bronze_path("orders")
+    before = table_version(bronze)
+    files_before = sorted(p.name for p in bronze.glob("*.parquet"))
+    _send(lake, [*GOOD, *GOOD])
+    with pytest.raises(QualityGateError, match=r"small_batches \(row_count_between\): observed 4"):
+        _run(spark, lake, "bronze")
+    assert table_version(bronze) == before
+    assert sorted(p.name for p in bronze.rglob("*.parquet")) == files_before
+
+
+def test_volume_and_freshness_warn_and_the_dq_report_shows_trends(
+    spark: Any, tmp_path: Path
+) -> None:
+    lake = _lake(
+        tmp_path,
+        "  silver: []\n",
+        "quality:\n  freshness: 1h\n  volume: {factor: 3, history: 5, min_history: 2}\n",
+    )
+    for size in (10, 12, 60):
+        _send(lake, [(f"o{i}", {"city": "Lima", "amount": i}) for i in range(size)])
+        _run(spark, lake, "bronze")
+    volume = [r for r in _ledger(lake, "bronze") if r["expectation"] == "volume"]
+    assert [(json.loads(r["observed_value"]), r["success"]) for r in volume] == [
+        (10, True),
+        (12, True),
+        (60, False),  # more than 3x the median of 10 and 12
+    ]
+    fresh = [r for r in _ledger(lake, "bronze") if r["expectation"] == "freshness"]
+    assert len(fresh) == 3 and all(r["success"] for r in fresh)
+
+    out = io.StringIO()
+    with redirect_stdout(out):
+        assert (
+            cli.main(["--home", str(lake.home), "--contracts", str(lake.contracts_dir), "dq"]) == 0
+        )
+    text = out.getvalue()
+    assert "bronze.orders: latest" in text and "60 rows" in text
+    assert "FAIL warn       volume" in text and "(failed 1/3)" in text
+
+
+def test_data_docs_are_built_from_the_validations(spark: Any, tmp_path: Path) -> None:
+    lake = _lake(
+        tmp_path,
+        "  silver:\n"
+        "    - {name: city_known, expect: in_set, column: city, values: [Berlin], "
+        "severity: warn}\n",
+    )
+    _send(lake, GOOD)
+    _run(spark, lake, "bronze", "silver")
+    index = build_data_docs(lake)
+    assert index == lake.data_docs_root / "index.html"
+    pages = list((lake.data_docs_root / "validations" / "silver" / "orders_stream").rglob("*.html"))
+    assert len(pages) == 1
+    html = pages[0].read_text()
+    assert "city_known" in html or "Berlin" in html
+    assert "orders_stream" in index.read_text()
+
+
+def _table_config(path: Path) -> dict[str, str]:
+    from deltalake import DeltaTable
+
+    return dict(DeltaTable(str(path)).metadata().configuration)

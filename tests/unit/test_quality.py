@@ -1,0 +1,221 @@
+"""Quality gates without Spark: compiling a contract's expectations (GX suite, Delta CHECK
+constraint), GX's verdict on small Arrow batches for every kind, the contract's refusals,
+freshness, and the ledger's round trip."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from textwrap import dedent
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from lakehouse.config import Settings
+from lakehouse.contracts import Expectation, load_contract
+from lakehouse.errors import ContractError
+from lakehouse.quality import (
+    Outcome,
+    RunInfo,
+    Verdict,
+    check_constraint,
+    freshness_outcome,
+    gx_expectation,
+    read_ledger,
+    run_suite,
+    save_result,
+    write_ledger,
+)
+
+
+def _e(expect: str, severity: str = "warn", column: str | None = "x", **params: Any) -> Expectation:
+    return Expectation(
+        layer="silver",
+        name=f"{expect}_check",
+        expect=expect,
+        severity=severity,  # type: ignore[arg-type]
+        column=None if expect == "row_count_between" else column,
+        params=tuple(
+            (k, tuple(v) if isinstance(v, list) else v) for k, v in sorted(params.items())
+        ),
+    )
+
+
+# (expectation, column values, expected success, expected unexpected values)
+CASES = [
+    (_e("not_null"), [1, None, 3], False, [None]),
+    (_e("not_null"), [1, 2], True, []),
+    (_e("unique"), [1, 2, 2], False, [2, 2]),
+    (_e("between", min=0, max=10), [0, 10, 11, None], False, [11]),
+    (_e("between", min=0), [0, 99], True, []),
+    (_e("in_set", values=["a", "b"]), ["a", "c", None], False, ["c"]),
+    (_e("match_regex", pattern="^[a-z]+@[a-z]+$"), ["me@x", "nope"], False, ["nope"]),
+    (_e("length_between", min=2, max=3), ["ab", "abcd", "a"], False, ["abcd", "a"]),
+    (_e("row_count_between", min=1, max=2), [1, 2, 3], False, None),
+    (_e("row_count_between", max=5), [1, 2, 3], True, None),
+]
+
+
+@pytest.mark.parametrize(("exp", "values", "success", "unexpected"), CASES)
+def test_each_kind_compiles_to_gx_and_judges_a_batch(
+    exp: Expectation, values: list[Any], success: bool, unexpected: list[Any] | None
+) -> None:
+    outcomes, engine, result = run_suite("silver.t", [exp], pa.table({"x": values}), len(values))
+    (o,) = outcomes
+    assert engine == "pandas"
+    assert (o.expectation, o.kind, o.severity, o.success) == (
+        exp.name,
+        exp.expect,
+        exp.severity,
+        success,
+    )
+    if unexpected is None:  # a table-level check observes a value
+        assert o.observed == len(values)
+    else:
+        assert o.unexpected_count == len(unexpected)
+        assert sorted(o.sample, key=str) == sorted(unexpected, key=str)
+    assert result["suite_name"] == "silver.t"
+    assert result["success"] is success
+
+
+def test_gx_expectation_carries_the_contract_names_in_meta() -> None:
+    compiled = gx_expectation(_e("in_set", severity="fail", values=["a"]))
+    assert type(compiled).__name__ == "ExpectColumnValuesToBeInSet"
+    assert compiled.meta == {"name": "in_set_check", "kind": "in_set", "severity": "fail"}
+    assert compiled.column == "x" and list(compiled.value_set) == ["a"]
+
+
+@pytest.mark.parametrize(
+    ("exp", "sql"),
+    [
+        (_e("not_null", "fail"), "x IS NOT NULL"),
+        (_e("between", "fail", min=0, max=5), "x IS NULL OR (x >= 0 AND x <= 5)"),
+        (_e("between", "fail", max=5.5), "x IS NULL OR (x <= 5.5)"),
+        (_e("in_set", "fail", values=["a", "it's"]), "x IS NULL OR x IN ('a', 'it''s')"),
+        (
+            _e("length_between", "fail", min=1),
+            "x IS NULL OR (character_length(x) >= 1)",
+        ),
+        # Not constraints: other severities, regexes (engines differ), batch-level kinds.
+        (_e("not_null", "warn"), None),
+        (_e("not_null", "quarantine"), None),
+        (_e("match_regex", "fail", pattern="a"), None),
+        (_e("unique", "fail"), None),
+        (_e("row_count_between", "fail", max=1), None),
+    ],
+)
+def test_fail_row_checks_become_delta_check_constraints(exp: Expectation, sql: str | None) -> None:
+    assert check_constraint(exp) == sql
+
+
+def test_outcome_describes_what_was_seen() -> None:
+    rows = Outcome("amount_range", "between", "fail", False, "amount", None, 10, 2, (500, 900))
+    assert (
+        rows.describe() == "amount_range (between amount): 2 of 10 rows unexpected, e.g. 500, 900"
+    )
+    count = Outcome("small", "row_count_between", "fail", False, observed=7)
+    assert count.describe() == "small (row_count_between): observed 7"
+
+
+def test_freshness_compares_the_last_commit_with_the_interval(tmp_path: Path) -> None:
+    contract = load_contract(_contract(tmp_path, "quality: {freshness: 10m}\n"))
+    now = datetime.now(UTC)
+    fresh = freshness_outcome(contract, now - timedelta(minutes=1))
+    stale = freshness_outcome(contract, now - timedelta(minutes=11))
+    assert fresh is not None and fresh.success and fresh.severity == "warn"
+    assert stale is not None and not stale.success and 659 < stale.observed < 700
+    empty = freshness_outcome(contract, None)
+    assert empty is not None and not empty.success
+    plain = load_contract(_contract(tmp_path, ""))
+    assert freshness_outcome(plain, now) is None and plain.quality.volume is None
+
+
+def test_volume_settings_are_read_with_defaults(tmp_path: Path) -> None:
+    c = load_contract(_contract(tmp_path, "quality: {volume: {factor: 4}}\n"))
+    assert c.quality.volume is not None
+    assert (c.quality.volume.factor, c.quality.volume.history, c.quality.volume.min_history) == (
+        4,
+        20,
+        5,
+    )
+
+
+@pytest.mark.parametrize(
+    ("block", "problem"),
+    [
+        (
+            "expectations:\n  bronze:\n    - {name: k, expect: not_null, column: key, "
+            "severity: quarantine}\n",
+            "bronze is the topic itself",
+        ),
+        (
+            "expectations:\n  silver:\n    - {name: u, expect: unique, column: id, "
+            "severity: quarantine}\n",
+            "unique judges the batch, not a row",
+        ),
+        (
+            "expectations:\n  silver:\n    - {name: r, expect: match_regex, column: id, "
+            "pattern: '[', severity: warn}\n",
+            "not a valid regular expression",
+        ),
+        ("quality: {volume: {history: 3, min_history: 4}}\n", "could never run"),
+        ("quality: {freshness: soon}\n", "soon"),
+        ("quality: {volume: {factor: 1}}\n", "factor"),
+    ],
+)
+def test_contract_refuses_checks_that_cannot_work(tmp_path: Path, block: str, problem: str) -> None:
+    with pytest.raises(ContractError) as refused:
+        load_contract(_contract(tmp_path, block))
+    assert problem in str(refused.value)
+
+
+def test_ledger_round_trip_and_saved_result(tmp_path: Path) -> None:
+    settings = Settings.from_env(tmp_path / "home", tmp_path)
+    exp = _e("in_set", values=["a"])
+    outcomes, engine, result = run_suite("silver.t", [exp], pa.table({"x": ["a", "b"]}), 2)
+    verdict = Verdict("silver", "t", outcomes, 2, engine, result)
+    run = RunInfo(dag_id="pipeline__t", dag_run_id="manual__1")
+    write_ledger(
+        settings, run, verdict, table_version=4, published=True, source={"versions": [1, 2]}
+    )
+    (row,) = read_ledger(settings, "t").to_pylist()
+    assert row["run_id"] == run.run_id and row["dag_run_id"] == "manual__1"
+    assert (row["layer"], row["table"], row["table_version"], row["published"]) == (
+        "silver",
+        "t",
+        4,
+        True,
+    )
+    assert (row["expectation"], row["success"], row["unexpected_count"]) == (
+        "in_set_check",
+        False,
+        1,
+    )
+    assert json.loads(row["unexpected_sample"]) == ["b"]
+    assert json.loads(row["source"]) == {"versions": [1, 2]}
+    assert read_ledger(settings, "other").num_rows == 0
+    saved = save_result(settings, verdict, run)
+    assert saved is not None and saved.parent == settings.validations_root / "silver.t"
+    document = json.loads(saved.read_text())
+    assert document["dag_run_id"] == "manual__1" and document["result"]["success"] is False
+
+
+def _contract(tmp_path: Path, extra: str) -> Path:
+    path = tmp_path / "t.yaml"
+    path.write_text(
+        dedent(
+            """\
+            topic: t
+            key: {format: string, name: id}
+            value:
+              format: json
+              fields:
+                - {name: amount, type: long}
+            stream: {name: t_stream}
+            """
+        )
+        + extra
+    )
+    return path
