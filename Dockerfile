@@ -37,6 +37,7 @@ COPY contracts/ contracts/
 # Editable install: `lakehouse` is imported from /opt/lakehouse/include, so REPO_ROOT is
 # /opt/lakehouse. The check fails the build if that ever stops being true.
 RUN pip install --no-cache-dir --no-deps -e . \
+    && rm -rf include/lakehouse.egg-info \
     && python -c "import lakehouse.config as c, sys; sys.exit(0 if str(c.REPO_ROOT) == '/opt/lakehouse' else f'REPO_ROOT is {c.REPO_ROOT}')"
 
 # Paths every service agrees on. SPARK_HOME is pip's pyspark folder (bin/spark-class, jars/).

@@ -30,6 +30,9 @@ $(STAMP): $(VENV)/bin/python requirements.lock pyproject.toml Makefile
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check "uv==$(UV_VERSION)"
 	$(BIN)/uv pip install --quiet --compile-bytecode --python $(BIN)/python -r requirements.lock
 	$(BIN)/uv pip install --quiet --python $(BIN)/python --no-deps -e .
+	@# The editable build leaves include/lakehouse.egg-info, which is on sys.path: Airflow would
+	@# find the package's plugin entry point twice and report the second as an import error.
+	rm -rf include/lakehouse.egg-info
 	@# The Spark provider pulls pyspark-client, which installs over pyspark's modules; the
 	@# lock pins both to one version, and this import proves the result is whole.
 	$(BIN)/python -c "import pyspark, pyspark.sql.datasource, deltalake, airflow; print('installed: pyspark', pyspark.__version__, '| deltalake', deltalake.__version__, '| airflow', airflow.__version__)"
@@ -72,8 +75,28 @@ demo: java ## Produce the sample events, run both sample pipeline DAGs once thro
 	@echo; echo "registered schema versions:"
 	@$(LAKEHOUSE) schemas
 
+# The browser tests (Data Docs in the Airflow UI) drive Debian's headless Chromium.
+BROWSER_PACKAGES := chromium chromium-driver
+CHROMIUM := /usr/bin/chromium
+CHROMEDRIVER := /usr/bin/chromedriver
+.PHONY: browser
+browser: ## Install headless Chromium and its WebDriver if missing (Debian packages; needs root)
+	@if [ -x $(CHROMIUM) ] && [ -x $(CHROMEDRIVER) ]; then \
+		echo "browser: $$($(CHROMIUM) --version 2>/dev/null), $$($(CHROMEDRIVER) --version | cut -d' ' -f1-2)"; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get > /dev/null; then \
+		echo "installing $(BROWSER_PACKAGES) with apt-get"; \
+		apt-get update -qq; \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(BROWSER_PACKAGES) > /dev/null; \
+		[ -x $(CHROMIUM) ] && [ -x $(CHROMEDRIVER) ] \
+			|| { echo "apt-get ran, but $(CHROMIUM) and $(CHROMEDRIVER) are still missing"; exit 1; }; \
+	else \
+		echo "The browser tests need $(CHROMIUM) and $(CHROMEDRIVER): install the Debian packages"; \
+		echo "'$(BROWSER_PACKAGES)' as root (sudo apt-get install $(BROWSER_PACKAGES)), then run make again."; \
+		exit 1; \
+	fi
+
 .PHONY: test
-test: java lint ## Run the whole test suite (unit, integration, Airflow end to end)
+test: java lint browser ## Run the whole test suite (unit, integration, Airflow end to end)
 	$(BIN)/pytest
 
 .PHONY: unit

@@ -1,0 +1,447 @@
+"""The Airflow plugin that puts the data-quality reports (Great Expectations Data Docs) in the
+Airflow UI, tested through Airflow's real API server: Airflow finds the plugin through its entry
+point, mounts its app at /lakehouse-reports behind Airflow's authentication, lists the navigation
+entry, and headless Chromium renders the Data Docs both directly and inside the Airflow UI.
+
+The API server runs in its own interpreter (tests/e2e/api_server.py) with an Airflow home under
+a temporary lakehouse root, like the other Airflow tests. Screenshots go to tests/artifacts/.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import re
+import selectors
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lakehouse.airflow_env import airflow_environment
+from lakehouse.config import REPO_ROOT, Settings
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
+
+HEAVY = ("pyspark", "deltalake", "great_expectations", "polars")
+API_SERVER = Path(__file__).with_name("api_server.py")
+ARTIFACTS = REPO_ROOT / "tests" / "artifacts"
+PREFIX = "/lakehouse-reports"
+ENTRY_POINT = "lakehouse.airflow_plugin:LakehousePlugin"
+SIMPLE_AUTH = "airflow.api_fastapi.auth.managers.simple.simple_auth_manager.SimpleAuthManager"
+SUITE = "silver.demo_stream"
+
+
+@dataclass
+class Reply:
+    status: int
+    headers: dict[str, str]
+    body: str
+
+
+@dataclass
+class Server:
+    """Airflow's API server, started by :func:`server`."""
+
+    settings: Settings
+    port: int
+    info: dict[str, Any]
+
+    @property
+    def base(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def token(self, role: str) -> str:
+        return str(self.info["tokens"][role])
+
+    def get(self, path: str, *, cookie: str | None = None, bearer: str | None = None) -> Reply:
+        """GET ``path`` sent exactly as written (http.client neither normalises dot segments
+        nor re-encodes, unlike httpx and browsers)."""
+        headers = {}
+        if cookie is not None:
+            headers["Cookie"] = f"_token={cookie}"
+        if bearer is not None:
+            headers["Authorization"] = f"Bearer {bearer}"
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
+        try:
+            conn.request("GET", path, headers=headers)
+            response = conn.getresponse()
+            body = response.read().decode("utf-8", "replace")
+            return Reply(response.status, {k.lower(): v for k, v in response.getheaders()}, body)
+        finally:
+            conn.close()
+
+
+def _clean_environment(settings: Settings) -> dict[str, str]:
+    """Airflow's environment for ``settings`` alone: none of the caller's Airflow or lakehouse
+    variables (``make test`` exports LAKEHOUSE_HOME, for one) may point it elsewhere."""
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "LAKEHOUSE_"))}
+    env = airflow_environment(settings, base)
+    env["AIRFLOW__CORE__AUTH_MANAGER"] = SIMPLE_AUTH
+    env["AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS"] = "False"
+    return env
+
+
+def _read_result(proc: subprocess.Popen[str], log: Path, timeout: float) -> dict[str, Any]:
+    assert proc.stdout is not None
+    selector = selectors.DefaultSelector()
+    selector.register(proc.stdout, selectors.EVENT_READ)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if selector.select(timeout=1):
+            line = proc.stdout.readline()
+            if line.startswith("RESULT"):
+                return dict(json.loads(line[len("RESULT") :]))
+            if line:
+                continue
+        if proc.poll() is not None:
+            break
+    proc.kill()
+    pytest.fail(f"Airflow's API server did not start; its log:\n{log.read_text()[-4000:]}")
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    root = tmp_path_factory.mktemp("reports-plugin")
+    settings = Settings.from_env(home=root / "lakehouse", contracts_dir=REPO_ROOT / "contracts")
+    env = _clean_environment(settings)
+    airflow = Path(sys.executable).parent / "airflow"
+    migrate = subprocess.run(
+        [str(airflow), "db", "migrate"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert migrate.returncode == 0, migrate.stderr[-3000:]
+    log = root / "api-server.log"
+    with log.open("w") as err:
+        proc = subprocess.Popen(
+            [sys.executable, str(API_SERVER), *HEAVY],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=err,
+            text=True,
+        )
+    try:
+        info = _read_result(proc, log, timeout=180)
+        yield Server(settings, int(info["port"]), info)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+@pytest.fixture(scope="module")
+def built_site(server: Server) -> Path:
+    """Data Docs built from one saved validation result whose only expectation fails."""
+    import pyarrow as pa
+
+    from lakehouse.contracts import Catalog, Expectation
+    from lakehouse.quality import RunInfo, Verdict, run_suite, save_result
+    from lakehouse.reports import build_data_docs
+
+    settings = server.settings
+    exps = [
+        Expectation(
+            layer="silver",
+            name="city_known",
+            expect="in_set",
+            severity="warn",
+            column="city",
+            params=(("values", ("Berlin", "Lima")),),
+        )
+    ]
+    batch = pa.table({"city": ["Berlin", "Paris"]})
+    outcomes, engine, result = run_suite(SUITE, exps, batch, batch.num_rows)
+    assert not all(o.success for o in outcomes), "the test needs a failing expectation"
+    verdict = Verdict("silver", "demo_stream", outcomes, batch.num_rows, engine, result)
+    assert save_result(settings, verdict, RunInfo()) is not None
+    index = build_data_docs(settings, Catalog.load(settings.contracts_dir))
+    assert index == settings.data_docs_root / "index.html" and index.is_file()
+    return settings.data_docs_root
+
+
+@contextmanager
+def _site_moved_away(settings: Settings) -> Iterator[None]:
+    site = settings.data_docs_root
+    parked = site.with_name("data_docs.parked")
+    moved = site.exists()
+    if moved:
+        site.rename(parked)
+    try:
+        yield
+    finally:
+        if moved:
+            parked.rename(site)
+
+
+# -- Airflow finds and mounts the plugin --------------------------------------------------------
+def test_airflow_loads_the_plugin_from_its_entry_point(server: Server) -> None:
+    info = server.info
+    assert info["import_errors"] == {}, (
+        "a second copy of the package metadata (a stale include/lakehouse.egg-info, left by an "
+        "editable install; `make install` removes it) makes Airflow load the plugin twice"
+    )
+    assert info["heavy"] == [], "loading the plugin must not import Spark, Delta, GX or polars"
+    assert info["security_loaded_with_plugins"] is False
+    plugin = next(p for p in info["plugins"] if p["name"] == "lakehouse")
+    assert "group='airflow.plugins'" in plugin["source"]
+    assert ENTRY_POINT in plugin["source"]
+    assert plugin["fastapi_apps"] == [
+        {
+            "app": "fastapi.applications.FastAPI",
+            "url_prefix": PREFIX,
+            "name": "Lakehouse data-quality reports",
+        }
+    ]
+    view = {
+        "name": "Data quality",
+        "href": "lakehouse-reports/",
+        "destination": "nav",
+        "url_route": "lakehouse-reports",
+        "category": "browse",
+    }
+    assert plugin["external_views"] == [view]
+    # What the UI reads to build its navigation.
+    reply = server.get("/api/v2/plugins", bearer=server.token("admin"))
+    assert reply.status == 200, reply.body
+    listed = {p["name"]: p for p in json.loads(reply.body)["plugins"]}
+    [served_view] = listed["lakehouse"]["external_views"]
+    assert view.items() <= served_view.items()
+    assert listed["lakehouse"]["fastapi_apps"][0]["url_prefix"] == PREFIX
+
+
+def test_reports_require_an_airflow_login(server: Server) -> None:
+    with _site_moved_away(server.settings):
+        for path in (f"{PREFIX}/", f"{PREFIX}/index.html", f"{PREFIX}/../../etc/passwd"):
+            assert server.get(path).status == 401, path
+        assert server.get(f"{PREFIX}/", cookie="not-a-jwt").status == 403
+        assert server.get(f"{PREFIX}/", bearer="not-a-jwt").status == 403
+        # Authenticated, but allowed nothing by the auth manager.
+        assert server.get(f"{PREFIX}/", cookie=server.token("none")).status == 403
+        # A viewer may see them, by the UI's cookie or by a bearer token.
+        assert server.get(f"{PREFIX}/", cookie=server.token("viewer")).status == 200
+        assert server.get(f"{PREFIX}/", bearer=server.token("viewer")).status == 200
+
+
+def test_before_any_report_a_page_says_how_to_build_one(server: Server) -> None:
+    with _site_moved_away(server.settings):
+        for path in (f"{PREFIX}/", f"{PREFIX}/index.html"):
+            reply = server.get(path, cookie=server.token("admin"))
+            assert reply.status == 200, path
+            assert reply.headers["content-type"].startswith("text/html")
+            assert "No data-quality report has been built yet" in reply.body
+            assert "<code>lakehouse report</code>" in reply.body
+        reply = server.get(f"{PREFIX}/validations/x.html", cookie=server.token("admin"))
+        assert reply.status == 404
+        assert "lakehouse report" in reply.body
+
+
+def test_serves_the_site_and_nothing_outside_it(server: Server, built_site: Path) -> None:
+    token = server.token("admin")
+    for path in (f"{PREFIX}/", f"{PREFIX}/index.html"):
+        reply = server.get(path, cookie=token)
+        assert reply.status == 200, path
+        assert reply.headers["content-type"].startswith("text/html")
+        assert "Data Docs" in reply.body and SUITE in reply.body
+    css = server.get(f"{PREFIX}/static/styles/data_docs_default_styles.css", cookie=token)
+    assert css.status == 200 and css.headers["content-type"].startswith("text/css")
+    assert server.get(f"{PREFIX}/static/", cookie=token).status == 404  # no listings
+
+    # Secrets beside the site: Airflow's config, and the raw validation results.
+    saved = next((server.settings.validations_root / SUITE).glob("*.json"))
+    outside = {
+        "airflow/airflow.cfg": "[core]",
+        f"quality/validations/{SUITE}/{saved.name}": '"validated_at"',
+        "../../../../../../../../etc/passwd": "root:",
+    }
+    link = built_site / "static" / "leak.cfg"
+    link.symlink_to(server.settings.airflow_home / "airflow.cfg")
+    probes: list[tuple[str, str]] = [(f"{PREFIX}/static/leak.cfg", "[core]")]
+    for target, marker in outside.items():
+        up = "../../" + target  # data_docs -> reports -> the lakehouse root
+        encoded_dots = up.replace("..", "%2e%2e")
+        probes += [
+            (f"{PREFIX}/{up}", marker),
+            (f"{PREFIX}/{encoded_dots}", marker),
+            (f"{PREFIX}/{up.replace('/', '%2f')}", marker),
+            (f"{PREFIX}/{encoded_dots.replace('/', '%2F')}", marker),
+            (f"{PREFIX}/{up.replace('/', '%5c')}", marker),
+            (f"{PREFIX}/{up.replace('..', '%252e%252e')}", marker),
+            (f"{PREFIX}/static/../{up}", marker),
+        ]
+    probes += [
+        (f"{PREFIX}//etc/passwd", "root:"),
+        (f"{PREFIX}/%2fetc%2fpasswd", "root:"),
+        (f"{PREFIX}/index.html%00.png", "Data Docs"),
+    ]
+    try:
+        for path, marker in probes:
+            reply = server.get(path, cookie=token)
+            assert reply.status == 404, (path, reply.status, reply.body[:200])
+            assert marker not in reply.body, path
+    finally:
+        link.unlink()
+
+
+# -- in a browser ---------------------------------------------------------------------------
+CHROME_FLAGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--window-size=1280,1600",
+    # The pages reference CDN scripts and styles; fail those at once instead of waiting on
+    # a network this machine may not have (the content is in the HTML).
+    "--host-resolver-rules=MAP * ~NOTFOUND , EXCLUDE 127.0.0.1",
+)
+
+
+class Browser:
+    """Headless Chromium, started on first use so that a missing browser fails the test that
+    needs it (with how to install it) rather than erroring in a fixture."""
+
+    def __init__(self, profiles: Path) -> None:
+        self._profiles = profiles
+        self._driver: Any = None
+
+    @property
+    def driver(self) -> Any:
+        if self._driver is None:
+            self._driver = self._start()
+        return self._driver
+
+    def _start(self) -> Any:
+        chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+        chromedriver = shutil.which("chromedriver")
+        missing = [n for n, p in (("chromium", chromium), ("chromedriver", chromedriver)) if not p]
+        if chromium is None or chromedriver is None:
+            pytest.fail(
+                f"{' and '.join(missing)} not found: `make browser` installs Debian's chromium "
+                "and chromium-driver packages, which the browser tests need",
+                pytrace=False,
+            )
+        from selenium import webdriver
+        from selenium.webdriver.chrome.service import Service
+
+        options = webdriver.ChromeOptions()
+        options.binary_location = chromium
+        for flag in CHROME_FLAGS:
+            options.add_argument(flag)
+        profile = tempfile.mkdtemp(prefix="chromium-", dir=self._profiles)
+        options.add_argument(f"--user-data-dir={profile}")
+        driver = webdriver.Chrome(options=options, service=Service(chromedriver))
+        driver.set_page_load_timeout(60)
+        return driver
+
+    def quit(self) -> None:
+        if self._driver is not None:
+            self._driver.quit()
+            self._driver = None
+
+
+@pytest.fixture(scope="module")
+def chrome(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Browser]:
+    holder = Browser(tmp_path_factory.mktemp("chromium"))
+    try:
+        yield holder
+    finally:
+        holder.quit()
+
+
+def _log_in(driver: Any, server: Server, role: str = "admin") -> None:
+    """Give the browser Airflow's session cookie, as the UI's login would."""
+    driver.get(f"{server.base}{PREFIX}/")  # cookies are set on the page's own origin
+    driver.delete_all_cookies()
+    driver.add_cookie({"name": "_token", "value": server.token(role), "path": "/"})
+
+
+def _text(driver: Any) -> str:
+    from selenium.webdriver.common.by import By
+
+    return str(driver.find_element(By.TAG_NAME, "body").text)
+
+
+def _screenshot(driver: Any, name: str) -> Path:
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    path = ARTIFACTS / name
+    assert driver.save_screenshot(str(path)), f"no screenshot saved to {path}"
+    assert path.stat().st_size > 1000
+    return path
+
+
+def test_browser_renders_the_data_docs(server: Server, built_site: Path, chrome: Browser) -> None:
+    browser = chrome.driver
+    _log_in(browser, server)
+    browser.get(f"{server.base}{PREFIX}/")
+    assert "Data Docs" in browser.title
+    text = _text(browser)
+    assert "No data-quality report" not in text
+    assert "Validation Results" in text and "lakehouse" in text
+    # The index's table of results is drawn by a script from a CDN; its rows are in the page.
+    source = browser.page_source
+    assert SUITE in source
+    links = sorted(set(re.findall(r"validations/silver/demo_stream/[^\"'\s<>]+\.html", source)))
+    assert len(links) == 1, links
+    _screenshot(browser, "data_docs_index.png")
+
+    browser.get(f"{server.base}{PREFIX}/{links[0]}")
+    text = _text(browser)
+    assert "Expectation Validation Result" in text
+    assert f"Expectation Suite: {SUITE}" in text
+    assert "Status: Failed" in text
+    assert "values must belong to this set: Berlin Lima" in text
+    assert "1 unexpected values found" in text
+    assert re.search(r"Unexpected Value\s+Count\s+Paris\s+1", text), text
+    _screenshot(browser, "data_docs_validation.png")
+
+
+def test_airflow_ui_shows_the_data_docs_under_browse(
+    server: Server, built_site: Path, chrome: Browser
+) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as ec
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    browser = chrome.driver
+    _log_in(browser, server, "viewer")
+    browser.get(f"{server.base}/")
+    wait = WebDriverWait(browser, 60)
+    # The navigation bar: Browse -> Data quality (the plugin's external view).
+    wait.until(
+        ec.element_to_be_clickable((By.XPATH, "//button[normalize-space()='Browse']"))
+    ).click()
+    wait.until(
+        ec.element_to_be_clickable(
+            (By.XPATH, "//*[@role='menuitem'][normalize-space()='Data quality']")
+        )
+    ).click()
+    wait.until(ec.url_to_be(f"{server.base}/plugin/lakehouse-reports"))
+    frame = wait.until(
+        ec.presence_of_element_located((By.CSS_SELECTOR, "iframe[title='Data quality']"))
+    )
+    assert frame.get_attribute("src") == f"{server.base}{PREFIX}/"
+    browser.switch_to.frame(frame)
+    try:
+        wait.until(lambda d: "Validation Results" in _text(d))
+    finally:
+        browser.switch_to.default_content()
+    _screenshot(browser, "airflow_ui_data_quality.png")
