@@ -74,6 +74,8 @@ demo: java ## Produce the sample events, run both sample pipeline DAGs once thro
 	@$(LAKEHOUSE) show user_profiles
 	@echo; echo "registered schema versions:"
 	@$(LAKEHOUSE) schemas
+	@echo; echo "data quality (lakehouse dq; Data Docs in $(LAKEHOUSE_HOME)/reports/data_docs/index.html):"
+	@$(LAKEHOUSE) dq --last 5
 
 # The browser tests (Data Docs in the Airflow UI) drive Debian's headless Chromium.
 BROWSER_PACKAGES := chromium chromium-driver
@@ -110,6 +112,7 @@ bench: java ## Run the benchmarks (BENCH_ROWS=10000000); figures also in bench/r
 	$(BIN)/python bench/bronze.py --records $(BENCH_ROWS)
 	$(BIN)/python bench/silver.py --records $(BENCH_ROWS)
 	$(BIN)/python bench/gold.py --events $(BENCH_ROWS)
+	$(BIN)/python bench/quality.py
 
 .PHONY: lint
 lint: $(STAMP) ## ruff (lint + format check) and mypy

@@ -8,10 +8,13 @@ two jobs validating at once cannot race on it: this module is its only writer.
 
 from __future__ import annotations
 
+import html
 import json
+import re
 import shutil
 from collections import defaultdict
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -95,7 +98,98 @@ def build_data_docs(
             )
             context.validation_results_store.set(key, result)
     context.build_data_docs(site_names=[SITE])
+    _keep_offline(site)
+    (site / "index.html").replace(site / GX_INDEX)
+    overview = _overview(site, _saved_results(settings, keep))
+    (site / "index.html").write_text(overview, encoding="utf-8")
     return site / "index.html"
+
+
+GX_INDEX = "gx-index.html"
+# Data Docs pages load their logo from GX's servers with the context's id in the address.
+_REMOTE_LOGO = re.compile(r"https://great-expectations-web-assets\.s3[^\"']*logo-long\.png[^\"']*")
+
+
+def _keep_offline(site: Path) -> None:
+    """Point the pages' logo at the site's own copy: a report read on a closed network should not
+    try to reach the internet, nor tell anyone that it was opened."""
+    for page in site.rglob("*.html"):
+        text = page.read_text(encoding="utf-8")
+        depth = len(page.relative_to(site).parts) - 1
+        local = "../" * depth + "static/images/logo-long.png"
+        fixed = _REMOTE_LOGO.sub(local, text)
+        if fixed != text:
+            page.write_text(fixed, encoding="utf-8")
+
+
+_STYLE = """
+body { font-family: system-ui, sans-serif; margin: 2rem; color: #222; }
+table { border-collapse: collapse; margin: 0.5rem 0 1.5rem; }
+th, td { border: 1px solid #ccc; padding: 0.3rem 0.6rem; text-align: left; vertical-align: top; }
+th { background: #f4f4f4; }
+.ok { color: #176f2c; font-weight: 600; } .failed { color: #b00020; font-weight: 600; }
+.muted { color: #666; }
+"""
+
+
+def _overview(site: Path, results: dict[str, list[dict[str, Any]]]) -> str:
+    """The site's front page, plain HTML without scripts (GX's own index builds its tables with
+    scripts from CDNs, which a closed network does not reach): each suite's validations, newest
+    first, with their verdict and a link to GX's page of each."""
+    esc = html.escape
+    parts = [
+        "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>",
+        f"<title>Data quality</title><style>{_STYLE}</style></head><body>",
+        "<h1>Data quality</h1>",
+        f"<p class='muted'>Built {datetime.now(UTC):%Y-%m-%d %H:%M:%S} UTC from the newest "
+        f"validations of each table; each links to its page in the Great Expectations Data "
+        f"Docs (<a href='{GX_INDEX}'>their own index</a>).</p>",
+    ]
+    if not results:
+        parts.append("<p>No validation has been recorded yet.</p>")
+    for name, documents in sorted(results.items()):
+        layer, _, table = name.partition(".")
+        suite_page = f"expectations/{layer}/{table}.html"
+        parts.append(f"<h2 id='{esc(name)}'>{esc(name)}</h2>")
+        if (site / suite_page).is_file():
+            parts.append(f"<p><a href='{esc(suite_page)}'>Expectation suite</a></p>")
+        parts.append(
+            "<table><tr><th>validated at (UTC)</th><th>DAG run</th><th>verdict</th>"
+            "<th>expectations met</th><th>failed</th></tr>"
+        )
+        for doc in reversed(documents):
+            result = doc["result"]
+            stats = result.get("statistics", {})
+            failed = [
+                r["expectation_config"].get("meta", {}).get("name", r["expectation_config"]["type"])
+                for r in result.get("results", [])
+                if not r.get("success")
+            ]
+            page = next(
+                iter(
+                    sorted(
+                        (site / "validations" / layer / table).rglob(f"{doc['run_id'][:12]}.html")
+                    )
+                ),
+                None,
+            )
+            when = esc(doc["validated_at"][:19].replace("T", " "))
+            if page is not None:
+                when = f"<a href='{esc(page.relative_to(site).as_posix())}'>{when}</a>"
+            verdict = (
+                "<span class='ok'>passed</span>"
+                if result.get("success")
+                else "<span class='failed'>failed</span>"
+            )
+            parts.append(
+                f"<tr><td>{when}</td><td>{esc(doc.get('dag_run_id') or '-')}</td>"
+                f"<td>{verdict}</td><td>{stats.get('successful_expectations', '?')}/"
+                f"{stats.get('evaluated_expectations', '?')}</td>"
+                f"<td>{esc(', '.join(failed)) or '-'}</td></tr>"
+            )
+        parts.append("</table>")
+    parts.append("</body></html>")
+    return "\n".join(parts)
 
 
 def _suites_of(contract: Any) -> list[tuple[Layer, str]]:

@@ -141,7 +141,7 @@ def _run_id(log: str) -> str:
 
 
 def test_failed_gate_fails_the_dag_run_and_publishes_nothing(
-    settings: Settings, tmp_path: Path
+    settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A `fail` expectation on silver: the silver task fails naming the table, the expectation
     and the observed value; silver publishes nothing, gold does not run, the report is still
@@ -156,6 +156,7 @@ def test_failed_gate_fails_the_dag_run_and_publishes_nothing(
         1,
     )
     (contracts / "user-locations.yaml").write_text(doc)
+    monkeypatch.setenv("LAKEHOUSE_CONTRACTS", str(contracts))
     settings = Settings.from_env(settings.home, contracts)
     assert _lakehouse(settings, "sample").returncode == 0
     assert _lakehouse(settings, "airflow", "db", "migrate").returncode == 0
@@ -165,13 +166,14 @@ def test_failed_gate_fails_the_dag_run_and_publishes_nothing(
     assert re.search(r"DagRun Finished: .*state=failed", log), log[-5000:]
     assert re.search(
         r"silver table user_locations: quality gate failed, nothing published: berlin_only "
-        r"\(in_set location\): 2 of 5 rows unexpected, e\.g\. Lima",
+        r"\(in_set location\): 4 of 5 rows unexpected, e\.g\. Paris, Sydney, Rome",
         log,
     ), log[-5000:]
     assert read_arrow(settings.bronze_path("user-locations")).num_rows == 5
     assert not (settings.silver_path("user_locations") / "_delta_log").exists()
     assert not (settings.gold_path("user_latest_location") / "_delta_log").exists()
     assert f"data quality of run {_run_id(log)}:" in log
+    assert "AirflowFailException" in log  # failed at once: the same batch would fail again
     assert (settings.data_docs_root / "index.html").is_file()
 
 

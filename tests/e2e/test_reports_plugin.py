@@ -391,19 +391,20 @@ def _screenshot(driver: Any, name: str) -> Path:
 def test_browser_renders_the_data_docs(server: Server, built_site: Path, chrome: Browser) -> None:
     browser = chrome.driver
     _log_in(browser, server)
+    from selenium.webdriver.common.by import By
+
     browser.get(f"{server.base}{PREFIX}/")
-    assert "Data Docs" in browser.title
+    assert browser.title == "Data quality"
     text = _text(browser)
     assert "No data-quality report" not in text
-    assert "Validation Results" in text and "lakehouse" in text
-    # The index's table of results is drawn by a script from a CDN; its rows are in the page.
-    source = browser.page_source
-    assert SUITE in source
-    links = sorted(set(re.findall(r"validations/silver/demo_stream/[^\"'\s<>]+\.html", source)))
-    assert len(links) == 1, links
+    # The front page is plain HTML (GX's own index draws its tables with scripts from CDNs,
+    # which this closed network does not reach): the suite, its verdict, the failed check.
+    assert SUITE in text and "failed" in text and "city_known" in text
+    links = browser.find_elements(By.CSS_SELECTOR, "a[href*='validations/silver/demo_stream/']")
+    assert len(links) == 1, [a.get_attribute("href") for a in links]
     _screenshot(browser, "data_docs_index.png")
 
-    browser.get(f"{server.base}{PREFIX}/{links[0]}")
+    links[0].click()
     text = _text(browser)
     assert "Expectation Validation Result" in text
     assert f"Expectation Suite: {SUITE}" in text
@@ -434,14 +435,15 @@ def test_airflow_ui_shows_the_data_docs_under_browse(
             (By.XPATH, "//*[@role='menuitem'][normalize-space()='Data quality']")
         )
     ).click()
-    wait.until(ec.url_to_be(f"{server.base}/plugin/lakehouse-reports"))
+    # The UI's own route for the view (it may append the view's href to it).
+    wait.until(ec.url_contains(f"{server.base}/plugin/lakehouse-reports"))
     frame = wait.until(
         ec.presence_of_element_located((By.CSS_SELECTOR, "iframe[title='Data quality']"))
     )
     assert frame.get_attribute("src") == f"{server.base}{PREFIX}/"
     browser.switch_to.frame(frame)
     try:
-        wait.until(lambda d: "Validation Results" in _text(d))
+        wait.until(lambda d: SUITE in _text(d) and "Data quality" in _text(d))
     finally:
         browser.switch_to.default_content()
     _screenshot(browser, "airflow_ui_data_quality.png")
