@@ -378,7 +378,11 @@ def ingest(spark: SparkSession, settings: Settings, contract: Contract) -> Bronz
         staged.files,
         read_version=read_version,
         txn=Txn(BRONZE_APP, batch_id),
-        metadata={POSITION_KEY: new_pos.to_json(), BATCH_KEY: summary},
+        metadata={
+            POSITION_KEY: new_pos.to_json(),
+            BATCH_KEY: summary,
+            **({} if gate is None or verdict is None else gate.commit_metadata(verdict)),
+        },
     )
     if result.committed:
         _write_quarantine(spark, store, settings, topic, batch_id, bad)

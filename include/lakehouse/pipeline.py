@@ -9,7 +9,14 @@ from typing import TYPE_CHECKING
 from lakehouse import bronze, streams, tables
 from lakehouse.config import LAYERS, Layer, Settings
 from lakehouse.contracts import Catalog, Contract
-from lakehouse.quality import Gate, RunInfo, Verdict, freshness_outcome, sync_constraints
+from lakehouse.quality import (
+    Gate,
+    LedgerBuffer,
+    RunInfo,
+    Verdict,
+    freshness_outcome,
+    sync_constraints,
+)
 from lakehouse.registry import SchemaRegistry
 from lakehouse.storage.gates import gating
 from lakehouse.storage.maintenance import Consumer, MaintenanceReport, maintain
@@ -47,46 +54,46 @@ def run_layer(
     """
     SchemaRegistry(settings.registry_root).register(contract)
     run = run or RunInfo.from_env()
+    ledger = LedgerBuffer(settings)
     gates = {
-        path: Gate(settings, contract, layer, name, run, echo=echo)
+        path: Gate(settings, contract, layer, name, run, path, ledger, echo=echo)
         for name, path in layer_tables(settings, contract, layer)
     }
-    for path, gate in gates.items():
-        _constrain(path, gate, echo)
-    with gating({p: g for p, g in gates.items() if g.active}):
-        if layer == "bronze":
-            lines = [bronze.ingest(spark, settings, contract).summary()]
-        elif layer == "silver":
-            lines = [streams.build(spark, settings, contract).summary()]
-        else:
-            lines = [r.summary() for r in tables.build(spark, settings, contract, catalog)]
-    for path, gate in gates.items():
-        _constrain(path, gate, echo)
-        check_freshness(settings, gate, path)
+    existed = {path for path in gates if (path / "_delta_log").is_dir()}
+    for path in existed:
+        _constrain(path, gates[path], echo)
+    try:
+        with gating({p: g for p, g in gates.items() if g.active}):
+            if layer == "bronze":
+                lines = [bronze.ingest(spark, settings, contract).summary()]
+            elif layer == "silver":
+                lines = [streams.build(spark, settings, contract).summary()]
+            else:
+                lines = [r.summary() for r in tables.build(spark, settings, contract, catalog)]
+        for path, gate in gates.items():
+            if path not in existed and (path / "_delta_log").is_dir():
+                _constrain(path, gate, echo)  # a table this run created
+            check_freshness(gate)
+    finally:
+        ledger.flush()  # failed checks too: a failed gate is recorded, then raised
     return lines
 
 
 def _constrain(path: Path, gate: Gate, echo: Callable[[str], None]) -> None:
-    if (path / "_delta_log").is_dir():
-        for note in sync_constraints(path, gate.expectations):
-            echo(f"quality {gate.layer}.{gate.table}: {note}")
+    for note in sync_constraints(path, gate.expectations):
+        echo(f"quality {gate.layer}.{gate.table}: {note}")
 
 
-def check_freshness(settings: Settings, gate: Gate, path: Path) -> None:
+def check_freshness(gate: Gate) -> None:
     """Record whether the table has had new data within the contract's freshness interval."""
     if gate.contract.quality.freshness_ms is None:
         return
-    from lakehouse.storage.store import last_commit_time
+    from lakehouse.storage.store import last_commit_time, table_version
 
-    outcome = freshness_outcome(gate.contract, last_commit_time(path))
+    outcome = freshness_outcome(gate.contract, last_commit_time(gate.path))
     if outcome is not None:
         verdict = Verdict(gate.layer, gate.table, [outcome], 0, "none")
-        version = None
-        if (path / "_delta_log").is_dir():
-            from lakehouse.storage.store import table_version
-
-            version = table_version(path)
-        gate.record(verdict, table_version=version, published=False)
+        gate.record(verdict, table_version=table_version(gate.path), published=False)
 
 
 def run(

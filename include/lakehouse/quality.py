@@ -416,18 +416,15 @@ def ledger_schema() -> pa.Schema:
     )
 
 
-def write_ledger(
-    settings: Settings,
+def ledger_rows(
     run: RunInfo,
     verdict: Verdict,
     *,
     table_version: int | None,
     published: bool,
     source: Mapping[str, Any] | None,
-) -> None:
-    import pyarrow as pa
-    from deltalake import write_deltalake
-
+) -> list[dict[str, Any]]:
+    """The ledger's rows for one verdict: one per check."""
     base = {
         "run_id": run.run_id,
         "dag_id": run.dag_id,
@@ -441,7 +438,7 @@ def write_ledger(
         "rows": verdict.rows,
         "engine": verdict.engine,
     }
-    rows = [
+    return [
         {
             **base,
             "expectation": o.expectation,
@@ -456,14 +453,34 @@ def write_ledger(
         }
         for o in verdict.outcomes
     ]
+
+
+def write_ledger(settings: Settings, rows: Sequence[Mapping[str, Any]]) -> None:
+    """Append rows to the ledger in one commit."""
     if not rows:
         return
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
     settings.ledger_path.mkdir(parents=True, exist_ok=True)
     write_deltalake(
         str(settings.ledger_path),
-        pa.Table.from_pylist(rows, schema=ledger_schema()),
+        pa.Table.from_pylist(list(rows), schema=ledger_schema()),
         mode="append",
     )
+
+
+@dataclass
+class LedgerBuffer:
+    """The ledger rows of one job, written in one commit when the job's layer is done (or has
+    failed): a commit per check would leave the ledger a heap of tiny files."""
+
+    settings: Settings
+    rows: list[dict[str, Any]] = field(default_factory=list)
+
+    def flush(self) -> None:
+        rows, self.rows = self.rows, []
+        write_ledger(self.settings, rows)
 
 
 def read_ledger(settings: Settings, table: str | None = None) -> pa.Table:
@@ -499,31 +516,41 @@ def save_result(settings: Settings, verdict: Verdict, run: RunInfo) -> Path | No
 
 
 # -- volume and freshness ----------------------------------------------------------------------
-def volume_outcome(
-    settings: Settings, layer: Layer, table: str, rows: int, contract: Contract
-) -> Outcome | None:
+QUALITY_KEY = "lakehouse.quality"  # commit metadata of a gated commit: {"rows": batch size}
+
+
+def batch_sizes(path: Path, history: int) -> list[int]:
+    """The sizes of the last ``history`` gated batches published to a table, oldest first, from
+    the table's own commit metadata (no ledger read on the hot path)."""
+    if not (path / "_delta_log").is_dir():
+        return []
+    from deltalake import DeltaTable
+
+    sizes = []
+    for commit in DeltaTable(str(path)).history(3 * history + 10):  # newest first
+        raw = commit.get(QUALITY_KEY)
+        if raw is None:
+            continue
+        value = json.loads(raw) if isinstance(raw, str) else raw
+        sizes.append(int(value["rows"]))
+        if len(sizes) == history:
+            break
+    return sizes[::-1]
+
+
+def volume_outcome(contract: Contract, rows: int, past: Sequence[int]) -> Outcome | None:
     """A batch far outside the usual volume: more than ``factor`` times the median of the last
     ``history`` batches' sizes, or less than that median divided by ``factor``."""
     volume = contract.quality.volume
     if volume is None:
         return None
-    import pyarrow.compute as pc
-
-    past = read_ledger(settings, table)
-    if past.num_rows:
-        past = past.filter(
-            pc.and_(pc.equal(past["layer"], layer), pc.equal(past["expectation"], "volume"))
-        )
-        past = past.filter(pc.equal(past["published"], True))
-    sizes = [int(json.loads(v)) for v in past.sort_by("validated_at")["observed_value"].to_pylist()]
-    sizes = sizes[-volume.history :]
-    name = "volume"
+    sizes = list(past)[-volume.history :]
     if len(sizes) < volume.min_history:
-        return Outcome(name, "volume", "warn", True, observed=rows)
+        return Outcome("volume", "volume", "warn", True, observed=rows)
     median = statistics.median(sizes)
     lo, hi = median / volume.factor, median * volume.factor
     return Outcome(
-        name,
+        "volume",
         "volume",
         "warn",
         lo <= rows <= hi,
@@ -560,6 +587,8 @@ class Gate:
     layer: Layer
     table: str
     run: RunInfo
+    path: Path
+    ledger: LedgerBuffer
     echo: Any = print
     verdicts: list[Verdict] = field(default_factory=list)
     source: Mapping[str, Any] | None = None  # the input positions of the batch being judged
@@ -613,7 +642,10 @@ class Gate:
             outcomes += more
             engine = engine2 if engine == "none" else engine
             result = _merge_results(result, result2)
-        volume = volume_outcome(self.settings, self.layer, self.table, rows, self.contract)
+        volume = None
+        if self.contract.quality.volume is not None:
+            past = batch_sizes(self.path, self.contract.quality.volume.history)
+            volume = volume_outcome(self.contract, rows, past)
         if volume is not None:
             outcomes.append(volume)
         verdict = Verdict(self.layer, self.table, outcomes, rows, engine, result)
@@ -636,15 +668,14 @@ class Gate:
             F.lit(None).cast("string"),
         )
 
+    def commit_metadata(self, verdict: Verdict) -> dict[str, Any]:
+        """What a gated commit carries: the batch's size, the volume check's history."""
+        return {QUALITY_KEY: {"rows": verdict.rows}}
+
     def record(self, verdict: Verdict, *, table_version: int | None, published: bool) -> None:
         self.verdicts.append(verdict)
-        write_ledger(
-            self.settings,
-            self.run,
-            verdict,
-            table_version=table_version,
-            published=published,
-            source=self.source,
+        self.ledger.rows += ledger_rows(
+            self.run, verdict, table_version=table_version, published=published, source=self.source
         )
         save_result(self.settings, verdict, self.run)
         for line in verdict.summary():

@@ -443,7 +443,15 @@ def build(spark: SparkSession, settings: Settings, contract: Contract) -> Silver
         # The gate judges the records that decoded and carry a value; tombstones (deletes)
         # pass through. A failed `fail` expectation raises here, before anything is written.
         judged = stream_rows(decoded, contract).filter(~F.col(TOMBSTONE))
-        verdict = gate.check(judged, judged.count(), source=source)
+        # One Spark job: a batch small enough for GX's pandas engine comes back whole.
+        most = quality.pandas_max_rows()
+        head = judged.limit(most + 1).toArrow()
+        small = head.num_rows <= most
+        verdict = gate.check(
+            head if small else judged,
+            head.num_rows if small else judged.count(),
+            source=source,
+        )
         if verdict.to_quarantine:
             routed = F.when(~F.col(TOMBSTONE), gate.quarantine_reason(verdict.to_quarantine))
             decoded = decoded.withColumn("_reason", F.coalesce(F.col("_reason"), routed))
@@ -457,6 +465,8 @@ def build(spark: SparkSession, settings: Settings, contract: Contract) -> Silver
     n_good = good.count()
     # The registry (checked when the job started) has allowed the contract's schema: new
     # optional fields become new columns; columns the contract dropped are written as nulls.
+    if gate is not None and verdict is not None:
+        meta = {**meta, **gate.commit_metadata(verdict)}
     result = store.write(good, silver_path, txn=txn, metadata=meta, schema_mode="add_columns")
     decoded.unpersist()
     if gate is not None and verdict is not None:

@@ -23,9 +23,11 @@ from lakehouse.quality import (
     check_constraint,
     freshness_outcome,
     gx_expectation,
+    ledger_rows,
     read_ledger,
     run_suite,
     save_result,
+    volume_outcome,
     write_ledger,
 )
 
@@ -178,7 +180,8 @@ def test_ledger_round_trip_and_saved_result(tmp_path: Path) -> None:
     verdict = Verdict("silver", "t", outcomes, 2, engine, result)
     run = RunInfo(dag_id="pipeline__t", dag_run_id="manual__1")
     write_ledger(
-        settings, run, verdict, table_version=4, published=True, source={"versions": [1, 2]}
+        settings,
+        ledger_rows(run, verdict, table_version=4, published=True, source={"versions": [1, 2]}),
     )
     (row,) = read_ledger(settings, "t").to_pylist()
     assert row["run_id"] == run.run_id and row["dag_run_id"] == "manual__1"
@@ -219,3 +222,21 @@ def _contract(tmp_path: Path, extra: str) -> Path:
         + extra
     )
     return path
+
+
+def test_volume_warns_far_from_the_median_once_there_is_history(tmp_path: Path) -> None:
+    c = load_contract(
+        _contract(tmp_path, "quality: {volume: {factor: 3, history: 4, min_history: 2}}\n")
+    )
+
+    def ok(rows: int, past: list[int]) -> bool:
+        outcome = volume_outcome(c, rows, past)
+        assert outcome is not None and outcome.observed == rows
+        return outcome.success
+
+    assert ok(1000, [10])  # not enough history yet: no judgement
+    assert ok(29, [10, 10])
+    assert not ok(31, [10, 10])
+    assert not ok(3, [10, 10])  # a third of the median is too few
+    # Only the last `history` batches count: the median of [10, 10, 10, 10] is 10, not 100.
+    assert not ok(100, [100, 100, 100, 10, 10, 10, 10])

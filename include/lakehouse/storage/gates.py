@@ -34,6 +34,9 @@ class PublishGate(Protocol):
     ) -> Any:
         """Judge a batch (the rows a write is about to publish); raise to stop the write."""
 
+    def commit_metadata(self, verdict: Any) -> dict[str, Any]:
+        """Commit metadata the gated commit carries (merged into the write's own)."""
+
     def record(self, verdict: Any, *, table_version: int | None, published: bool) -> None:
         """Keep the verdict once the write is done."""
 

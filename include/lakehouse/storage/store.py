@@ -382,6 +382,7 @@ class DeltaStore:
                 whole = df if kept is None else kept.unionByName(df, allowMissingColumns=True)
             source = (metadata or {}).get("lakehouse.source")
             verdict = gate.check(df, df.count(), whole=whole, source=source)
+            metadata = {**(metadata or {}), **gate.commit_metadata(verdict)}
         plan = WritePlan(
             table_root=str(path),
             schema_b64=WritePlan.encode_schema(table_arrow_schema(dt)),
@@ -606,6 +607,7 @@ class DeltaStore:
             whole = _table_after(dt, on, post, gone) if gate.needs_whole_table else None
             position = (metadata or {}).get("lakehouse.source")
             verdict = gate.check(post, post.num_rows, whole=whole, source=position)
+            metadata = {**(metadata or {}), **gate.commit_metadata(verdict)}
         builder = clauses(
             dt.merge(
                 data,
