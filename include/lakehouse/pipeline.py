@@ -15,6 +15,7 @@ from lakehouse.quality import (
     RunInfo,
     Verdict,
     freshness_outcome,
+    pandas_max_rows,
     sync_constraints,
 )
 from lakehouse.registry import SchemaRegistry
@@ -53,6 +54,7 @@ def run_layer(
     ``echo`` (the task log). ``catalog`` resolves the other topic of a gold join.
     """
     SchemaRegistry(settings.registry_root).register(contract)
+    pandas_max_rows()  # a bad setting fails here, before any data moves
     run = run or RunInfo.from_env()
     ledger = LedgerBuffer(settings)
     gates = {

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 from lakehouse.config import Layer, Settings
 from lakehouse.contracts import Contract, Expectation
-from lakehouse.errors import QualityGateError
+from lakehouse.errors import ConfigError, QualityGateError
 from lakehouse.storage import gates
 
 if TYPE_CHECKING:
@@ -53,7 +53,13 @@ REASON_PREFIX = "expectation "
 
 
 def pandas_max_rows() -> int:
-    return int(os.environ.get("LAKEHOUSE_GX_PANDAS_MAX_ROWS", "250000"))
+    """Batches up to this many rows are judged by GX's pandas engine, bigger ones by Spark's."""
+    raw = os.environ.get("LAKEHOUSE_GX_PANDAS_MAX_ROWS", "250000")
+    if not raw.strip().isdigit():
+        raise ConfigError(
+            f"LAKEHOUSE_GX_PANDAS_MAX_ROWS must be a whole number of rows, not {raw!r}"
+        )
+    return int(raw)
 
 
 def suite_name(layer: Layer, table: str) -> str:
@@ -213,7 +219,7 @@ class Outcome:
 
     def describe(self) -> str:
         what = f"{self.expectation} ({self.kind}{'' if self.column is None else ' ' + self.column})"
-        if self.unexpected_count is not None and self.kind not in TABLE_LEVEL[1:]:
+        if self.unexpected_count is not None and self.kind != "row_count_between":
             seen = f"{self.unexpected_count} of {self.element_count} rows unexpected"
             if self.sample:
                 seen += ", e.g. " + ", ".join(_short(v) for v in self.sample[:3])
@@ -607,6 +613,12 @@ class Gate:
         if self.layer == "gold":
             return tuple(e for e in mine if e.table == self.table)
         return mine
+
+    @property
+    def columns(self) -> list[str] | None:
+        """The columns the batch-level expectations read (None: any one, for a row count)."""
+        named = sorted({e.column for e in self.expectations if e.column is not None})
+        return named or None
 
     @property
     def quarantines(self) -> tuple[Expectation, ...]:

@@ -204,6 +204,18 @@ def test_fail_on_silver_publishes_nothing_and_stops_the_run(spark: Any, tmp_path
     with pytest.raises(Exception, match="failed validation check"):
         write_deltalake(str(silver), bad, mode="append")
 
+    # Relaxing the expectation lets the held-back batch through: our own writer commits to the
+    # constrained table, and the constraint follows the contract.
+    contract_file = lake.contracts_dir / "orders.yaml"
+    contract_file.write_text(contract_file.read_text().replace("max: 100", "max: 1000"))
+    run(spark, lake, Catalog.load(lake.contracts_dir), echo=lambda _: None)
+    assert read_arrow(silver).num_rows == 4
+    assert [
+        v
+        for k, v in _table_config(silver).items()
+        if k.startswith("delta.constraints.dq_amount_range_")
+    ] == ["amount IS NULL OR amount >= 0 AND amount <= 1000"]
+
 
 def test_fail_on_gold_judges_the_rows_after_the_merge(spark: Any, tmp_path: Path) -> None:
     """A count is an aggregate: the gate judges the row the merge would publish (the count

@@ -240,3 +240,14 @@ def test_volume_warns_far_from_the_median_once_there_is_history(tmp_path: Path) 
     assert not ok(3, [10, 10])  # a third of the median is too few
     # Only the last `history` batches count: the median of [10, 10, 10, 10] is 10, not 100.
     assert not ok(100, [100, 100, 100, 10, 10, 10, 10])
+
+
+def test_a_bad_engine_threshold_is_a_clear_configuration_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from lakehouse.errors import ConfigError
+    from lakehouse.quality import pandas_max_rows
+
+    monkeypatch.setenv("LAKEHOUSE_GX_PANDAS_MAX_ROWS", "lots")
+    with pytest.raises(ConfigError, match="LAKEHOUSE_GX_PANDAS_MAX_ROWS must be a whole number"):
+        pandas_max_rows()
