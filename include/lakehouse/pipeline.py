@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -92,10 +93,16 @@ def check_freshness(gate: Gate) -> None:
         return
     from lakehouse.storage.store import last_commit_time, table_version
 
-    outcome = freshness_outcome(gate.contract, last_commit_time(gate.path))
+    published = [v for v in gate.verdicts if v.published_version is not None]
+    last: datetime | None
+    if published:  # this very run added data: no need to read the table's log
+        last, version = published[-1].validated_at, published[-1].published_version
+    else:
+        last, version = last_commit_time(gate.path), table_version(gate.path)
+    outcome = freshness_outcome(gate.contract, last)
     if outcome is not None:
         verdict = Verdict(gate.layer, gate.table, [outcome], 0, "none")
-        gate.record(verdict, table_version=table_version(gate.path), published=False)
+        gate.record(verdict, table_version=version, published=False)
 
 
 def run(

@@ -259,6 +259,7 @@ class Verdict:
     engine: str
     result: dict[str, Any] | None = None  # the GX result, for Data Docs
     validated_at: datetime = field(default_factory=lambda: datetime.now(UTC))
+    published_version: int | None = None  # the table version that published the batch
 
     @property
     def failed(self) -> list[Outcome]:
@@ -693,6 +694,8 @@ class Gate:
         return {QUALITY_KEY: {"rows": verdict.rows}}
 
     def record(self, verdict: Verdict, *, table_version: int | None, published: bool) -> None:
+        if published:
+            verdict.published_version = table_version
         self.verdicts.append(verdict)
         self.ledger.rows += ledger_rows(
             self.run, verdict, table_version=table_version, published=published, source=self.source
