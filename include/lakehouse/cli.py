@@ -441,6 +441,11 @@ def build_parser() -> argparse.ArgumentParser:
     sm.add_argument("--retention-hours", type=float, default=DEFAULT_RETENTION_HOURS)
     sm.add_argument("--no-compact", action="store_true")
     sm.add_argument("--dry-run", action="store_true", help="report what vacuum would delete")
+    sm.add_argument(
+        "--ledger",
+        action="store_true",
+        help="the data-quality results ledger instead of the topics' tables",
+    )
 
     ss = sub.add_parser(
         "sample", help="produce the seed's example events (once), or --records N random ones"
@@ -512,6 +517,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 retention_hours=args.retention_hours,
                 compact=not args.no_compact,
                 dry_run=args.dry_run,
+                ledger=args.ledger,
             )
             return 0
         if args.command == "sample":

@@ -7,11 +7,14 @@ only: no Spark, Delta or Great Expectations (tasks run those in spark-submit pro
 from __future__ import annotations
 
 import itertools
+import shlex
 import sys
 from datetime import datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+from airflow.providers.standard.operators.bash import BashOperator
 from airflow.providers.standard.operators.python import PythonOperator
 from airflow.sdk import DAG, Asset, TriggerRule
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
@@ -156,8 +159,64 @@ def _fail_run() -> None:
     raise RuntimeError("a task of this run failed (see its log and the data-quality report)")
 
 
+MAINTENANCE_DAG = "lakehouse__maintenance"
+
+
+def maintenance_dag(settings: Settings, catalog: Catalog) -> DAG:
+    """Daily upkeep of every table: compaction, vacuum that keeps what a consumer still needs,
+    checkpoints and log cleanup; one task per topic, and one for the quality ledger. Each task
+    is a `lakehouse maintain` process (delta-rs only, no Spark), so deltalake never loads in a
+    process that forks afterwards."""
+    cli = str(Path(sys.executable).parent / "lakehouse")
+    env = {
+        "LAKEHOUSE_HOME": str(settings.home),
+        "LAKEHOUSE_CONTRACTS": str(settings.contracts_dir),
+    }
+    doc = (
+        "### Table maintenance\n\nFor each topic's tables: `optimize` (compaction), a vacuum "
+        "that never removes a file a registered consumer still needs (nor one inside the "
+        "retention window), a checkpoint and log cleanup. Then the same for the data-quality "
+        "results ledger."
+    )
+    with DAG(
+        dag_id=MAINTENANCE_DAG,
+        description="Daily compaction, consumer-aware vacuum and checkpoints of every table",
+        doc_md=doc,
+        schedule="@daily",
+        start_date=START,
+        catchup=False,
+        max_active_runs=1,
+        tags=["lakehouse", "maintenance"],
+        default_args={
+            "owner": "data-platform",
+            "retries": 2,
+            "retry_delay": timedelta(minutes=5),
+            "retry_exponential_backoff": True,
+        },
+    ) as dag:
+        for contract in catalog:
+            BashOperator(
+                task_id=f"maintain__{contract.topic}",
+                bash_command=f"{shlex.quote(cli)} maintain --topic {shlex.quote(contract.topic)}",
+                env=env,
+                append_env=True,
+            )
+        BashOperator(
+            task_id="maintain__quality_ledger",
+            bash_command=f"{shlex.quote(cli)} maintain --ledger",
+            env=env,
+            append_env=True,
+        )
+    return dag
+
+
 def pipeline_dags(settings: Settings | None = None) -> dict[str, DAG]:
     """Every pipeline DAG, keyed by DAG id (for ``globals().update(...)`` in a DAG file)."""
     settings = settings or Settings.from_env()
     catalog = Catalog.load(settings.contracts_dir)
     return {dag_id(c.topic): pipeline_dag(c, settings, catalog) for c in catalog}
+
+
+def maintenance_dags(settings: Settings | None = None) -> dict[str, DAG]:
+    settings = settings or Settings.from_env()
+    return {MAINTENANCE_DAG: maintenance_dag(settings, Catalog.load(settings.contracts_dir))}

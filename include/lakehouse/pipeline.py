@@ -173,18 +173,26 @@ def maintain_topics(
     retention_hours: float,
     compact: bool = True,
     dry_run: bool = False,
+    ledger: bool = False,
     echo: Callable[[str], None] = print,
 ) -> list[MaintenanceReport]:
-    """Compact, vacuum (consumer-aware), checkpoint and clean the logs of every existing table."""
+    """Compact, vacuum (consumer-aware), checkpoint and clean the logs of every existing table of
+    the topics (all when empty); with ``ledger``, of the data-quality results ledger instead
+    (every job appends one small commit to it: it needs compacting most of all)."""
     contracts = [catalog.topic(t) for t in topics] if topics else list(catalog)
     reports = []
-    for contract in contracts:
-        for path, consumers in topic_tables(settings, contract, catalog):
-            if not (path / "_delta_log").is_dir():
-                continue
-            report = maintain(
-                path, consumers, retention_hours=retention_hours, compact=compact, dry_run=dry_run
-            )
-            echo(report.summary())
-            reports.append(report)
+    if ledger:  # no consumers: the reports read snapshots
+        tables: list[tuple[Path, list[Consumer]]] = [(settings.ledger_path, [])]
+    else:
+        tables = [
+            (p, c) for contract in contracts for p, c in topic_tables(settings, contract, catalog)
+        ]
+    for path, consumers in tables:
+        if not (path / "_delta_log").is_dir():
+            continue
+        report = maintain(
+            path, consumers, retention_hours=retention_hours, compact=compact, dry_run=dry_run
+        )
+        echo(report.summary())
+        reports.append(report)
     return reports

@@ -85,6 +85,15 @@ def test_dag_folder_parses_without_heavy_imports(settings: Settings) -> None:
         "gold.user_places",
         "gold.user_sessions",
     ]
+    upkeep = result["dags"]["lakehouse__maintenance"]
+    assert upkeep["schedule"] == "@daily" and upkeep["max_active_runs"] == 1
+    assert upkeep["tags"] == ["lakehouse", "maintenance"]
+    assert sorted(upkeep["tasks"]) == [
+        "maintain__quality_ledger",
+        "maintain__user-locations",
+        "maintain__user-profiles",
+    ]
+    assert all(t["retries"] >= 1 for t in upkeep["tasks"].values())
     profiles = result["dags"]["pipeline__user-profiles"]["tasks"]
     assert profiles["silver"]["outlets"] == ["silver.user_profile_changes"]
     assert sorted(profiles["gold"]["outlets"]) == [
@@ -132,6 +141,18 @@ def test_pipeline_dag_runs_through_airflow(settings: Settings) -> None:
         {"username": "alice", "location": "Berlin"},
         {"username": "bob", "location": "Lima"},
     ]
+
+
+def test_maintenance_dag_runs_through_airflow(settings: Settings) -> None:
+    """The daily DAG's tasks run `lakehouse maintain` per topic and for the ledger (on an empty
+    lakehouse they find nothing to do, and succeed)."""
+    assert _lakehouse(settings, "airflow", "db", "migrate").returncode == 0
+    run = _lakehouse(settings, "airflow", "dags", "test", "lakehouse__maintenance", timeout=600)
+    log = run.stdout + run.stderr
+    assert run.returncode == 0, log[-5000:]
+    assert re.search(r"DagRun Finished: dag_id=lakehouse__maintenance.*state=success", log)
+    for task in ("maintain__user-locations", "maintain__user-profiles", "maintain__quality_ledger"):
+        assert task in log
 
 
 def _run_id(log: str) -> str:

@@ -17,7 +17,7 @@ from lakehouse.config import Settings
 from lakehouse.contracts import Catalog
 from lakehouse.errors import QualityGateError
 from lakehouse.landing import Producer, Record
-from lakehouse.pipeline import run, run_layer
+from lakehouse.pipeline import maintain_topics, run, run_layer
 from lakehouse.quality import RunInfo, read_ledger
 from lakehouse.reports import build_data_docs
 from lakehouse.storage import read_arrow
@@ -288,6 +288,14 @@ def test_volume_and_freshness_warn_and_the_dq_report_shows_trends(
     ]
     fresh = [r for r in _ledger(lake, "bronze") if r["expectation"] == "freshness"]
     assert len(fresh) == 3 and all(r["success"] for r in fresh)
+
+    # One ledger commit per job; maintenance compacts them (the rows stay the same).
+    before = sorted(map(str, read_ledger(lake).to_pylist()))
+    (report,) = maintain_topics(
+        lake, Catalog.load(lake.contracts_dir), retention_hours=168, ledger=True, echo=print
+    )
+    assert report.files_compacted == 3 and report.files_written == 1
+    assert sorted(map(str, read_ledger(lake).to_pylist())) == before
 
     out = io.StringIO()
     with redirect_stdout(out):

@@ -1,0 +1,390 @@
+"""The jobs on a Spark standalone cluster: a master and two workers started from pyspark's own
+``bin/spark-class`` on 127.0.0.1, and the sample pipelines submitted to it layer by layer the way
+Airflow's SparkSubmitOperator does (``spark-submit --master spark://... jobs/run_layer.py``).
+
+The executors run in the workers' JVMs, not in the driver's, so this proves that the tasks (the
+bronze parsers, silver's decoders, the Delta writer's Parquet files) and the driver's Delta commits
+work when they are separate processes, and that the results equal local mode's."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lakehouse.airflow_env import airflow_environment
+from lakehouse.config import REPO_ROOT, Layer, Settings
+from lakehouse.runtime import find_java
+from lakehouse.storage import changes_arrow, read_arrow
+
+pytestmark = pytest.mark.integration
+
+JOB = REPO_ROOT / "jobs" / "run_layer.py"
+# user-profiles first: the gold joins of user-locations read the profiles stream (as `make demo`).
+PIPELINES = ("user-profiles", "user-locations")
+LAYERS: tuple[Layer, ...] = ("bronze", "silver", "gold")
+WORKERS = 2
+START_TIMEOUT = 120.0
+SUBMIT_TIMEOUT = 300
+
+
+def _spark_home() -> Path:
+    import pyspark
+
+    return Path(pyspark.__file__).resolve().parent
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _tail(path: Path, chars: int = 3000) -> str:
+    try:
+        return path.read_text(errors="replace")[-chars:]
+    except OSError as exc:
+        return f"<{path}: {exc}>"
+
+
+@dataclass
+class Daemon:
+    name: str
+    proc: subprocess.Popen[bytes]
+    log: Path
+
+
+@dataclass
+class Cluster:
+    master_url: str
+    webui_url: str
+    work_dirs: list[Path]
+    root: Path
+    daemons: list[Daemon] = field(default_factory=list)
+
+    def status(self) -> dict[str, Any]:
+        with urllib.request.urlopen(f"{self.webui_url}/json/", timeout=10) as response:
+            data: dict[str, Any] = json.load(response)
+        return data
+
+    def logs(self) -> str:
+        return "\n".join(
+            f"--- {d.name} (exit code {d.proc.poll()}), {d.log}:\n{_tail(d.log)}"
+            for d in self.daemons
+        )
+
+
+def _daemon_env() -> dict[str, str]:
+    env = dict(os.environ)
+    _java, _major, java_home = find_java()
+    if java_home is not None:
+        env["JAVA_HOME"] = str(java_home)
+    env.update(
+        {
+            "SPARK_HOME": str(_spark_home()),
+            "PYSPARK_PYTHON": sys.executable,
+            "PYSPARK_DRIVER_PYTHON": sys.executable,
+            "SPARK_LOCAL_IP": "127.0.0.1",
+            "SPARK_DAEMON_MEMORY": "512m",
+        }
+    )
+    # The daemons must not pick up a master, conf folder or ports meant for something else.
+    for key in ("SPARK_CONF_DIR", "SPARK_MASTER_HOST", "SPARK_MASTER_PORT", "SPARK_WORKER_PORT"):
+        env.pop(key, None)
+    return env
+
+
+def _start(cluster: Cluster, name: str, args: list[str], env: dict[str, str]) -> None:
+    log = cluster.root / f"{name}.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [str(_spark_home() / "bin" / "spark-class"), *args],
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            cwd=cluster.root,
+            # Its own process group: the executors a worker forks can be ended with it.
+            start_new_session=True,
+        )
+    cluster.daemons.append(Daemon(name, proc, log))
+
+
+def _stop(daemons: list[Daemon]) -> None:
+    # Workers first (they end their executors), then the master.
+    for daemon in reversed(daemons):
+        if daemon.proc.poll() is None:
+            daemon.proc.terminate()
+    deadline = time.monotonic() + 30
+    for daemon in reversed(daemons):
+        try:
+            daemon.proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            pass
+        # Anything left in the daemon's own group (an executor JVM a worker forked) goes too.
+        try:
+            os.killpg(daemon.proc.pid, 9)
+        except (ProcessLookupError, PermissionError):
+            pass
+        if daemon.proc.poll() is None:
+            daemon.proc.kill()
+            daemon.proc.wait(timeout=30)
+
+
+def _wait_for_workers(cluster: Cluster) -> None:
+    deadline = time.monotonic() + START_TIMEOUT
+    last: object = "no answer yet"
+    while time.monotonic() < deadline:
+        dead = [d for d in cluster.daemons if d.proc.poll() is not None]
+        if dead:
+            pytest.fail(
+                f"Spark standalone daemon(s) {[d.name for d in dead]} exited during startup\n"
+                + cluster.logs()
+            )
+        try:
+            status = cluster.status()
+        except (OSError, ValueError) as exc:  # not listening yet / half-written answer
+            last = exc
+        else:
+            alive = [w for w in status.get("workers", []) if w.get("state") == "ALIVE"]
+            last = {"alive": len(alive), "workers": status.get("workers")}
+            if len(alive) >= WORKERS:
+                return
+        time.sleep(1)
+    pytest.fail(
+        f"the standalone master at {cluster.webui_url}/json/ did not list {WORKERS} ALIVE "
+        f"workers within {START_TIMEOUT:.0f} s (last answer: {last})\n" + cluster.logs()
+    )
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """A Spark standalone master and two one-core workers on 127.0.0.1."""
+    root = tmp_path_factory.mktemp("spark-cluster")
+    port, webui = _free_port(), _free_port()
+    cluster = Cluster(
+        master_url=f"spark://127.0.0.1:{port}",
+        webui_url=f"http://127.0.0.1:{webui}",
+        work_dirs=[root / f"worker-{i}" for i in range(1, WORKERS + 1)],
+        root=root,
+    )
+    env = _daemon_env()
+    try:
+        _start(
+            cluster,
+            "master",
+            [
+                "org.apache.spark.deploy.master.Master",
+                *("--host", "127.0.0.1", "--port", str(port), "--webui-port", str(webui)),
+            ],
+            env,
+        )
+        for i, work_dir in enumerate(cluster.work_dirs, start=1):
+            work_dir.mkdir()
+            _start(
+                cluster,
+                f"worker-{i}",
+                [
+                    "org.apache.spark.deploy.worker.Worker",
+                    cluster.master_url,
+                    *("--host", "127.0.0.1", "--cores", "1", "--memory", "1g"),
+                    *("--webui-port", str(_free_port()), "--work-dir", str(work_dir)),
+                ],
+                env,
+            )
+        _wait_for_workers(cluster)
+        yield cluster
+    finally:
+        _stop(cluster.daemons)
+
+
+def _submit(
+    cluster: Cluster, settings: Settings, events: Path, topic: str, layer: Layer
+) -> subprocess.CompletedProcess[str]:
+    """One layer's job, as Airflow's task submits it, with the cluster as master."""
+    venv_submit = Path(sys.executable).parent / "spark-submit"
+    submit = venv_submit if venv_submit.exists() else _spark_home() / "bin" / "spark-submit"
+    env = airflow_environment(settings)
+    env["SPARK_LOCAL_IP"] = "127.0.0.1"  # the driver listens where the executors can reach it
+    cmd = [
+        str(submit),
+        *("--master", cluster.master_url),
+        *("--name", f"lakehouse-{layer}-{topic}"),
+        *("--conf", f"spark.pyspark.python={sys.executable}"),
+        *("--conf", f"spark.pyspark.driver.python={sys.executable}"),
+        *("--executor-memory", "512m", "--total-executor-cores", str(WORKERS)),
+        *("--driver-memory", "1g"),
+        # Wait for both executors before the first job (the standalone default waits 30 s).
+        *("--conf", "spark.scheduler.minRegisteredResourcesRatio=1.0"),
+        *("--conf", "spark.scheduler.maxRegisteredResourcesWaitingTime=60s"),
+        # The event log tells which executor ran which task.
+        *("--conf", "spark.eventLog.enabled=true"),
+        *("--conf", f"spark.eventLog.dir={events.as_uri()}"),
+        *("--conf", "spark.eventLog.compress=false"),
+        str(JOB),
+        *("--topic", topic, "--layer", layer),
+    ]
+    try:
+        return subprocess.run(
+            cmd,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=SUBMIT_TIMEOUT,
+            check=False,
+            cwd=REPO_ROOT,
+        )
+    except subprocess.TimeoutExpired as exc:
+        out = exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else ""
+        err = exc.stderr.decode(errors="replace") if isinstance(exc.stderr, bytes) else ""
+        pytest.fail(
+            f"spark-submit {topic} {layer} did not finish within {SUBMIT_TIMEOUT} s\n"
+            f"stdout:\n{out[-3000:]}\nstderr:\n{err[-5000:]}\n" + cluster.logs()
+        )
+
+
+def _event_log(events: Path, app_id: str) -> list[dict[str, Any]]:
+    path = events / app_id
+    assert path.is_file(), f"no event log for {app_id}: {sorted(p.name for p in events.iterdir())}"
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _executor_workers(cluster: Cluster, app_id: str) -> dict[str, int]:
+    """Executor id -> the worker (1-based) whose work dir holds that executor's own stderr."""
+    found: dict[str, int] = {}
+    for i, work_dir in enumerate(cluster.work_dirs, start=1):
+        for stderr in (work_dir / app_id).glob("*/stderr"):
+            found[stderr.parent.name] = i
+    return found
+
+
+def test_sample_pipelines_run_on_a_standalone_cluster(
+    cluster: Cluster, settings: Settings, tmp_path: Path
+) -> None:
+    sample = subprocess.run(
+        [str(Path(sys.executable).parent / "lakehouse"), "sample"],
+        env=airflow_environment(settings),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert sample.returncode == 0, sample.stderr[-3000:]
+
+    events = tmp_path / "spark-events"
+    events.mkdir()
+    outputs: dict[str, str] = {}
+    for topic in PIPELINES:
+        for layer in LAYERS:
+            started = time.monotonic()
+            job = _submit(cluster, settings, events, topic, layer)
+            print(f"{topic} {layer} on the cluster: {time.monotonic() - started:.1f} s")
+            assert job.returncode == 0, (
+                f"spark-submit {topic} {layer} failed with exit code {job.returncode}\n"
+                f"stdout:\n{job.stdout[-3000:]}\nstderr:\n{job.stderr[-6000:]}\n" + cluster.logs()
+            )
+            outputs[f"{topic} {layer}"] = job.stdout
+
+    # Each job printed its layer's summary (as in the Airflow task log).
+    assert "bronze user-locations: batch 0 committed" in outputs["user-locations bronze"]
+    assert "silver user_locations:" in outputs["user-locations silver"]
+    assert "gold user_latest_location:" in outputs["user-locations gold"]
+    assert "silver user_profile_changes:" in outputs["user-profiles silver"]
+
+    # The master ran every job as an application of its own, to the end.
+    status = cluster.status()
+    apps = {a["name"]: a for a in status.get("completedapps", [])}
+    expected = {f"lakehouse-{layer}-{topic}" for topic in PIPELINES for layer in LAYERS}
+    assert expected <= set(apps), f"completed applications: {sorted(apps)}"
+    assert {apps[name]["state"] for name in expected} == {"FINISHED"}, apps
+    assert len([w for w in status["workers"] if w["state"] == "ALIVE"]) == WORKERS
+
+    # Executors ran in the workers' JVMs: each application got an executor (its own work dir
+    # with its stderr) on the workers, and every task ran on one of them, never in the driver.
+    on_both = []
+    for name in sorted(expected):
+        app_id = apps[name]["id"]
+        executors = _executor_workers(cluster, app_id)
+        assert executors, f"{name} ({app_id}) got no executor on any worker\n" + cluster.logs()
+        log = _event_log(events, app_id)
+        ran = {
+            e["Task Info"]["Executor ID"]
+            for e in log
+            if e["Event"] == "SparkListenerTaskEnd"
+            and e.get("Task End Reason", {}).get("Reason") == "Success"
+        }
+        assert ran, f"{name} ({app_id}) ran no task"
+        assert ran <= set(executors), (
+            f"{name} ({app_id}): tasks ran on executors {sorted(ran)}, but the workers hold "
+            f"executors {executors}"
+        )
+        if {executors[e] for e in ran} == set(range(1, WORKERS + 1)):
+            on_both.append(name)
+    assert on_both, "no application ran tasks on both workers' executors"
+    print(f"applications with tasks on both workers: {on_both}")
+
+    # The Delta results equal local mode's.
+    bronze = settings.bronze_path("user-locations")
+    silver = settings.silver_path("user_locations")
+    latest = settings.gold_path("user_latest_location")
+    counts = settings.gold_path("user_location_counts")
+    assert read_arrow(bronze).num_rows == 5
+    assert read_arrow(settings.bronze_path("user-profiles")).num_rows == 6
+    assert sorted(
+        (r["username"], r["location"]) for r in read_arrow(silver).to_pylist()
+    ) == sorted(
+        [
+            ("alice", "Paris"),
+            ("bob", "Sydney"),
+            ("alice", "Rome"),
+            ("bob", "Lima"),
+            ("alice", "Berlin"),
+        ]
+    )
+    assert sorted((r["username"], r["location"]) for r in read_arrow(latest).to_pylist()) == [
+        ("alice", "Berlin"),
+        ("bob", "Lima"),
+    ]
+    assert sorted((r["username"], r["count"]) for r in read_arrow(counts).to_pylist()) == [
+        ("alice", 3),
+        ("bob", 2),
+    ]
+    feed = changes_arrow(counts).to_pylist()
+    assert sorted((r["_change_type"], r["username"], r["count"]) for r in feed) == [
+        ("insert", "alice", 3),
+        ("insert", "bob", 2),
+    ]
+    # The join across topics: each check-in with the profile as of its time.
+    joined = read_arrow(settings.gold_path("checkins_with_profile")).to_pylist()
+    assert sorted((r["offset"], r["username"], r["location"], r["profile_city"]) for r in joined) == [
+        (0, "alice", "Paris", "Paris"),
+        (1, "bob", "Sydney", "Sydney"),
+        (2, "alice", "Rome", "Paris"),
+        (3, "bob", "Lima", "Sydney"),
+        (4, "alice", "Berlin", "Berlin"),
+    ]
+    profiles = read_arrow(settings.gold_path("user_profiles")).to_pylist()
+    assert sorted((r["username"], r["city"], r["email"]) for r in profiles) == [
+        ("alice", "Berlin", "alice@example.org"),
+        ("bob", "Lima", None),
+    ]
+
+    # Every version of every table the jobs committed is readable (the log and its files agree).
+    from deltalake import DeltaTable
+
+    for path in (bronze, silver, latest, counts):
+        newest = DeltaTable(str(path)).version()
+        for version in range(newest + 1):
+            read_arrow(path, version=version)
+        assert read_arrow(path, version=newest).num_rows == read_arrow(path).num_rows
