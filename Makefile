@@ -77,6 +77,13 @@ demo: java ## Produce the sample events, run both sample pipeline DAGs once thro
 	@echo; echo "data quality (lakehouse dq; Data Docs in $(LAKEHOUSE_HOME)/reports/data_docs/index.html):"
 	@$(LAKEHOUSE) dq --last 5
 
+.PHONY: airflow
+airflow: java ## Start Airflow 3 locally (login required; admin's password is generated, shown once)
+	$(LAKEHOUSE) airflow db migrate > /dev/null
+	@echo "Airflow UI: http://localhost:8080 (user admin; the password is printed below on the"
+	@echo "first start only, and kept in $(LAKEHOUSE_HOME)/airflow/simple_auth_manager_passwords.json.generated)"
+	$(LAKEHOUSE) airflow standalone
+
 # The browser tests (Data Docs in the Airflow UI) drive Debian's headless Chromium.
 BROWSER_PACKAGES := chromium chromium-driver
 CHROMIUM := /usr/bin/chromium
