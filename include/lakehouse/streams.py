@@ -445,11 +445,11 @@ def build(spark: SparkSession, settings: Settings, contract: Contract) -> Silver
         judged = stream_rows(decoded, contract).filter(~F.col(TOMBSTONE))
         # One Spark job: a batch small enough for GX's pandas engine comes back whole.
         most = quality.pandas_max_rows()
-        head = judged.select(*(gate.columns or [contract.key_name])).limit(most + 1).toArrow()
-        small = head.num_rows <= most
+        first = judged.select(*(gate.columns or [contract.key_name])).limit(most + 1).toArrow()
+        small = first.num_rows <= most
         verdict = gate.check(
-            head if small else judged,
-            head.num_rows if small else judged.count(),
+            first if small else judged,
+            first.num_rows if small else judged.count(),
             source=source,
         )
         if verdict.to_quarantine:

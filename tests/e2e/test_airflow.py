@@ -205,6 +205,7 @@ def test_avro_pipeline_dag_runs_through_airflow(settings: Settings) -> None:
     assert migrate.returncode == 0, migrate.stderr[-3000:]
     run = _lakehouse(settings, "airflow", "dags", "test", "pipeline__user-profiles", timeout=900)
     log = run.stdout + run.stderr
+    (settings.home / "dags-test.log").write_text(log)  # the whole log, for a failing assert
     assert run.returncode == 0, log[-5000:]
     summary = r"silver user_profile_changes: bronze versions \d+\.\.\d+ committed: 6 records"
     assert re.search(summary + ", 0 quarantined", log), log[-5000:]

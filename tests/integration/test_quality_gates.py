@@ -72,7 +72,7 @@ def _run(spark: Any, lake: Settings, *layers: str, run_id: str = "manual__test")
     contract = Catalog.load(lake.contracts_dir).topic("orders")
     lines: list[str] = []
     for layer in layers:
-        run_layer(
+        lines += run_layer(
             spark,
             lake,
             contract,
@@ -108,6 +108,7 @@ def test_warn_records_the_failure_and_publishes_everything(spark: Any, tmp_path:
     assert any(
         "WARN       amount_range (between amount): 1 of 3 rows unexpected" in x for x in lines
     )
+    assert "silver orders_stream: bronze versions 0..1 committed: 3 records, 0 quarantined" in lines
 
 
 @pytest.mark.parametrize("engine", ["pandas", "spark"])
