@@ -499,15 +499,24 @@ class LedgerBuffer:
 
 
 def read_ledger(settings: Settings, table: str | None = None) -> pa.Table:
-    import pyarrow.compute as pc
-    from deltalake import DeltaTable
+    """The ledger's rows (of one table's checks, if given).
+
+    Read by delta-rs's own query engine: reading a table of many small files through
+    ``DeltaTable.to_pyarrow_table`` (pyarrow over delta-rs's Python filesystem handler) was seen
+    to abort the process at exit ("terminate called without an active exception")."""
+    import pyarrow as pa
+    from deltalake import DeltaTable, QueryBuilder
+
+    from lakehouse.storage.arrow import normalize_table
 
     if not (settings.ledger_path / "_delta_log").is_dir():
         return ledger_schema().empty_table()
-    data = DeltaTable(str(settings.ledger_path)).to_pyarrow_table()
+    query = "SELECT * FROM ledger"
     if table is not None:
-        data = data.filter(pc.equal(data["table"], table))
-    return data
+        query += ' WHERE "table" = \'' + table.replace("'", "''") + "'"
+    reader = QueryBuilder().register("ledger", DeltaTable(str(settings.ledger_path))).execute(query)
+    data = normalize_table(pa.table(reader.read_all()))
+    return data.select(ledger_schema().names).cast(ledger_schema())
 
 
 def save_result(settings: Settings, verdict: Verdict, run: RunInfo) -> Path | None:
