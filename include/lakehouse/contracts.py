@@ -256,6 +256,19 @@ class Contract:
     def expectations_of(self, layer: str) -> tuple[Expectation, ...]:
         return tuple(e for e in self.expectations if e.layer == layer)
 
+    def expectations_for(self, layer: str, table: str) -> tuple[Expectation, ...]:
+        """The expectations gating one published table (gold ones name their table)."""
+        mine = self.expectations_of(layer)
+        return tuple(e for e in mine if e.table == table) if layer == "gold" else mine
+
+    def published_tables(self, layer: str) -> list[str]:
+        """The tables a layer of this topic publishes: the topic, the stream, the gold tables."""
+        if layer == "bronze":
+            return [self.topic]
+        if layer == "silver":
+            return [self.stream]
+        return [t.name for t in self.tables]
+
     def input(self, spec: TableSpec) -> Contract:
         """The stream a table reads: the topic's stream, or another table's changelog read as a
         stream (:meth:`changelog_stream`)."""
@@ -762,6 +775,20 @@ def _check_window(c: Contract, t: TableSpec, at: str) -> None:
         )
 
 
+def _no_quarantine(e: Expectation) -> str | None:
+    """Why an expectation cannot quarantine rows, if it cannot."""
+    if e.layer == "bronze":
+        return (
+            "bronze is the topic itself and keeps every record: quarantine on silver, where "
+            "values have types"
+        )
+    if e.layer == "gold":
+        return "gold tables have no quarantine (a table row is an aggregate, not a record)"
+    if e.expect in ("unique", "row_count_between"):
+        return f"{e.expect} judges the batch, not a row, so it has no rows to quarantine"
+    return None
+
+
 def _check_expectations(c: Contract) -> None:
     """Each expectation must name a column of its layer (and, on gold, one of the tables)."""
     volume = c.quality.volume
@@ -808,27 +835,8 @@ def _check_expectations(c: Contract) -> None:
                 f"{where}.column",
                 f"no column {e.column!r} in {e.layer} (columns: {', '.join(available)})",
             )
-        if e.severity == "quarantine" and e.layer == "bronze":
-            raise ContractError(
-                c.source,
-                f"{where}.severity",
-                "bronze is the topic itself and keeps every record: quarantine on silver, where "
-                "values have types, or use warn or fail",
-            )
-        if e.severity == "quarantine" and e.layer == "gold":
-            raise ContractError(
-                c.source,
-                f"{where}.severity",
-                "gold tables have no quarantine (a table row is an aggregate, not a record): "
-                "use warn or fail",
-            )
-        if e.severity == "quarantine" and e.expect in ("unique", "row_count_between"):
-            raise ContractError(
-                c.source,
-                f"{where}.severity",
-                f"{e.expect} judges the batch, not a row, so it has no rows to quarantine: "
-                "use warn or fail",
-            )
+        if e.severity == "quarantine" and (why := _no_quarantine(e)):
+            raise ContractError(c.source, f"{where}.severity", f"{why}: use warn or fail")
         lo, hi = e.param("min"), e.param("max")
         if lo is not None and hi is not None and lo > hi:
             raise ContractError(c.source, f"{where}.min", f"min {lo} is greater than max {hi}")

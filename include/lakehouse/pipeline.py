@@ -29,11 +29,12 @@ if TYPE_CHECKING:
 
 def layer_tables(settings: Settings, contract: Contract, layer: Layer) -> list[tuple[str, Path]]:
     """The tables a layer of a topic publishes (name, path): the gated ones."""
-    if layer == "bronze":
-        return [(contract.topic, settings.bronze_path(contract.topic))]
-    if layer == "silver":
-        return [(contract.stream, settings.silver_path(contract.stream))]
-    return [(t.name, settings.gold_path(t.name)) for t in contract.tables]
+    path = {
+        "bronze": settings.bronze_path,
+        "silver": settings.silver_path,
+        "gold": settings.gold_path,
+    }
+    return [(name, path[layer](name)) for name in contract.published_tables(layer)]
 
 
 def run_layer(

@@ -499,24 +499,16 @@ class LedgerBuffer:
 
 
 def read_ledger(settings: Settings, table: str | None = None) -> pa.Table:
-    """The ledger's rows (of one table's checks, if given).
-
-    Read by delta-rs's own query engine: reading a table of many small files through
-    ``DeltaTable.to_pyarrow_table`` (pyarrow over delta-rs's Python filesystem handler) was seen
-    to abort the process at exit ("terminate called without an active exception")."""
-    import pyarrow as pa
-    from deltalake import DeltaTable, QueryBuilder
-
-    from lakehouse.storage.arrow import normalize_table
+    """The ledger's rows (of one table's checks, if given)."""
+    from lakehouse.storage.store import snapshot_arrow
 
     if not (settings.ledger_path / "_delta_log").is_dir():
         return ledger_schema().empty_table()
-    query = "SELECT * FROM ledger"
-    if table is not None:
-        query += ' WHERE "table" = \'' + table.replace("'", "''") + "'"
-    reader = QueryBuilder().register("ledger", DeltaTable(str(settings.ledger_path))).execute(query)
-    data = normalize_table(pa.table(reader.read_all()))
-    return data.select(ledger_schema().names).cast(ledger_schema())
+    from deltalake import DeltaTable
+
+    where = None if table is None else '"table" = \'' + table.replace("'", "''") + "'"
+    data = snapshot_arrow(DeltaTable(str(settings.ledger_path)), where)
+    return data.cast(ledger_schema())
 
 
 def save_result(settings: Settings, verdict: Verdict, run: RunInfo) -> Path | None:
@@ -619,10 +611,7 @@ class Gate:
 
     @property
     def expectations(self) -> tuple[Expectation, ...]:
-        mine = self.contract.expectations_of(self.layer)
-        if self.layer == "gold":
-            return tuple(e for e in mine if e.table == self.table)
-        return mine
+        return self.contract.expectations_for(self.layer, self.table)
 
     @property
     def columns(self) -> list[str] | None:
@@ -650,14 +639,17 @@ class Gate:
     def check(
         self,
         batch: DataFrame | pa.Table,
-        rows: int,
+        rows: int | None = None,
         *,
         whole: DataFrame | pa.Table | None = None,
         source: Mapping[str, Any] | None = None,
     ) -> Verdict:
         """Validate a batch before it is published; on a failed ``fail`` expectation, record
-        it and raise. ``whole`` is what table-level gold expectations judge (the table as it
-        would be after the batch)."""
+        it and raise. ``rows`` is the batch's size if known; a Spark batch small enough for
+        GX's pandas engine is brought to Arrow in the same job that counts it. ``whole`` is what
+        table-level gold expectations judge (the table as it would be after the batch)."""
+        if rows is None:
+            batch, rows = collect_if_small(batch, self.columns)
         exps = self.expectations
         name = suite_name(self.layer, self.table)
         outcomes: list[Outcome] = []
@@ -712,6 +704,22 @@ class Gate:
         save_result(self.settings, verdict, self.run)
         for line in verdict.summary():
             self.echo(line)
+
+
+def collect_if_small(
+    batch: DataFrame | pa.Table, columns: Sequence[str] | None
+) -> tuple[DataFrame | pa.Table, int]:
+    """A batch and its size from one Spark job when it is small: the named columns (or any
+    one, for a count) as Arrow if at most ``pandas_max_rows()``, else the DataFrame, counted."""
+    import pyarrow as pa
+
+    if isinstance(batch, pa.Table):
+        return batch, batch.num_rows
+    most = pandas_max_rows()
+    first = batch.select(*(columns or batch.columns[:1])).limit(most + 1).toArrow()
+    if first.num_rows <= most:
+        return first, first.num_rows
+    return batch, batch.count()
 
 
 def _rows(batch: DataFrame | pa.Table) -> int:

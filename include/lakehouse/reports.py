@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from lakehouse.config import Layer, Settings
+from lakehouse.config import LAYERS, Settings
 from lakehouse.contracts import Catalog
 from lakehouse.quality import _gx, suite, suite_name
 
@@ -78,12 +78,10 @@ def build_data_docs(
     )
     catalog = catalog or Catalog.load(settings.contracts_dir)
     for contract in catalog:
-        for layer, table in _suites_of(contract):
-            exps = [
-                e for e in contract.expectations_of(layer) if layer != "gold" or e.table == table
-            ]
-            if exps:
-                context.suites.add_or_update(suite(suite_name(layer, table), exps))
+        for layer in LAYERS:
+            for table in contract.published_tables(layer):
+                if exps := contract.expectations_for(layer, table):
+                    context.suites.add_or_update(suite(suite_name(layer, table), exps))
     loader = ExpectationSuiteValidationResultSchema()
     for name, documents in _saved_results(settings, keep).items():
         for doc in documents:
@@ -190,14 +188,6 @@ def _overview(site: Path, results: dict[str, list[dict[str, Any]]]) -> str:
         parts.append("</table>")
     parts.append("</body></html>")
     return "\n".join(parts)
-
-
-def _suites_of(contract: Any) -> list[tuple[Layer, str]]:
-    return [
-        ("bronze", contract.topic),
-        ("silver", contract.stream),
-        *(("gold", t.name) for t in contract.tables),
-    ]
 
 
 def ledger_report(settings: Settings, *, table: str | None = None, last: int = 10) -> list[str]:

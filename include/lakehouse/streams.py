@@ -443,15 +443,7 @@ def build(spark: SparkSession, settings: Settings, contract: Contract) -> Silver
         # The gate judges the records that decoded and carry a value; tombstones (deletes)
         # pass through. A failed `fail` expectation raises here, before anything is written.
         judged = stream_rows(decoded, contract).filter(~F.col(TOMBSTONE))
-        # One Spark job: a batch small enough for GX's pandas engine comes back whole.
-        most = quality.pandas_max_rows()
-        first = judged.select(*(gate.columns or [contract.key_name])).limit(most + 1).toArrow()
-        small = first.num_rows <= most
-        verdict = gate.check(
-            first if small else judged,
-            first.num_rows if small else judged.count(),
-            source=source,
-        )
+        verdict = gate.check(judged, source=source)
         if verdict.to_quarantine:
             routed = F.when(~F.col(TOMBSTONE), gate.quarantine_reason(verdict.to_quarantine))
             decoded = decoded.withColumn("_reason", F.coalesce(F.col("_reason"), routed))

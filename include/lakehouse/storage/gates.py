@@ -27,7 +27,7 @@ class PublishGate(Protocol):
     def check(
         self,
         batch: Any,
-        rows: int,
+        rows: int | None = None,
         *,
         whole: Any = None,
         source: Mapping[str, Any] | None = None,

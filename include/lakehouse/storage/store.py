@@ -381,7 +381,7 @@ class DeltaStore:
                 kept = self.read(path) if mode == "append" else None
                 whole = df if kept is None else kept.unionByName(df, allowMissingColumns=True)
             source = (metadata or {}).get("lakehouse.source")
-            verdict = gate.check(df, df.count(), whole=whole, source=source)
+            verdict = gate.check(df, whole=whole, source=source)
             metadata = {**(metadata or {}), **gate.commit_metadata(verdict)}
         plan = WritePlan(
             table_root=str(path),
@@ -687,19 +687,12 @@ def _table_after(dt: DeltaTable, on: list[str], post: pa.Table, gone: pa.Table) 
     """The whole table as it would be after a merge: the rows it leaves alone, then the
     post-images (for table-level checks such as key uniqueness)."""
     import pyarrow as pa
-    import pyarrow.compute as pc
 
-    current = normalize_table(pa.table(dt.to_pyarrow_table())).cast(post.schema)
+    current = snapshot_arrow(dt).cast(post.schema)
     keys = post.select(on)
     replaced = pa.concat_tables([keys, gone.select(on).cast(keys.schema)])
-    if replaced.num_rows and current.num_rows:
-        numbered = current.select(on).append_column(
-            "__row", pa.array(range(current.num_rows), pa.int64())
-        )
-        hit = numbered.join(replaced, keys=on, join_type="left semi")["__row"].combine_chunks()
-        everything = pa.array(range(current.num_rows), pa.int64())
-        current = current.filter(pc.invert(pc.is_in(everything, value_set=hit)))
-    return pa.concat_tables([current, post.cast(current.schema)])
+    kept = current.join(replaced, keys=on, join_type="left anti") if replaced.num_rows else current
+    return pa.concat_tables([kept.select(post.schema.names), post], promote_options="permissive")
 
 
 def _drop_unmatched_non_inserts(
@@ -753,6 +746,19 @@ def _raise_if_conflict(exc: BaseException, path: Path) -> None:
 
 
 # -- light reads without Spark (command-line pull queries) -------------------------------------
+
+
+def snapshot_arrow(dt: DeltaTable, where: str | None = None) -> pa.Table:
+    """A loaded snapshot's rows (those matching the SQL ``where``, if given) as plain Arrow,
+    read by delta-rs's own query engine. Reading a table of many small files with
+    ``DeltaTable.to_pyarrow_table`` (pyarrow over delta-rs's Python filesystem handler) was seen
+    to abort the process at exit ("terminate called without an active exception")."""
+    import pyarrow as pa
+    from deltalake import QueryBuilder
+
+    query = "SELECT * FROM snapshot" + ("" if where is None else f" WHERE {where}")
+    reader = QueryBuilder().register("snapshot", dt).execute(query)
+    return normalize_table(pa.table(reader.read_all())).select(table_arrow_schema(dt).names)
 
 
 def table_version(path: Path) -> int | None:
