@@ -11,8 +11,9 @@ STAMP := $(VENV)/.installed
 
 export LAKEHOUSE_HOME ?= $(CURDIR)/.lakehouse
 LAKEHOUSE := $(BIN)/lakehouse
-# user-profiles first: user-locations' joins read the profiles stream.
-DEMO_DAGS := pipeline__user-profiles pipeline__user-locations
+# user-profiles first: the joins of user-locations (their own DAG, scheduled on both streams
+# under Airflow's scheduler) read the profiles stream.
+DEMO_DAGS := pipeline__user-profiles pipeline__user-locations joins__user-locations
 
 .PHONY: help
 help: ## Show this help

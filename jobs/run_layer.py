@@ -2,7 +2,8 @@
 
     spark-submit jobs/run_layer.py --topic user-locations --layer silver
 
-Airflow's SparkSubmitOperator runs this with the ``spark_default`` connection's master.
+Airflow's SparkSubmitOperator runs this with the ``spark_default`` connection's master; the
+flags after ``--layer`` come from the run's Params (see ``lakehouse.control``).
 """
 
 from __future__ import annotations
@@ -12,36 +13,93 @@ import sys
 
 from lakehouse.config import LAYERS, Settings
 from lakehouse.contracts import Catalog
-from lakehouse.errors import GATE_FAILED_EXIT, LakehouseError, QualityGateError
+from lakehouse.control import LayerRequest, parse_offsets
+from lakehouse.errors import (
+    CONFIG_ERROR_EXIT,
+    GATE_FAILED_EXIT,
+    ConfigError,
+    LakehouseError,
+    QualityGateError,
+)
 from lakehouse.pipeline import run_layer
 from lakehouse.quality import RunInfo
 from lakehouse.spark import get_session
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse(argv: list[str] | None = None) -> tuple[argparse.Namespace, LayerRequest]:
+    """The command line, and the request its flags make (ConfigError if they conflict)."""
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--topic", required=True)
     parser.add_argument("--layer", required=True, choices=LAYERS)
     parser.add_argument("--dag-run-id", help="the Airflow DAG run this job is part of (ledger)")
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print what would be read and written; change nothing",
+    )
+    parser.add_argument(
+        "--tables", help="gold: only these tables (comma-separated; default: all the topic's)"
+    )
+    parser.add_argument(
+        "--full-refresh", action="append", default=[], metavar="TABLE",
+        help="gold: rebuild this table from the whole stream first (repeatable)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--from-version", type=int,
+        help="reprocess from this input version (silver: bronze's; gold: silver's)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--from-offsets", help="silver: reprocess from these offsets, e.g. 0:120,1:0"
+    )
     args = parser.parse_args(argv)
+    return args, _request(args)
+
+
+def main(argv: list[str] | None = None) -> int:
     try:
+        args, request = parse(argv)
         settings = Settings.from_env()
         catalog = Catalog.load(settings.contracts_dir)
         contract = catalog.topic(args.topic)
     except LakehouseError as exc:  # bad configuration fails before Spark starts
         print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return CONFIG_ERROR_EXIT
     spark = get_session(app_name=f"lakehouse-{args.layer}-{args.topic}")
     run = RunInfo.from_env(dag_run_id=args.dag_run_id)
     try:
-        for line in run_layer(spark, settings, contract, args.layer, catalog, run=run, echo=_say):
+        for line in run_layer(
+            spark, settings, contract, args.layer, catalog, run=run, echo=_say, request=request
+        ):
             _say(line)
     except QualityGateError as exc:  # the batch was not published; the task fails
         print(f"error: {exc}", file=sys.stderr, flush=True)
         return GATE_FAILED_EXIT
+    except ConfigError as exc:  # e.g. an incompatible schema: refused before data moved
+        print(f"error: {exc}", file=sys.stderr, flush=True)
+        return CONFIG_ERROR_EXIT
     finally:
         spark.stop()
     return 0
+
+
+def _request(args: argparse.Namespace) -> LayerRequest:
+    if args.from_version is not None and args.from_version < 0:
+        raise ConfigError(f"--from-version: {args.from_version} is not a version (>= 0)")
+    if args.from_version is not None and args.from_offsets:
+        raise ConfigError("--from-version and --from-offsets: give one or the other")
+    if args.from_offsets and args.layer != "silver":
+        raise ConfigError("--from-offsets reprocesses silver (offsets are bronze's)")
+    if (args.tables or args.full_refresh) and args.layer != "gold":
+        raise ConfigError("--tables and --full-refresh are for the gold layer")
+    return LayerRequest(
+        dry_run=args.dry_run,
+        full_refresh=tuple(args.full_refresh),
+        from_version=args.from_version,
+        from_offsets=parse_offsets(args.from_offsets, "--from-offsets")
+        if args.from_offsets
+        else None,
+        tables=tuple(t for t in args.tables.split(",") if t) if args.tables else None,
+    )
 
 
 def _say(line: str) -> None:

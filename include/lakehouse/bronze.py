@@ -29,7 +29,7 @@ from lakehouse import quality
 from lakehouse.config import Settings
 from lakehouse.contracts import Contract
 from lakehouse.errors import QualityGateError
-from lakehouse.landing import Segment, list_segments, start_offset_of
+from lakehouse.landing import Segment, end_offsets, list_segments, start_offset_of
 from lakehouse.segments import RECORD_SCHEMA, BadLine, SegmentFile, constant, read_segment
 from lakehouse.storage import DeltaStore, Txn
 from lakehouse.storage.files import DataFile, delete_data_files
@@ -125,6 +125,29 @@ def select_segments(segments: list[Segment], pos: Position) -> list[Segment]:
         elif int(s.path.stat().st_mtime * 1000) >= pos.listed_at_ms:
             chosen.append(s)
     return chosen
+
+
+def plan(settings: Settings, contract: Contract) -> str:
+    """A dry run of :func:`ingest`: the segments it would read per partition, from the offsets
+    bronze has reached to the landing's end offsets. Reads the logs only; changes nothing."""
+    from lakehouse.storage.store import latest_metadata
+
+    topic = contract.topic
+    pos = Position.from_json(latest_metadata(settings.bronze_path(topic), POSITION_KEY))
+    segments = select_segments(list_segments(settings, topic), pos)
+    if not segments:
+        return f"bronze {topic} (dry run): no new segments"
+    ends = end_offsets(settings, topic, contract.partitions, contract.landing_format)
+    parts = []
+    for p in sorted({s.partition for s in segments}):
+        files = sum(1 for s in segments if s.partition == p)
+        parts.append(
+            f"partition {p}: {files} file(s), offsets {pos.next.get(p, 0)}..{ends.get(p, 0) - 1}"
+        )
+    return (
+        f"bronze {topic} (dry run): would read {len(segments)} segment(s) into bronze.{topic} "
+        f"as one batch: " + "; ".join(parts)
+    )
 
 
 def _partition_task(

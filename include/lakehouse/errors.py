@@ -75,6 +75,8 @@ class SchemaEvolutionError(ContractError):
 
 # The exit code of a job stopped by a `fail` expectation (Airflow then fails without retrying).
 GATE_FAILED_EXIT = 3
+# The exit status of a job that refused its configuration (nothing moved; a retry fails again).
+CONFIG_ERROR_EXIT = 2
 
 
 class QualityGateError(LakehouseError):

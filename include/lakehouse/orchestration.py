@@ -6,9 +6,12 @@ only: no Spark, Delta or Great Expectations (tasks run those in spark-submit pro
 
 from __future__ import annotations
 
+import functools
 import itertools
+import operator
 import shlex
 import sys
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -16,12 +19,13 @@ from typing import Any
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.providers.standard.operators.bash import BashOperator
 from airflow.providers.standard.operators.python import PythonOperator
-from airflow.sdk import DAG, Asset, TriggerRule
-from airflow.sdk.exceptions import AirflowException, AirflowFailException
+from airflow.sdk import DAG, Asset, Param, TriggerRule
+from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSkipException
 
-from lakehouse.config import REPO_ROOT, Layer, Settings
+from lakehouse.config import LAYERS, REPO_ROOT, Layer, Settings
 from lakehouse.contracts import Catalog, Contract
-from lakehouse.errors import GATE_FAILED_EXIT
+from lakehouse.control import OFFSETS_PATTERN, RunRequest, joined, own
+from lakehouse.errors import CONFIG_ERROR_EXIT, GATE_FAILED_EXIT, ConfigError
 
 JOB = str(REPO_ROOT / "jobs" / "run_layer.py")
 START = datetime(2026, 1, 1)
@@ -41,10 +45,26 @@ def table_asset(settings: Settings, layer: Layer, name: str) -> Asset:
 
 
 class LayerJobOperator(SparkSubmitOperator):
-    """spark-submit of one layer's job. A failed quality gate fails the task at once: the same
-    batch would fail again, so retrying it only delays the run's failure and its report."""
+    """spark-submit of one layer's job, with the flags the run's Params ask for.
+
+    A layer the run's Params leave out is skipped (the next layer still runs: its trigger rule
+    is ``none_failed``). A failed quality gate fails the task at once: the same batch would fail
+    again, so retrying it only delays the run's failure and its report."""
+
+    def __init__(
+        self, *, layer: Layer, contract: Contract, tables: Sequence[str] | None, **kwargs: Any
+    ) -> None:
+        super().__init__(**kwargs)
+        self.layer, self.contract, self.tables = layer, contract, tables
 
     def execute(self, context: Any) -> None:
+        request = _request(context, self.contract, self.tables)
+        if self.layer not in request.layers:
+            raise AirflowSkipException(f"the run's Param layers leaves out {self.layer}")
+        self.application_args = [
+            *(self.application_args or []),
+            *request.for_layer(self.layer).args(),
+        ]
         try:
             super().execute(context)
         except AirflowException as exc:
@@ -53,7 +73,18 @@ class LayerJobOperator(SparkSubmitOperator):
                     "a `fail` expectation stopped the batch (see the quality lines above); "
                     "nothing was published"
                 ) from exc
+            if f"Error code is: {CONFIG_ERROR_EXIT}." in str(exc):
+                raise AirflowFailException(
+                    "the job refused its configuration (see the error above); nothing moved"
+                ) from exc
             raise
+
+
+def _request(context: Any, contract: Contract, tables: Sequence[str] | None) -> RunRequest:
+    try:
+        return RunRequest.from_params(context["params"], contract, tables)
+    except ConfigError as exc:  # the same Params would fail again: no retries
+        raise AirflowFailException(str(exc)) from None
 
 
 def _spark_conf() -> dict[str, str]:
@@ -61,25 +92,173 @@ def _spark_conf() -> dict[str, str]:
     return {"spark.pyspark.python": sys.executable, "spark.pyspark.driver.python": sys.executable}
 
 
+def run_params(
+    contract: Contract, tables: Sequence[str], *, layers: bool = True
+) -> dict[str, Param]:
+    """The form of a triggered run (every field has a default: a scheduled run takes them)."""
+    table_items: dict[str, Any] = {"type": "string"}
+    if tables:
+        table_items["enum"] = list(tables)
+    params: dict[str, Param] = {}
+    if layers:
+        params["layers"] = Param(
+            list(LAYERS),
+            type="array",
+            items={"type": "string", "enum": list(LAYERS)},
+            uniqueItems=True,
+            minItems=1,
+            title="Layers",
+            description="The layers to run, in pipeline order (a layer left out is skipped).",
+        )
+    params["dry_run"] = Param(
+        False,
+        type="boolean",
+        title="Dry run",
+        description="Print what each layer would read and write; change nothing.",
+    )
+    params["full_refresh"] = Param(
+        [],
+        type="array",
+        items=table_items,
+        uniqueItems=True,
+        title="Full refresh",
+        description="Gold tables to rebuild from the whole silver stream (only the rows that "
+        "differ are published).",
+    )
+    if layers:
+        params["reprocess_silver_from_version"] = Param(
+            None,
+            type=["null", "integer"],
+            minimum=0,
+            title="Reprocess silver from bronze version",
+            description="Decode again the bronze records from this bronze version on: records "
+            "in quarantine that now decode join the stream (as late arrivals for gold).",
+        )
+        params["reprocess_silver_from_offsets"] = Param(
+            "",
+            type="string",
+            pattern=f"^$|{OFFSETS_PATTERN}",
+            title="Reprocess silver from offsets",
+            description=f"Like the above, per partition: 'partition:offset,...' (e.g. 0:120,1:0; "
+            f"partitions 0..{contract.partitions - 1}); partitions not named are left alone.",
+        )
+        params["reprocess_gold_from_version"] = Param(
+            None,
+            type=["null", "integer"],
+            minimum=0,
+            title="Reprocess gold from silver version",
+            description="Rebuild the gold tables that read this topic's stream as of silver "
+            "version v-1, then read again from v; each table changes once, by its net "
+            "differences, and tables reading their changelogs take the corrections.",
+        )
+    return params
+
+
+def _layer_task(
+    settings: Settings,
+    contract: Contract,
+    layer: Layer,
+    inlets: list[Asset],
+    outlets: list[Asset],
+    tables: Sequence[str] | None = None,
+    task_id: str | None = None,
+) -> LayerJobOperator:
+    return LayerJobOperator(
+        task_id=task_id or layer,
+        layer=layer,
+        contract=contract,
+        tables=tables,
+        application=JOB,
+        application_args=[
+            *("--topic", contract.topic, "--layer", layer),
+            *("--dag-run-id", "{{ run_id }}"),
+            *(() if tables is None else ("--tables", ",".join(tables))),
+        ],
+        conn_id="spark_default",
+        name=f"lakehouse-{layer}-{contract.topic}",
+        conf=_spark_conf(),
+        env_vars={
+            "LAKEHOUSE_HOME": str(settings.home),
+            "LAKEHOUSE_CONTRACTS": str(settings.contracts_dir),
+        },
+        inlets=inlets,
+        outlets=outlets,
+        trigger_rule=TriggerRule.NONE_FAILED,
+    )
+
+
+def _gate_task(contract: Contract, layer: Layer, tables: Sequence[str]) -> PythonOperator:
+    return PythonOperator(
+        task_id=f"gate_{layer}",
+        python_callable=check_gate,
+        op_kwargs={
+            "topic": contract.topic,
+            "layer": layer,
+            "tables": list(tables),
+            "dag_run_id": "{{ run_id }}",
+        },
+        trigger_rule=TriggerRule.NONE_FAILED,
+        retries=0,
+        doc_md=f"The {layer} gate's verdict in this run, from the data-quality ledger: a failed "
+        "`fail` expectation stops the layers after it.",
+    )
+
+
+def _finish(dag_tasks: list[Any], topic: str) -> None:
+    """The report is built whatever happened (a failed gate is what people most need to read);
+    the watcher fails the run when any task failed, since a run's state follows its leaf tasks
+    and the report would otherwise make a failed run look successful."""
+    report = PythonOperator(
+        task_id="report",
+        python_callable=build_report,
+        op_kwargs={"topic": topic, "dag_run_id": "{{ run_id }}"},
+        trigger_rule=TriggerRule.ALL_DONE,
+        retries=0,
+    )
+    watcher = PythonOperator(
+        task_id="watcher",
+        python_callable=_fail_run,
+        trigger_rule=TriggerRule.ONE_FAILED,
+        retries=0,
+    )
+    dag_tasks[-1] >> report
+    [*dag_tasks, report] >> watcher
+
+
+def _default_args(contract: Contract) -> dict[str, Any]:
+    return {
+        "owner": contract.owner,
+        "retries": 2,
+        "retry_delay": timedelta(seconds=30),
+        "retry_exponential_backoff": True,
+    }
+
+
 def pipeline_dag(contract: Contract, settings: Settings, catalog: Catalog | None = None) -> DAG:
-    """ingest (bronze) -> silver -> gold for one topic, as scheduled micro-batches. The gold task
-    also reads the streams of the topics its joins name."""
+    """plan -> bronze -> gate -> silver -> gate -> gold -> gate -> report for one topic, as
+    scheduled micro-batches. The gold step builds the tables the topic's own stream is enough
+    for; the tables that join another topic's stream are the join DAG's (:func:`join_dag`)."""
     topic = contract.topic
     bronze = table_asset(settings, "bronze", topic)
     silver = table_asset(settings, "silver", contract.stream)
-    gold = [table_asset(settings, "gold", t.name) for t in contract.tables]
-    joined = sorted({t.join.other for t in contract.tables if t.join is not None})
-    others = (
-        []
-        if catalog is None
-        else [table_asset(settings, "silver", catalog.topic(name).stream) for name in joined]
-    )
+    mine = own(contract)
+    gold = [table_asset(settings, "gold", name) for name in mine]
+    elsewhere = joined(contract)
     doc = (
         f"### Pipeline of topic `{topic}`\n\n{contract.description}\n\n"
         f"landing `{topic}` ({contract.partitions} partitions) -> bronze `{topic}` -> "
         f"silver `{contract.stream}` -> gold "
-        + (", ".join(f"`{t.name}`" for t in contract.tables) or "(none)")
-        + f"\n\nContract: `{contract.source}`"
+        + (", ".join(f"`{name}`" for name in mine) or "(none)")
+        + (
+            f"\n\nThe joins ({', '.join(f'`{n}`' for n in elsewhere)}) are built by "
+            f"`{join_dag_id(topic)}`, scheduled on the streams they read."
+            if elsewhere
+            else ""
+        )
+        + f"\n\nContract: `{contract.source}`\n\n"
+        "Trigger with the Params form to run some layers only, do a dry run, reprocess silver "
+        "from a bronze version or offsets, reprocess gold from a silver version, or fully "
+        "refresh gold tables. The `plan` task prints what the run will do."
     )
     with DAG(
         dag_id=dag_id(topic),
@@ -90,68 +269,129 @@ def pipeline_dag(contract: Contract, settings: Settings, catalog: Catalog | None
         catchup=False,
         max_active_runs=1,
         tags=["lakehouse", f"topic:{topic}"],
-        default_args={
-            "owner": contract.owner,
-            "retries": 2,
-            "retry_delay": timedelta(seconds=30),
-            "retry_exponential_backoff": True,
-        },
+        default_args=_default_args(contract),
+        params=run_params(contract, mine),
     ) as dag:
-        steps: list[LayerJobOperator] = []
-        for layer, inlets, outlets in (
-            ("bronze", [], [bronze]),
-            ("silver", [bronze], [silver]),
-            ("gold", [silver, *others], gold),
-        ):
-            steps.append(
-                LayerJobOperator(
-                    task_id=layer,
-                    application=JOB,
-                    application_args=[
-                        *("--topic", topic, "--layer", layer),
-                        *("--dag-run-id", "{{ run_id }}"),
-                    ],
-                    conn_id="spark_default",
-                    name=f"lakehouse-{layer}-{topic}",
-                    conf=_spark_conf(),
-                    env_vars={
-                        "LAKEHOUSE_HOME": str(settings.home),
-                        "LAKEHOUSE_CONTRACTS": str(settings.contracts_dir),
-                    },
-                    inlets=inlets,
-                    outlets=outlets,
-                )
-            )
+        steps: list[Any] = [_plan_task(contract, mine)]
+        layers: tuple[tuple[Layer, list[Asset], list[Asset], list[str]], ...] = (
+            ("bronze", [], [bronze], [topic]),
+            ("silver", [bronze], [silver], [contract.stream]),
+            ("gold", [silver], gold, mine),
+        )
+        for layer, inlets, outlets, names in layers:
+            if layer == "gold" and not mine:
+                continue
+            tables = mine if layer == "gold" else None
+            steps.append(_layer_task(settings, contract, layer, inlets, outlets, tables))
+            steps.append(_gate_task(contract, layer, names))
         for upstream, downstream in itertools.pairwise(steps):
             upstream >> downstream
-        # The report is built whatever happened (a failed gate is what people most need to
-        # read); the watcher fails the run when any task failed, since a run's state follows
-        # its leaf tasks and the report would otherwise make a failed run look successful.
-        report = PythonOperator(
-            task_id="report",
-            python_callable=build_report,
-            op_kwargs={"topic": topic, "dag_run_id": "{{ run_id }}"},
-            trigger_rule=TriggerRule.ALL_DONE,
-            retries=0,
-        )
-        watcher = PythonOperator(
-            task_id="watcher",
-            python_callable=_fail_run,
-            trigger_rule=TriggerRule.ONE_FAILED,
-            retries=0,
-        )
-        steps[-1] >> report
-        [*steps, report] >> watcher
+        _finish(steps, topic)
     return dag
 
 
-def build_report(topic: str, dag_run_id: str) -> None:
+def join_dag_id(topic: str) -> str:
+    return f"joins__{topic}"
+
+
+def join_dag(contract: Contract, settings: Settings, catalog: Catalog) -> DAG:
+    """The gold tables of a topic that join another topic's stream (and the tables reading
+    their changelogs), scheduled on the streams they read: a new version of either side runs
+    them, so a join never waits for the next interval of the other topic's DAG."""
+    topic = contract.topic
+    names = joined(contract)
+    others = sorted({t.join.other for t in contract.tables if t.join is not None})
+    inputs = [table_asset(settings, "silver", contract.stream)] + [
+        table_asset(settings, "silver", catalog.topic(o).stream) for o in others
+    ]
+    gold = [table_asset(settings, "gold", name) for name in names]
+    doc = (
+        f"### Joins of topic `{topic}`\n\n"
+        + ", ".join(f"`{n}`" for n in names)
+        + f", joining the streams of `{topic}` and "
+        + ", ".join(f"`{o}`" for o in others)
+        + ". Scheduled on those streams' assets: each new version of either runs it."
+    )
+    schedule = functools.reduce(operator.or_, inputs)
+    with DAG(
+        dag_id=join_dag_id(topic),
+        description=f"Gold tables joining {topic} with {', '.join(others)}",
+        doc_md=doc,
+        schedule=schedule,
+        start_date=START,
+        catchup=False,
+        max_active_runs=1,
+        tags=["lakehouse", f"topic:{topic}", "joins"],
+        default_args=_default_args(contract),
+        params=run_params(contract, names, layers=False),
+    ) as dag:
+        steps = [
+            _plan_task(contract, names),
+            _layer_task(settings, contract, "gold", inputs, gold, names),
+            _gate_task(contract, "gold", names),
+        ]
+        for upstream, downstream in itertools.pairwise(steps):
+            upstream >> downstream
+        _finish(steps, topic)
+    return dag
+
+
+def _plan_task(contract: Contract, tables: Sequence[str]) -> PythonOperator:
+    return PythonOperator(
+        task_id="plan",
+        python_callable=plan_run,
+        op_kwargs={"topic": contract.topic, "tables": list(tables)},
+        retries=0,
+        doc_md="Checks the run's Params against the contract (bad ones fail here, before any "
+        "data moves) and prints what the run will do.",
+    )
+
+
+def plan_run(topic: str, tables: list[str], params: dict[str, Any]) -> None:
+    """The first task: check the Params, print the plan."""
+    settings = Settings.from_env()
+    contract = Catalog.load(settings.contracts_dir).topic(topic)
+    try:
+        request = RunRequest.from_params(params, contract, tables)
+    except ConfigError as exc:
+        raise AirflowFailException(str(exc)) from None
+    for line in request.describe(contract):
+        print(line)
+
+
+def check_gate(
+    topic: str, layer: Layer, tables: list[str], dag_run_id: str, params: dict[str, Any]
+) -> None:
+    """A gate task: the verdicts the layer's job recorded in this run. The job's gate decides
+    before it publishes (so a failed batch is never visible); this task shows the verdict in
+    the DAG and holds the next layer to it, even if the job's task was marked successful by
+    hand."""
+    if params.get("dry_run"):
+        raise AirflowSkipException("dry run: nothing was validated")
+    layers = params.get("layers") or list(LAYERS)
+    if layer not in layers:
+        raise AirflowSkipException(f"the run's Param layers leaves out {layer}")
+    from lakehouse.reports import layer_verdict
+
+    lines, failed = layer_verdict(Settings.from_env(), dag_run_id, layer, tables)
+    for line in lines:
+        print(line)
+    if failed:
+        raise AirflowFailException(
+            f"{layer} gate: {len(failed)} `fail` expectation(s) failed: " + "; ".join(failed)
+        )
+
+
+def build_report(topic: str, dag_run_id: str, params: dict[str, Any]) -> None:
     """Rebuild the Data Docs and print this run's validations (the per-run summary)."""
     from lakehouse.reports import build_data_docs, run_summary
 
     settings = Settings.from_env()
     for line in run_summary(settings, dag_run_id):
         print(line)
+    if params.get("dry_run"):
+        print("dry run: the Data Docs are left as they were")
+        return
     print(f"Data Docs: {build_data_docs(settings)}")
 
 
@@ -211,10 +451,15 @@ def maintenance_dag(settings: Settings, catalog: Catalog) -> DAG:
 
 
 def pipeline_dags(settings: Settings | None = None) -> dict[str, DAG]:
-    """Every pipeline DAG, keyed by DAG id (for ``globals().update(...)`` in a DAG file)."""
+    """Every pipeline DAG and join DAG, keyed by DAG id (for ``globals().update(...)`` in a DAG
+    file)."""
     settings = settings or Settings.from_env()
     catalog = Catalog.load(settings.contracts_dir)
-    return {dag_id(c.topic): pipeline_dag(c, settings, catalog) for c in catalog}
+    dags = {dag_id(c.topic): pipeline_dag(c, settings, catalog) for c in catalog}
+    dags.update(
+        {join_dag_id(c.topic): join_dag(c, settings, catalog) for c in catalog if joined(c)}
+    )
+    return dags
 
 
 def maintenance_dags(settings: Settings | None = None) -> dict[str, DAG]:

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from lakehouse import bronze, streams, tables
 from lakehouse.config import LAYERS, Layer, Settings
-from lakehouse.contracts import Catalog, Contract
+from lakehouse.contracts import Catalog, Contract, TableSpec
+from lakehouse.control import LayerRequest, reprocessable
+from lakehouse.errors import ConfigError
 from lakehouse.quality import (
     Gate,
     LedgerBuffer,
@@ -20,6 +24,7 @@ from lakehouse.quality import (
     sync_constraints,
 )
 from lakehouse.registry import SchemaRegistry
+from lakehouse.storage import DeltaStore
 from lakehouse.storage.gates import gating
 from lakehouse.storage.maintenance import Consumer, MaintenanceReport, maintain
 
@@ -46,6 +51,7 @@ def run_layer(
     *,
     run: RunInfo | None = None,
     echo: Callable[[str], None] = print,
+    request: LayerRequest | None = None,
 ) -> list[str]:
     """Run one layer of one topic; return one summary line per table written.
 
@@ -53,27 +59,58 @@ def run_layer(
     contract that breaks its compatibility mode stops every layer before any data moves. Each
     table the layer publishes is gated by the contract's expectations for it (see
     :mod:`lakehouse.quality`); the gates' results go to the ledger and, line by line, to
-    ``echo`` (the task log). ``catalog`` resolves the other topic of a gold join.
+    ``echo`` (the task log). ``catalog`` resolves the other topic of a gold join. ``request``
+    adds a reprocess or full refresh, restricts gold to some tables, or makes it a dry run
+    (:mod:`lakehouse.control`).
     """
+    request = request or LayerRequest()
+    specs = _selected(contract, layer, request)
+    if request.dry_run:
+        SchemaRegistry(settings.registry_root).check(contract)
+        return plan_layer(spark, settings, contract, layer, catalog, request)
     SchemaRegistry(settings.registry_root).register(contract)
     pandas_max_rows()  # a bad setting fails here, before any data moves
     run = run or RunInfo.from_env()
     ledger = LedgerBuffer(settings)
+    names = None if specs is None else {s.name for s in specs}
     gates = {
         path: Gate(settings, contract, layer, name, run, path, ledger, echo=echo)
         for name, path in layer_tables(settings, contract, layer)
+        if names is None or name in names
     }
     existed = {path for path in gates if (path / "_delta_log").is_dir()}
     for path in existed:
         _constrain(path, gates[path], echo)
+    # A reprocess or a refresh is judged by the same expectations, but it is not a micro-batch:
+    # its size is no sign of an unusual volume (``Gate.regular``).
+    resets = {p: replace(g, regular=False, verdicts=g.verdicts) for p, g in gates.items()}
+    lines: list[str] = []
     try:
+        if layer == "gold" and specs is not None:
+            with gating({p: g for p, g in resets.items() if g.active}):
+                lines += _reset_gold(spark, settings, contract, catalog, request)
         with gating({p: g for p, g in gates.items() if g.active}):
             if layer == "bronze":
-                lines = [bronze.ingest(spark, settings, contract).summary()]
+                lines.append(bronze.ingest(spark, settings, contract).summary())
             elif layer == "silver":
-                lines = [streams.build(spark, settings, contract).summary()]
+                lines.append(streams.build(spark, settings, contract).summary())
             else:
-                lines = [r.summary() for r in tables.build(spark, settings, contract, catalog)]
+                assert specs is not None
+                lines += [
+                    tables.build_table(spark, settings, contract, spec, catalog).summary()
+                    for spec in specs
+                ]
+        if layer == "silver" and request.reprocesses:
+            with gating({p: g for p, g in resets.items() if g.active}):
+                lines.append(
+                    streams.reprocess(
+                        spark,
+                        settings,
+                        contract,
+                        from_version=request.from_version,
+                        from_offsets=request.from_offsets,
+                    ).summary()
+                )
         for path, gate in gates.items():
             if path not in existed and (path / "_delta_log").is_dir():
                 _constrain(path, gate, echo)  # a table this run created
@@ -81,6 +118,140 @@ def run_layer(
     finally:
         ledger.flush()  # failed checks too: a failed gate is recorded, then raised
     return lines
+
+
+def _selected(contract: Contract, layer: Layer, request: LayerRequest) -> list[TableSpec] | None:
+    """The gold tables this job builds (all the topic's, or the request's), in declaration
+    order; None for bronze and silver. An unknown name is a configuration error."""
+    if layer != "gold":
+        return None
+    names = [t.name for t in contract.tables]
+    for name in (*(request.tables or ()), *request.full_refresh):
+        if name not in names:
+            raise ConfigError(f"topic {contract.topic!r} has no gold table {name!r}")
+    wanted = set(names if request.tables is None else request.tables)
+    return [t for t in contract.tables if t.name in wanted]
+
+
+def _reset_gold(
+    spark: SparkSession,
+    settings: Settings,
+    contract: Contract,
+    catalog: Catalog | None,
+    request: LayerRequest,
+) -> list[str]:
+    """Full refreshes and reprocesses first; the micro-batch that follows then reads on from the
+    positions they set, and the tables reading their changelogs take the corrections."""
+    from lakehouse import rebuild
+
+    catalog = catalog or Catalog.of([contract])
+    lines = []
+    for spec in contract.tables:
+        if spec.name in request.full_refresh:
+            lines.append(rebuild.refresh(spark, settings, catalog, contract, spec).summary())
+        elif request.from_version is not None and spec.name in _reprocessed(contract, request):
+            result = rebuild.refresh(
+                spark, settings, catalog, contract, spec, request.from_version, catch_up=True
+            )
+            lines.append(f"{result.summary()} (reprocessed from version {request.from_version})")
+    return lines
+
+
+def _reprocessed(contract: Contract, request: LayerRequest) -> list[str]:
+    return [] if request.from_version is None else reprocessable(contract, request.tables)
+
+
+def plan_layer(
+    spark: SparkSession,
+    settings: Settings,
+    contract: Contract,
+    layer: Layer,
+    catalog: Catalog | None,
+    request: LayerRequest,
+) -> list[str]:
+    """A dry run: what the layer would read and write, from the tables' logs and positions
+    (and, for a reprocess, a count of the records in scope). Changes nothing."""
+    from lakehouse.storage.store import table_version
+
+    tag = "(dry run)"
+    if layer == "bronze":
+        return [bronze.plan(settings, contract)]
+    if layer == "silver":
+        store = DeltaStore(spark)
+        silver = settings.silver_path(contract.stream)
+        head = table_version(settings.bronze_path(contract.topic))
+        consumed = store.transaction_version(silver, streams.source_app(contract))
+        start = 0 if consumed is None else consumed + 1
+        lines = [
+            f"silver {contract.stream} {tag}: bronze has no new versions"
+            if head is None or start > head
+            else f"silver {contract.stream} {tag}: would decode bronze versions {start}..{head} "
+            f"({_bronze_records(settings.bronze_path(contract.topic), start, head)} records) "
+            f"into silver.{contract.stream} and its quarantine"
+        ]
+        if request.reprocesses:
+            lines.append(
+                streams.reprocess(
+                    spark,
+                    settings,
+                    contract,
+                    from_version=request.from_version,
+                    from_offsets=request.from_offsets,
+                    dry_run=True,
+                ).summary()
+            )
+        return lines
+    specs = _selected(contract, layer, request) or []
+    store = DeltaStore(spark)
+    lines = []
+    reset = set(request.full_refresh) | set(_reprocessed(contract, request))
+    for spec in specs:
+        source = tables.input_path(settings, contract, spec)
+        if spec.name in request.full_refresh:
+            lines.append(
+                f"gold {spec.name} {tag}: would rebuild from the whole of "
+                f"{_table_name(settings, source)} (version {table_version(source)}) and publish "
+                "only the rows that differ"
+            )
+            continue
+        if spec.name in reset:
+            lines.append(
+                f"gold {spec.name} {tag}: would be put back to {_table_name(settings, source)} "
+                f"version {request.from_version - 1 if request.from_version else -1} and "
+                f"read again from version {request.from_version} to {table_version(source)}"
+            )
+            continue
+        todo = tables.pending(
+            store, settings.gold_path(spec.name), tables.input_app(contract, spec), source
+        )
+        feeding = [n for n in reset if spec.changelog == n]
+        note = f"; then the corrections of {', '.join(feeding)}" if feeding else ""
+        lines.append(
+            f"gold {spec.name} {tag}: {_table_name(settings, source)} has no new versions{note}"
+            if todo is None
+            else f"gold {spec.name} {tag}: would fold {_table_name(settings, source)} versions "
+            f"{todo[0]}..{todo[1]} into gold.{spec.name}{note}"
+        )
+    return lines
+
+
+def _table_name(settings: Settings, path: Path) -> str:
+    return f"{path.parent.name}.{path.name}"
+
+
+def _bronze_records(path: Path, start: int, end: int) -> int:
+    """The records bronze added in versions start..end, from its commits' batch summaries."""
+    from deltalake import DeltaTable
+
+    total = 0
+    for commit in DeltaTable(str(path)).history():
+        version = commit.get("version")
+        raw = commit.get(bronze.BATCH_KEY)
+        if version is None or raw is None or not start <= int(version) <= end:
+            continue
+        value = json.loads(raw) if isinstance(raw, str) else raw
+        total += int(value.get("records", 0))
+    return total
 
 
 def _constrain(path: Path, gate: Gate, echo: Callable[[str], None]) -> None:

@@ -608,6 +608,9 @@ class Gate:
     echo: Any = print
     verdicts: list[Verdict] = field(default_factory=list)
     source: Mapping[str, Any] | None = None  # the input positions of the batch being judged
+    # False for what is not a micro-batch (a reprocess, a refresh): its size says nothing about
+    # the usual volume, so the volume check neither judges it nor counts it in its history.
+    regular: bool = True
 
     @property
     def expectations(self) -> tuple[Expectation, ...]:
@@ -665,7 +668,7 @@ class Gate:
             engine = engine2 if engine == "none" else engine
             result = _merge_results(result, result2)
         volume = None
-        if self.contract.quality.volume is not None:
+        if self.contract.quality.volume is not None and self.regular:
             past = batch_sizes(self.path, self.contract.quality.volume.history)
             volume = volume_outcome(self.contract, rows, past)
         if volume is not None:
@@ -692,7 +695,7 @@ class Gate:
 
     def commit_metadata(self, verdict: Verdict) -> dict[str, Any]:
         """What a gated commit carries: the batch's size, the volume check's history."""
-        return {QUALITY_KEY: {"rows": verdict.rows}}
+        return {QUALITY_KEY: {"rows": verdict.rows}} if self.regular else {}
 
     def record(self, verdict: Verdict, *, table_version: int | None, published: bool) -> None:
         if published:

@@ -88,9 +88,16 @@ def refresh(
     contract: Contract,
     spec: TableSpec,
     from_version: int | None = None,
+    *,
+    catch_up: bool = False,
 ) -> RefreshResult:
     """Rebuild one gold table from its input (all of it, or the versions before
-    ``from_version``), keeping the table's history; see the module docstring."""
+    ``from_version``), keeping the table's history; see the module docstring.
+
+    With ``catch_up``, a reprocess goes on in the scratch tables to the input's head, reading
+    from ``from_version`` as the next micro-batch would, before the result is folded into the
+    table: the table then changes once, by its net differences, and the tables reading its
+    changelog see no back-and-forth (a pipeline run's reprocess does this)."""
     if from_version is not None and from_version < 0:
         raise LakehouseError(f"gold {spec.name}: a source version is >= 0, not {from_version}")
     store = DeltaStore(spark)
@@ -100,6 +107,8 @@ def refresh(
     with _scratch(settings) as tmp:
         out = tables.Outputs(tmp / "gold", tmp / "state", tmp / "late")
         tables.build_table(spark, settings, contract, spec, catalog, out=out, upto=upto)
+        if catch_up and upto is not None:
+            tables.build_table(spark, settings, contract, spec, catalog, out=out)
         _fold(store, out.gold, real.gold, contract.table_key_columns(spec), apps)
         pairs = [(out.state, real.state), (out.late, real.late)]
         pairs += [  # further state tables (a join keeps one per side): state__<what>

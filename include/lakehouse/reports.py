@@ -13,7 +13,7 @@ import json
 import re
 import shutil
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -259,6 +259,40 @@ def run_summary(settings: Settings, dag_run_id: str) -> list[str]:
                     f"{r['observed_value'] or ''} unexpected {r['unexpected_count']}"
                 )
     return lines
+
+
+def layer_verdict(
+    settings: Settings, dag_run_id: str, layer: str, tables: Sequence[str]
+) -> tuple[list[str], list[str]]:
+    """The verdicts one layer's job recorded in a DAG run, for the DAG's gate task: the lines to
+    print, and the failed ``fail`` checks (which must stop the run's next layer)."""
+    from lakehouse.quality import read_ledger
+
+    rows = [
+        r
+        for r in read_ledger(settings).to_pylist()
+        if r["dag_run_id"] == dag_run_id and r["layer"] == layer and r["table"] in tables
+    ]
+    lines, failed = [], []
+    for name in tables:
+        checks = [r for r in rows if r["table"] == name]
+        if not checks:
+            lines.append(f"{layer}.{name}: no batch validated in this run (no new data)")
+            continue
+        met = sum(r["success"] for r in checks)
+        published = sorted({r["table_version"] for r in checks if r["published"]})
+        lines.append(
+            f"{layer}.{name}: {met}/{len(checks)} checks met; "
+            + (f"published version(s) {published}" if published else "nothing published")
+        )
+        for r in checks:
+            if r["success"]:
+                continue
+            text = f"{r['severity'].upper()} {r['expectation']} ({r['kind']}): observed {r['observed_value'] or ''}"
+            lines.append(f"  {text}")
+            if r["severity"] == "fail":
+                failed.append(f"{layer}.{name}: {text}")
+    return lines, failed
 
 
 def print_report(settings: Settings, echo: Callable[[str], None] = print, **kwargs: Any) -> None:

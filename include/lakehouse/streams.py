@@ -8,8 +8,9 @@ version is committed atomically with the output (app transaction), so a rerun is
 
 from __future__ import annotations
 
+import functools
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -423,30 +424,12 @@ def build(spark: SparkSession, settings: Settings, contract: Contract) -> Silver
         return SilverResult(contract.stream, None)
 
     changes = store.changes(bronze_path, start, head).filter(F.col("_change_type") == "insert")
-    decoded = decode(changes, contract)
     gate = quality.gate_for(silver_path)
-    # Cached once for both outputs; the raw bytes are kept for quarantined records only, since
-    # they are most of a record's size and good records do not need them (unless a quarantine
-    # expectation may yet route a decoded record).
-    keep_raw = F.lit(gate is not None and bool(gate.quarantines))
-    bad_row = F.col("_reason").isNotNull() | keep_raw
-    decoded = decoded.select(
-        *(c for c in decoded.columns if c not in {"key", "value"}),
-        F.when(bad_row, F.col("key")).alias("key"),
-        F.when(bad_row, F.col("value")).alias("value"),
-    ).cache()
+    decoded = _decoded(changes, contract, gate)
     txn = Txn(source_app(contract), head)
     source = {"table": f"bronze.{contract.topic}", "versions": [start, head]}
-    meta = {"lakehouse.source": source}
-    verdict = None
-    if gate is not None:
-        # The gate judges the records that decoded and carry a value; tombstones (deletes)
-        # pass through. A failed `fail` expectation raises here, before anything is written.
-        judged = stream_rows(decoded, contract).filter(~F.col(TOMBSTONE))
-        verdict = gate.check(judged, source=source)
-        if verdict.to_quarantine:
-            routed = F.when(~F.col(TOMBSTONE), gate.quarantine_reason(verdict.to_quarantine))
-            decoded = decoded.withColumn("_reason", F.coalesce(F.col("_reason"), routed))
+    meta: dict[str, Any] = {"lakehouse.source": source}
+    decoded, verdict = _judge(decoded, contract, gate, source)
     good = stream_rows(decoded, contract)
     bad = quarantine_rows(decoded)
     n_bad = bad.count()
@@ -464,3 +447,161 @@ def build(spark: SparkSession, settings: Settings, contract: Contract) -> Silver
     if gate is not None and verdict is not None:
         gate.record(verdict, table_version=result.table_version, published=result.committed)
     return SilverResult(contract.stream, (start, head), n_good, n_bad, result.committed)
+
+
+def _decoded(changes: DataFrame, contract: Contract, gate: quality.Gate | None) -> DataFrame:
+    """Bronze records decoded by the contract, cached once for both outputs. The raw bytes are
+    kept for quarantined records only, since they are most of a record's size and good records
+    do not need them (unless a quarantine expectation may yet route a decoded record)."""
+    from pyspark.sql import functions as F
+
+    decoded = decode(changes, contract)
+    keep_raw = F.lit(gate is not None and bool(gate.quarantines))
+    bad_row = F.col("_reason").isNotNull() | keep_raw
+    return decoded.select(
+        *(c for c in decoded.columns if c not in {"key", "value"}),
+        F.when(bad_row, F.col("key")).alias("key"),
+        F.when(bad_row, F.col("value")).alias("value"),
+    ).cache()
+
+
+def _judge(
+    decoded: DataFrame, contract: Contract, gate: quality.Gate | None, source: dict[str, Any]
+) -> tuple[DataFrame, quality.Verdict | None]:
+    """The gate judges the records that decoded and carry a value; tombstones (deletes) pass
+    through. A failed `fail` expectation raises here, before anything is written; the records
+    failing a `quarantine` expectation are given its reason."""
+    from pyspark.sql import functions as F
+
+    if gate is None:
+        return decoded, None
+    judged = stream_rows(decoded, contract).filter(~F.col(TOMBSTONE))
+    verdict = gate.check(judged, source=source)
+    if verdict.to_quarantine:
+        routed = F.when(~F.col(TOMBSTONE), gate.quarantine_reason(verdict.to_quarantine))
+        decoded = decoded.withColumn("_reason", F.coalesce(F.col("_reason"), routed))
+    return decoded, verdict
+
+
+RECORD_KEY = ["partition", "offset"]
+
+
+@dataclass
+class ReprocessResult:
+    """A reprocess of bronze records the stream has already consumed (see :func:`reprocess`)."""
+
+    stream: str
+    scope: str
+    candidates: int = 0  # records in scope that are not in the stream
+    recovered: int = 0  # of which now decode and joined the stream
+    quarantined: int = 0  # of which still fail and were not in quarantine yet
+    released: int = 0  # quarantine rows removed because their record is now in the stream
+    held: int = 0  # dry run: how many of the candidates are in quarantine now
+    dry_run: bool = False
+
+    def summary(self) -> str:
+        head = f"silver {self.stream}: reprocess of {self.scope}"
+        if self.dry_run:
+            return (
+                f"{head} (dry run): would decode again {self.candidates} record(s) not in the "
+                f"stream, {self.held} of them in quarantine now; nothing changed"
+            )
+        return (
+            f"{head}: {self.candidates} record(s) not in the stream decoded again: "
+            f"{self.recovered} joined the stream, {self.quarantined} newly quarantined, "
+            f"{self.released} released from quarantine"
+        )
+
+
+def reprocess(
+    spark: SparkSession,
+    settings: Settings,
+    contract: Contract,
+    *,
+    from_version: int | None = None,
+    from_offsets: Mapping[int, int] | None = None,
+    dry_run: bool = False,
+) -> ReprocessResult:
+    """Decode again the bronze records the stream has consumed from bronze version
+    ``from_version``, or from an offset per partition (other partitions untouched).
+
+    A stream is append-only and its records are immutable, so a record already in the stream
+    stays as it is; the records in scope that are not (those in quarantine, after a contract or
+    decoder fix) are decoded and gated again. The ones that now pass are appended (as late
+    arrivals: gold tables take them by their offsets and event times, as Kafka Streams would)
+    and leave the quarantine; the ones that still fail stay in it, once. Idempotent: a rerun, or
+    a rerun after a crash between the two tables' commits, finds the records in the stream and
+    only finishes the release."""
+    from pyspark.sql import functions as F
+
+    store = DeltaStore(spark)
+    bronze_path = settings.bronze_path(contract.topic)
+    silver_path = settings.silver_path(contract.stream)
+    quarantine_path = settings.quarantine_path("silver", contract.stream)
+    consumed = store.transaction_version(silver_path, source_app(contract))
+    start = from_version or 0
+    where = f" from offsets {_offsets_text(from_offsets)}" if from_offsets else ""
+    scope = f"bronze.{contract.topic} versions {start}..{consumed}{where}"
+    if consumed is None or start > consumed:
+        scope = f"bronze.{contract.topic} from version {start}{where} (not consumed yet)"
+        return ReprocessResult(contract.stream, scope, dry_run=dry_run)
+
+    rows = store.changes(bronze_path, start, consumed).filter(F.col("_change_type") == "insert")
+    if from_offsets:
+        rows = rows.filter(
+            functools.reduce(
+                lambda a, b: a | b,
+                [
+                    (F.col("partition") == p) & (F.col("offset") >= o)
+                    for p, o in sorted(from_offsets.items())
+                ],
+            )
+        )
+    todo = rows.join(store.read(silver_path).select(*RECORD_KEY), RECORD_KEY, "left_anti")
+    held = (
+        store.read(quarantine_path).select(*RECORD_KEY).distinct()
+        if DeltaStore.exists(quarantine_path)
+        else None
+    )
+    if dry_run:
+        todo = todo.cache()
+        n_held = 0 if held is None else todo.join(held, RECORD_KEY, "left_semi").count()
+        planned = ReprocessResult(contract.stream, scope, todo.count(), held=n_held, dry_run=True)
+        todo.unpersist()
+        return planned
+
+    gate = quality.gate_for(silver_path)
+    decoded = _decoded(todo, contract, gate)
+    source: dict[str, Any] = {"table": f"bronze.{contract.topic}", "versions": [start, consumed]}
+    if from_offsets:
+        source["offsets"] = {str(p): o for p, o in sorted(from_offsets.items())}
+    decoded, verdict = _judge(decoded, contract, gate, source)
+    meta: dict[str, Any] = {"lakehouse.reprocess": source}
+    good = stream_rows(decoded, contract)
+    bad = quarantine_rows(decoded)
+    if held is not None:
+        bad = bad.join(held, RECORD_KEY, "left_anti")
+    n_todo, n_good, n_bad = decoded.count(), good.count(), bad.count()
+    # The stream first: a crash before the quarantine's release leaves a record in both, which
+    # the rerun's release removes (never a record in neither).
+    if n_good:
+        result = store.write(good, silver_path, metadata=meta, schema_mode="add_columns")
+        if gate is not None and verdict is not None:
+            gate.record(verdict, table_version=result.table_version, published=True)
+    if n_bad:
+        store.append(bad, quarantine_path, metadata=meta)
+    released = 0
+    if DeltaStore.exists(quarantine_path):
+        in_stream = (
+            store.read(quarantine_path)
+            .select(*RECORD_KEY)
+            .join(store.read(silver_path).select(*RECORD_KEY), RECORD_KEY, "left_semi")
+            .distinct()
+        )
+        released = store.delete_matching(in_stream, quarantine_path, on=RECORD_KEY, metadata=meta)
+    decoded.unpersist()
+    return ReprocessResult(contract.stream, scope, n_todo, n_good, n_bad, released)
+
+
+def _offsets_text(offsets: Mapping[int, int]) -> str:
+    return ",".join(f"{p}:{o}" for p, o in sorted(offsets.items()))

@@ -34,6 +34,9 @@ def main(dag_folder: str, heavy: list[str]) -> None:
             "max_active_runs": dag.max_active_runs,
             "schedule": str(dag.schedule),
             "doc": bool(dag.doc_md),
+            "params": {
+                k: {"default": dag.params[k], **dag.params.get_param(k).schema} for k in dag.params
+            },
             "tasks": tasks,
         }
     out = {

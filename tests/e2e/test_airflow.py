@@ -3,6 +3,7 @@ through `airflow dags test` (SparkSubmitOperator -> spark-submit -> jobs/run_lay
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 import shutil
@@ -59,32 +60,62 @@ def test_dag_folder_parses_without_heavy_imports(settings: Settings) -> None:
     assert dag["max_active_runs"] == 1
     assert dag["doc"]
     tasks = dag["tasks"]
-    assert tasks["bronze"]["downstream"] == ["silver", "watcher"]
-    assert tasks["silver"]["downstream"] == ["gold", "watcher"]
-    assert tasks["gold"]["downstream"] == ["report", "watcher"]
+    chain = ["plan", "bronze", "gate_bronze", "silver", "gate_silver", "gold", "gate_gold"]
+    for task, after in itertools.pairwise([*chain, "report"]):
+        assert tasks[task]["downstream"] == sorted([after, "watcher"])
     assert tasks["report"]["downstream"] == ["watcher"]
     assert tasks["watcher"]["downstream"] == []
     jobs = [tasks[layer] for layer in ("bronze", "silver", "gold")]
     assert all(t["retries"] >= 1 and "SparkSubmitOperator" in t["bases"] for t in jobs)
+    assert all(tasks[t]["trigger_rule"] == "none_failed" for t in chain[1:])
     assert tasks["report"]["type"] == tasks["watcher"]["type"] == "PythonOperator"
     assert tasks["report"]["trigger_rule"] == "all_done"
     assert tasks["watcher"]["trigger_rule"] == "one_failed"
     assert tasks["bronze"]["outlets"] == ["bronze.user-locations"]
     assert tasks["silver"]["inlets"] == ["bronze.user-locations"]
-    # The joins read the profiles stream too.
-    assert tasks["gold"]["inlets"] == ["silver.user_locations", "silver.user_profile_changes"]
-    assert sorted(tasks["gold"]["outlets"]) == [
+    assert tasks["gold"]["inlets"] == ["silver.user_locations"]
+    own = [
         "gold.checkins_10m_every_5m",
         "gold.checkins_5m",
-        "gold.checkins_near_profile_changes",
-        "gold.checkins_with_profile",
         "gold.user_latest_location",
         "gold.user_location_counts",
-        "gold.user_location_profile",
         "gold.user_moves",
         "gold.user_places",
         "gold.user_sessions",
     ]
+    assert sorted(tasks["gold"]["outlets"]) == own
+    # The form of a triggered run: every field has a default (a scheduled run takes them).
+    params = dag["params"]
+    assert params["layers"]["default"] == ["bronze", "silver", "gold"]
+    assert params["layers"]["items"]["enum"] == ["bronze", "silver", "gold"]
+    assert params["dry_run"]["default"] is False
+    assert params["full_refresh"]["items"]["enum"] == [  # declaration order
+        "user_latest_location",
+        "user_location_counts",
+        "user_places",
+        "user_moves",
+        "checkins_5m",
+        "checkins_10m_every_5m",
+        "user_sessions",
+    ]
+    assert params["reprocess_silver_from_version"]["type"] == ["null", "integer"]
+    assert params["reprocess_silver_from_offsets"]["default"] == ""
+    assert params["reprocess_gold_from_version"]["default"] is None
+    # The joins live in their own DAG, scheduled on both streams' assets.
+    joins = result["dags"]["joins__user-locations"]
+    assert "silver.user_locations" in joins["schedule"]
+    assert "silver.user_profile_changes" in joins["schedule"]
+    assert joins["max_active_runs"] == 1 and "joins" in joins["tags"]
+    jt = joins["tasks"]
+    assert jt["plan"]["downstream"] == ["gold", "watcher"]
+    assert jt["gold"]["downstream"] == ["gate_gold", "watcher"]
+    assert jt["gold"]["inlets"] == ["silver.user_locations", "silver.user_profile_changes"]
+    assert sorted(jt["gold"]["outlets"]) == [
+        "gold.checkins_near_profile_changes",
+        "gold.checkins_with_profile",
+        "gold.user_location_profile",
+    ]
+    assert sorted(joins["params"]) == ["dry_run", "full_refresh"]
     upkeep = result["dags"]["lakehouse__maintenance"]
     assert upkeep["schedule"] == "@daily" and upkeep["max_active_runs"] == 1
     assert upkeep["tags"] == ["lakehouse", "maintenance"]
@@ -141,6 +172,48 @@ def test_pipeline_dag_runs_through_airflow(settings: Settings) -> None:
         {"username": "alice", "location": "Berlin"},
         {"username": "bob", "location": "Lima"},
     ]
+
+
+def test_params_dry_run_changes_nothing_and_layers_skip(settings: Settings) -> None:
+    """Params given to a run (as the UI's trigger form sends them): a dry run says what each
+    layer would read and creates or changes no table; a run limited to bronze skips the other
+    layers and their gates; bad Params fail the plan task before any job starts."""
+    assert _lakehouse(settings, "sample", "--topic", "user-profiles").returncode == 0
+    assert _lakehouse(settings, "airflow", "db", "migrate").returncode == 0
+    dag = "pipeline__user-profiles"
+
+    def test(conf: dict[str, object]) -> str:
+        run = _lakehouse(
+            settings, "airflow", "dags", "test", dag, "-c", json.dumps(conf), timeout=900
+        )
+        return run.stdout + run.stderr
+
+    log = test({"dry_run": True})
+    assert re.search(r"DagRun Finished: .*state=success", log), log[-5000:]
+    assert "bronze user-profiles (dry run): would read 2 segment(s)" in log
+    assert "silver user_profile_changes (dry run): bronze has no new versions" in log
+    assert "gold user_profiles (dry run): silver.user_profile_changes has no new versions" in log
+    made = list(settings.home.rglob("_delta_log"))
+    assert made == [], f"a dry run created tables: {made}"
+
+    log = test({"layers": ["bronze"]})
+    assert re.search(r"DagRun Finished: .*state=success", log), log[-5000:]
+    assert "bronze user-profiles: batch 0 committed" in log
+    assert (settings.bronze_path("user-profiles") / "_delta_log").is_dir()
+    assert not (settings.silver_path("user_profile_changes") / "_delta_log").exists()
+    skipped = re.findall(
+        r"Skipping task\..*reason=\"the run's Param layers leaves out (\w+)\"", log
+    )
+    assert skipped == ["silver", "silver", "gold", "gold"]  # each layer's job and gate
+
+    # Airflow checks each Param against its schema before the run exists ...
+    log = test({"full_refresh": ["no_such_table"]})
+    assert "Invalid input for param full_refresh: 'no_such_table' is not one of" in log
+    # ... and the plan task checks them together, before any job starts.
+    log = test({"reprocess_silver_from_version": 1, "reprocess_silver_from_offsets": "0:1"})
+    assert re.search(r"DagRun Finished: .*state=failed", log), log[-5000:]
+    assert "reprocess_silver_from_offsets: give one or the other" in log
+    assert not (settings.silver_path("user_profile_changes") / "_delta_log").exists()
 
 
 def test_maintenance_dag_runs_through_airflow(settings: Settings) -> None:

@@ -627,6 +627,41 @@ class DeltaStore:
             gate.record(verdict, table_version=version, published=True)
         return WriteResult(True, version, data.num_rows)
 
+    def delete_matching(
+        self,
+        keys: DataFrame,
+        path: Path,
+        *,
+        on: list[str],
+        metadata: Mapping[str, Any] | None = None,
+    ) -> int:
+        """Delete the rows of ``path`` whose ``on`` columns match a row of ``keys`` (distinct
+        key rows, collected to the driver), in one commit; return how many went. No commit
+        when none match."""
+        from deltalake.exceptions import CommitFailedError
+
+        data = keys.select(*on).toArrow()
+        if data.num_rows == 0:
+            return 0
+        dt = _load(path)
+        _check_readable(dt, path)
+        predicate = " AND ".join(f"t.{k} = s.{k}" for k in on)
+        try:
+            metrics = (
+                dt.merge(
+                    data,
+                    predicate,
+                    source_alias="s",
+                    target_alias="t",
+                    commit_properties=_commit_properties(None, metadata),
+                )
+                .when_matched_delete()
+                .execute()
+            )
+        except CommitFailedError as exc:
+            raise ConcurrentWriteError(str(path), str(exc)) from None
+        return int(metrics.get("num_target_rows_deleted", 0))
+
     def record_positions(
         self, path: Path, txn: Txn | Sequence[Txn] | None, metadata: Mapping[str, Any] | None
     ) -> None:
