@@ -19,7 +19,7 @@ from lakehouse.errors import QualityGateError
 from lakehouse.landing import Producer, Record
 from lakehouse.pipeline import maintain_topics, run, run_layer
 from lakehouse.quality import RunInfo, read_ledger
-from lakehouse.reports import build_data_docs
+from lakehouse.reports import build_data_docs, layer_verdict
 from lakehouse.storage import read_arrow
 from lakehouse.storage.store import table_version
 
@@ -197,6 +197,15 @@ def test_fail_on_silver_publishes_nothing_and_stops_the_run(spark: Any, tmp_path
     assert not (lake.quarantine_path("silver", "orders_stream") / "_delta_log").exists()
     (row,) = [r for r in _ledger(lake, "silver") if not r["published"] and r["kind"] == "between"]
     assert row["success"] is False and row["table_version"] is None
+    # The DAG's gate task reads the same verdict back and holds the next layer to it.
+    lines, failed = layer_verdict(lake, row["dag_run_id"], "silver", ["orders_stream"])
+    assert len(failed) == 1, failed
+    assert failed[0].startswith("silver.orders_stream: FAIL amount_range (between): observed")
+    assert lines[0].startswith("silver.orders_stream: ") and "checks met" in lines[0]
+    assert layer_verdict(lake, "another_run", "silver", ["orders_stream"]) == (
+        ["silver.orders_stream: no batch validated in this run (no new data)"],
+        [],
+    )
 
     # The constraint holds other Delta writers to the contract as well.
     from deltalake import write_deltalake
