@@ -173,6 +173,16 @@ def test_pipeline_dag_runs_through_airflow(settings: Settings) -> None:
         {"username": "bob", "location": "Lima"},
     ]
 
+    # The joins are not the pipeline's: its gold step left them alone. Their own DAG (which
+    # Airflow's scheduler runs when either stream's asset is updated) builds them; the
+    # profiles stream does not exist yet, so each check-in is enriched with nulls.
+    assert not (settings.gold_path("checkins_with_profile") / "_delta_log").exists()
+    joins = _lakehouse(settings, "airflow", "dags", "test", "joins__user-locations", timeout=900)
+    log = joins.stdout + joins.stderr
+    assert joins.returncode == 0 and "state=success" in log, log[-5000:]
+    enriched = read_arrow(settings.gold_path("checkins_with_profile")).to_pylist()
+    assert len(enriched) == 5 and all(r["profile_city"] is None for r in enriched), enriched
+
 
 def test_params_dry_run_changes_nothing_and_layers_skip(settings: Settings) -> None:
     """Params given to a run (as the UI's trigger form sends them): a dry run says what each
