@@ -831,13 +831,12 @@ def latest_metadata(path: Path, key: str) -> Any:
 
 
 def read_arrow(path: Path, version: int | None = None, as_of: datetime | None = None) -> pa.Table:
-    """A snapshot as an Arrow table, read by delta-rs on this process (small tables, the CLI)."""
-    import pyarrow as pa
-
+    """A snapshot as an Arrow table, read by delta-rs on this process (small tables, the CLI),
+    through its query engine (see :func:`snapshot_arrow`)."""
     dt = _load(path, version)
     if as_of is not None:
         _travel(dt, path, as_of)
-    return normalize_table(pa.table(dt.to_pyarrow_table()))
+    return snapshot_arrow(dt)
 
 
 def changes_arrow(path: Path, start_version: int = 0, end_version: int | None = None) -> pa.Table:
