@@ -135,8 +135,8 @@ def run_params(
             "in quarantine that now decode join the stream (as late arrivals for gold).",
         )
         params["reprocess_silver_from_offsets"] = Param(
-            "",
-            type="string",
+            None,
+            type=["null", "string"],
             pattern=f"^$|{OFFSETS_PATTERN}",
             title="Reprocess silver from offsets",
             description=f"Like the above, per partition: 'partition:offset,...' (e.g. 0:120,1:0; "

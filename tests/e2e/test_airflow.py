@@ -99,7 +99,7 @@ def test_dag_folder_parses_without_heavy_imports(settings: Settings) -> None:
         "user_sessions",
     ]
     assert params["reprocess_silver_from_version"]["type"] == ["null", "integer"]
-    assert params["reprocess_silver_from_offsets"]["default"] == ""
+    assert params["reprocess_silver_from_offsets"]["default"] is None
     assert params["reprocess_gold_from_version"]["default"] is None
     # The joins live in their own DAG, scheduled on both streams' assets.
     joins = result["dags"]["joins__user-locations"]
