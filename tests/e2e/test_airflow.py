@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from lakehouse.airflow_env import airflow_environment
+from lakehouse.airflow_env import airflow_environment, airflow_secrets
 from lakehouse.config import REPO_ROOT, Settings
 from lakehouse.storage import changes_arrow, read_arrow
 
@@ -182,6 +182,11 @@ def test_pipeline_dag_runs_through_airflow(settings: Settings) -> None:
     assert joins.returncode == 0 and "state=success" in log, log[-5000:]
     enriched = read_arrow(settings.gold_path("checkins_with_profile")).to_pylist()
     assert len(enriched) == 5 and all(r["profile_city"] is None for r in enriched), enriched
+
+    # No secret of the deployment reaches the tasks' output (`dags test` prints every task's
+    # log; the browser test checks the log files a scheduler writes).
+    secrets = airflow_secrets(settings.airflow_home)
+    assert [name for name, value in secrets.items() if value in run.stdout + log] == []
 
 
 def test_params_dry_run_changes_nothing_and_layers_skip(settings: Settings) -> None:
