@@ -97,14 +97,19 @@ def run_params(
 ) -> dict[str, Param]:
     """The form of a triggered run (every field has a default: a scheduled run takes them)."""
     table_items: dict[str, Any] = {"type": "string"}
+    choices: dict[str, Any] = {}
     if tables:
         table_items["enum"] = list(tables)
+        choices["examples"] = list(
+            tables
+        )  # the form draws an array with examples as a multi-select
     params: dict[str, Param] = {}
     if layers:
         params["layers"] = Param(
             list(LAYERS),
             type="array",
             items={"type": "string", "enum": list(LAYERS)},
+            examples=list(LAYERS),  # the form draws an array with examples as a multi-select
             uniqueItems=True,
             minItems=1,
             title="Layers",
@@ -120,6 +125,7 @@ def run_params(
         [],
         type="array",
         items=table_items,
+        **choices,
         uniqueItems=True,
         title="Full refresh",
         description="Gold tables to rebuild from the whole silver stream (only the rows that "
@@ -172,8 +178,7 @@ def _layer_task(
         application_args=[
             *("--topic", contract.topic, "--layer", layer),
             *("--dag-run-id", "{{ run_id }}"),
-            *(() if tables is None else ("--tables", ",".join(tables))),
-        ],
+        ],  # the run's Params add the rest (``--tables`` for gold, ...) at execution
         conn_id="spark_default",
         name=f"lakehouse-{layer}-{contract.topic}",
         conf=_spark_conf(),

@@ -1,0 +1,321 @@
+"""A pipeline run triggered from the Airflow UI, as a user would: log in, open the topic's DAG,
+Trigger, ask for a full refresh of one gold table in the Params form, submit; the run succeeds
+and the gold tables move on.
+
+Airflow 3 runs for real (scheduler, DAG processor and API server; LocalExecutor on SQLite; see
+airflow_stack.py) under a temporary lakehouse root, with a small test contract. The scheduler
+does not start interval runs here ([scheduler] use_job_schedule off), so the run the test
+triggers is the only one. Headless Chromium drives the UI; screenshots of the filled-in trigger
+form and of the succeeded run go to tests/artifacts/.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+import urllib.parse
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from airflow_stack import Airflow, clean_environment, running_airflow
+from test_reports_plugin import ARTIFACTS, Browser
+
+from lakehouse.airflow_env import airflow_secrets
+from lakehouse.config import Settings
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
+
+TOPIC = "ui-checkins"
+DAG_ID = f"pipeline__{TOPIC}"
+LATEST, COUNTS = "ui_latest_location", "ui_checkin_counts"
+REFRESHED = COUNTS  # the gold table the form asks to rebuild in full
+CONTRACT = f"""\
+topic: {TOPIC}
+description: Check-ins, for the UI trigger test.
+partitions: 2
+key: {{format: string, name: username}}
+value:
+  format: json
+  fields:
+    - {{name: location, type: string, nullable: true}}
+stream: {{name: ui_checkins}}
+tables:
+  - {{name: {LATEST}, kind: latest}}
+  - name: {COUNTS}
+    kind: aggregate
+    aggregations:
+      - {{name: count, fn: count}}
+"""
+FIRST = [("alice", "Paris"), ("bob", "Lima"), ("alice", "Rome")]
+SECOND = [("bob", "Oslo"), ("carol", "Quito")]
+BASE_MS = 1_700_000_000_000
+NO_SCHEDULE = {"AIRFLOW__SCHEDULER__USE_JOB_SCHEDULE": "False"}
+
+
+def _lakehouse(settings: Settings, *args: str, stdin: str | None = None) -> str:
+    proc = subprocess.run(
+        [str(Path(sys.executable).parent / "lakehouse"), *args],
+        input=stdin,
+        env=clean_environment(settings),
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert proc.returncode == 0, f"lakehouse {' '.join(args)}:\n{proc.stderr[-3000:]}"
+    return proc.stdout + proc.stderr
+
+
+def _produce(settings: Settings, events: list[tuple[str, str]], first: int) -> None:
+    lines = [
+        json.dumps(
+            {"key": user, "value": {"location": place}, "timestamp": BASE_MS + 60_000 * (first + i)}
+        )
+        for i, (user, place) in enumerate(events)
+    ]
+    out = _lakehouse(settings, "produce", TOPIC, stdin="\n".join(lines) + "\n")
+    assert f"produced {len(events)} record(s) to {TOPIC}" in out
+
+
+def _version(settings: Settings, table: str) -> int:
+    from deltalake import DeltaTable
+
+    return int(DeltaTable(str(settings.gold_path(table))).version())
+
+
+@dataclass
+class Lakehouse:
+    settings: Settings
+    airflow: Airflow
+    before: dict[str, int]  # gold versions before the UI's run
+
+
+@pytest.fixture(scope="module")
+def lakehouse(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lakehouse]:
+    """A first batch already through the pipeline (``lakehouse run``, no Airflow), a second
+    one waiting in landing, and Airflow running."""
+    root = tmp_path_factory.mktemp("ui-trigger")
+    contracts = root / "contracts"
+    contracts.mkdir()
+    (contracts / f"{TOPIC}.yaml").write_text(CONTRACT)
+    settings = Settings.from_env(home=root / "lakehouse", contracts_dir=contracts)
+    _produce(settings, FIRST, 0)
+    _lakehouse(settings, "run", "--topic", TOPIC)
+    before = {t: _version(settings, t) for t in (LATEST, COUNTS)}
+    _produce(settings, SECOND, len(FIRST))
+    with running_airflow(settings, root / "airflow-logs", extra_env=NO_SCHEDULE) as airflow:
+        airflow.wait_for_dag(DAG_ID)
+        yield Lakehouse(settings, airflow, before)
+
+
+@pytest.fixture(scope="module")
+def chrome(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Browser]:
+    holder = Browser(tmp_path_factory.mktemp("chromium"))
+    try:
+        yield holder
+    finally:
+        holder.quit()
+
+
+# -- the UI ------------------------------------------------------------------------------------
+def _screenshot(driver: Any, name: str) -> Path:
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    path = ARTIFACTS / name
+    assert driver.save_screenshot(str(path)), f"no screenshot saved to {path}"
+    return path
+
+
+def _log_in(driver: Any, wait: Any, airflow: Airflow) -> None:
+    """Through the login page the UI redirects to, with admin's generated password."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as ec
+
+    driver.get(f"{airflow.base}/")
+    wait.until(ec.url_contains("/auth/login"))
+    wait.until(ec.element_to_be_clickable((By.NAME, "username"))).send_keys("admin")
+    driver.find_element(By.NAME, "password").send_keys(airflow.password)
+    driver.find_element(By.XPATH, "//button[@type='submit']").click()
+    wait.until(lambda d: "/auth/login" not in d.current_url)
+    assert any(c["name"] == "_token" for c in driver.get_cookies()), "no session cookie"
+
+
+def _set_full_refresh(driver: Any, table: str) -> None:
+    """Ask for ``table`` in the Param full_refresh: a multi-select if the Param lists its
+    choices (``examples``), else a text area taking one name per line."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+
+    field = driver.find_element(By.ID, "element_full_refresh")
+    driver.execute_script("arguments[0].scrollIntoView({block: 'center'});", field)
+    if field.tag_name == "textarea":
+        field.click()
+        field.send_keys(Keys.CONTROL, "a")
+        field.send_keys(table)
+        field.send_keys(Keys.TAB)  # the lines become the list when the area loses focus
+        assert field.get_attribute("value") == table
+        return
+    # react-select: type into its input, take the highlighted option.
+    field.click()
+    entry = field.find_element(By.CSS_SELECTOR, "input")
+    entry.send_keys(table)
+    entry.send_keys(Keys.ENTER)  # (Escape would close the dialog, Tab pick another option)
+    assert table in field.text, f"{table} not selected: {field.text!r}"
+
+
+def _blocking_params(airflow: Airflow) -> list[str]:
+    """Params the UI's form counts as missing: a type without null and an empty value (the
+    form disables Trigger while any is)."""
+    params = airflow.api("GET", f"/dags/{DAG_ID}/details")["params"] or {}
+    blocking = []
+    for name, param in params.items():
+        kind = param.get("schema", {}).get("type")
+        kinds = kind if isinstance(kind, list) else [kind]
+        if kind and "null" not in kinds and param.get("value") in (None, ""):
+            blocking.append(name)
+    return blocking
+
+
+def _trigger_from_the_ui(driver: Any, airflow: Airflow) -> str:
+    """Log in, open the DAG, Trigger with the Params form; the new run's id."""
+    from selenium.common.exceptions import StaleElementReferenceException, TimeoutException
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as ec
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    wait = WebDriverWait(driver, 30, ignored_exceptions=[StaleElementReferenceException])
+    _log_in(driver, wait, airflow)
+    driver.get(f"{airflow.base}/dags/{DAG_ID}")
+    wait.until(
+        ec.element_to_be_clickable((By.CSS_SELECTOR, "[data-testid='trigger-dag-button']"))
+    ).click()
+    # The dialog: Single Run (the default), the unpause box, the Params form.
+    wait.until(ec.presence_of_element_located((By.ID, "element_full_refresh")))
+    unpause = driver.find_element(
+        By.XPATH, f"//label[contains(normalize-space(), 'Unpause {DAG_ID} on trigger')]"
+    )
+    if not unpause.find_element(By.TAG_NAME, "input").is_selected():
+        unpause.click()
+    _set_full_refresh(driver, REFRESHED)
+    # The dialog's footer re-renders as the form's state changes: find the button afresh.
+    submit = (By.CSS_SELECTOR, "[data-testid='trigger-dag-submit']")
+    driver.execute_script(
+        "arguments[0].scrollIntoView({block: 'end'});", driver.find_element(*submit)
+    )
+    try:
+        wait.until(ec.element_to_be_clickable(submit))
+    except TimeoutException:
+        _screenshot(driver, "ui_trigger_form.png")
+        if not driver.find_elements(*submit):
+            pytest.fail(f"the trigger dialog closed; page: {_text(driver)[-2000:]}")
+        pytest.fail(
+            "the trigger form's Trigger button stays disabled: Airflow's form counts a Param "
+            "whose type does not allow null and whose value is empty ('' or null) as a missing "
+            f"required value; such Params of {DAG_ID}: {_blocking_params(airflow)} (see "
+            f"{ARTIFACTS / 'ui_trigger_form.png'})",
+            pytrace=False,
+        )
+    _screenshot(driver, "ui_trigger_form.png")
+    known = {r["dag_run_id"] for r in airflow.dag_runs(DAG_ID)}
+    wait.until(ec.element_to_be_clickable(submit)).click()
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        new = [r for r in airflow.dag_runs(DAG_ID) if r["dag_run_id"] not in known]
+        if new:
+            assert len(new) == 1, new
+            assert new[0]["run_type"] == "manual"
+            return str(new[0]["dag_run_id"])
+        time.sleep(1)
+    pytest.fail(f"no DAG run appeared after Trigger; page: {_text(driver)[-2000:]}")
+
+
+def _text(driver: Any) -> str:
+    from selenium.webdriver.common.by import By
+
+    return str(driver.find_element(By.TAG_NAME, "body").text)
+
+
+def _failure_report(airflow: Airflow, run_id: str) -> str:
+    lines = []
+    for ti in airflow.task_instances(DAG_ID, run_id):
+        lines.append(f"{ti['task_id']}: {ti['state']}")
+        if ti["state"] in ("failed", "upstream_failed") and ti.get("try_number"):
+            log = airflow.task_log(DAG_ID, run_id, ti["task_id"], ti["try_number"])
+            lines.append(log[-3000:])
+    return "\n".join(lines)
+
+
+# -- the test ----------------------------------------------------------------------------------
+def test_trigger_with_params_from_the_ui(lakehouse: Lakehouse, chrome: Browser) -> None:
+    airflow, settings = lakehouse.airflow, lakehouse.settings
+    driver = chrome.driver
+    assert airflow.dag(DAG_ID)["is_paused"], "a new DAG starts paused"
+
+    try:
+        run_id = _trigger_from_the_ui(driver, airflow)
+    except BaseException:
+        _screenshot(driver, "ui_trigger_failure.png")
+        raise
+    assert not airflow.dag(DAG_ID)["is_paused"], "the dialog's box unpaused the DAG"
+    run = airflow.dag_run(DAG_ID, run_id)
+    assert run["conf"]["full_refresh"] == [REFRESHED], run["conf"]
+    # The form sends every Param; the others keep their defaults.
+    assert run["conf"].get("dry_run") is False, run["conf"]
+
+    run = airflow.wait_for_run(DAG_ID, run_id, timeout=600)
+    assert run["state"] == "success", _failure_report(airflow, run_id)
+
+    # The run in the UI.
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as ec
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    driver.get(f"{airflow.base}/dags/{DAG_ID}/runs/{urllib.parse.quote(run_id, safe='')}")
+    WebDriverWait(driver, 60).until(
+        ec.presence_of_element_located(
+            (
+                By.XPATH,
+                f"//*[normalize-space()='{run_id}']/following::*[normalize-space()='Success']",
+            )
+        )
+    )
+    text = _text(driver)
+    assert "Manual" in text and "admin" in text  # run type and triggering user
+    _screenshot(driver, "ui_trigger_run_success.png")
+
+    # The Params reached the jobs: the plan says so, and gold rebuilt the table in full.
+    plan = airflow.task_log(DAG_ID, run_id, "plan")
+    assert f"gold {REFRESHED}: full refresh" in plan, plan[-2000:]
+    gold = airflow.task_log(DAG_ID, run_id, "gold")
+    assert f"gold {REFRESHED}: rebuilt from input versions" in gold, gold[-3000:]
+
+    # Both gold tables moved on, and hold both batches.
+    after = {t: _version(settings, t) for t in lakehouse.before}
+    assert all(after[t] > lakehouse.before[t] for t in after), (lakehouse.before, after)
+    from lakehouse.storage import read_arrow
+
+    counts = read_arrow(settings.gold_path(COUNTS)).to_pylist()
+    assert sorted((r["username"], r["count"]) for r in counts) == [
+        ("alice", 2),
+        ("bob", 2),
+        ("carol", 1),
+    ]
+    latest = read_arrow(settings.gold_path(LATEST)).to_pylist()
+    assert sorted((r["username"], r["location"]) for r in latest) == [
+        ("alice", "Rome"),
+        ("bob", "Oslo"),
+        ("carol", "Quito"),
+    ]
+
+    # No secret of the deployment is in any task log the run wrote (the admin password is
+    # printed once by the API server, at its first start, and nowhere else).
+    task_logs = [
+        p.read_text(errors="replace") for p in (settings.airflow_home / "logs").rglob("*.log")
+    ]
+    assert len(task_logs) >= 9, "a log per task of the run"
+    secrets = {**airflow_secrets(settings.airflow_home), "admin password": airflow.password}
+    assert [name for name, value in secrets.items() if any(value in t for t in task_logs)] == []
