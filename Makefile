@@ -121,6 +121,7 @@ bench: java ## Run the benchmarks (BENCH_ROWS=10000000); figures also in bench/r
 	$(BIN)/python bench/silver.py --records $(BENCH_ROWS)
 	$(BIN)/python bench/gold.py --events $(BENCH_ROWS)
 	$(BIN)/python bench/quality.py
+	$(BIN)/python bench/airflow_trigger.py
 
 .PHONY: lint
 lint: $(STAMP) ## ruff (lint + format check) and mypy

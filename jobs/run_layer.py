@@ -9,7 +9,9 @@ flags after ``--layer`` come from the run's Params (see ``lakehouse.control``).
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
+import threading
 
 from lakehouse.config import LAYERS, Settings
 from lakehouse.contracts import Catalog
@@ -64,6 +66,10 @@ def main(argv: list[str] | None = None) -> int:
     except LakehouseError as exc:  # bad configuration fails before Spark starts
         print(f"error: {exc}", file=sys.stderr)
         return CONFIG_ERROR_EXIT
+    if contract.expectations_of(args.layer) and not request.dry_run:
+        # Importing Great Expectations takes seconds of pure Python; done in a thread, it
+        # overlaps the SparkContext's start-up in the JVM instead of following it.
+        threading.Thread(target=importlib.import_module, args=("great_expectations",)).start()
     spark = get_session(app_name=f"lakehouse-{args.layer}-{args.topic}")
     run = RunInfo.from_env(dag_run_id=args.dag_run_id)
     try:
