@@ -56,13 +56,16 @@ class LayerJobOperator(SparkSubmitOperator):
     ) -> None:
         super().__init__(**kwargs)
         self.layer, self.contract, self.tables = layer, contract, tables
+        self.base_args = list(self.application_args or [])
 
     def execute(self, context: Any) -> None:
         request = _request(context, self.contract, self.tables)
         if self.layer not in request.layers:
             raise AirflowSkipException(f"the run's Param layers leaves out {self.layer}")
+        # Set afresh on each try (never appended to: a retry in the same process adds nothing).
         self.application_args = [
-            *(self.application_args or []),
+            *self.base_args,
+            *("--dag-run-id", str(context["run_id"])),
             *request.for_layer(self.layer).args(),
         ]
         try:
@@ -100,9 +103,8 @@ def run_params(
     choices: dict[str, Any] = {}
     if tables:
         table_items["enum"] = list(tables)
-        choices["examples"] = list(
-            tables
-        )  # the form draws an array with examples as a multi-select
+        # The trigger form draws an array Param with examples as a multi-select.
+        choices["examples"] = list(tables)
     params: dict[str, Param] = {}
     if layers:
         params["layers"] = Param(
@@ -177,8 +179,7 @@ def _layer_task(
         application=JOB,
         application_args=[
             *("--topic", contract.topic, "--layer", layer),
-            *("--dag-run-id", "{{ run_id }}"),
-        ],  # the run's Params add the rest (``--tables`` for gold, ...) at execution
+        ],  # the run's id and Params add the rest (``--tables`` for gold, ...) at execution
         conn_id="spark_default",
         name=f"lakehouse-{layer}-{contract.topic}",
         conf=_spark_conf(),
