@@ -41,7 +41,38 @@ def table_asset(settings: Settings, layer: Layer, name: str) -> Asset:
         "silver": settings.silver_path,
         "gold": settings.gold_path,
     }[layer](name)
-    return Asset(name=f"{layer}.{name}", uri=path.as_uri(), group="delta")
+    return _asset(f"{layer}.{name}", path)
+
+
+def side_assets(
+    settings: Settings, contract: Contract, layer: Layer, names: Sequence[str]
+) -> list[Asset]:
+    """The side tables a layer's job also writes, as Assets: the quarantine of bronze and of
+    silver, the late records of each windowed gold table. (The gold tables' private state
+    tables are the jobs' own business, not data anyone reads.)"""
+    if layer == "bronze":
+        return [
+            _asset(
+                f"quarantine.bronze.{contract.topic}",
+                settings.quarantine_path("bronze", contract.topic),
+            )
+        ]
+    if layer == "silver":
+        return [
+            _asset(
+                f"quarantine.silver.{contract.stream}",
+                settings.quarantine_path("silver", contract.stream),
+            )
+        ]
+    return [
+        _asset(f"late.{t.name}", settings.late_path(t.name))
+        for t in contract.tables
+        if t.name in names and t.window is not None
+    ]
+
+
+def _asset(name: str, path: Path) -> Asset:
+    return Asset(name=name, uri=path.as_uri(), group="delta")
 
 
 class LayerJobOperator(SparkSubmitOperator):
@@ -288,6 +319,7 @@ def pipeline_dag(contract: Contract, settings: Settings, catalog: Catalog | None
             if layer == "gold" and not mine:
                 continue
             tables = mine if layer == "gold" else None
+            outlets = [*outlets, *side_assets(settings, contract, layer, names)]
             steps.append(_layer_task(settings, contract, layer, inlets, outlets, tables))
             steps.append(_gate_task(contract, layer, names))
         for upstream, downstream in itertools.pairwise(steps):
@@ -311,6 +343,7 @@ def join_dag(contract: Contract, settings: Settings, catalog: Catalog) -> DAG:
         table_asset(settings, "silver", catalog.topic(o).stream) for o in others
     ]
     gold = [table_asset(settings, "gold", name) for name in names]
+    gold += side_assets(settings, contract, "gold", names)
     doc = (
         f"### Joins of topic `{topic}`\n\n"
         + ", ".join(f"`{n}`" for n in names)

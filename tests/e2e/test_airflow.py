@@ -71,7 +71,14 @@ def test_dag_folder_parses_without_heavy_imports(settings: Settings) -> None:
     assert tasks["report"]["type"] == tasks["watcher"]["type"] == "PythonOperator"
     assert tasks["report"]["trigger_rule"] == "all_done"
     assert tasks["watcher"]["trigger_rule"] == "one_failed"
-    assert tasks["bronze"]["outlets"] == ["bronze.user-locations"]
+    assert tasks["bronze"]["outlets"] == [
+        "bronze.user-locations",
+        "quarantine.bronze.user-locations",
+    ]
+    assert tasks["silver"]["outlets"] == [
+        "silver.user_locations",
+        "quarantine.silver.user_locations",
+    ]
     assert tasks["silver"]["inlets"] == ["bronze.user-locations"]
     assert tasks["gold"]["inlets"] == ["silver.user_locations"]
     own = [
@@ -83,7 +90,8 @@ def test_dag_folder_parses_without_heavy_imports(settings: Settings) -> None:
         "gold.user_places",
         "gold.user_sessions",
     ]
-    assert sorted(tasks["gold"]["outlets"]) == own
+    late = ["late.checkins_10m_every_5m", "late.checkins_5m", "late.user_sessions"]
+    assert sorted(tasks["gold"]["outlets"]) == own + late
     # The form of a triggered run: every field has a default (a scheduled run takes them).
     params = dag["params"]
     assert params["layers"]["default"] == ["bronze", "silver", "gold"]
@@ -126,7 +134,10 @@ def test_dag_folder_parses_without_heavy_imports(settings: Settings) -> None:
     ]
     assert all(t["retries"] >= 1 for t in upkeep["tasks"].values())
     profiles = result["dags"]["pipeline__user-profiles"]["tasks"]
-    assert profiles["silver"]["outlets"] == ["silver.user_profile_changes"]
+    assert profiles["silver"]["outlets"] == [
+        "silver.user_profile_changes",
+        "quarantine.silver.user_profile_changes",
+    ]
     assert sorted(profiles["gold"]["outlets"]) == [
         "gold.user_profile_updates",
         "gold.user_profiles",
