@@ -102,15 +102,7 @@ def run_layer(
                 ]
         if layer == "silver" and request.reprocesses:
             with gating({p: g for p, g in resets.items() if g.active}):
-                lines.append(
-                    streams.reprocess(
-                        spark,
-                        settings,
-                        contract,
-                        from_version=request.from_version,
-                        from_offsets=request.from_offsets,
-                    ).summary()
-                )
+                lines.append(_reprocess_silver(spark, settings, contract, request))
         for path, gate in gates.items():
             if path not in existed and (path / "_delta_log").is_dir():
                 _constrain(path, gate, echo)  # a table this run created
@@ -118,6 +110,20 @@ def run_layer(
     finally:
         ledger.flush()  # failed checks too: a failed gate is recorded, then raised
     return lines
+
+
+def _reprocess_silver(
+    spark: SparkSession, settings: Settings, contract: Contract, request: LayerRequest
+) -> str:
+    result = streams.reprocess(
+        spark,
+        settings,
+        contract,
+        from_version=request.from_version,
+        from_offsets=request.from_offsets,
+        dry_run=request.dry_run,
+    )
+    return result.summary()
 
 
 def _selected(contract: Contract, layer: Layer, request: LayerRequest) -> list[TableSpec] | None:
@@ -190,16 +196,7 @@ def plan_layer(
             f"into silver.{contract.stream} and its quarantine"
         ]
         if request.reprocesses:
-            lines.append(
-                streams.reprocess(
-                    spark,
-                    settings,
-                    contract,
-                    from_version=request.from_version,
-                    from_offsets=request.from_offsets,
-                    dry_run=True,
-                ).summary()
-            )
+            lines.append(_reprocess_silver(spark, settings, contract, request))
         return lines
     specs = _selected(contract, layer, request) or []
     store = DeltaStore(spark)
