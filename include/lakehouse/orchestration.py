@@ -90,6 +90,8 @@ class LayerJobOperator(SparkSubmitOperator):
         self.base_args = list(self.application_args or [])
 
     def execute(self, context: Any) -> None:
+        if not _chosen(context["params"], self.contract.topic):
+            raise AirflowSkipException(f"the run's Param topics leaves out {self.contract.topic}")
         request = _request(context, self.contract, self.tables)
         if self.layer not in request.layers:
             raise AirflowSkipException(f"the run's Param layers leaves out {self.layer}")
@@ -112,6 +114,12 @@ class LayerJobOperator(SparkSubmitOperator):
                     "the job refused its configuration (see the error above); nothing moved"
                 ) from exc
             raise
+
+
+def _chosen(params: Any, topic: str) -> bool:
+    """Whether a run's Param ``topics`` (the run DAG's; pipeline DAGs have one topic) has it."""
+    topics = params.get("topics")
+    return topics is None or topic in topics
 
 
 def _request(context: Any, contract: Contract, tables: Sequence[str] | None) -> RunRequest:
@@ -224,9 +232,11 @@ def _layer_task(
     )
 
 
-def _gate_task(contract: Contract, layer: Layer, tables: Sequence[str]) -> PythonOperator:
+def _gate_task(
+    contract: Contract, layer: Layer, tables: Sequence[str], task_id: str | None = None
+) -> PythonOperator:
     return PythonOperator(
-        task_id=f"gate_{layer}",
+        task_id=task_id or f"gate_{layer}",
         python_callable=check_gate,
         op_kwargs={
             "topic": contract.topic,
@@ -241,7 +251,7 @@ def _gate_task(contract: Contract, layer: Layer, tables: Sequence[str]) -> Pytho
     )
 
 
-def _finish(dag_tasks: list[Any], topic: str) -> None:
+def _finish(dag_tasks: list[Any], topic: str, last: list[Any] | None = None) -> None:
     """The report is built whatever happened (a failed gate is what people most need to read);
     the watcher fails the run when any task failed, since a run's state follows its leaf tasks
     and the report would otherwise make a failed run look successful."""
@@ -258,7 +268,7 @@ def _finish(dag_tasks: list[Any], topic: str) -> None:
         trigger_rule=TriggerRule.ONE_FAILED,
         retries=0,
     )
-    dag_tasks[-1] >> report
+    (last or dag_tasks[-1:]) >> report
     [*dag_tasks, report] >> watcher
 
 
@@ -375,6 +385,109 @@ def join_dag(contract: Contract, settings: Settings, catalog: Catalog) -> DAG:
     return dag
 
 
+RUN_DAG = "lakehouse__run"
+
+
+def run_dag(settings: Settings, catalog: Catalog) -> DAG:
+    """A manual run of several topics at once: the chosen layers, layer by layer across the
+    chosen topics (so a join sees the other topic's stream as of this run), each job followed
+    by its gate. Not scheduled: the pipeline DAGs are the micro-batches."""
+    contracts = list(catalog)
+    topics = [c.topic for c in contracts]
+    doc = (
+        "### Run topics on demand\n\nTrigger with the form: choose the topics and the layers, "
+        "or a dry run. Each layer runs for every chosen topic before the next layer starts; "
+        "the gold step builds every table of a topic, joins included. For reprocessing and "
+        "refreshes, trigger the topic's own pipeline DAG."
+    )
+    params = {
+        "topics": Param(
+            topics,
+            type="array",
+            items={"type": "string", "enum": topics},
+            examples=topics,
+            uniqueItems=True,
+            minItems=1,
+            title="Topics",
+            description="The topics to run (a topic left out is skipped).",
+        ),
+        **{k: v for k, v in run_params(contracts[0], []).items() if k in ("layers", "dry_run")},
+    }
+    with DAG(
+        dag_id=RUN_DAG,
+        description="Run the chosen layers of the chosen topics once (manual)",
+        doc_md=doc,
+        schedule=None,
+        start_date=START,
+        catchup=False,
+        max_active_runs=1,
+        tags=["lakehouse"],
+        default_args={**_default_args(contracts[0]), "owner": "data-platform"},
+        params=params,
+    ) as dag:
+        plan = PythonOperator(
+            task_id="plan",
+            python_callable=plan_topics,
+            retries=0,
+            doc_md="Checks the Params against the contracts and prints what the run will do.",
+        )
+        tasks: list[Any] = [plan]
+        before: list[Any] = [plan]
+        for layer in LAYERS:
+            gates = []
+            for c in contracts:
+                names = c.published_tables(layer)
+                job = _layer_task(
+                    settings,
+                    c,
+                    layer,
+                    _inlets(settings, c, catalog, layer),
+                    _outlets(settings, c, layer, names),
+                    list(names) if layer == "gold" else None,
+                    task_id=f"{layer}__{c.topic}",
+                )
+                gate = _gate_task(c, layer, names, task_id=f"gate_{layer}__{c.topic}")
+                before >> job >> gate
+                tasks += [job, gate]
+                gates.append(gate)
+            before = gates
+        _finish(tasks, "all", last=before)
+    return dag
+
+
+def _inlets(settings: Settings, contract: Contract, catalog: Catalog, layer: Layer) -> list[Asset]:
+    if layer == "bronze":
+        return []
+    if layer == "silver":
+        return [table_asset(settings, "bronze", contract.topic)]
+    others = sorted({t.join.other for t in contract.tables if t.join is not None})
+    return [table_asset(settings, "silver", contract.stream)] + [
+        table_asset(settings, "silver", catalog.topic(o).stream) for o in others
+    ]
+
+
+def _outlets(
+    settings: Settings, contract: Contract, layer: Layer, names: Sequence[str]
+) -> list[Asset]:
+    return [
+        *(table_asset(settings, layer, n) for n in names),
+        *side_assets(settings, contract, layer, names),
+    ]
+
+
+def plan_topics(params: dict[str, Any]) -> None:
+    """The run DAG's first task: check the Params against each chosen topic, print the plan."""
+    settings = Settings.from_env()
+    catalog = Catalog.load(settings.contracts_dir)
+    for topic in params["topics"]:
+        try:
+            request = RunRequest.from_params(params, catalog.topic(topic))
+        except ConfigError as exc:
+            raise AirflowFailException(str(exc)) from None
+        for line in request.describe(catalog.topic(topic)):
+            print(line)
+
+
 def _plan_task(contract: Contract, tables: Sequence[str]) -> PythonOperator:
     return PythonOperator(
         task_id="plan",
@@ -407,6 +520,8 @@ def check_gate(
     hand."""
     if params.get("dry_run"):
         raise AirflowSkipException("dry run: nothing was validated")
+    if not _chosen(params, topic):
+        raise AirflowSkipException(f"the run's Param topics leaves out {topic}")
     layers = params.get("layers") or list(LAYERS)
     if layer not in layers:
         raise AirflowSkipException(f"the run's Param layers leaves out {layer}")
@@ -498,6 +613,8 @@ def pipeline_dags(settings: Settings | None = None) -> dict[str, DAG]:
     dags.update(
         {join_dag_id(c.topic): join_dag(c, settings, catalog) for c in catalog if joined(c)}
     )
+    if list(catalog):
+        dags[RUN_DAG] = run_dag(settings, catalog)
     return dags
 
 

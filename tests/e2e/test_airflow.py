@@ -124,6 +124,18 @@ def test_dag_folder_parses_without_heavy_imports(settings: Settings) -> None:
         "gold.user_location_profile",
     ]
     assert sorted(joins["params"]) == ["dry_run", "full_refresh"]
+    manual = result["dags"]["lakehouse__run"]
+    assert manual["schedule"] == "None" and sorted(manual["params"]) == [
+        "dry_run",
+        "layers",
+        "topics",
+    ]
+    assert manual["params"]["topics"]["default"] == ["user-locations", "user-profiles"]
+    assert manual["tasks"]["gate_bronze__user-profiles"]["downstream"] == [
+        "silver__user-locations",
+        "silver__user-profiles",
+        "watcher",
+    ]
     upkeep = result["dags"]["lakehouse__maintenance"]
     assert upkeep["schedule"] == "@daily" and upkeep["max_active_runs"] == 1
     assert upkeep["tags"] == ["lakehouse", "maintenance"]
@@ -231,6 +243,19 @@ def test_params_dry_run_changes_nothing_and_layers_skip(settings: Settings) -> N
         r"Skipping task\..*reason=\"the run's Param layers leaves out (\w+)\"", log
     )
     assert skipped == ["silver", "silver", "gold", "gold"]  # each layer's job and gate
+
+    # The run DAG takes several topics at once; here one, as a dry run after bronze's batch.
+    log = _lakehouse(
+        settings, "airflow", "dags", "test", "lakehouse__run", "-c",
+        json.dumps({"topics": ["user-profiles"], "dry_run": True}), timeout=900,
+    )  # fmt: skip
+    text = log.stdout + log.stderr
+    assert re.search(r"DagRun Finished: .*state=success", text), text[-5000:]
+    assert "bronze user-profiles (dry run): no new segments" in text
+    assert "silver user_profile_changes (dry run): would decode bronze versions" in text
+    skipped = re.findall(r"reason=\"the run's Param topics leaves out (\S+)\"", text)
+    assert skipped == ["user-locations"] * 3  # its three jobs (a dry run skips every gate)
+    assert not (settings.silver_path("user_profile_changes") / "_delta_log").exists()
 
     # Airflow checks each Param against its schema before the run exists ...
     log = test({"full_refresh": ["no_such_table"]})
