@@ -71,6 +71,31 @@ def side_assets(
     ]
 
 
+def _inlets(
+    settings: Settings, contract: Contract, catalog: Catalog, layer: Layer, names: Sequence[str]
+) -> list[Asset]:
+    """What a layer's job reads: bronze for silver; for gold, the stream, and the other topics'
+    streams that the joins among ``names`` read."""
+    if layer == "bronze":
+        return []
+    if layer == "silver":
+        return [table_asset(settings, "bronze", contract.topic)]
+    others = sorted({t.join.other for t in contract.tables if t.name in names and t.join})
+    return [table_asset(settings, "silver", contract.stream)] + [
+        table_asset(settings, "silver", catalog.topic(o).stream) for o in others
+    ]
+
+
+def _outlets(
+    settings: Settings, contract: Contract, layer: Layer, names: Sequence[str]
+) -> list[Asset]:
+    """What a layer's job writes: the tables it publishes and their side tables."""
+    return [
+        *(table_asset(settings, layer, n) for n in names),
+        *side_assets(settings, contract, layer, names),
+    ]
+
+
 def _asset(name: str, path: Path) -> Asset:
     return Asset(name=name, uri=path.as_uri(), group="delta")
 
@@ -90,11 +115,8 @@ class LayerJobOperator(SparkSubmitOperator):
         self.base_args = list(self.application_args or [])
 
     def execute(self, context: Any) -> None:
-        if not _chosen(context["params"], self.contract.topic):
-            raise AirflowSkipException(f"the run's Param topics leaves out {self.contract.topic}")
+        _skip_if_left_out(context["params"], self.contract.topic, self.layer)
         request = _request(context, self.contract, self.tables)
-        if self.layer not in request.layers:
-            raise AirflowSkipException(f"the run's Param layers leaves out {self.layer}")
         # Set afresh on each try (never appended to: a retry in the same process adds nothing).
         self.application_args = [
             *self.base_args,
@@ -122,6 +144,14 @@ def _chosen(params: Any, topic: str) -> bool:
     return topics is None or topic in topics
 
 
+def _skip_if_left_out(params: Any, topic: str, layer: Layer) -> None:
+    """A layer's job or gate whose topic or layer the run's Params leave out is skipped."""
+    if not _chosen(params, topic):
+        raise AirflowSkipException(f"the run's Param topics leaves out {topic}")
+    if layer not in (params.get("layers") or LAYERS):
+        raise AirflowSkipException(f"the run's Param layers leaves out {layer}")
+
+
 def _request(context: Any, contract: Contract, tables: Sequence[str] | None) -> RunRequest:
     try:
         return RunRequest.from_params(context["params"], contract, tables)
@@ -134,62 +164,69 @@ def _spark_conf() -> dict[str, str]:
     return {"spark.pyspark.python": sys.executable, "spark.pyspark.driver.python": sys.executable}
 
 
-def run_params(
-    contract: Contract, tables: Sequence[str], *, layers: bool = True
-) -> dict[str, Param]:
-    """The form of a triggered run (every field has a default: a scheduled run takes them)."""
-    table_items: dict[str, Any] = {"type": "string"}
-    choices: dict[str, Any] = {}
-    if tables:
-        table_items["enum"] = list(tables)
-        # The trigger form draws an array Param with examples as a multi-select.
-        choices["examples"] = list(tables)
-    params: dict[str, Param] = {}
-    if layers:
-        params["layers"] = Param(
-            list(LAYERS),
-            type="array",
-            items={"type": "string", "enum": list(LAYERS)},
-            examples=list(LAYERS),  # the form draws an array with examples as a multi-select
-            uniqueItems=True,
-            minItems=1,
-            title="Layers",
-            description="The layers to run, in pipeline order (a layer left out is skipped).",
-        )
-    params["dry_run"] = Param(
+def _multi_select(choices: Sequence[str], **schema: Any) -> Param:
+    """An array Param of some of ``choices``; the trigger form draws an array Param that lists
+    its choices as ``examples`` as a multi-select."""
+    items: dict[str, Any] = {"type": "string"}
+    extra: dict[str, Any] = {}
+    if choices:
+        items["enum"] = extra["examples"] = list(choices)
+    return Param(type="array", items=items, uniqueItems=True, **extra, **schema)
+
+
+def _layers_param() -> Param:
+    return _multi_select(
+        LAYERS,
+        default=list(LAYERS),
+        minItems=1,
+        title="Layers",
+        description="The layers to run, in pipeline order (a layer left out is skipped).",
+    )
+
+
+def _dry_run_param() -> Param:
+    return Param(
         False,
         type="boolean",
         title="Dry run",
         description="Print what each layer would read and write; change nothing.",
     )
-    params["full_refresh"] = Param(
-        [],
-        type="array",
-        items=table_items,
-        **choices,
-        uniqueItems=True,
+
+
+def _full_refresh_param(tables: Sequence[str]) -> Param:
+    return _multi_select(
+        tables,
+        default=[],
         title="Full refresh",
         description="Gold tables to rebuild from the whole silver stream (only the rows that "
         "differ are published).",
     )
-    if layers:
-        params["reprocess_silver_from_version"] = Param(
+
+
+def run_params(contract: Contract, tables: Sequence[str]) -> dict[str, Param]:
+    """The form of a triggered pipeline run (every field has a default: a scheduled run takes
+    them); ``tables`` are the gold tables of the DAG."""
+    return {
+        "layers": _layers_param(),
+        "dry_run": _dry_run_param(),
+        "full_refresh": _full_refresh_param(tables),
+        "reprocess_silver_from_version": Param(
             None,
             type=["null", "integer"],
             minimum=0,
             title="Reprocess silver from bronze version",
             description="Decode again the bronze records from this bronze version on: records "
             "in quarantine that now decode join the stream (as late arrivals for gold).",
-        )
-        params["reprocess_silver_from_offsets"] = Param(
+        ),
+        "reprocess_silver_from_offsets": Param(
             None,
             type=["null", "string"],
             pattern=f"^$|{OFFSETS_PATTERN}",
             title="Reprocess silver from offsets",
             description=f"Like the above, per partition: 'partition:offset,...' (e.g. 0:120,1:0; "
             f"partitions 0..{contract.partitions - 1}); partitions not named are left alone.",
-        )
-        params["reprocess_gold_from_version"] = Param(
+        ),
+        "reprocess_gold_from_version": Param(
             None,
             type=["null", "integer"],
             minimum=0,
@@ -197,8 +234,8 @@ def run_params(
             description="Rebuild the gold tables that read this topic's stream as of silver "
             "version v-1, then read again from v; each table changes once, by its net "
             "differences, and tables reading their changelogs take the corrections.",
-        )
-    return params
+        ),
+    }
 
 
 def _layer_task(
@@ -286,10 +323,8 @@ def pipeline_dag(contract: Contract, settings: Settings, catalog: Catalog | None
     scheduled micro-batches. The gold step builds the tables the topic's own stream is enough
     for; the tables that join another topic's stream are the join DAG's (:func:`join_dag`)."""
     topic = contract.topic
-    bronze = table_asset(settings, "bronze", topic)
-    silver = table_asset(settings, "silver", contract.stream)
+    catalog = catalog or Catalog.of([contract])
     mine = own(contract)
-    gold = [table_asset(settings, "gold", name) for name in mine]
     elsewhere = joined(contract)
     doc = (
         f"### Pipeline of topic `{topic}`\n\n{contract.description}\n\n"
@@ -319,18 +354,21 @@ def pipeline_dag(contract: Contract, settings: Settings, catalog: Catalog | None
         default_args=_default_args(contract),
         params=run_params(contract, mine),
     ) as dag:
-        steps: list[Any] = [_plan_task(contract, mine)]
-        layers: tuple[tuple[Layer, list[Asset], list[Asset], list[str]], ...] = (
-            ("bronze", [], [bronze], [topic]),
-            ("silver", [bronze], [silver], [contract.stream]),
-            ("gold", [silver], gold, mine),
-        )
-        for layer, inlets, outlets, names in layers:
-            if layer == "gold" and not mine:
+        steps: list[Any] = [_plan_task([topic], mine)]
+        for layer in LAYERS:
+            names = mine if layer == "gold" else contract.published_tables(layer)
+            if not names:
                 continue
-            tables = mine if layer == "gold" else None
-            outlets = [*outlets, *side_assets(settings, contract, layer, names)]
-            steps.append(_layer_task(settings, contract, layer, inlets, outlets, tables))
+            steps.append(
+                _layer_task(
+                    settings,
+                    contract,
+                    layer,
+                    _inlets(settings, contract, catalog, layer, names),
+                    _outlets(settings, contract, layer, names),
+                    names if layer == "gold" else None,
+                )
+            )
             steps.append(_gate_task(contract, layer, names))
         for upstream, downstream in itertools.pairwise(steps):
             upstream >> downstream
@@ -349,11 +387,7 @@ def join_dag(contract: Contract, settings: Settings, catalog: Catalog) -> DAG:
     topic = contract.topic
     names = joined(contract)
     others = sorted({t.join.other for t in contract.tables if t.join is not None})
-    inputs = [table_asset(settings, "silver", contract.stream)] + [
-        table_asset(settings, "silver", catalog.topic(o).stream) for o in others
-    ]
-    gold = [table_asset(settings, "gold", name) for name in names]
-    gold += side_assets(settings, contract, "gold", names)
+    inputs = _inlets(settings, contract, catalog, "gold", names)
     doc = (
         f"### Joins of topic `{topic}`\n\n"
         + ", ".join(f"`{n}`" for n in names)
@@ -372,11 +406,18 @@ def join_dag(contract: Contract, settings: Settings, catalog: Catalog) -> DAG:
         max_active_runs=1,
         tags=["lakehouse", f"topic:{topic}", "joins"],
         default_args=_default_args(contract),
-        params=run_params(contract, names, layers=False),
+        params={"dry_run": _dry_run_param(), "full_refresh": _full_refresh_param(names)},
     ) as dag:
         steps = [
-            _plan_task(contract, names),
-            _layer_task(settings, contract, "gold", inputs, gold, names),
+            _plan_task([topic], names),
+            _layer_task(
+                settings,
+                contract,
+                "gold",
+                inputs,
+                _outlets(settings, contract, "gold", names),
+                names,
+            ),
             _gate_task(contract, "gold", names),
         ]
         for upstream, downstream in itertools.pairwise(steps):
@@ -401,17 +442,15 @@ def run_dag(settings: Settings, catalog: Catalog) -> DAG:
         "refreshes, trigger the topic's own pipeline DAG."
     )
     params = {
-        "topics": Param(
+        "topics": _multi_select(
             topics,
-            type="array",
-            items={"type": "string", "enum": topics},
-            examples=topics,
-            uniqueItems=True,
+            default=topics,
             minItems=1,
             title="Topics",
             description="The topics to run (a topic left out is skipped).",
         ),
-        **{k: v for k, v in run_params(contracts[0], []).items() if k in ("layers", "dry_run")},
+        "layers": _layers_param(),
+        "dry_run": _dry_run_param(),
     }
     with DAG(
         dag_id=RUN_DAG,
@@ -425,12 +464,7 @@ def run_dag(settings: Settings, catalog: Catalog) -> DAG:
         default_args={**_default_args(contracts[0]), "owner": "data-platform"},
         params=params,
     ) as dag:
-        plan = PythonOperator(
-            task_id="plan",
-            python_callable=plan_topics,
-            retries=0,
-            doc_md="Checks the Params against the contracts and prints what the run will do.",
-        )
+        plan = _plan_task(topics, None)
         tasks: list[Any] = [plan]
         before: list[Any] = [plan]
         for layer in LAYERS:
@@ -441,7 +475,7 @@ def run_dag(settings: Settings, catalog: Catalog) -> DAG:
                     settings,
                     c,
                     layer,
-                    _inlets(settings, c, catalog, layer),
+                    _inlets(settings, c, catalog, layer, names),
                     _outlets(settings, c, layer, names),
                     list(names) if layer == "gold" else None,
                     task_id=f"{layer}__{c.topic}",
@@ -455,60 +489,30 @@ def run_dag(settings: Settings, catalog: Catalog) -> DAG:
     return dag
 
 
-def _inlets(settings: Settings, contract: Contract, catalog: Catalog, layer: Layer) -> list[Asset]:
-    if layer == "bronze":
-        return []
-    if layer == "silver":
-        return [table_asset(settings, "bronze", contract.topic)]
-    others = sorted({t.join.other for t in contract.tables if t.join is not None})
-    return [table_asset(settings, "silver", contract.stream)] + [
-        table_asset(settings, "silver", catalog.topic(o).stream) for o in others
-    ]
-
-
-def _outlets(
-    settings: Settings, contract: Contract, layer: Layer, names: Sequence[str]
-) -> list[Asset]:
-    return [
-        *(table_asset(settings, layer, n) for n in names),
-        *side_assets(settings, contract, layer, names),
-    ]
-
-
-def plan_topics(params: dict[str, Any]) -> None:
-    """The run DAG's first task: check the Params against each chosen topic, print the plan."""
-    settings = Settings.from_env()
-    catalog = Catalog.load(settings.contracts_dir)
-    for topic in params["topics"]:
-        try:
-            request = RunRequest.from_params(params, catalog.topic(topic))
-        except ConfigError as exc:
-            raise AirflowFailException(str(exc)) from None
-        for line in request.describe(catalog.topic(topic)):
-            print(line)
-
-
-def _plan_task(contract: Contract, tables: Sequence[str]) -> PythonOperator:
+def _plan_task(topics: Sequence[str], tables: Sequence[str] | None) -> PythonOperator:
     return PythonOperator(
         task_id="plan",
         python_callable=plan_run,
-        op_kwargs={"topic": contract.topic, "tables": list(tables)},
+        op_kwargs={"topics": list(topics), "tables": None if tables is None else list(tables)},
         retries=0,
-        doc_md="Checks the run's Params against the contract (bad ones fail here, before any "
+        doc_md="Checks the run's Params against the contracts (bad ones fail here, before any "
         "data moves) and prints what the run will do.",
     )
 
 
-def plan_run(topic: str, tables: list[str], params: dict[str, Any]) -> None:
-    """The first task: check the Params, print the plan."""
+def plan_run(topics: list[str], tables: list[str] | None, params: dict[str, Any]) -> None:
+    """The first task: check the Params against each chosen topic's contract (``tables``: the
+    DAG's gold tables, None for all), print the plan."""
     settings = Settings.from_env()
-    contract = Catalog.load(settings.contracts_dir).topic(topic)
-    try:
-        request = RunRequest.from_params(params, contract, tables)
-    except ConfigError as exc:
-        raise AirflowFailException(str(exc)) from None
-    for line in request.describe(contract):
-        print(line)
+    catalog = Catalog.load(settings.contracts_dir)
+    for topic in (t for t in topics if _chosen(params, t)):
+        contract = catalog.topic(topic)
+        try:
+            request = RunRequest.from_params(params, contract, tables)
+        except ConfigError as exc:
+            raise AirflowFailException(str(exc)) from None
+        for line in request.describe(contract):
+            print(line)
 
 
 def check_gate(
@@ -520,11 +524,7 @@ def check_gate(
     hand."""
     if params.get("dry_run"):
         raise AirflowSkipException("dry run: nothing was validated")
-    if not _chosen(params, topic):
-        raise AirflowSkipException(f"the run's Param topics leaves out {topic}")
-    layers = params.get("layers") or list(LAYERS)
-    if layer not in layers:
-        raise AirflowSkipException(f"the run's Param layers leaves out {layer}")
+    _skip_if_left_out(params, topic, layer)
     from lakehouse.reports import layer_verdict
 
     lines, failed = layer_verdict(Settings.from_env(), dag_run_id, layer, tables)

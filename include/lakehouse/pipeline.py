@@ -86,7 +86,7 @@ def run_layer(
     resets = {p: replace(g, regular=False, verdicts=g.verdicts) for p, g in gates.items()}
     lines: list[str] = []
     try:
-        if layer == "gold" and specs is not None:
+        if layer == "gold":
             with gating({p: g for p, g in resets.items() if g.active}):
                 lines += _reset_gold(spark, settings, contract, catalog, request)
         with gating({p: g for p, g in gates.items() if g.active}):

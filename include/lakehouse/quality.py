@@ -498,16 +498,28 @@ class LedgerBuffer:
         write_ledger(self.settings, rows)
 
 
-def read_ledger(settings: Settings, table: str | None = None) -> pa.Table:
-    """The ledger's rows (of one table's checks, if given)."""
+def read_ledger(
+    settings: Settings,
+    table: str | None = None,
+    *,
+    dag_run_id: str | None = None,
+    layer: str | None = None,
+) -> pa.Table:
+    """The ledger's rows: those of one table, one DAG run or one layer, if given (filtered by
+    delta-rs's query engine, so a run's gate reads its own rows, not the ledger's history)."""
     from lakehouse.storage.store import snapshot_arrow
 
     if not (settings.ledger_path / "_delta_log").is_dir():
         return ledger_schema().empty_table()
     from deltalake import DeltaTable
 
-    where = None if table is None else '"table" = \'' + table.replace("'", "''") + "'"
-    data = snapshot_arrow(DeltaTable(str(settings.ledger_path)), where)
+    wanted = {"table": table, "dag_run_id": dag_run_id, "layer": layer}
+    terms = [
+        f'"{column}" = \'' + value.replace("'", "''") + "'"
+        for column, value in wanted.items()
+        if value is not None
+    ]
+    data = snapshot_arrow(DeltaTable(str(settings.ledger_path)), " AND ".join(terms) or None)
     return data.cast(ledger_schema())
 
 

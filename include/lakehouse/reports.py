@@ -238,7 +238,7 @@ def run_summary(settings: Settings, dag_run_id: str) -> list[str]:
     """One DAG run's validations: each table's verdict, and every expectation that failed."""
     from lakehouse.quality import read_ledger
 
-    rows = [r for r in read_ledger(settings).to_pylist() if r["dag_run_id"] == dag_run_id]
+    rows = read_ledger(settings, dag_run_id=dag_run_id).to_pylist()
     if not rows:
         return [f"no validations recorded for run {dag_run_id}"]
     by_table: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
@@ -270,8 +270,8 @@ def layer_verdict(
 
     rows = [
         r
-        for r in read_ledger(settings).to_pylist()
-        if r["dag_run_id"] == dag_run_id and r["layer"] == layer and r["table"] in tables
+        for r in read_ledger(settings, dag_run_id=dag_run_id, layer=layer).to_pylist()
+        if r["table"] in tables
     ]
     lines, failed = [], []
     for name in tables:

@@ -547,17 +547,18 @@ def reprocess(
         return ReprocessResult(contract.stream, scope, dry_run=dry_run)
 
     rows = store.changes(bronze_path, start, consumed).filter(F.col("_change_type") == "insert")
+    done = store.read(silver_path).select(*RECORD_KEY)
     if from_offsets:
-        rows = rows.filter(
-            functools.reduce(
-                lambda a, b: a | b,
-                [
-                    (F.col("partition") == p) & (F.col("offset") >= o)
-                    for p, o in sorted(from_offsets.items())
-                ],
-            )
+        # The stream's side of the anti join is cut to the same offsets as the records.
+        in_scope = functools.reduce(
+            lambda a, b: a | b,
+            [
+                (F.col("partition") == p) & (F.col("offset") >= o)
+                for p, o in sorted(from_offsets.items())
+            ],
         )
-    todo = rows.join(store.read(silver_path).select(*RECORD_KEY), RECORD_KEY, "left_anti")
+        rows, done = rows.filter(in_scope), done.filter(in_scope)
+    todo = rows.join(done, RECORD_KEY, "left_anti")
     held = (
         store.read(quarantine_path).select(*RECORD_KEY).distinct()
         if DeltaStore.exists(quarantine_path)

@@ -14,10 +14,8 @@ import json
 import os
 import re
 import selectors
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -26,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from browser import Browser, screenshot
 
 from lakehouse.airflow_env import airflow_environment
 from lakehouse.config import REPO_ROOT, Settings
@@ -34,7 +33,6 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
 HEAVY = ("pyspark", "deltalake", "great_expectations", "polars")
 API_SERVER = Path(__file__).with_name("api_server.py")
-ARTIFACTS = REPO_ROOT / "tests" / "artifacts"
 PREFIX = "/lakehouse-reports"
 ENTRY_POINT = "lakehouse.airflow_plugin:LakehousePlugin"
 SIMPLE_AUTH = "airflow.api_fastapi.auth.managers.simple.simple_auth_manager.SimpleAuthManager"
@@ -299,74 +297,6 @@ def test_serves_the_site_and_nothing_outside_it(server: Server, built_site: Path
 
 
 # -- in a browser ---------------------------------------------------------------------------
-CHROME_FLAGS = (
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--window-size=1280,1600",
-    # The pages reference CDN scripts and styles; fail those at once instead of waiting on
-    # a network this machine may not have (the content is in the HTML).
-    "--host-resolver-rules=MAP * ~NOTFOUND , EXCLUDE 127.0.0.1",
-)
-
-
-class Browser:
-    """Headless Chromium, started on first use so that a missing browser fails the test that
-    needs it (with how to install it) rather than erroring in a fixture."""
-
-    def __init__(self, profiles: Path) -> None:
-        self._profiles = profiles
-        self._driver: Any = None
-
-    @property
-    def driver(self) -> Any:
-        if self._driver is None:
-            self._driver = self._start()
-        return self._driver
-
-    def _start(self) -> Any:
-        chromium = shutil.which("chromium") or shutil.which("chromium-browser")
-        chromedriver = shutil.which("chromedriver")
-        missing = [n for n, p in (("chromium", chromium), ("chromedriver", chromedriver)) if not p]
-        if chromium is None or chromedriver is None:
-            pytest.fail(
-                f"{' and '.join(missing)} not found: `make browser` installs Debian's chromium "
-                "and chromium-driver packages, which the browser tests need",
-                pytrace=False,
-            )
-        from selenium import webdriver
-        from selenium.webdriver.chrome.service import Service
-
-        options = webdriver.ChromeOptions()
-        options.binary_location = chromium
-        for flag in CHROME_FLAGS:
-            options.add_argument(flag)
-        profile = tempfile.mkdtemp(prefix="chromium-", dir=self._profiles)
-        options.add_argument(f"--user-data-dir={profile}")
-        driver = webdriver.Chrome(options=options, service=Service(chromedriver))
-        driver.set_page_load_timeout(60)
-        return driver
-
-    def quit(self) -> None:
-        if self._driver is not None:
-            self._driver.quit()
-            self._driver = None
-
-
-@pytest.fixture(scope="module")
-def chrome(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Browser]:
-    holder = Browser(tmp_path_factory.mktemp("chromium"))
-    try:
-        yield holder
-    finally:
-        holder.quit()
-
-
 def _log_in(driver: Any, server: Server, role: str = "admin") -> None:
     """Give the browser Airflow's session cookie, as the UI's login would."""
     driver.get(f"{server.base}{PREFIX}/")  # cookies are set on the page's own origin
@@ -378,14 +308,6 @@ def _text(driver: Any) -> str:
     from selenium.webdriver.common.by import By
 
     return str(driver.find_element(By.TAG_NAME, "body").text)
-
-
-def _screenshot(driver: Any, name: str) -> Path:
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    path = ARTIFACTS / name
-    assert driver.save_screenshot(str(path)), f"no screenshot saved to {path}"
-    assert path.stat().st_size > 1000
-    return path
 
 
 def test_browser_renders_the_data_docs(server: Server, built_site: Path, chrome: Browser) -> None:
@@ -402,7 +324,7 @@ def test_browser_renders_the_data_docs(server: Server, built_site: Path, chrome:
     assert SUITE in text and "failed" in text and "city_known" in text
     links = browser.find_elements(By.CSS_SELECTOR, "a[href*='validations/silver/demo_stream/']")
     assert len(links) == 1, [a.get_attribute("href") for a in links]
-    _screenshot(browser, "data_docs_index.png")
+    screenshot(browser, "data_docs_index.png")
 
     links[0].click()
     text = _text(browser)
@@ -412,7 +334,7 @@ def test_browser_renders_the_data_docs(server: Server, built_site: Path, chrome:
     assert "values must belong to this set: Berlin Lima" in text
     assert "1 unexpected values found" in text
     assert re.search(r"Unexpected Value\s+Count\s+Paris\s+1", text), text
-    _screenshot(browser, "data_docs_validation.png")
+    screenshot(browser, "data_docs_validation.png")
 
 
 def test_airflow_ui_shows_the_data_docs_under_browse(
@@ -446,4 +368,4 @@ def test_airflow_ui_shows_the_data_docs_under_browse(
         wait.until(lambda d: SUITE in _text(d) and "Data quality" in _text(d))
     finally:
         browser.switch_to.default_content()
-    _screenshot(browser, "airflow_ui_data_quality.png")
+    screenshot(browser, "airflow_ui_data_quality.png")

@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 from airflow_stack import Airflow, clean_environment, running_airflow
-from test_reports_plugin import ARTIFACTS, Browser
+from browser import ARTIFACTS, Browser, screenshot
 
 from lakehouse.airflow_env import airflow_secrets
 from lakehouse.config import Settings
@@ -113,23 +113,7 @@ def lakehouse(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lakehouse]:
         yield Lakehouse(settings, airflow, before)
 
 
-@pytest.fixture(scope="module")
-def chrome(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Browser]:
-    holder = Browser(tmp_path_factory.mktemp("chromium"))
-    try:
-        yield holder
-    finally:
-        holder.quit()
-
-
 # -- the UI ------------------------------------------------------------------------------------
-def _screenshot(driver: Any, name: str) -> Path:
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    path = ARTIFACTS / name
-    assert driver.save_screenshot(str(path)), f"no screenshot saved to {path}"
-    return path
-
-
 def _log_in(driver: Any, wait: Any, airflow: Airflow) -> None:
     """Through the login page the UI redirects to, with admin's generated password."""
     from selenium.webdriver.common.by import By
@@ -209,7 +193,7 @@ def _trigger_from_the_ui(driver: Any, airflow: Airflow) -> str:
     try:
         wait.until(ec.element_to_be_clickable(submit))
     except TimeoutException:
-        _screenshot(driver, "ui_trigger_form.png")
+        screenshot(driver, "ui_trigger_form.png")
         if not driver.find_elements(*submit):
             pytest.fail(f"the trigger dialog closed; page: {_text(driver)[-2000:]}")
         pytest.fail(
@@ -219,7 +203,7 @@ def _trigger_from_the_ui(driver: Any, airflow: Airflow) -> str:
             f"{ARTIFACTS / 'ui_trigger_form.png'})",
             pytrace=False,
         )
-    _screenshot(driver, "ui_trigger_form.png")
+    screenshot(driver, "ui_trigger_form.png")
     known = {r["dag_run_id"] for r in airflow.dag_runs(DAG_ID)}
     wait.until(ec.element_to_be_clickable(submit)).click()
     deadline = time.monotonic() + 60
@@ -258,7 +242,7 @@ def test_trigger_with_params_from_the_ui(lakehouse: Lakehouse, chrome: Browser) 
     try:
         run_id = _trigger_from_the_ui(driver, airflow)
     except BaseException:
-        _screenshot(driver, "ui_trigger_failure.png")
+        screenshot(driver, "ui_trigger_failure.png")
         raise
     assert not airflow.dag(DAG_ID)["is_paused"], "the dialog's box unpaused the DAG"
     run = airflow.dag_run(DAG_ID, run_id)
@@ -285,7 +269,7 @@ def test_trigger_with_params_from_the_ui(lakehouse: Lakehouse, chrome: Browser) 
     )
     text = _text(driver)
     assert "Manual" in text and "admin" in text  # run type and triggering user
-    _screenshot(driver, "ui_trigger_run_success.png")
+    screenshot(driver, "ui_trigger_run_success.png")
 
     # The Params reached the jobs: the plan says so, and gold rebuilt the table in full.
     plan = airflow.task_log(DAG_ID, run_id, "plan")
