@@ -190,7 +190,8 @@ def _partition_task(
                 "end": got.end_offset,
                 "kept": int(keep.sum()),
                 "max_kept": int(kept_offsets.max()) if len(kept_offsets) else None,
-                "duplicates": int((new & ~keep).sum()),
+                # Re-deliveries skipped: offsets bronze has passed, or met earlier in the batch.
+                "duplicates": int((~keep).sum()),
                 "bad": len(got.bad),
             }
         )
@@ -373,11 +374,13 @@ def ingest(spark: SparkSession, settings: Settings, contract: Contract) -> Bronz
     new_pos = advance(pos, files, listed_at)
     gaps = offset_gaps(pos, new_pos, files)
     kept = sum(f["kept"] for f in files)
+    duplicates = sum(f["duplicates"] for f in files)
     bad_files = {b["source_file"] for b in bad}
     summary = {
         "batch_id": batch_id,
         "records": kept,
         "quarantined": len(bad),
+        "duplicates": duplicates,
         "gaps": {str(p): g for p, g in gaps.items()},
         "files_with_bad_lines": [f["file"] for f in files if f["file"]["path"] in bad_files],
     }
@@ -416,7 +419,7 @@ def ingest(spark: SparkSession, settings: Settings, contract: Contract) -> Bronz
         batch_id,
         records=kept,
         quarantined=len(bad),
-        duplicates=sum(f["duplicates"] for f in files),
+        duplicates=duplicates,
         gaps=gaps,
         next_offsets=new_pos.next,
         files=len(files),

@@ -171,7 +171,12 @@ def _decode_json_value(df: DataFrame, contract: Contract) -> DataFrame:
             (variant.isNull(), "value is not valid JSON"),
             (
                 top != "OBJECT",
-                F.concat(F.lit("value is a JSON "), F.lower(top), F.lit(", not an object")),
+                F.concat(
+                    F.lit("value is a JSON "),
+                    # JSON's name for it: the variant calls a JSON null VOID.
+                    F.when(top == "VOID", F.lit("null")).otherwise(F.lower(top)),
+                    F.lit(", not an object"),
+                ),
             ),
             *((p.isNotNull(), p) for p in problems.values()),
         ],
