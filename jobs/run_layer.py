@@ -63,6 +63,7 @@ def main(argv: list[str] | None = None) -> int:
         settings = Settings.from_env()
         catalog = Catalog.load(settings.contracts_dir)
         contract = catalog.topic(args.topic)
+        request.check(contract)
     except LakehouseError as exc:  # bad configuration fails before Spark starts
         print(f"error: {exc}", file=sys.stderr)
         return CONFIG_ERROR_EXIT

@@ -79,7 +79,8 @@ def airflow_secrets(airflow_home: Path) -> dict[str, str]:
     made = {
         "fernet_key": Fernet.generate_key().decode(),
         "secret_key": secrets.token_urlsafe(32),
-        "jwt_secret": secrets.token_urlsafe(32),
+        # Tokens are signed with HS512, whose key should be 64 bytes at least (RFC 7518 3.2).
+        "jwt_secret": secrets.token_urlsafe(64),
     }
     airflow_home.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{SECRETS_FILE}.{os.getpid()}.tmp")

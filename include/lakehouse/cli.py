@@ -378,6 +378,14 @@ def run_airflow(settings: Settings, args: list[str]) -> int:
 # -- entry point -------------------------------------------------------------------------------
 
 
+def _topic_option(text: str) -> str:
+    """``--topic``: one topic. Empty is refused: left to mean "every topic", an unset variable
+    in ``--topic "$TOPIC"`` would act on all of them."""
+    if not text:
+        raise argparse.ArgumentTypeError("empty topic name (leave --topic out for every topic)")
+    return text
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="lakehouse", description="Streams and tables on a Delta lakehouse."
@@ -399,7 +407,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     sr = sub.add_parser("run", help="run one micro-batch of the pipeline, without Airflow")
-    sr.add_argument("--topic")
+    sr.add_argument("--topic", type=_topic_option)
     sr.add_argument("--layer", choices=LAYERS)
 
     for name, helptext in (
@@ -437,7 +445,7 @@ def build_parser() -> argparse.ArgumentParser:
     sm = sub.add_parser(
         "maintain", help="compact, vacuum (consumer-aware), checkpoint and clean table logs"
     )
-    sm.add_argument("--topic")
+    sm.add_argument("--topic", type=_topic_option)
     sm.add_argument("--retention-hours", type=float, default=DEFAULT_RETENTION_HOURS)
     sm.add_argument("--no-compact", action="store_true")
     sm.add_argument("--dry-run", action="store_true", help="report what vacuum would delete")
@@ -450,7 +458,9 @@ def build_parser() -> argparse.ArgumentParser:
     ss = sub.add_parser(
         "sample", help="produce the seed's example events (once), or --records N random ones"
     )
-    ss.add_argument("--topic", help="one topic (default: every shipped sample topic)")
+    ss.add_argument(
+        "--topic", type=_topic_option, help="one topic (default: every shipped sample topic)"
+    )
     ss.add_argument(
         "--records",
         type=int,
@@ -462,11 +472,11 @@ def build_parser() -> argparse.ArgumentParser:
     sc = sub.add_parser(
         "schemas", help="registered schema versions per topic; --check tests the contracts"
     )
-    sc.add_argument("--topic")
+    sc.add_argument("--topic", type=_topic_option)
     sc.add_argument("--check", action="store_true", help="check the contracts against the registry")
 
     sl = sub.add_parser("lag", help="per partition: landing end offset, bronze offset, lag")
-    sl.add_argument("--topic")
+    sl.add_argument("--topic", type=_topic_option)
     sl.add_argument("--format", choices=("table", "json"), default="table")
     sq = sub.add_parser("dq", help="data quality: latest results and trends per table (ledger)")
     sq.add_argument("--table", help="one table: topic, stream or gold table name")

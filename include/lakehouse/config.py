@@ -20,17 +20,22 @@ Layer = Literal["bronze", "silver", "gold"]
 LAYERS: tuple[Layer, ...] = ("bronze", "silver", "gold")
 
 # Kafka's own rule for topic names (kafka.common.internals.Topic): ASCII alphanumerics, '.',
-# '_' and '-', at most 249 characters, and not '.' or '..'.
-_TOPIC_NAME = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
-# Streams and tables are also SQL identifiers: keep them to lower-case snake case.
-_TABLE_NAME = re.compile(r"^[a-z][a-z0-9_]{0,127}$")
+# '_' and '-', at most 249 characters, and not '.' or '..'. Matched whole (``fullmatch``: a
+# pattern's '$' would also accept a trailing newline).
+_TOPIC_NAME = re.compile(r"[A-Za-z0-9._-]{1,249}")
+# Streams, tables and columns are also SQL identifiers, written unquoted into delta-rs
+# predicates and Spark column references: keep them to lower-case snake case.
+IDENTIFIER = re.compile(r"[a-z][a-z0-9_]{0,127}")
+IDENTIFIER_RULE = (
+    "use lower-case letters, digits and '_', starting with a letter (at most 128 characters)"
+)
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def validate_topic_name(name: str) -> str:
     """Return ``name`` if it is a legal Kafka topic name, else raise :class:`ConfigError`."""
-    if not isinstance(name, str) or not _TOPIC_NAME.match(name) or name in {".", ".."}:
+    if not isinstance(name, str) or not _TOPIC_NAME.fullmatch(name) or name in {".", ".."}:
         raise ConfigError(
             f"invalid topic name {name!r}: use 1-249 characters from [A-Za-z0-9._-], "
             "not '.' or '..'"
@@ -40,11 +45,8 @@ def validate_topic_name(name: str) -> str:
 
 def validate_table_name(name: str) -> str:
     """Return ``name`` if it is a legal stream/table name, else raise :class:`ConfigError`."""
-    if not isinstance(name, str) or not _TABLE_NAME.match(name):
-        raise ConfigError(
-            f"invalid stream or table name {name!r}: use lower-case letters, digits and '_', "
-            "starting with a letter (at most 128 characters)"
-        )
+    if not isinstance(name, str) or not IDENTIFIER.fullmatch(name):
+        raise ConfigError(f"invalid stream or table name {name!r}: {IDENTIFIER_RULE}")
     return name
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -26,10 +27,11 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from jsonschema import Draft202012Validator
+from jsonschema import Draft202012Validator, validators
 from jsonschema.exceptions import ValidationError
+from jsonschema.protocols import Validator
 
-from lakehouse.config import LAYERS
+from lakehouse.config import IDENTIFIER, IDENTIFIER_RULE, LAYERS
 from lakehouse.errors import ContractError, UnknownTableError, UnknownTopicError
 
 FieldType = Literal["string", "long", "int", "double", "boolean", "timestamp"]
@@ -43,6 +45,9 @@ ValueFormat = Literal["json", "avro", "string"]
 Severity = Literal["warn", "quarantine", "fail"]
 NUMERIC_TYPES = frozenset({"long", "int", "double"})
 
+# Words delta-rs's SQL reads as values even after a table alias (``t.null``): column names are
+# written unquoted into merge predicates, so none may be one of these.
+SQL_LITERAL_WORDS = frozenset({"null", "true", "false"})
 # Columns every stream carries beside the contract's own; contract fields may not shadow them.
 STREAM_METADATA_COLUMNS = ("partition", "offset", "timestamp", "tombstone", "event_time")
 # Bronze has the schema of Spark's Kafka source plus ingest metadata.
@@ -345,9 +350,25 @@ class Contract:
 
 
 @cache
-def _validator() -> Draft202012Validator:
+def _validator() -> Validator:
     text = resources.files("lakehouse").joinpath("schemas/contract.schema.json").read_text()
-    return Draft202012Validator(json.loads(text))
+    checker = validators.extend(Draft202012Validator, {"pattern": _whole_text_pattern})
+    return checker(json.loads(text))
+
+
+def _whole_text_pattern(
+    validator: Validator, pattern: str, instance: Any, schema: Any
+) -> Iterator[ValidationError]:
+    """JSON Schema's ``pattern`` with '$' meaning the end of the text, as in the ECMA-262
+    regular expressions schemas are written in. Python's '$' also matches before a final
+    newline, so a name with a line break at its end would pass (and reach paths and SQL)."""
+    if validator.is_type(instance, "string") and not _end_anchored(pattern).search(instance):
+        yield ValidationError(f"{instance!r} does not match {pattern!r}")
+
+
+@cache
+def _end_anchored(pattern: str) -> re.Pattern[str]:
+    return re.compile(re.sub(r"(?<!\\)\$", r"\\Z", pattern))
 
 
 def _json_path(error: ValidationError) -> str:
@@ -495,6 +516,10 @@ def _schema_versions(
             if base is None:
                 raise ContractError(source, f"{path}.file", "schema files need a contract file")
             file = base / item["file"]
+            if not file.resolve().is_relative_to(base.resolve()):  # e.g. through a symlink
+                raise ContractError(
+                    source, f"{path}.file", f"{item['file']!r} is outside the contract's folder"
+                )
             try:
                 schema = json.loads(file.read_text(encoding="utf-8"))
             except OSError as exc:
@@ -571,6 +596,10 @@ def _check_semantics(c: Contract) -> None:
             where = "value.name"
         elif c.value_format == "avro" and i > 0:
             where = f"value.schemas[{len(c.value_schemas) - 1}].fields[{i - 1}].name"
+        if not IDENTIFIER.fullmatch(name):  # Avro field names reach here unchecked
+            raise ContractError(c.source, where, f"invalid column name {name!r}: {IDENTIFIER_RULE}")
+        if name in SQL_LITERAL_WORDS:
+            raise ContractError(c.source, where, _literal_word(name))
         reserved = name in STREAM_METADATA_COLUMNS
         if name == "event_time" and c.event_time == "event_time":
             reserved = False  # the event-time field may itself be called event_time
@@ -602,6 +631,13 @@ def _check_semantics(c: Contract) -> None:
         _check_schema_chain(c)
     _check_tables(c)
     _check_expectations(c)
+
+
+def _literal_word(name: str) -> str:
+    return (
+        f"{name!r} cannot name a column: delta-rs's SQL reads s.{name} as a value, so the "
+        "table's merge predicates would fail"
+    )
 
 
 def _check_schema_chain(c: Contract) -> None:
@@ -645,6 +681,13 @@ def _check_tables(c: Contract) -> None:
                 raise ContractError(
                     c.source, f"{at}.join.on_field", f"no value field named {t.join.on!r}"
                 )
+            for name in c.table_columns(t):
+                if len(name) > 128:  # the prefix's pattern has no length limit
+                    raise ContractError(
+                        c.source,
+                        f"{at}.join.prefix",
+                        f"column {name!r} would be longer than 128 characters",
+                    )
             continue
         if t.source == "table":
             for ai, a in enumerate(t.aggregations):
@@ -662,6 +705,8 @@ def _check_tables(c: Contract) -> None:
             where = f"{at}.aggregations[{ai}]"
             if a.name in out_names or a.name.startswith("__"):
                 raise ContractError(c.source, f"{where}.name", f"column {a.name!r} already exists")
+            if a.name in SQL_LITERAL_WORDS:
+                raise ContractError(c.source, f"{where}.name", _literal_word(a.name))
             out_names.add(a.name)
             if a.fn == "count" and a.field is None:
                 continue
@@ -838,6 +883,11 @@ def _check_expectations(c: Contract) -> None:
         if e.severity == "quarantine" and (why := _no_quarantine(e)):
             raise ContractError(c.source, f"{where}.severity", f"{why}: use warn or fail")
         lo, hi = e.param("min"), e.param("max")
+        numbers = (lo, hi, *(e.param("values") or ()))
+        if any(isinstance(v, float) and not math.isfinite(v) for v in numbers):
+            raise ContractError(
+                c.source, where, "min, max and values must be finite numbers (not .nan or .inf)"
+            )
         if lo is not None and hi is not None and lo > hi:
             raise ContractError(c.source, f"{where}.min", f"min {lo} is greater than max {hi}")
         if e.expect == "match_regex":

@@ -87,6 +87,17 @@ class LayerRequest:
     def reprocesses(self) -> bool:
         return self.from_version is not None or bool(self.from_offsets)
 
+    def check(self, contract: Contract) -> None:
+        """Every table named must be one of the topic's gold tables (the job checks this before
+        Spark starts: a name never reaches a path or a predicate unless the contract has it)."""
+        names = [t.name for t in contract.tables]
+        for flag, given in (("--tables", self.tables or ()), ("--full-refresh", self.full_refresh)):
+            for name in given:
+                if name not in names:
+                    raise ConfigError(
+                        f"{flag}: topic {contract.topic!r} has no gold table {name!r}"
+                    )
+
 
 @dataclass(frozen=True)
 class RunRequest:
@@ -113,7 +124,7 @@ class RunRequest:
         request = cls(
             layers=tuple(x for x in LAYERS if x in layers),
             dry_run=_flag(params.get("dry_run", False), "dry_run"),
-            full_refresh=tuple(dict.fromkeys(params.get("full_refresh") or ())),
+            full_refresh=_names(params.get("full_refresh"), "full_refresh"),
             silver_from_version=_version(params, "reprocess_silver_from_version"),
             silver_from_offsets=(
                 parse_offsets(offsets_text, "Param reprocess_silver_from_offsets")
@@ -275,6 +286,18 @@ def consequences(contract: Contract, request: RunRequest) -> list[str]:
             "their corrections in this run's gold step"
         )
     return lines
+
+
+def _names(value: Any, name: str) -> tuple[str, ...]:
+    """A list Param of table names, without repeats (each is then checked against the DAG's)."""
+    if value is None:
+        return ()
+    if isinstance(value, str) or not isinstance(value, Sequence):
+        raise ConfigError(f"Param {name}: {value!r} is not a list of table names")
+    for item in value:
+        if not isinstance(item, str):
+            raise ConfigError(f"Param {name}: {item!r} is not a table name")
+    return tuple(dict.fromkeys(value))
 
 
 def _flag(value: Any, name: str) -> bool:

@@ -120,7 +120,8 @@ class LayerJobOperator(SparkSubmitOperator):
         # Set afresh on each try (never appended to: a retry in the same process adds nothing).
         self.application_args = [
             *self.base_args,
-            *("--dag-run-id", str(context["run_id"])),
+            # One argument: a run id chosen in the trigger form may start with '--'.
+            f"--dag-run-id={context['run_id']}",
             *request.for_layer(self.layer).args(),
         ]
         try:

@@ -13,7 +13,6 @@ from lakehouse import bronze, streams, tables
 from lakehouse.config import LAYERS, Layer, Settings
 from lakehouse.contracts import Catalog, Contract, TableSpec
 from lakehouse.control import LayerRequest, reprocessable
-from lakehouse.errors import ConfigError
 from lakehouse.quality import (
     Gate,
     LedgerBuffer,
@@ -131,10 +130,8 @@ def _selected(contract: Contract, layer: Layer, request: LayerRequest) -> list[T
     order; None for bronze and silver. An unknown name is a configuration error."""
     if layer != "gold":
         return None
+    request.check(contract)
     names = [t.name for t in contract.tables]
-    for name in (*(request.tables or ()), *request.full_refresh):
-        if name not in names:
-            raise ConfigError(f"topic {contract.topic!r} has no gold table {name!r}")
     wanted = set(names if request.tables is None else request.tables)
     return [t for t in contract.tables if t.name in wanted]
 
