@@ -113,15 +113,10 @@ test: java lint browser ## Run the whole test suite (unit, integration, Airflow 
 unit: $(STAMP) ## Run the fast unit tests only
 	$(BIN)/pytest -m "not integration and not e2e"
 
-BENCH_ROWS ?= 10000000
+BENCH_SIZE ?= small
 .PHONY: bench
-bench: java ## Run the benchmarks (BENCH_ROWS=10000000); figures also in bench/results/
-	$(BIN)/python bench/storage.py --rows $(BENCH_ROWS)
-	$(BIN)/python bench/bronze.py --records $(BENCH_ROWS)
-	$(BIN)/python bench/silver.py --records $(BENCH_ROWS)
-	$(BIN)/python bench/gold.py --events $(BENCH_ROWS)
-	$(BIN)/python bench/quality.py
-	$(BIN)/python bench/airflow_trigger.py
+bench: java ## Run every benchmark against its peer (BENCH_SIZE=small: ~10 min; large: 10M records)
+	$(BIN)/python bench/run_all.py --size $(BENCH_SIZE)
 
 .PHONY: lint
 lint: $(STAMP) ## ruff (lint + format check) and mypy
