@@ -113,9 +113,13 @@ test: java lint browser ## Run the whole test suite (unit, integration, Airflow 
 unit: $(STAMP) ## Run the fast unit tests only
 	$(BIN)/pytest -m "not integration and not e2e"
 
+.PHONY: reliability
+reliability: java ## Fault injection at full size (kill -9 of each layer job 20 times, reruns, maintenance during writes)
+	LAKEHOUSE_RELIABILITY_KILLS=20 $(BIN)/pytest -m reliability tests/reliability -q
+
 BENCH_SIZE ?= small
 .PHONY: bench
-bench: java ## Run every benchmark against its peer (BENCH_SIZE=small: ~10 min; large: 10M records)
+bench: java ## Run every benchmark against its peer (BENCH_SIZE=small: ~15 min here; large: 10M records)
 	$(BIN)/python bench/run_all.py --size $(BENCH_SIZE)
 
 .PHONY: lint

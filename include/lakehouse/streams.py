@@ -437,11 +437,17 @@ def build(spark: SparkSession, settings: Settings, contract: Contract) -> Silver
     decoded, verdict = _judge(decoded, contract, gate, source)
     good = stream_rows(decoded, contract)
     bad = quarantine_rows(decoded)
+    quarantine_path = settings.quarantine_path("silver", contract.stream)
+    quarantined = store.transaction_version(quarantine_path, source_app(contract))
+    if quarantined is not None and quarantined >= start:
+        # A run died between the quarantine's commit and the stream's: the quarantine already
+        # holds the bad records of bronze versions start..quarantined. Bronze may have moved on
+        # since, so this batch is larger and its Txn newer: append only the records not there.
+        held = store.read(quarantine_path).select(*RECORD_KEY)
+        bad = bad.join(held, RECORD_KEY, "left_anti")
     n_bad = bad.count()
     if n_bad:
-        store.append(
-            bad, settings.quarantine_path("silver", contract.stream), txn=txn, metadata=meta
-        )
+        store.append(bad, quarantine_path, txn=txn, metadata=meta)
     n_good = good.count()
     # The registry (checked when the job started) has allowed the contract's schema: new
     # optional fields become new columns; columns the contract dropped are written as nulls.

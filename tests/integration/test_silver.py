@@ -119,6 +119,38 @@ def test_incremental_runs_read_only_new_bronze_versions(spark: Any, lake: Settin
     assert "no new versions" in _run(spark, lake, ("silver",))[0]
 
 
+def test_a_crash_between_quarantine_and_stream_then_new_bronze_quarantines_once(
+    spark: Any, lake: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A silver job that died after its quarantine's commit and before the stream's, rerun
+    after bronze moved on (found by tests/reliability's kill -9): the rerun's batch covers more
+    bronze versions than the commit that survived, yet each bad record is quarantined once."""
+    from lakehouse.storage import DeltaStore
+
+    silver = lake.silver_path("orders_stream")
+    _produce(lake, [b'{"customer": "a", "amount": 1}', b"{broken"])
+    _run(spark, lake, ("bronze",))
+    write = DeltaStore.write
+
+    def dies_before_the_stream(self: DeltaStore, df: Any, path: Path, **kwargs: Any) -> Any:
+        if path == silver:
+            raise RuntimeError("killed")
+        return write(self, df, path, **kwargs)
+
+    monkeypatch.setattr(DeltaStore, "write", dies_before_the_stream)
+    with pytest.raises(RuntimeError, match="killed"):
+        _run(spark, lake, ("silver",))
+    monkeypatch.undo()
+    quarantine = lake.quarantine_path("silver", "orders_stream")
+    assert read_arrow(quarantine).num_rows == 1 and not (silver / "_delta_log").exists()
+
+    _produce(lake, [b"{broken again", b'{"customer": "b", "amount": 2}'], start=2)
+    _run(spark, lake, ("bronze", "silver"))
+    bad = read_arrow(quarantine).to_pylist()
+    assert sorted(r["value"] for r in bad) == [b"{broken", b"{broken again"]
+    assert sorted(read_arrow(silver).column("customer").to_pylist()) == ["a", "b"]
+
+
 def test_an_added_optional_field_adds_a_column_without_rewriting_history(
     spark: Any, lake: Settings
 ) -> None:
