@@ -20,6 +20,7 @@ from lakehouse.quality import (
     Verdict,
     freshness_outcome,
     pandas_max_rows,
+    restore_ledger,
     sync_constraints,
 )
 from lakehouse.registry import SchemaRegistry
@@ -77,6 +78,9 @@ def run_layer(
         for name, path in layer_tables(settings, contract, layer)
         if names is None or name in names
     }
+    for path, gate in gates.items():
+        if gate.active:  # the verdict of a commit whose job died before writing it
+            ledger.rows += restore_ledger(settings, path)
     existed = {path for path in gates if (path / "_delta_log").is_dir()}
     for path in existed:
         _constrain(path, gates[path], echo)

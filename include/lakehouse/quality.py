@@ -514,16 +514,18 @@ def read_ledger(
     *,
     dag_run_id: str | None = None,
     layer: str | None = None,
+    run_id: str | None = None,
 ) -> pa.Table:
-    """The ledger's rows: those of one table, one DAG run or one layer, if given (filtered by
-    delta-rs's query engine, so a run's gate reads its own rows, not the ledger's history)."""
+    """The ledger's rows: those of one table, one DAG run, one layer or one job run, if given
+    (filtered by delta-rs's query engine, so a run's gate reads its own rows, not the ledger's
+    history)."""
     from lakehouse.storage.store import snapshot_arrow
 
     if not (settings.ledger_path / "_delta_log").is_dir():
         return ledger_schema().empty_table()
     from deltalake import DeltaTable
 
-    wanted = {"table": table, "dag_run_id": dag_run_id, "layer": layer}
+    wanted = {"table": table, "dag_run_id": dag_run_id, "layer": layer, "run_id": run_id}
     terms = [
         f'"{column}" = \'' + value.replace("'", "''") + "'"
         for column, value in wanted.items()
@@ -551,6 +553,45 @@ def save_result(settings: Settings, verdict: Verdict, run: RunInfo) -> Path | No
     tmp.write_text(json.dumps(document, default=str), encoding="utf-8")
     tmp.replace(path)
     return path
+
+
+# A gated commit also carries its verdict's ledger rows: the job writes them to the ledger after
+# the commit, and a job killed in between leaves them to the next (see restore_ledger).
+LEDGER_KEY = "lakehouse.ledger"
+
+
+def restore_ledger(settings: Settings, path: Path) -> list[dict[str, Any]]:
+    """The ledger rows of the newest gated commit among a table's last 16 commits if the ledger
+    lacks them (its job died between the two commits: they cannot be one transaction), with the
+    version of the commit they judged; else none. Every job runs this before it commits, so
+    only a table's newest gated commit can lack them."""
+    if not (path / "_delta_log").is_dir():
+        return []
+    from deltalake import DeltaTable
+
+    for commit in DeltaTable(str(path)).history(16):  # newest first
+        raw = commit.get(LEDGER_KEY)
+        if raw is None:
+            continue
+        rows = json.loads(raw) if isinstance(raw, str) else raw
+        if not rows:
+            return []
+        first = rows[0]
+        validated = datetime.fromisoformat(first["validated_at"])
+        recorded = read_ledger(
+            settings, first["table"], layer=first["layer"], run_id=first["run_id"]
+        )
+        if validated in recorded.column("validated_at").to_pylist():
+            return []
+        return [
+            {
+                **row,
+                "validated_at": datetime.fromisoformat(row["validated_at"]),
+                "table_version": int(commit["version"]),
+            }
+            for row in rows
+        ]
+    return []
 
 
 # -- volume and freshness ----------------------------------------------------------------------
@@ -716,8 +757,17 @@ class Gate:
         )
 
     def commit_metadata(self, verdict: Verdict) -> dict[str, Any]:
-        """What a gated commit carries: the batch's size, the volume check's history."""
-        return {QUALITY_KEY: {"rows": verdict.rows}} if self.regular else {}
+        """What a gated commit carries: the batch's size, the volume check's history; and the
+        verdict's ledger rows, as published (:data:`LEDGER_KEY`)."""
+        rows = ledger_rows(
+            self.run, verdict, table_version=None, published=True, source=self.source
+        )
+        meta: dict[str, Any] = {
+            LEDGER_KEY: [{**r, "validated_at": r["validated_at"].isoformat()} for r in rows]
+        }
+        if self.regular:
+            meta[QUALITY_KEY] = {"rows": verdict.rows}
+        return meta
 
     def record(self, verdict: Verdict, *, table_version: int | None, published: bool) -> None:
         if published:

@@ -111,6 +111,50 @@ def test_warn_records_the_failure_and_publishes_everything(spark: Any, tmp_path:
     assert "silver orders_stream: bronze versions 0..1 committed: 3 records, 0 quarantined" in lines
 
 
+def test_a_verdict_lost_with_its_job_is_written_by_the_next_run(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A job that dies after publishing a gated batch and before writing the ledger (found by
+    tests/reliability's kill -9): the layer's next run writes that verdict, once, as the first
+    run's, with the version it judged."""
+    from lakehouse import quality
+
+    lake = _lake(
+        tmp_path,
+        "  silver:\n"
+        "    - {name: amount_range, expect: between, column: amount, min: 0, max: 100, "
+        "severity: warn}\n",
+    )
+    _send(lake, [*GOOD, ("o3", {"city": "Paris", "amount": 500})])
+    _run(spark, lake, "bronze")
+
+    def killed(settings: Settings, rows: Any) -> None:
+        raise RuntimeError("killed")
+
+    monkeypatch.setattr(quality, "write_ledger", killed)
+    with pytest.raises(RuntimeError, match="killed"):
+        _run(spark, lake, "silver", run_id="manual__first")
+    monkeypatch.undo()
+    silver = lake.silver_path("orders_stream")
+    published = table_version(silver)
+    assert read_arrow(silver).num_rows == 3 and _ledger(lake, "silver") == []
+
+    _run(spark, lake, "silver", run_id="manual__retry")
+    _run(spark, lake, "silver", run_id="manual__retry")
+    (row,) = _ledger(lake, "silver")
+    assert (row["dag_run_id"], row["published"], row["table_version"]) == (
+        "manual__first",
+        True,
+        published,
+    )
+    assert (row["expectation"], row["element_count"], row["unexpected_count"]) == (
+        "amount_range",
+        3,
+        1,
+    )
+    assert table_version(silver) == published
+
+
 @pytest.mark.parametrize("engine", ["pandas", "spark"])
 def test_quarantine_routes_failing_rows_with_the_expectation_as_reason(
     spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, engine: str

@@ -79,8 +79,9 @@ LAYER_TABLES: dict[str, tuple[str, ...]] = {
     ),
 }
 # Columns that legitimately differ between two runs over the same landing data: when the ingest
-# ran (wall-clock time of the job). Nothing else is left out; paths that embed the lakehouse
-# root (bronze's source file names) are compared relative to it.
+# ran (wall-clock time of the job). Nothing else is left out (bronze's ``_batch_id`` neither:
+# the tests cut bronze's batches as the clean run does); paths that embed the lakehouse root
+# (bronze's source file names) are compared relative to it.
 EXCLUDED: dict[str, tuple[str, ...]] = {
     f"bronze.{TOPIC}": ("_ingested_at",),
     f"quarantine.bronze.{TOPIC}": ("_ingested_at",),
@@ -464,6 +465,29 @@ def invariants(lake: Lake, positions: bool = True) -> list[str]:
         if position != head:
             problems.append(f"{reader} has read {source} up to version {position}, not {head}")
     return problems
+
+
+def published_verdicts(
+    lake: Lake, version: int | None = None
+) -> tuple[dict[tuple[str, str], tuple[int, int]], list[Any]]:
+    """The data-quality ledger's verdicts on published batches (as of its ``version``): per
+    table and expectation, the rows judged and the rows unexpected, summed (the sums do not
+    depend on how the batches were cut); and the verdicts recorded more than once."""
+    from lakehouse.storage import read_arrow
+
+    path = lake.settings.ledger_path
+    if newest(path) is None:
+        return {}, []
+    rows = [r for r in read_arrow(path, version=version).to_pylist() if r["published"]]
+    sums: dict[tuple[str, str], tuple[int, int]] = {}
+    for r in rows:
+        judged, unexpected = sums.get((r["table"], r["expectation"]), (0, 0))
+        sums[(r["table"], r["expectation"])] = (
+            judged + (r["element_count"] or 0),
+            unexpected + (r["unexpected_count"] or 0),
+        )
+    once = Counter((r["run_id"], r["table"], r["validated_at"], r["expectation"]) for r in rows)
+    return sums, [k for k, n in once.items() if n > 1]
 
 
 def layer_state(lake: Lake, layer: str) -> dict[str, int | None]:

@@ -4,6 +4,10 @@ rerun; the same task rerun three times, and two copies of it at once; table main
 (compaction, vacuum, checkpoints) while the jobs write. Each time, every table (bronze, silver,
 both quarantines, gold and the gold state table) must equal a clean run's as a multiset of rows
 (nothing lost, nothing doubled), and every version of every Delta table must stay readable.
+Left out of the comparison: bronze's ``_ingested_at`` (when the ingest ran). The data-quality
+ledger is not compared row by row (each row carries its validation's time and job run, and a
+killed try may have validated a batch it never published); its verdicts on published batches
+must judge the same rows as the clean run's, each recorded once.
 
 Size: ``LAKEHOUSE_RELIABILITY_KILLS`` kills per layer (default 3, for CI; ``make reliability``
 sets 20); ``LAKEHOUSE_RELIABILITY_SEED`` replays a run's kill points (the seed is printed, and
@@ -47,6 +51,7 @@ from faults import (
     make_lake,
     orphans,
     produce,
+    published_verdicts,
     read_every_version,
     run_job,
     start_job,
@@ -148,9 +153,15 @@ def _rounded(durations: dict[str, list[float]]) -> dict[str, list[float]]:
 def _assert_same_tables(
     reference: Reference, lake: Lake, at: dict[str, int | None] | None, context: str
 ) -> dict[str, int]:
+    """Every table of ``lake`` equals the clean run's (as of the versions ``at``, else its
+    last), and so do the ledger's verdicts on the batches published."""
     problems, counts = differences(reference.lake, lake, at)
     assert not problems, f"{context}: tables differ from the clean run's:\n" + "\n".join(problems)
     assert all(counts[name] > 0 for name in reference.lake.tables()), counts  # not vacuous
+    want, _ = published_verdicts(reference.lake, None if at is None else at["ledger"])
+    got, twice = published_verdicts(lake)
+    assert got == want and want, f"{context}: published verdicts {got}, expected {want}"
+    assert twice == [], f"{context}: verdicts recorded twice: {twice}"
     return counts
 
 
