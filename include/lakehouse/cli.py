@@ -20,7 +20,8 @@ import base64
 import json
 import os
 import sys
-from collections.abc import Iterable, Iterator, Sequence
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO, cast
@@ -359,7 +360,7 @@ def run_pipeline(
 
     if topic:
         catalog.topic(topic)  # fail on an unknown topic before starting Spark
-    spark = get_session(settings.spark_master, app_name="lakehouse-run")
+    spark = get_session(settings.spark_master, app_name="lakehouse-run", short_lived=True)
     layers: tuple[Layer, ...] = (layer,) if layer else LAYERS
     run(spark, settings, catalog, topics=[topic] if topic else [], layers=layers)
     return 0
@@ -384,6 +385,19 @@ def _topic_option(text: str) -> str:
     if not text:
         raise argparse.ArgumentTypeError("empty topic name (leave --topic out for every topic)")
     return text
+
+
+def _count(minimum: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"{value} is below {minimum}")
+        return value
+
+    return parse
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -463,10 +477,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ss.add_argument(
         "--records",
-        type=int,
+        type=_count(1),
         help="generate this many random records (default topic: user-locations)",
     )
-    ss.add_argument("--value-bytes", type=int, default=0, help="pad values to about this size")
+    ss.add_argument(
+        "--value-bytes", type=_count(0), default=0, help="pad values to about this size"
+    )
     ss.add_argument("--seed", type=int, default=0)
 
     sc = sub.add_parser(
@@ -483,6 +499,10 @@ def build_parser() -> argparse.ArgumentParser:
     sq.add_argument("--last", type=int, default=10, help="validations per table in the trend")
     sq.add_argument("--format", choices=("table", "json"), default="table")
     sub.add_parser("report", help="rebuild the Data Docs (HTML) from the saved validations")
+    sub.add_parser(
+        "spark-archive",
+        help="write the JVM class archive that shortens every Spark job's start (make does)",
+    )
     sa = sub.add_parser("airflow", help="run the airflow CLI with the lakehouse's environment")
     sa.add_argument("args", nargs=argparse.REMAINDER)
     return p
@@ -494,6 +514,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         settings = Settings.from_env(args.home, args.contracts)
         if args.command == "airflow":
             return run_airflow(settings, args.args)
+        if args.command == "spark-archive":
+            from lakehouse.spark import build_class_archive
+
+            started = time.monotonic()
+            path = build_class_archive()
+            took = time.monotonic() - started
+            print(f"Spark class archive: {path} ({path.stat().st_size >> 20} MiB, {took:.0f} s)")
+            return 0
         catalog = Catalog.load(settings.contracts_dir)
         if args.command == "produce":
             return produce(

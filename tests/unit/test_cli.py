@@ -208,3 +208,22 @@ def test_rebuild_commands_refuse_bad_arguments_before_spark_starts(
     monkeypatch.setattr("lakehouse.spark.get_session", no_spark)
     assert _run(monkeypatch, argv) == 1
     assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--records", "-1"], "argument --records: -1 is below 1"),
+        (["--records", "0"], "argument --records: 0 is below 1"),
+        (["--records", "ten"], "argument --records: 'ten' is not a whole number"),
+        (["--value-bytes", "-3"], "argument --value-bytes: -3 is below 0"),
+    ],
+)
+def test_sample_refuses_counts_that_are_not_counts(
+    capsys: pytest.CaptureFixture[str], args: list[str], message: str
+) -> None:
+    """A negative count used to produce nothing and succeed."""
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["sample", *args])
+    assert exit_.value.code == 2
+    assert message in capsys.readouterr().err
