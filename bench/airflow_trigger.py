@@ -59,6 +59,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "e2e"))
 from airflow_stack import Airflow, clean_environment, running_airflow
 
 from common import Figure, report
+from lakehouse.spark import submit_conf
 
 REPO = Path(__file__).resolve().parents[1]
 TOPIC = "bench-trigger"
@@ -202,14 +203,14 @@ def run_airflow(airflow: Airflow, paths: list[Path]) -> dict[str, Any]:
     }
 
 
-def spark_submit(layer: str, settings: Any) -> list[str]:
+def spark_submit(layer: str, settings: Any, conf: dict[str, str] | None = None) -> list[str]:
     """The command the DAG's LayerJobOperator has SparkSubmitOperator run (without the Params'
-    flags and the run id)."""
+    flags and the run id); ``conf`` instead of the operator's settings, if given."""
+    settings_ = submit_conf() if conf is None else conf
     return [
         str(Path(sys.executable).parent / "spark-submit"),
         *("--master", SPARK_MASTER),
-        *("--conf", f"spark.pyspark.python={sys.executable}"),
-        *("--conf", f"spark.pyspark.driver.python={sys.executable}"),
+        *(arg for key, value in settings_.items() for arg in ("--conf", f"{key}={value}")),
         *("--name", f"lakehouse-{layer}-{TOPIC}"),
         str(REPO / "jobs" / "run_layer.py"),
         *("--topic", TOPIC, "--layer", layer),

@@ -6,12 +6,35 @@ Airflow's SparkSubmitOperator runs this with the ``spark_default`` connection's 
 flags after ``--layer`` come from the run's Params (see ``lakehouse.control``).
 """
 
+# ruff: noqa: E402 (the imports that load pyspark follow _prefer_installed_pyspark on purpose)
 from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.machinery
 import sys
 import threading
+from pathlib import Path
+
+
+def _prefer_installed_pyspark() -> None:
+    """spark-submit puts the ``pyspark.zip`` of the pyspark it belongs to ahead of everything on
+    the path, and Python compiles each module it imports from a zip afresh on every start (about
+    half a second for pyspark's). When that zip lies inside the installed pyspark package, the
+    package itself is the same code with its bytecode cached: import it from there."""
+    plain = [p for p in sys.path if not p.endswith(".zip")]
+    spec = importlib.machinery.PathFinder.find_spec("pyspark", plain)
+    if spec is None or not spec.submodule_search_locations:
+        return
+    installed = Path(next(iter(spec.submodule_search_locations))).resolve()
+    sys.path[:] = [
+        p
+        for p in sys.path
+        if not (p.endswith(".zip") and Path(p).resolve().is_relative_to(installed))
+    ]
+
+
+_prefer_installed_pyspark()
 
 from lakehouse.config import LAYERS, Settings
 from lakehouse.contracts import Catalog

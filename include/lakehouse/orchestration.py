@@ -26,6 +26,7 @@ from lakehouse.config import LAYERS, REPO_ROOT, Layer, Settings
 from lakehouse.contracts import Catalog, Contract
 from lakehouse.control import OFFSETS_PATTERN, RunRequest, joined, own
 from lakehouse.errors import CONFIG_ERROR_EXIT, GATE_FAILED_EXIT, ConfigError
+from lakehouse.spark import submit_conf
 
 JOB = str(REPO_ROOT / "jobs" / "run_layer.py")
 START = datetime(2026, 1, 1)
@@ -113,6 +114,7 @@ class LayerJobOperator(SparkSubmitOperator):
         super().__init__(**kwargs)
         self.layer, self.contract, self.tables = layer, contract, tables
         self.base_args = list(self.application_args or [])
+        self.base_conf = dict(self.conf or {})
 
     def execute(self, context: Any) -> None:
         _skip_if_left_out(context["params"], self.contract.topic, self.layer)
@@ -124,6 +126,13 @@ class LayerJobOperator(SparkSubmitOperator):
             f"--dag-run-id={context['run_id']}",
             *request.for_layer(self.layer).args(),
         ]
+        # The interpreter Airflow runs with (it has `lakehouse`) for the driver and executors,
+        # and the driver JVM's options, as this machine has them now (the class archive may
+        # have been written after the DAG was parsed); the DAG's own conf wins.
+        try:
+            self.conf = {**submit_conf(short_lived=True), **(self.base_conf or {})}
+        except ConfigError as exc:  # the machine's settings would fail every try alike
+            raise AirflowFailException(str(exc)) from None
         try:
             super().execute(context)
         except AirflowException as exc:
@@ -158,11 +167,6 @@ def _request(context: Any, contract: Contract, tables: Sequence[str] | None) -> 
         return RunRequest.from_params(context["params"], contract, tables)
     except ConfigError as exc:  # the same Params would fail again: no retries
         raise AirflowFailException(str(exc)) from None
-
-
-def _spark_conf() -> dict[str, str]:
-    # The driver and executors run the interpreter Airflow runs with, which has `lakehouse`.
-    return {"spark.pyspark.python": sys.executable, "spark.pyspark.driver.python": sys.executable}
 
 
 def _multi_select(choices: Sequence[str], **schema: Any) -> Param:
@@ -259,7 +263,6 @@ def _layer_task(
         ],  # the run's id and Params add the rest (``--tables`` for gold, ...) at execution
         conn_id="spark_default",
         name=f"lakehouse-{layer}-{contract.topic}",
-        conf=_spark_conf(),
         env_vars={
             "LAKEHOUSE_HOME": str(settings.home),
             "LAKEHOUSE_CONTRACTS": str(settings.contracts_dir),

@@ -4,16 +4,81 @@ from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING
 
+from lakehouse.errors import ConfigError
 from lakehouse.runtime import ensure_java
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 
-def spark_conf(master: str, app_name: str) -> dict[str, str]:
-    """Settings every job runs with, whatever the master."""
+# The driver JVM's options: ``LAKEHOUSE_DRIVER_JAVA_OPTIONS`` replaces them whole when set
+# (empty: none). Otherwise the JVM starts with
+#
+# * the JIT's compilers: the quick C1 alone for a process that runs one micro-batch and exits
+#   (a layer job under Airflow, `lakehouse run`), both tiers (C1, then the optimising C2) for a
+#   long-lived session. C2 spends seconds of CPU optimising code for a long run; on two cores
+#   that CPU is taken from a short job, which then starts slower (bench/jvm_start.py), while a
+#   long run goes faster with it (bench/end_to_end.py). ``LAKEHOUSE_JVM_COMPILER=c1|c2`` decides
+#   for every process (e.g. ``c2`` for a backfill of millions of records through Airflow);
+# * ``-XX:SharedArchiveFile=<class archive>``, when `lakehouse spark-archive` has written one
+#   (make does): Spark's classes mapped ready-parsed instead of loaded from the jars. The JVM
+#   checks the archive against itself and its class path and ignores one that does not fit.
+#
+# In local mode the executors live in the driver's JVM, so these cover the whole job.
+JAVA_OPTIONS_ENV = "LAKEHOUSE_DRIVER_JAVA_OPTIONS"
+COMPILER_ENV = "LAKEHOUSE_JVM_COMPILER"
+
+
+def class_archive() -> Path:
+    """Where this interpreter's Spark class archive lives: inside the virtualenv, since it
+    belongs to the jars installed there. The JVM records each jar's size and time in the archive
+    and ignores the archive, with a warning, once a jar or the JVM itself has changed."""
+    return Path(sys.prefix) / "var" / "lakehouse" / "spark-classes.jsa"
+
+
+def driver_java_options(*, short_lived: bool) -> str:
+    """The options the driver JVM of a job starts with (see :data:`JAVA_OPTIONS_ENV`);
+    ``short_lived``: the process runs one micro-batch and exits."""
+    given = os.environ.get(JAVA_OPTIONS_ENV)
+    if given is not None:
+        return given.strip()
+    compiler = os.environ.get(COMPILER_ENV, "").strip().lower() or ("c1" if short_lived else "c2")
+    if compiler not in ("c1", "c2"):
+        raise ConfigError(f"{COMPILER_ENV}={compiler!r}: expected c1 or c2")
+    options = ["-XX:TieredStopAtLevel=1"] if compiler == "c1" else []
+    archive = class_archive()
+    if archive.is_file():
+        options.append(f"-XX:SharedArchiveFile={archive}")
+    return " ".join(options)
+
+
+def submit_conf(*, short_lived: bool = True) -> dict[str, str]:
+    """The settings a ``spark-submit`` of a job passes beyond its master: the interpreter the
+    driver and executors run (the one with `lakehouse`), and the driver JVM's options (a layer
+    job runs one micro-batch: ``short_lived``)."""
+    conf = {"spark.pyspark.python": sys.executable, "spark.pyspark.driver.python": sys.executable}
+    options = driver_java_options(short_lived=short_lived)
+    if options:
+        conf["spark.driver.extraJavaOptions"] = options
+    return conf
+
+
+def spark_conf(
+    master: str, app_name: str, *, short_lived: bool = False, jvm_options: bool = True
+) -> dict[str, str]:
+    """Settings every job runs with, whatever the master (``jvm_options``: with the driver
+    JVM's start-up options; see :func:`driver_java_options`)."""
+    interpreter = (
+        submit_conf(short_lived=short_lived)
+        if jvm_options
+        else {
+            "spark.pyspark.python": sys.executable,
+            "spark.pyspark.driver.python": sys.executable,
+        }
+    )
     return {
         "spark.master": master,
         "spark.app.name": app_name,
@@ -23,8 +88,7 @@ def spark_conf(master: str, app_name: str) -> dict[str, str]:
         "spark.sql.execution.arrow.pyspark.enabled": "true",
         "spark.sql.sources.partitionOverwriteMode": "dynamic",
         # Executors must run the project's interpreter, which has the `lakehouse` package.
-        "spark.pyspark.python": sys.executable,
-        "spark.pyspark.driver.python": sys.executable,
+        **interpreter,
         "spark.ui.showConsoleProgress": "false",
         "spark.ui.enabled": os.environ.get("LAKEHOUSE_SPARK_UI", "false"),
         "spark.driver.memory": os.environ.get("LAKEHOUSE_DRIVER_MEMORY", "2g"),
@@ -36,19 +100,30 @@ def spark_conf(master: str, app_name: str) -> dict[str, str]:
     }
 
 
-def get_session(master: str | None = None, app_name: str = "lakehouse") -> SparkSession:
-    """Return the process's SparkSession, creating it with the platform's settings."""
+def get_session(
+    master: str | None = None, app_name: str = "lakehouse", *, short_lived: bool = False
+) -> SparkSession:
+    """Return the process's SparkSession, creating it with the platform's settings;
+    ``short_lived``: this process runs one micro-batch and exits (the JVM's JIT is chosen for
+    that, see :func:`driver_java_options`)."""
     from pyspark.sql import SparkSession
 
-    ensure_java()
+    if "PYSPARK_GATEWAY_PORT" not in os.environ:  # else spark-submit has started the JVM
+        ensure_java()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     active = SparkSession.getActiveSession()
     if active is not None:
         return active
     builder = SparkSession.builder
-    conf = spark_conf(master or os.environ.get("LAKEHOUSE_SPARK_MASTER", "local[2]"), app_name)
-    if master is None and "PYSPARK_GATEWAY_PORT" in os.environ:
+    submitted = master is None and "PYSPARK_GATEWAY_PORT" in os.environ
+    conf = spark_conf(
+        master or os.environ.get("LAKEHOUSE_SPARK_MASTER", "local[2]"),
+        app_name,
+        short_lived=short_lived,
+        jvm_options=not submitted,  # spark-submit has started the JVM with its own
+    )
+    if submitted:
         # Launched by spark-submit: its --master/--name/--driver-memory are the ones to keep.
         for key in ("spark.master", "spark.app.name", "spark.driver.memory"):
             conf.pop(key)
@@ -57,3 +132,40 @@ def get_session(master: str | None = None, app_name: str = "lakehouse") -> Spark
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel(os.environ.get("LAKEHOUSE_SPARK_LOG_LEVEL", "WARN"))
     return session
+
+
+def build_class_archive(records: int = 2000) -> Path:
+    """Write this interpreter's Spark class archive (:func:`class_archive`): run the shipped
+    sample pipeline once, every layer of every sample topic, in a scratch lakehouse with a JVM
+    that records the classes it loads and writes them out when it exits. Returns the archive's
+    path; raises ``RuntimeError`` with the workload's output if no archive came out of it."""
+    import subprocess
+    import tempfile
+
+    from lakehouse.config import REPO_ROOT
+
+    archive = class_archive()
+    archive.parent.mkdir(parents=True, exist_ok=True)
+    partial = archive.with_name(f"{archive.name}.{os.getpid()}.tmp")
+    ensure_java()
+    with tempfile.TemporaryDirectory(prefix="lakehouse-archive-") as scratch:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("LAKEHOUSE_")}
+        env |= {
+            "LAKEHOUSE_HOME": str(Path(scratch) / "lakehouse"),
+            "LAKEHOUSE_CONTRACTS": str(REPO_ROOT / "contracts"),
+            JAVA_OPTIONS_ENV: f"-XX:TieredStopAtLevel=1 -XX:ArchiveClassesAtExit={partial}",
+        }
+        cli = [sys.executable, "-m", "lakehouse.cli"]
+        output = []
+        for args in (["sample", "--records", str(records)], ["run"]):
+            done = subprocess.run(
+                [*cli, *args], env=env, capture_output=True, text=True, check=False
+            )
+            output.append(done.stdout + done.stderr)
+            if done.returncode != 0:
+                partial.unlink(missing_ok=True)
+                raise RuntimeError(f"lakehouse {args[0]} failed:\n{output[-1][-3000:]}")
+    if not partial.is_file():
+        raise RuntimeError(f"the JVM wrote no class archive:\n{output[-1][-3000:]}")
+    partial.replace(archive)
+    return archive

@@ -24,6 +24,7 @@ from typing import Any
 
 from lakehouse.config import REPO_ROOT, Settings
 from lakehouse.landing import Producer, Record
+from lakehouse.spark import submit_conf
 
 TOPIC = "clicks"
 STREAM = "clicks_stream"
@@ -179,8 +180,7 @@ def job_command(layer: str, dag_run_id: str) -> list[str]:
     return [
         str(Path(python).parent / "spark-submit"),
         *("--master", "local[2]"),
-        *("--conf", f"spark.pyspark.python={python}"),
-        *("--conf", f"spark.pyspark.driver.python={python}"),
+        *(arg for key, value in submit_conf().items() for arg in ("--conf", f"{key}={value}")),
         *("--name", f"lakehouse-{layer}-{TOPIC}"),
         str(REPO_ROOT / "jobs" / "run_layer.py"),
         *("--topic", TOPIC, "--layer", layer),
