@@ -518,7 +518,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             from lakehouse.spark import build_class_archive
 
             started = time.monotonic()
-            path = build_class_archive()
+            try:
+                path = build_class_archive()
+            except RuntimeError as exc:  # the workload's own output says why
+                print(f"error: no Spark class archive: {exc}", file=sys.stderr)
+                return 1
             took = time.monotonic() - started
             print(f"Spark class archive: {path} ({path.stat().st_size >> 20} MiB, {took:.0f} s)")
             return 0

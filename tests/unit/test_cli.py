@@ -227,3 +227,17 @@ def test_sample_refuses_counts_that_are_not_counts(
         cli.main(["sample", *args])
     assert exit_.value.code == 2
     assert message in capsys.readouterr().err
+
+
+def test_spark_archive_reports_a_failed_workload_as_an_error(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def failed() -> None:
+        raise RuntimeError("lakehouse run failed:\nJava gateway process exited")
+
+    monkeypatch.setattr("lakehouse.spark.build_class_archive", failed)
+    assert cli.main(["spark-archive"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: no Spark class archive: lakehouse run failed:")
+    assert "Java gateway process exited" in err
+    assert "Traceback" not in err
