@@ -78,9 +78,8 @@ def run_layer(
         for name, path in layer_tables(settings, contract, layer)
         if names is None or name in names
     }
-    for path, gate in gates.items():
-        if gate.active:  # the verdict of a commit whose job died before writing it
-            ledger.rows += restore_ledger(settings, path)
+    # The verdicts of commits whose job died before writing them to the ledger.
+    ledger.rows += restore_ledger(settings, [path for path, gate in gates.items() if gate.active])
     existed = {path for path in gates if (path / "_delta_log").is_dir()}
     for path in existed:
         _constrain(path, gates[path], echo)

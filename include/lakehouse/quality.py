@@ -481,17 +481,27 @@ def ledger_rows(
 
 
 def write_ledger(settings: Settings, rows: Sequence[Mapping[str, Any]]) -> None:
-    """Append rows to the ledger in one commit."""
+    """Append rows to the ledger in one commit. The commit also records, per gated table, the
+    newest table version whose published verdict it holds (an app transaction of the ledger,
+    see :func:`restore_ledger`)."""
     if not rows:
         return
     import pyarrow as pa
-    from deltalake import write_deltalake
+    from deltalake import CommitProperties, Transaction, write_deltalake
 
+    held: dict[str, int] = {}
+    for row in rows:
+        if row["published"] and row["table_version"] is not None:
+            app = _ledger_app(row["layer"], row["table"])
+            held[app] = max(held.get(app, -1), int(row["table_version"]))
     settings.ledger_path.mkdir(parents=True, exist_ok=True)
     write_deltalake(
         str(settings.ledger_path),
         pa.Table.from_pylist(list(rows), schema=ledger_schema()),
         mode="append",
+        commit_properties=CommitProperties(
+            app_transactions=[Transaction(app, version) for app, version in held.items()] or None
+        ),
     )
 
 
@@ -514,18 +524,16 @@ def read_ledger(
     *,
     dag_run_id: str | None = None,
     layer: str | None = None,
-    run_id: str | None = None,
 ) -> pa.Table:
-    """The ledger's rows: those of one table, one DAG run, one layer or one job run, if given
-    (filtered by delta-rs's query engine, so a run's gate reads its own rows, not the ledger's
-    history)."""
+    """The ledger's rows: those of one table, one DAG run or one layer, if given (filtered by
+    delta-rs's query engine, so a run's gate reads its own rows, not the ledger's history)."""
     from lakehouse.storage.store import snapshot_arrow
 
     if not (settings.ledger_path / "_delta_log").is_dir():
         return ledger_schema().empty_table()
     from deltalake import DeltaTable
 
-    wanted = {"table": table, "dag_run_id": dag_run_id, "layer": layer, "run_id": run_id}
+    wanted = {"table": table, "dag_run_id": dag_run_id, "layer": layer}
     terms = [
         f'"{column}" = \'' + value.replace("'", "''") + "'"
         for column, value in wanted.items()
@@ -560,38 +568,48 @@ def save_result(settings: Settings, verdict: Verdict, run: RunInfo) -> Path | No
 LEDGER_KEY = "lakehouse.ledger"
 
 
-def restore_ledger(settings: Settings, path: Path) -> list[dict[str, Any]]:
-    """The ledger rows of the newest gated commit among a table's last 16 commits if the ledger
-    lacks them (its job died between the two commits: they cannot be one transaction), with the
-    version of the commit they judged; else none. Every job runs this before it commits, so
-    only a table's newest gated commit can lack them."""
-    if not (path / "_delta_log").is_dir():
-        return []
+def _ledger_app(layer: str, table: str) -> str:
+    """The ledger's app transaction for one gated table: its version is the newest version of
+    that table whose verdict the ledger holds."""
+    return f"{LEDGER_KEY}:{layer}.{table}"
+
+
+def restore_ledger(settings: Settings, paths: Sequence[Path]) -> list[dict[str, Any]]:
+    """The ledger rows that the newest gated commit among each table's last 16 commits carries,
+    if the ledger lacks them (its job died between the two commits: they cannot be one
+    transaction), with the version of the commit they judged. Every job runs this before it
+    commits, so only a table's newest gated commit can lack them. Whether the ledger has them
+    is its app transaction for the table (:func:`write_ledger`), read from the ledger's log:
+    the ledger's rows are not scanned."""
     from deltalake import DeltaTable
 
-    for commit in DeltaTable(str(path)).history(16):  # newest first
-        raw = commit.get(LEDGER_KEY)
-        if raw is None:
+    ledger: DeltaTable | None = None
+    restored: list[dict[str, Any]] = []
+    for path in paths:
+        if not (path / "_delta_log").is_dir():
             continue
-        rows = json.loads(raw) if isinstance(raw, str) else raw
-        if not rows:
-            return []
-        first = rows[0]
-        validated = datetime.fromisoformat(first["validated_at"])
-        recorded = read_ledger(
-            settings, first["table"], layer=first["layer"], run_id=first["run_id"]
-        )
-        if validated in recorded.column("validated_at").to_pylist():
-            return []
-        return [
-            {
-                **row,
-                "validated_at": datetime.fromisoformat(row["validated_at"]),
-                "table_version": int(commit["version"]),
-            }
-            for row in rows
-        ]
-    return []
+        for commit in DeltaTable(str(path)).history(16):  # newest first
+            raw = commit.get(LEDGER_KEY)
+            if raw is None:
+                continue
+            rows = json.loads(raw) if isinstance(raw, str) else raw
+            version = int(commit["version"])
+            if rows:
+                if ledger is None and (settings.ledger_path / "_delta_log").is_dir():
+                    ledger = DeltaTable(str(settings.ledger_path))
+                app = _ledger_app(rows[0]["layer"], rows[0]["table"])
+                held = None if ledger is None else ledger.transaction_version(app)
+                if held is None or held < version:
+                    restored += [
+                        {
+                            **row,
+                            "validated_at": datetime.fromisoformat(row["validated_at"]),
+                            "table_version": version,
+                        }
+                        for row in rows
+                    ]
+            break
+    return restored
 
 
 # -- volume and freshness ----------------------------------------------------------------------
