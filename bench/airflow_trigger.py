@@ -59,7 +59,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "e2e"))
 from airflow_stack import Airflow, clean_environment, running_airflow
 
 from common import Figure, report
-from lakehouse.spark import submit_conf
+from lakehouse.spark import conf_args, submit_conf
 
 REPO = Path(__file__).resolve().parents[1]
 TOPIC = "bench-trigger"
@@ -206,11 +206,10 @@ def run_airflow(airflow: Airflow, paths: list[Path]) -> dict[str, Any]:
 def spark_submit(layer: str, settings: Any, conf: dict[str, str] | None = None) -> list[str]:
     """The command the DAG's LayerJobOperator has SparkSubmitOperator run (without the Params'
     flags and the run id); ``conf`` instead of the operator's settings, if given."""
-    settings_ = submit_conf() if conf is None else conf
     return [
         str(Path(sys.executable).parent / "spark-submit"),
         *("--master", SPARK_MASTER),
-        *(arg for key, value in settings_.items() for arg in ("--conf", f"{key}={value}")),
+        *conf_args(submit_conf() if conf is None else conf),
         *("--name", f"lakehouse-{layer}-{TOPIC}"),
         str(REPO / "jobs" / "run_layer.py"),
         *("--topic", TOPIC, "--layer", layer),
@@ -283,20 +282,33 @@ def _stop_on_sigterm() -> None:
     signal.signal(signal.SIGTERM, handler)
 
 
-def main() -> None:
+def batch_command_line(
+    doc: str | None, repeats: str, prefix: str
+) -> tuple[argparse.Namespace, Path, Path]:
+    """The command line of a benchmark of 10K-record micro-batches through the layer jobs
+    (this one and bench/jvm_start.py): ``--records``, ``--repeats`` (``repeats`` says of what),
+    ``--workdir``; and its work and log folders (a temporary work folder named ``prefix...``
+    when ``--workdir`` is not given)."""
     parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        description=doc, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--records", type=int, default=10_000, help="records per batch")
-    parser.add_argument("--repeats", type=int, default=3, help="measured batches per path")
+    parser.add_argument("--repeats", type=int, default=3, help=repeats)
     parser.add_argument("--workdir", type=Path, help="keep the lakehouse and logs here")
     args = parser.parse_args()
     if args.records < 1 or args.repeats < 1:
         parser.error("--records and --repeats must be positive")
-    _stop_on_sigterm()
-    work = (args.workdir or Path(tempfile.mkdtemp(prefix="bench-airflow-trigger-"))).resolve()
+    work = (args.workdir or Path(tempfile.mkdtemp(prefix=prefix))).resolve()
     logs = work / "logs"
     logs.mkdir(parents=True, exist_ok=True)
+    return args, work, logs
+
+
+def main() -> None:
+    args, work, logs = batch_command_line(
+        __doc__, "measured batches per path", "bench-airflow-trigger-"
+    )
+    _stop_on_sigterm()
     try:
         started = time.perf_counter()
         settings = _setup(work, args.records)

@@ -25,12 +25,10 @@ bench/end_to_end.py measures what the options do to a long run (1M records).
 
 from __future__ import annotations
 
-import argparse
 import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -40,7 +38,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "e2e"))
 
 from airflow_stack import clean_environment
 
-from airflow_trigger import LAYER_TASKS, _p50, _produce, _setup, spark_submit
+from airflow_trigger import (
+    LAYER_TASKS,
+    _p50,
+    _produce,
+    _setup,
+    batch_command_line,
+    spark_submit,
+)
 from common import Figure, report
 from lakehouse.spark import class_archive, driver_java_options, submit_conf
 
@@ -61,7 +66,7 @@ def variants() -> dict[str, str]:
 
 def command(layer: str, settings: Any, options: str) -> list[str]:
     """The operator's spark-submit with ``options`` as the driver's JVM options."""
-    conf = {k: v for k, v in submit_conf().items() if k != "spark.driver.extraJavaOptions"}
+    conf = submit_conf(jvm_options=False)
     if options:
         conf["spark.driver.extraJavaOptions"] = options
     return spark_submit(layer, settings, conf)
@@ -90,18 +95,7 @@ def run_batch(settings: Any, options: str, logs: Path, name: str) -> dict[str, f
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--records", type=int, default=10_000, help="records per batch")
-    parser.add_argument("--repeats", type=int, default=3, help="batches per variant")
-    parser.add_argument("--workdir", type=Path, help="keep the lakehouse and logs here")
-    args = parser.parse_args()
-    if args.records < 1 or args.repeats < 1:
-        parser.error("--records and --repeats must be positive")
-    work = (args.workdir or Path(tempfile.mkdtemp(prefix="bench-jvm-start-"))).resolve()
-    logs = work / "logs"
-    logs.mkdir(parents=True, exist_ok=True)
+    args, work, logs = batch_command_line(__doc__, "batches per variant", "bench-jvm-start-")
     options = variants()
     if "c2+archive" not in options:
         print(f"(no class archive at {class_archive()}: run `lakehouse spark-archive` first)")

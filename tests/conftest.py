@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -33,3 +35,14 @@ def spark() -> Iterator[object]:
     session = get_session("local[2]", app_name="lakehouse-tests")
     yield session
     session.stop()
+
+
+@pytest.fixture
+def layer_job() -> ModuleType:
+    """jobs/run_layer.py, the spark-submit entry point, loaded as a module (it is a script
+    beside the package, not part of it)."""
+    spec = importlib.util.spec_from_file_location("run_layer", REPO_ROOT / "jobs" / "run_layer.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

@@ -130,7 +130,7 @@ class LayerJobOperator(SparkSubmitOperator):
         # and the driver JVM's options, as this machine has them now (the class archive may
         # have been written after the DAG was parsed); the DAG's own conf wins.
         try:
-            self.conf = {**submit_conf(short_lived=True), **(self.base_conf or {})}
+            self.conf = {**submit_conf(short_lived=True), **self.base_conf}
         except ConfigError as exc:  # the machine's settings would fail every try alike
             raise AirflowFailException(str(exc)) from None
         try:

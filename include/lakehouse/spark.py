@@ -55,15 +55,20 @@ def driver_java_options(*, short_lived: bool) -> str:
     return " ".join(options)
 
 
-def submit_conf(*, short_lived: bool = True) -> dict[str, str]:
+def submit_conf(*, short_lived: bool = True, jvm_options: bool = True) -> dict[str, str]:
     """The settings a ``spark-submit`` of a job passes beyond its master: the interpreter the
-    driver and executors run (the one with `lakehouse`), and the driver JVM's options (a layer
-    job runs one micro-batch: ``short_lived``)."""
+    driver and executors run (the one with `lakehouse`), and, with ``jvm_options``, the driver
+    JVM's options (a layer job runs one micro-batch: ``short_lived``)."""
     conf = {"spark.pyspark.python": sys.executable, "spark.pyspark.driver.python": sys.executable}
-    options = driver_java_options(short_lived=short_lived)
+    options = driver_java_options(short_lived=short_lived) if jvm_options else ""
     if options:
         conf["spark.driver.extraJavaOptions"] = options
     return conf
+
+
+def conf_args(conf: dict[str, str]) -> list[str]:
+    """``conf`` as spark-submit's command-line flags."""
+    return [arg for key, value in conf.items() for arg in ("--conf", f"{key}={value}")]
 
 
 def spark_conf(
@@ -71,14 +76,6 @@ def spark_conf(
 ) -> dict[str, str]:
     """Settings every job runs with, whatever the master (``jvm_options``: with the driver
     JVM's start-up options; see :func:`driver_java_options`)."""
-    interpreter = (
-        submit_conf(short_lived=short_lived)
-        if jvm_options
-        else {
-            "spark.pyspark.python": sys.executable,
-            "spark.pyspark.driver.python": sys.executable,
-        }
-    )
     return {
         "spark.master": master,
         "spark.app.name": app_name,
@@ -88,7 +85,7 @@ def spark_conf(
         "spark.sql.execution.arrow.pyspark.enabled": "true",
         "spark.sql.sources.partitionOverwriteMode": "dynamic",
         # Executors must run the project's interpreter, which has the `lakehouse` package.
-        **interpreter,
+        **submit_conf(short_lived=short_lived, jvm_options=jvm_options),
         "spark.ui.showConsoleProgress": "false",
         "spark.ui.enabled": os.environ.get("LAKEHOUSE_SPARK_UI", "false"),
         "spark.driver.memory": os.environ.get("LAKEHOUSE_DRIVER_MEMORY", "2g"),
@@ -108,7 +105,8 @@ def get_session(
     that, see :func:`driver_java_options`)."""
     from pyspark.sql import SparkSession
 
-    if "PYSPARK_GATEWAY_PORT" not in os.environ:  # else spark-submit has started the JVM
+    launched = "PYSPARK_GATEWAY_PORT" in os.environ  # spark-submit has started the JVM
+    if not launched:
         ensure_java()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
@@ -116,7 +114,7 @@ def get_session(
     if active is not None:
         return active
     builder = SparkSession.builder
-    submitted = master is None and "PYSPARK_GATEWAY_PORT" in os.environ
+    submitted = master is None and launched
     conf = spark_conf(
         master or os.environ.get("LAKEHOUSE_SPARK_MASTER", "local[2]"),
         app_name,

@@ -84,15 +84,16 @@ def _run(spark: Any, lake: Settings, *layers: str, run_id: str = "manual__test")
 
 
 GOOD = [("o1", {"city": "Berlin", "amount": 10}), ("o2", {"city": "Lima", "amount": 20})]
+# A silver `warn` expectation: amounts from 0 to 100.
+AMOUNT_WARN = (
+    "  silver:\n"
+    "    - {name: amount_range, expect: between, column: amount, min: 0, max: 100, "
+    "severity: warn}\n"
+)
 
 
 def test_warn_records_the_failure_and_publishes_everything(spark: Any, tmp_path: Path) -> None:
-    lake = _lake(
-        tmp_path,
-        "  silver:\n"
-        "    - {name: amount_range, expect: between, column: amount, min: 0, max: 100, "
-        "severity: warn}\n",
-    )
+    lake = _lake(tmp_path, AMOUNT_WARN)
     _send(lake, [*GOOD, ("o3", {"city": "Paris", "amount": 500})])
     lines = _run(spark, lake, "bronze", "silver")
 
@@ -119,12 +120,7 @@ def test_a_verdict_lost_with_its_job_is_written_by_the_next_run(
     run's, with the version it judged."""
     from lakehouse import quality
 
-    lake = _lake(
-        tmp_path,
-        "  silver:\n"
-        "    - {name: amount_range, expect: between, column: amount, min: 0, max: 100, "
-        "severity: warn}\n",
-    )
+    lake = _lake(tmp_path, AMOUNT_WARN)
     _send(lake, [*GOOD, ("o3", {"city": "Paris", "amount": 500})])
     _run(spark, lake, "bronze")
 

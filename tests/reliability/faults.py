@@ -24,7 +24,7 @@ from typing import Any
 
 from lakehouse.config import REPO_ROOT, Settings
 from lakehouse.landing import Producer, Record
-from lakehouse.spark import submit_conf
+from lakehouse.spark import conf_args, submit_conf
 
 TOPIC = "clicks"
 STREAM = "clicks_stream"
@@ -180,7 +180,7 @@ def job_command(layer: str, dag_run_id: str) -> list[str]:
     return [
         str(Path(python).parent / "spark-submit"),
         *("--master", "local[2]"),
-        *(arg for key, value in submit_conf().items() for arg in ("--conf", f"{key}={value}")),
+        *conf_args(submit_conf()),
         *("--name", f"lakehouse-{layer}-{TOPIC}"),
         str(REPO_ROOT / "jobs" / "run_layer.py"),
         *("--topic", TOPIC, "--layer", layer),
@@ -496,7 +496,7 @@ def layer_state(lake: Lake, layer: str) -> dict[str, int | None]:
 
 def advanced(before: Mapping[str, int | None], after: Mapping[str, int | None]) -> list[str]:
     """The tables with commits in ``after`` that ``before`` did not have."""
-    return [n for n, v in after.items() if v is not None and (before[n] is None or v > before[n])]
+    return [n for n, v in after.items() if v is not None and ((b := before[n]) is None or v > b)]
 
 
 def wait_for_data_commit(job: Job, tables: Iterable[Path], seen: Mapping[Path, set[int]]) -> bool:

@@ -6,7 +6,6 @@ table is needed)."""
 from __future__ import annotations
 
 import copy
-import importlib.util
 import json
 from collections.abc import Callable
 from pathlib import Path, PurePosixPath
@@ -456,14 +455,6 @@ def test_a_legitimate_full_refresh_still_reaches_the_job() -> None:
     assert request.for_layer("gold").args()[:2] == ["--full-refresh", "user_places"]
 
 
-def _job() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("run_layer", REPO_ROOT / "jobs" / "run_layer.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def _no_spark(*_args: object, **_kwargs: object) -> None:
     raise AssertionError("Spark must not start for a bad argument")
 
@@ -483,13 +474,13 @@ def test_the_job_refuses_unknown_tables_before_spark_starts(
     capsys: pytest.CaptureFixture[str],
     flags: list[str],
     message: str,
+    layer_job: ModuleType,
 ) -> None:
-    job = _job()
-    monkeypatch.setattr(job, "get_session", _no_spark)
+    monkeypatch.setattr(layer_job, "get_session", _no_spark)
     monkeypatch.setenv("LAKEHOUSE_HOME", str(tmp_path / "lakehouse"))
     monkeypatch.setenv("LAKEHOUSE_CONTRACTS", str(REPO_ROOT / "contracts"))
     argv = ["--topic", "user-locations", "--layer", "gold", *flags]
-    assert job.main(argv) == CONFIG_ERROR_EXIT
+    assert layer_job.main(argv) == CONFIG_ERROR_EXIT
     assert message in capsys.readouterr().err
     assert not (tmp_path / "lakehouse").exists()
     LayerRequest(tables=("user_places",), full_refresh=("user_places",)).check(LOCATIONS)
@@ -497,7 +488,7 @@ def test_the_job_refuses_unknown_tables_before_spark_starts(
 
 @pytest.mark.parametrize("run_id", ["--full-refresh", "--tables=x", "-h", "manual__a b;c'd"])
 def test_a_run_id_reaches_the_job_as_one_value(
-    monkeypatch: pytest.MonkeyPatch, run_id: str
+    monkeypatch: pytest.MonkeyPatch, run_id: str, layer_job: ModuleType
 ) -> None:
     """A run id typed into the trigger form may look like a flag; the job still reads it as
     the run's id, and takes no other flag from it."""
@@ -518,7 +509,7 @@ def test_a_run_id_reaches_the_job_as_one_value(
         application_args=["--topic", LOCATIONS.topic, "--layer", "gold"],
     )
     operator.execute({"params": {}, "run_id": run_id})
-    args, request = _job().parse(sent[0])
+    args, request = layer_job.parse(sent[0])
     assert args.dag_run_id == run_id
     assert request == LayerRequest(tables=("user_places",))
 

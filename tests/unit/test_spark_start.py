@@ -3,7 +3,6 @@ job's own imports (no Spark here; tests/integration/test_jvm_start.py starts JVM
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -142,16 +141,8 @@ def test_the_operator_takes_the_options_when_it_runs(
     assert len(sent) == 3  # nothing submitted
 
 
-def _job() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("run_layer", REPO_ROOT / "jobs" / "run_layer.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_the_job_imports_the_installed_pyspark_not_spark_submits_zip(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, layer_job: ModuleType
 ) -> None:
     """spark-submit puts the pyspark package's own zips first on the path; the job drops those
     (the package has the same code, compiled) and keeps any other zip."""
@@ -163,23 +154,21 @@ def test_the_job_imports_the_installed_pyspark_not_spark_submits_zip(
         str(installed / "python" / "lib" / "py4j-src.zip"),
     ]
     other = str(tmp_path / "deps.zip")
-    job = _job()
     monkeypatch.setattr(sys, "path", [*own, other, *sys.path])
-    job._prefer_installed_pyspark()
+    layer_job._prefer_installed_pyspark()
     assert not set(own) & set(sys.path)
     assert other in sys.path
 
 
 def test_the_job_keeps_the_zip_when_pyspark_is_not_installed(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, layer_job: ModuleType
 ) -> None:
     """A Spark distribution's spark-submit with an interpreter without pyspark: the zip is the
     only pyspark there is."""
     import importlib.machinery
 
     zipped = str(tmp_path / "spark" / "python" / "lib" / "pyspark.zip")
-    job = _job()
     monkeypatch.setattr(importlib.machinery.PathFinder, "find_spec", lambda *_a, **_k: None)
     monkeypatch.setattr(sys, "path", [zipped, *sys.path])
-    job._prefer_installed_pyspark()
+    layer_job._prefer_installed_pyspark()
     assert sys.path[0] == zipped
