@@ -216,27 +216,38 @@ def spark_submit(layer: str, settings: Any, conf: dict[str, str] | None = None) 
     ]
 
 
-def run_direct(settings: Any, paths: list[Path], logs: Path) -> dict[str, Any]:
-    """One batch, the three layer jobs one after another."""
+def run_jobs(
+    settings: Any, logs: Path, label: str, conf: dict[str, str] | None = None
+) -> dict[str, float]:
+    """The three layer jobs, one spark-submit after another (with ``conf``, if given, instead
+    of the operator's settings), each logged to ``logs/<label>-<layer>.log``: the seconds each
+    took. A job that fails raises with the end of its log."""
     env = clean_environment(settings)
-    watch = GoldWatch(paths)
-    jobs: dict[str, float] = {}
-    watch.begin()
+    seconds: dict[str, float] = {}
     for layer in LAYER_TASKS:
+        log = logs / f"{label}-{layer}.log"
         started = time.perf_counter()
-        with (logs / f"direct-{layer}.log").open("w") as log:
+        with log.open("w") as out:
             proc = subprocess.run(
-                spark_submit(layer, settings),
+                spark_submit(layer, settings, conf),
                 env=env,
-                stdout=log,
+                stdout=out,
                 stderr=subprocess.STDOUT,
                 timeout=900,
                 check=False,
             )
-        jobs[layer] = time.perf_counter() - started
+        seconds[layer] = time.perf_counter() - started
         if proc.returncode != 0:
-            tail = (logs / f"direct-{layer}.log").read_text()[-3000:]
-            raise RuntimeError(f"spark-submit {layer} failed ({proc.returncode}):\n{tail}")
+            tail = log.read_text()[-3000:]
+            raise RuntimeError(f"{label}: spark-submit {layer} failed ({proc.returncode}):\n{tail}")
+    return seconds
+
+
+def run_direct(settings: Any, paths: list[Path], logs: Path) -> dict[str, Any]:
+    """One batch, the three layer jobs one after another."""
+    watch = GoldWatch(paths)
+    watch.begin()
+    jobs = run_jobs(settings, logs, "direct")
     wall = time.perf_counter() - watch.start
     return {
         "trigger_to_gold_s": watch.finish(),

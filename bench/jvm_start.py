@@ -27,16 +27,13 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "e2e"))
 
-from airflow_stack import clean_environment
 
 from airflow_trigger import (
     LAYER_TASKS,
@@ -44,7 +41,7 @@ from airflow_trigger import (
     _produce,
     _setup,
     batch_command_line,
-    spark_submit,
+    run_jobs,
 )
 from common import Figure, report
 from lakehouse.spark import class_archive, driver_java_options, submit_conf
@@ -64,32 +61,13 @@ def variants() -> dict[str, str]:
     return options
 
 
-def command(layer: str, settings: Any, options: str) -> list[str]:
-    """The operator's spark-submit with ``options`` as the driver's JVM options."""
+def run_batch(settings: Any, options: str, logs: Path, name: str) -> dict[str, float]:
+    """The three layer jobs with ``options`` as the driver JVM's options (the operator's
+    settings otherwise): the seconds each took, and their total."""
     conf = submit_conf(jvm_options=False)
     if options:
         conf["spark.driver.extraJavaOptions"] = options
-    return spark_submit(layer, settings, conf)
-
-
-def run_batch(settings: Any, options: str, logs: Path, name: str) -> dict[str, float]:
-    env = clean_environment(settings)
-    times: dict[str, float] = {}
-    for layer in LAYER_TASKS:
-        log = logs / f"{name.replace(' ', '_')}-{layer}.log"
-        started = time.perf_counter()
-        with log.open("w") as out:
-            done = subprocess.run(
-                command(layer, settings, options),
-                env=env,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                timeout=900,
-                check=False,
-            )
-        times[layer] = time.perf_counter() - started
-        if done.returncode != 0:
-            raise RuntimeError(f"{name}: {layer} failed:\n{log.read_text()[-3000:]}")
+    times = run_jobs(settings, logs, name.replace(" ", "_"), conf)
     times["total"] = sum(times.values())
     return times
 
