@@ -69,14 +69,18 @@ def stage_with_tasks(
     partition_by: Sequence[str] = (),
     parallelism: int | None = None,
 ) -> Staged:
-    """Run ``fn`` over ``items`` in Spark tasks (one item per task where possible); each task
-    writes the rows it produces into ``table_root`` as data files. Nothing is committed."""
+    """Run ``fn`` over ``items`` in Spark tasks, ``parallelism`` of them (default: Spark's,
+    the cores it has), each taking a contiguous slice of the items in order; each task writes
+    the rows it produces into ``table_root`` as data files. Nothing is committed.
+
+    Not one task per item: a Python task costs tens of milliseconds to start, which was most of
+    a small micro-batch's time (twelve partitions' items took 0.6 s in twelve tasks and 0.16 s
+    in two), and the items a task takes share its files, so a small batch writes fewer files."""
     if not items:
         return Staged([], [])
-    slices = parallelism or len(items)
-    df = spark.createDataFrame([(json.dumps(i),) for i in items], "item string").repartition(
-        min(slices, len(items))
-    )
+    slices = min(len(items), parallelism or spark.sparkContext.defaultParallelism)
+    rows = spark.sparkContext.parallelize([(json.dumps(i),) for i in items], slices)
+    df = spark.createDataFrame(rows, "item string")
     runner = _task_runner(fn, str(table_root), schema.serialize().to_pybytes(), list(partition_by))
     result = df.mapInArrow(runner, "kind string, payload string").collect()
     files = [DataFile(**json.loads(r["payload"])) for r in result if r["kind"] == "file"]
