@@ -24,6 +24,9 @@ if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
     from pyspark.sql.types import DataType, StructType
 
+    # One projection of the decoding: new columns by name, or the whole select list.
+    Step = dict[str, Column] | list[Column]
+
 TOMBSTONE = "tombstone"
 EVENT_TIME = "event_time"
 # Decoded values and the first decoding problem of each record, before the checks that follow.
@@ -147,7 +150,7 @@ def _json_field_problem(parsed: Column, typed: Column, name: str, kind: str) -> 
     )
 
 
-def _decode_json_value(df: DataFrame, contract: Contract) -> DataFrame:
+def _json_value_steps(contract: Contract) -> list[Step]:
     """Spark's from_json for the typed values (fast), and a diagnosis only for failing rows."""
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
@@ -159,7 +162,6 @@ def _decode_json_value(df: DataFrame, contract: Contract) -> DataFrame:
     parsed = F.from_json(
         text, schema, {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": "_corrupt_record"}
     )
-    df = df.withColumn("_json", parsed)
     variant = F.try_parse_json(text)
     problems = {
         f.name: _json_field_problem(variant, F.col(f"_json.{f.name}"), f.name, f.type)
@@ -202,10 +204,11 @@ def _decode_json_value(df: DataFrame, contract: Contract) -> DataFrame:
         ]
     )
     values = F.struct(*[F.col(f"_json.{f.name}").alias(f.name) for f in contract.fields])
-    return df.withColumn(_V, values).withColumn(_VALUE_ERROR, error).drop("_json")
+    # The final projection drops "_json".
+    return [{"_json": parsed}, {_V: values, _VALUE_ERROR: error}]
 
 
-def _decode_string_value(df: DataFrame, contract: Contract) -> DataFrame:
+def _string_value_steps(contract: Contract) -> list[Step]:
     from pyspark.sql import functions as F
 
     text = F.col("value").cast("string")
@@ -213,21 +216,17 @@ def _decode_string_value(df: DataFrame, contract: Contract) -> DataFrame:
         F.col("value").isNotNull() & ~F.is_valid_utf8(text), F.lit("value is not valid UTF-8")
     )
     valid = F.when(F.is_valid_utf8(text), text)
-    return df.withColumn(_V, F.struct(valid.alias(contract.fields[0].name))).withColumn(
-        _VALUE_ERROR, error
-    )
+    return [{_V: F.struct(valid.alias(contract.fields[0].name)), _VALUE_ERROR: error}]
 
 
-def _decode_text_key(df: DataFrame, contract: Contract) -> DataFrame:
+def _text_key_steps(contract: Contract) -> list[Step]:
     """``string`` keys are UTF-8 text; ``json`` keys are one JSON scalar of the key's type."""
     from pyspark.sql import functions as F
 
     text = F.col("key").cast("string")
     not_utf8 = F.col("key").isNotNull() & ~F.is_valid_utf8(text)
     if contract.key_format == "string":
-        return df.withColumn(_K, text).withColumn(
-            _KEY_ERROR, F.when(not_utf8, F.lit("key is not valid UTF-8"))
-        )
+        return [{_K: text, _KEY_ERROR: F.when(not_utf8, F.lit("key is not valid UTF-8"))}]
     variant = F.try_parse_json(text)
     found = _json_kind(variant)
     kind = contract.key_type
@@ -245,9 +244,7 @@ def _decode_text_key(df: DataFrame, contract: Contract) -> DataFrame:
             (typed.isNull(), F.lit(f"key is not a valid {kind}")),
         ]
     )
-    return df.withColumn(_K, F.when(found.isin(*_JSON_KINDS[kind]), typed)).withColumn(
-        _KEY_ERROR, error
-    )
+    return [{_K: F.when(found.isin(*_JSON_KINDS[kind]), typed), _KEY_ERROR: error}]
 
 
 def _decode_avro(df: DataFrame, contract: Contract) -> DataFrame:
@@ -321,17 +318,51 @@ def decode(bronze: DataFrame, contract: Contract) -> DataFrame:
     every event, and tables decide what to ignore. ``_reason`` is the first problem found: the
     key's decoding, then the value's, then required fields.
     """
-    from pyspark.sql import functions as F
-
     df = bronze.select(*_BRONZE_INPUT)
     if "avro" in (contract.key_format, contract.value_format):
         df = _decode_avro(df, contract)
+    for step in _decode_steps(contract):
+        df = df.withColumns(step) if isinstance(step, dict) else df.select(*step)
+    return df
+
+
+def _decode_steps(contract: Contract) -> list[Step]:
+    """The projections that turn bronze rows (their Avro already decoded) into typed rows.
+
+    They are the same for every batch of a contract, and building them costs a round trip to
+    the JVM per function call (a JSON value's diagnosis makes hundreds, about a quarter of a
+    second), so they are built once per contract and JVM. Column expressions depend on neither
+    a session nor a DataFrame."""
+    try:
+        hash(contract)
+    except TypeError:  # a contract built in code with a list in it: not worth keeping
+        return _build_decode_steps(contract)
+    return _cached_decode_steps(_jvm_gateway(), contract)
+
+
+def _jvm_gateway() -> object:
+    """PySpark's connection to the JVM (one per process; None under Spark Connect)."""
+    from pyspark import SparkContext
+
+    return SparkContext._gateway
+
+
+@functools.lru_cache(maxsize=32)
+def _cached_decode_steps(gateway: object, contract: Contract) -> list[Step]:
+    """``gateway`` keys the cache: columns built for one JVM mean nothing to another."""
+    return _build_decode_steps(contract)
+
+
+def _build_decode_steps(contract: Contract) -> list[Step]:
+    from pyspark.sql import functions as F
+
+    steps: list[Step] = []
     if contract.value_format == "json":
-        df = _decode_json_value(df, contract)
+        steps += _json_value_steps(contract)
     elif contract.value_format == "string":
-        df = _decode_string_value(df, contract)
+        steps += _string_value_steps(contract)
     if contract.key_format != "avro":
-        df = _decode_text_key(df, contract)
+        steps += _text_key_steps(contract)
 
     is_tombstone = F.col("value").isNull()
     checks: list[tuple[Column, Column | str]] = [
@@ -360,7 +391,8 @@ def decode(bronze: DataFrame, contract: Contract) -> DataFrame:
     ]
     if not _event_time_is_a_field(contract):
         columns.append(_event_time(contract, is_tombstone).alias(EVENT_TIME))
-    return df.select(*columns, _first(checks).alias("_reason"), "key", "value", "topic")
+    reason = _first(checks).alias("_reason")
+    return [*steps, [*columns, reason, F.col("key"), F.col("value"), F.col("topic")]]
 
 
 def _event_time(contract: Contract, is_tombstone: Column) -> Column:
@@ -438,17 +470,17 @@ def build(spark: SparkSession, settings: Settings, contract: Contract) -> Silver
     good = stream_rows(decoded, contract)
     bad = quarantine_rows(decoded)
     quarantine_path = settings.quarantine_path("silver", contract.stream)
+    n_good, n_bad = _split_counts(decoded)
     quarantined = store.transaction_version(quarantine_path, source_app(contract))
-    if quarantined is not None and quarantined >= start:
+    if n_bad and quarantined is not None and quarantined >= start:
         # A run died between the quarantine's commit and the stream's: the quarantine already
         # holds the bad records of bronze versions start..quarantined. Bronze may have moved on
         # since, so this batch is larger and its Txn newer: append only the records not there.
         held = store.read(quarantine_path).select(*RECORD_KEY)
         bad = bad.join(held, RECORD_KEY, "left_anti")
-    n_bad = bad.count()
+        n_bad = bad.count()
     if n_bad:
         store.append(bad, quarantine_path, txn=txn, metadata=meta)
-    n_good = good.count()
     # The registry (checked when the job started) has allowed the contract's schema: new
     # optional fields become new columns; columns the contract dropped are written as nulls.
     if gate is not None and verdict is not None:
@@ -458,6 +490,18 @@ def build(spark: SparkSession, settings: Settings, contract: Contract) -> Silver
     if gate is not None and verdict is not None:
         gate.record(verdict, table_version=result.table_version, published=result.committed)
     return SilverResult(contract.stream, (start, head), n_good, n_bad, result.committed)
+
+
+def _split_counts(decoded: DataFrame) -> tuple[int, int]:
+    """How many of the batch's records go to the stream and how many to quarantine: one Spark
+    job over the cached batch, not one per output."""
+    from pyspark.sql import functions as F
+
+    reason = F.col("_reason")
+    row = decoded.agg(
+        F.count_if(reason.isNull()).alias("good"), F.count_if(reason.isNotNull()).alias("bad")
+    ).first()
+    return (0, 0) if row is None else (int(row["good"]), int(row["bad"]))
 
 
 def _decoded(changes: DataFrame, contract: Contract, gate: quality.Gate | None) -> DataFrame:
