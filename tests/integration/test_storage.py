@@ -129,6 +129,41 @@ def test_partitioned_round_trip_restores_partition_columns(spark: Any, tmp_path:
         store.write(df, tmp_path / "t", partition_by=["day"])
 
 
+def test_partition_values_of_each_type_come_back_from_snapshot_and_change_feed(
+    spark: Any, tmp_path: Path
+) -> None:
+    """The reader maps each data file to its partition values as text and casts them back:
+    typed values from delta-rs's add actions (snapshot) and the log's text (change feed)."""
+    store = DeltaStore(spark)
+    schema = "n long, i int, b boolean, day date, ts timestamp, dec decimal(10,2)"
+    rows = [
+        (
+            1,
+            7,
+            True,
+            date(2026, 1, 1),
+            datetime(2026, 1, 1, 12, 30, 5, tzinfo=UTC),
+            Decimal("1.50"),
+        ),
+        (
+            2,
+            -3,
+            False,
+            date(2026, 2, 28),
+            datetime(2026, 2, 28, 0, 0, 0, tzinfo=UTC),
+            Decimal("0.01"),
+        ),
+        (3, None, None, None, None, None),
+    ]
+    df = spark.createDataFrame(rows, schema)
+    table = tmp_path / "t"
+    store.write(df, table, partition_by=["i", "b", "day", "ts", "dec"])
+    expected = _sorted(df.collect())
+    assert _sorted(store.read(table).collect()) == expected
+    feed = store.changes(table, 0).drop("_change_type", "_commit_version", "_commit_timestamp")
+    assert _sorted(feed.select(*df.columns).collect()) == expected
+
+
 def test_plain_delta_with_protocol_properties_and_stats(spark: Any, tmp_path: Path) -> None:
     from deltalake import DeltaTable
 
