@@ -257,3 +257,25 @@ def test_good_and_quarantined_rows_partition_the_input(spark: Any) -> None:
         "reason",
     }
     assert {r.offset for r in good.collect()} | {r.offset for r in bad.collect()} == set(range(30))
+
+
+def test_a_contract_decodes_every_batch_alike_and_a_changed_contract_by_its_own_rules(
+    spark: Any,
+) -> None:
+    """The decoding's column expressions are built once per contract and reused for its later
+    batches; a contract that changed (one field's type) is not decoded by the old rules."""
+    from lakehouse import streams
+
+    def numbers(kind: str) -> Contract:
+        return _contract(STRING_KEY, {"format": "json", "fields": [{"name": "n", "type": kind}]})
+
+    before = streams._cached_decode_steps.cache_info()
+    first = _decoded(spark, numbers("int"), [(b"a", b'{"n": 1}')])
+    second = _decoded(spark, numbers("int"), [(b"b", b'{"n": "x"}')])
+    changed = _decoded(spark, numbers("string"), [(b"b", b'{"n": "x"}')])
+    after = streams._cached_decode_steps.cache_info()
+    assert (first[0]["n"], first[0]["_reason"]) == (1, None)
+    assert second[0]["n"] is None
+    assert second[0]["_reason"] == "field 'n' should be an int, found a JSON string"
+    assert (changed[0]["n"], changed[0]["_reason"]) == ("x", None)
+    assert after.hits > before.hits  # the second batch reused the first one's expressions

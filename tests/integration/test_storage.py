@@ -485,3 +485,35 @@ def test_vacuum_keeps_what_consumers_still_need(spark: Any, tmp_path: Path) -> N
 def test_missing_table_is_a_typed_error(spark: Any, tmp_path: Path) -> None:
     with pytest.raises(TableNotFoundError, match="no Delta table at"):
         DeltaStore(spark).read(tmp_path / "nothing")
+
+
+def test_staging_tasks_take_contiguous_slices_of_the_items_one_task_per_core(
+    spark: Any, tmp_path: Path
+) -> None:
+    """Bronze stages its work items (one per topic partition) in one Python task per core, each
+    taking neighbouring items in order and writing them to the same files."""
+    from pyspark import TaskContext
+
+    from lakehouse.storage.tasks import stage_with_tasks
+
+    schema = pa.schema([("n", pa.int64())])
+
+    def task(item: dict[str, Any], emit: Any) -> Any:
+        context = TaskContext.get()
+        assert context is not None
+        emit({"item": item["i"], "task": context.partitionId()})
+        yield pa.table({"n": [item["i"]]}, schema=schema)
+
+    def staged_by_task(**kwargs: Any) -> tuple[list[list[int]], int]:
+        staged = stage_with_tasks(
+            spark, [{"i": i} for i in range(5)], task, table_root=tmp_path, schema=schema, **kwargs
+        )
+        by_task: dict[int, list[int]] = {}
+        for fact in staged.side:
+            by_task.setdefault(fact["task"], []).append(fact["item"])
+        return [by_task[t] for t in sorted(by_task)], len(staged.files)
+
+    cores = spark.sparkContext.defaultParallelism
+    assert cores == 2
+    assert staged_by_task() == ([[0, 1], [2, 3, 4]], 2)
+    assert staged_by_task(parallelism=5) == ([[0], [1], [2], [3], [4]], 5)
