@@ -480,12 +480,14 @@ def build(spark: SparkSession, settings: Settings, contract: Contract) -> Silver
         bad = bad.join(held, RECORD_KEY, "left_anti")
         n_bad = bad.count()
     if n_bad:
-        store.append(bad, quarantine_path, txn=txn, metadata=meta)
+        store.append(bad, quarantine_path, txn=txn, metadata=meta, rows=n_bad)
     # The registry (checked when the job started) has allowed the contract's schema: new
     # optional fields become new columns; columns the contract dropped are written as nulls.
     if gate is not None and verdict is not None:
         meta = {**meta, **gate.commit_metadata(verdict)}
-    result = store.write(good, silver_path, txn=txn, metadata=meta, schema_mode="add_columns")
+    result = store.write(
+        good, silver_path, txn=txn, metadata=meta, schema_mode="add_columns", rows=n_good
+    )
     decoded.unpersist()
     if gate is not None and verdict is not None:
         gate.record(verdict, table_version=result.table_version, published=result.committed)

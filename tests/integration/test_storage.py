@@ -517,3 +517,46 @@ def test_staging_tasks_take_contiguous_slices_of_the_items_one_task_per_core(
     assert cores == 2
     assert staged_by_task() == ([[0, 1], [2, 3, 4]], 2)
     assert staged_by_task(parallelism=5) == ([[0], [1], [2], [3], [4]], 5)
+
+
+def test_a_small_append_of_known_size_is_written_by_the_driver_with_the_same_guarantees(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``rows`` at most LOCAL_WRITE_ROWS: the driver writes the files and commits them. Every
+    type comes back, the app transaction is honoured, new columns need add_columns, partitions
+    go to their folders, and the change feed sees the inserts."""
+    from pyspark.sql import functions as F
+
+    from lakehouse.storage.store import LOCAL_WRITE_ROWS
+
+    store = DeltaStore(spark)
+    local_writes: list[Path] = []
+    write_local = store._write_local
+
+    def spy(df: Any, path: Path, *args: Any) -> Any:
+        local_writes.append(path)
+        return write_local(df, path, *args)
+
+    monkeypatch.setattr(store, "_write_local", spy)
+    df = spark.createDataFrame(ROWS, ALL_TYPES)
+    local, spread = tmp_path / "local", tmp_path / "spread"
+    assert store.write(df, local, txn=Txn("app", 1), rows=len(ROWS)).committed
+    store.write(df, spread, txn=Txn("app", 1))
+    store.write(df, spread, rows=LOCAL_WRITE_ROWS + 1)  # too many: Spark's tasks write it
+    assert local_writes == [local]
+    assert _sorted(store.read(local).collect()) == _sorted(df.collect())
+    assert not store.write(df, local, txn=Txn("app", 1), rows=len(ROWS)).committed
+    with pytest.raises(SchemaMismatchError):
+        store.write(_ints(spark, 0, 3, s="x"), local, rows=3)
+
+    table = tmp_path / "parts"
+    store.write(_ints(spark, 0, 4, day="d1"), table, partition_by=["day"], rows=4)
+    wider = _ints(spark, 4, 2, day="d2").withColumn("extra", F.lit(1))
+    store.write(wider, table, schema_mode="add_columns", rows=2)
+    assert local_writes == [local, table, table]
+    folders = sorted(p.name for p in table.iterdir() if p.is_dir())
+    assert folders == ["_delta_log", "day=d1", "day=d2"]
+    back = sorted((r["n"], r["day"], r["extra"]) for r in store.read(table).collect())
+    assert back == [(n, "d1", None) for n in range(4)] + [(4, "d2", 1), (5, "d2", 1)]
+    feed = store.changes(table, 0).select("n", "_change_type").collect()
+    assert sorted((r["n"], r["_change_type"]) for r in feed) == [(n, "insert") for n in range(6)]

@@ -50,6 +50,8 @@ if TYPE_CHECKING:
 
 CDF_PROPERTIES: Mapping[str, str] = {"delta.enableChangeDataFeed": "true"}
 CHANGE_COLUMNS = ("_change_type", "_commit_version", "_commit_timestamp")
+# An append this small (its size known) is written by the driver (see DeltaStore.write).
+LOCAL_WRITE_ROWS = 100_000
 WriteMode = Literal["append", "overwrite", "replace_where"]
 SchemaMode = Literal["strict", "add_columns"]
 _UNSUPPORTED_FEATURES = {"deletionVectors", "columnMapping", "typeWidening"}
@@ -352,6 +354,7 @@ class DeltaStore:
         schema_mode: SchemaMode = "strict",
         properties: Mapping[str, str] = CDF_PROPERTIES,
         max_rows_per_file: int = 5_000_000,
+        rows: int | None = None,
     ) -> WriteResult:
         """Write ``df`` in one Delta commit, distributed over Spark's tasks.
 
@@ -360,6 +363,11 @@ class DeltaStore:
         ``schema_mode="add_columns"`` lets new nullable columns into the table; any other schema
         difference is refused. With ``txn`` (one per source consumed), the write happens at most
         once per (app, version).
+
+        ``rows``: how many rows ``df`` has, if the caller knows. An append of at most
+        :data:`LOCAL_WRITE_ROWS` rows is collected to the driver as Arrow and written there, by
+        the same file writer and commit as the tasks': for a micro-batch, the data source's
+        Python processes cost more to start than the write itself.
         """
         from lakehouse.storage.datasource import FORMAT, WritePlan
 
@@ -389,6 +397,11 @@ class DeltaStore:
             source = (metadata or {}).get("lakehouse.source")
             verdict = gate.check(df, whole=whole, source=source)
             metadata = {**(metadata or {}), **gate.commit_metadata(verdict)}
+        if mode == "append" and rows is not None and rows <= LOCAL_WRITE_ROWS:
+            result = self._write_local(df, path, dt, txn, metadata, max_rows_per_file)
+            if gate is not None:
+                gate.record(verdict, table_version=result.table_version, published=True)
+            return result
         plan = WritePlan(
             table_root=str(path),
             schema_b64=WritePlan.encode_schema(table_arrow_schema(dt)),
@@ -410,6 +423,29 @@ class DeltaStore:
         if gate is not None:
             gate.record(verdict, table_version=version, published=True)
         return WriteResult(True, version)
+
+    def _write_local(
+        self,
+        df: DataFrame,
+        path: Path,
+        dt: DeltaTable,
+        txn: Txn | Sequence[Txn] | None,
+        metadata: Mapping[str, Any] | None,
+        max_rows_per_file: int,
+    ) -> WriteResult:
+        """A small append written by the driver: one Spark job collects ``df`` as Arrow."""
+        from lakehouse.storage.files import TableFileWriter
+
+        writer = TableFileWriter(
+            str(path),
+            table_arrow_schema(dt),
+            list(dt.metadata().partition_columns),
+            max_rows_per_file=max_rows_per_file,
+        )
+        files = writer.write_batches(df.toArrow().to_batches())
+        return self.commit_staged(
+            path, files, read_version=int(dt.version()), txn=txn, metadata=metadata
+        )
 
     def create_arrow(
         self,
@@ -492,9 +528,11 @@ class DeltaStore:
         txn: Txn | Sequence[Txn] | None = None,
         metadata: Mapping[str, Any] | None = None,
         properties: Mapping[str, str] = CDF_PROPERTIES,
+        rows: int | None = None,
     ) -> WriteResult:
-        """Append ``df``; with ``txn`` (one or several), at most once per (app id, version)."""
-        return self.write(df, path, txn=txn, metadata=metadata, properties=properties)
+        """Append ``df``; with ``txn`` (one or several), at most once per (app id, version).
+        ``rows``: its size, if known (see :meth:`write`)."""
+        return self.write(df, path, txn=txn, metadata=metadata, properties=properties, rows=rows)
 
     def _conform_schema(
         self, dt: DeltaTable, path: Path, incoming: StructType, schema_mode: SchemaMode
