@@ -247,7 +247,7 @@ def _stream_table(
     }
     txns = _txns((app, end), (other_app, other_version))
     n = rows.count()
-    result = store.append(rows, out.gold, txn=txns, metadata=meta)
+    result = store.append(rows, out.gold, txn=txns, metadata=meta, rows=n)
     rows.unpersist()
     versions = None if other_version is None else (other_version, other_version)
     return JoinResult(spec.name, (start, end), n, result.committed, other_app, versions)
@@ -494,7 +494,7 @@ def _stream_stream(
     txns = _txns((app, end), (other_app, other_end))
     meta = _meta(app, todo, other_app, other_todo)
     n = rows.count()
-    result = store.append(rows, out.gold, txn=txns, metadata=meta)
+    result = store.append(rows, out.gold, txn=txns, metadata=meta, rows=n)
     rows.unpersist()
     return JoinResult(spec.name, todo, n, result.committed, other_app, other_todo)
 
