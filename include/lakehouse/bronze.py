@@ -178,7 +178,7 @@ def _partition_task(
             once[first] = True
             earlier = np.concatenate(seen) if seen else np.empty(0, dtype=np.int64)
             keep = new & once & ~np.isin(offsets, earlier)
-        kept = got.records.filter(pa.array(keep))
+        kept = got.records if keep.all() else got.records.filter(pa.array(keep))
         kept_offsets = offsets[keep]
         if len(kept_offsets):
             seen.append(kept_offsets)

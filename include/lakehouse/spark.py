@@ -99,6 +99,10 @@ def spark_conf(
         # cost silver a fifth of its time on a million records; the cache is short-lived and
         # spills to disk when it does not fit (MEMORY_AND_DISK).
         "spark.sql.inMemoryColumnarStorage.compressed": "false",
+        # A Spark task has one core (spark.task.cpus), and its neighbours use the others. A
+        # Python task that parses with polars (bronze's segment reader) would otherwise start a
+        # thread per core of the machine in every task, and the tasks contend for the cores.
+        "spark.executorEnv.POLARS_MAX_THREADS": "1",
     }
 
 

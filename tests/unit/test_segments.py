@@ -144,3 +144,76 @@ def test_corrupt_gzip_is_reported_whole(tmp_path: Path) -> None:
     assert [b.line for b in got.bad] == [None]
     assert got.bad[0].reason.startswith("corrupt gzip stream")
     assert got.bad[0].reason.endswith("no record of this file can be trusted")
+
+
+CLEAN = [
+    _env(0, "alice", '{"location":"Paris"}'),
+    _env(1, None, None, timestampType="LogAppendTime"),
+    _env(2, "bob", "x" * 100, timestampType="CreateTime"),
+    _env(3, "\u00e9l\u00e8ve", "caf\u00e9"),  # multi-byte UTF-8 in key and value
+]
+
+
+@pytest.mark.parametrize("gz", [False, True])
+def test_fast_and_careful_paths_read_a_clean_file_alike(tmp_path: Path, gz: bool) -> None:
+    """The fast path (polars, whole file) must produce exactly what the line-by-line path
+    does: the same table, types included."""
+    from lakehouse.segments import _envelope_fast, _envelope_row, _line_spans, _lines
+
+    data = ("\n".join(CLEAN) + "\n").encode()
+    name = "t+0+0000000000.json" + (".gz" if gz else "")
+    path = _write(tmp_path, name, gzip.compress(data) if gz else data)
+    seg = SegmentFile(path, 3, 0)
+    fast = _envelope_fast(seg, "t", 150, data if gz else None)
+    assert fast is not None
+    starts, ends = _line_spans(data)
+    careful = _lines(data, starts, ends, seg, "t", 150, [], _envelope_row)
+    assert careful.bad == []
+    assert fast.schema == careful.records.schema
+    assert fast.to_pylist() == careful.records.to_pylist()
+    got = read_segment(seg, "t", max_record_bytes=150)
+    assert got.records.equals(careful.records) and got.end_offset == 4 and got.lines == 4
+
+
+@pytest.mark.parametrize(
+    ("line", "expect"),
+    [
+        ("   ", ("bad", "empty line")),
+        ("", ("bad", "empty line")),
+        (_env(4, value="y" * 151), ("bad", "oversized record")),
+        (_env(4, key="\u00e9" * 76), ("bad", "oversized record")),  # 152 bytes, 76 characters
+        (_env(4, timestampType="BrokerTime"), ("bad", "unknown timestampType")),
+        (json.dumps({"key": "k", "value": "v"}), ("bad", "missing or invalid 'offset'")),
+        (json.dumps({"offset": "4", "key": "k"}), ("bad", "missing or invalid 'offset'")),
+        (_env(4, key="AQI=", keyEncoding="base64"), ("key", b"\x01\x02")),
+        (_env(4, value="AQI=", valueEncoding="base64"), ("value", b"\x01\x02")),
+        (_env(4, headers=[{"key": "h", "value": "v"}]), ("headers", [{"key": "h", "value": b"v"}])),
+    ],
+)
+def test_any_single_problem_sends_a_file_down_the_careful_path(
+    tmp_path: Path, line: str, expect: tuple[str, object]
+) -> None:
+    """Each check of the fast path alone: a file that is clean but for one line is read line
+    by line, so the line is reported with its reason (or decoded), and the others land."""
+    from lakehouse.segments import _envelope_fast
+
+    data = ("\n".join([*CLEAN, line]) + "\n").encode()
+    seg = SegmentFile(_write(tmp_path, "t+0+0000000000.json", data), 0, 0)
+    assert _envelope_fast(seg, "t", 150) is None
+    got = read_segment(seg, "t", max_record_bytes=150)
+    kind, detail = expect
+    if kind == "bad":
+        assert [(b.line, b.reason.startswith(str(detail))) for b in got.bad] == [(5, True)]
+        assert [r["offset"] for r in got.records.to_pylist()] == [0, 1, 2, 3]
+    else:
+        assert got.bad == []
+        assert got.records.to_pylist()[-1][kind] == detail
+
+
+def test_a_file_without_its_last_newline_is_read_line_by_line(tmp_path: Path) -> None:
+    from lakehouse.segments import _envelope_fast
+
+    seg = SegmentFile(_write(tmp_path, "t+0+0000000000.json", "\n".join(CLEAN).encode()), 0, 0)
+    assert _envelope_fast(seg, "t", 150) is None
+    got = read_segment(seg, "t", max_record_bytes=150)
+    assert got.records.num_rows == 4 and got.bad == []

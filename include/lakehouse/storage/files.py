@@ -204,7 +204,9 @@ class TableFileWriter:
     def data_schema(self) -> pa.Schema:
         return pa.schema([f for f in self.schema if f.name not in self.partition_by])
 
-    def write_batches(self, batches: Iterable[pa.RecordBatch]) -> list[DataFile]:
+    def write_batches(self, batches: Iterable[pa.RecordBatch | pa.Table]) -> list[DataFile]:
+        """Write batches or whole tables (a table is conformed to the schema once, not per
+        chunk) and close the files; returns them, ready to commit."""
         try:
             for batch in batches:
                 if batch.num_rows:
@@ -224,14 +226,14 @@ class TableFileWriter:
         delete_data_files(self.table_root, self._done)
         self._done.clear()
 
-    def _conform(self, batch: pa.RecordBatch) -> pa.Table:
-        table = pa.Table.from_batches([batch])
+    def _conform(self, batch: pa.RecordBatch | pa.Table) -> pa.Table:
+        table = batch if isinstance(batch, pa.Table) else pa.Table.from_batches([batch])
         missing = [f for f in self.schema if f.name not in table.column_names]
         for f in missing:  # columns the table has and this data lacks (schema evolution)
             table = table.append_column(f, pa.nulls(table.num_rows, f.type))
         return table.select(self.schema.names).cast(self.schema)
 
-    def _write(self, batch: pa.RecordBatch) -> None:
+    def _write(self, batch: pa.RecordBatch | pa.Table) -> None:
         table = self._conform(batch)
         if not self.partition_by:
             self._append((), {}, table)

@@ -442,7 +442,7 @@ class DeltaStore:
             list(dt.metadata().partition_columns),
             max_rows_per_file=max_rows_per_file,
         )
-        files = writer.write_batches(df.toArrow().to_batches())
+        files = writer.write_batches([df.toArrow()])
         return self.commit_staged(
             path, files, read_version=int(dt.version()), txn=txn, metadata=metadata
         )

@@ -43,10 +43,9 @@ def _task_runner(fn: TaskFn, table_root: str, schema_ipc: bytes, partition_by: l
         side: list[dict[str, Any]] = []
         items = [json.loads(s) for b in batches for s in b.column("item").to_pylist()]
 
-        def rows() -> Iterator[pa.RecordBatch]:
+        def rows() -> Iterator[pa.Table]:
             for item in items:
-                for table in fn(item, side.append):
-                    yield from table.to_batches()
+                yield from fn(item, side.append)
 
         files = writer.write_batches(rows())
         out = [("file", json.dumps(asdict(f))) for f in files]
