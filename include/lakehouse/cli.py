@@ -21,7 +21,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO, cast
@@ -34,6 +34,8 @@ from lakehouse.storage.maintenance import DEFAULT_RETENTION_HOURS
 
 if TYPE_CHECKING:
     import pyarrow as pa
+
+    from lakehouse.control import RunRequest
 
 PRODUCE_CHUNK = 10_000
 
@@ -352,17 +354,62 @@ def data_quality(settings: Settings, table: str | None, last: int, fmt: str) -> 
     return 0
 
 
+RUN_REQUEST_FLAGS = (
+    "full_refresh",
+    "reprocess_silver_from_version",
+    "reprocess_silver_from_offsets",
+    "reprocess_gold_from_version",
+)
+
+
+def run_requests(
+    catalog: Catalog,
+    topic: str | None,
+    layer: Layer | None,
+    asked: Mapping[str, Any] | None = None,
+) -> dict[str, RunRequest]:
+    """``lakehouse run``'s flags as each topic's run request, checked as a triggered run's
+    Params are (:meth:`RunRequest.from_params`). A reprocess or a refresh names versions, offsets
+    or tables of one topic, so it needs ``--topic``."""
+    from lakehouse.control import RunRequest
+
+    asked = dict(asked or {})
+    given = [k for k in RUN_REQUEST_FLAGS if asked.get(k) not in (None, "", [], ())]
+    if given and not topic:
+        flags = ", ".join("--" + k.replace("_", "-") for k in given)
+        raise ConfigError(f"{flags}: name the topic it is for with --topic")
+    params = {"layers": [layer] if layer else list(LAYERS), **asked}
+    contracts = [catalog.topic(topic)] if topic else list(catalog)
+    return {c.topic: RunRequest.from_params(params, c, flags=True) for c in contracts}
+
+
 def run_pipeline(
-    settings: Settings, catalog: Catalog, topic: str | None, layer: Layer | None
+    settings: Settings,
+    catalog: Catalog,
+    topic: str | None,
+    layer: Layer | None,
+    asked: Mapping[str, Any] | None = None,
 ) -> int:
+    """One micro-batch of the given layers and topics, plus what the flags ask (``asked``: the
+    keys of a triggered run's Params). Every request is checked before Spark starts."""
     from lakehouse.pipeline import run
     from lakehouse.spark import get_session
 
-    if topic:
-        catalog.topic(topic)  # fail on an unknown topic before starting Spark
+    requests = run_requests(catalog, topic, layer, asked)
+    if any(v for v in (asked or {}).values()):
+        for name, request in requests.items():
+            for line in request.describe(catalog.topic(name)):
+                print(line)
     spark = get_session(settings.spark_master, app_name="lakehouse-run", short_lived=True)
     layers: tuple[Layer, ...] = (layer,) if layer else LAYERS
-    run(spark, settings, catalog, topics=[topic] if topic else [], layers=layers)
+    run(
+        spark,
+        settings,
+        catalog,
+        topics=[topic] if topic else [],
+        layers=layers,
+        requests=requests,
+    )
     return 0
 
 
@@ -423,6 +470,25 @@ def build_parser() -> argparse.ArgumentParser:
     sr = sub.add_parser("run", help="run one micro-batch of the pipeline, without Airflow")
     sr.add_argument("--topic", type=_topic_option)
     sr.add_argument("--layer", choices=LAYERS)
+    sr.add_argument(
+        "--dry-run", action="store_true", help="print what each layer would read and write"
+    )
+    sr.add_argument(
+        "--full-refresh", action="append", metavar="TABLE",
+        help="gold: rebuild this table from the whole stream (repeatable; needs --topic)",
+    )  # fmt: skip
+    sr.add_argument(
+        "--reprocess-silver-from-version", type=int, metavar="V",
+        help="silver: decode again the bronze records from bronze version V (needs --topic)",
+    )  # fmt: skip
+    sr.add_argument(
+        "--reprocess-silver-from-offsets", metavar="P:O,...",
+        help="silver: decode again from these offsets, e.g. 0:120,1:0 (needs --topic)",
+    )  # fmt: skip
+    sr.add_argument(
+        "--reprocess-gold-from-version", type=int, metavar="V",
+        help="gold: rebuild as of silver version V-1 and read again from V (needs --topic)",
+    )  # fmt: skip
 
     for name, helptext in (
         ("show", "print a table's rows"),
@@ -532,7 +598,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 settings, catalog.topic(args.topic), sys.stdin, sys.stderr, args.value_schema_id
             )
         if args.command == "run":
-            return run_pipeline(settings, catalog, args.topic, cast(Layer | None, args.layer))
+            asked = {"dry_run": args.dry_run, **{k: getattr(args, k) for k in RUN_REQUEST_FLAGS}}
+            return run_pipeline(
+                settings, catalog, args.topic, cast(Layer | None, args.layer), asked
+            )
         if args.command == "show":
             return show(
                 settings,

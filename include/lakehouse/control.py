@@ -110,29 +110,39 @@ class RunRequest:
     silver_from_offsets: Mapping[int, int] = field(default_factory=dict)
     gold_from_version: int | None = None
     tables: tuple[str, ...] | None = None  # the gold tables of the DAG (None: all the topic's)
+    # Asked for with ``lakehouse run``'s flags rather than a DAG run's Params: errors name those.
+    flags: bool = field(default=False, compare=False, repr=False)
 
     @classmethod
     def from_params(
-        cls, params: Mapping[str, Any], contract: Contract, tables: Sequence[str] | None = None
+        cls,
+        params: Mapping[str, Any],
+        contract: Contract,
+        tables: Sequence[str] | None = None,
+        *,
+        flags: bool = False,
     ) -> RunRequest:
         """Read and check a run's Params for a DAG whose gold step builds ``tables`` (default:
-        every table of the topic); raises ConfigError naming the Param and the problem."""
+        every table of the topic); raises ConfigError naming the Param and the problem. With
+        ``flags``, the same keys came from ``lakehouse run``'s options, which errors name."""
+        said = _Naming(flags)
         layers = params.get("layers") or list(LAYERS)
         if isinstance(layers, str) or not all(x in LAYERS for x in layers):
-            raise ConfigError(f"Param layers: {layers!r}: each must be one of {list(LAYERS)}")
+            raise ConfigError(f"{said('layers')}: {layers!r}: each must be one of {list(LAYERS)}")
         offsets_text = (params.get("reprocess_silver_from_offsets") or "").strip()
         request = cls(
             layers=tuple(x for x in LAYERS if x in layers),
-            dry_run=_flag(params.get("dry_run", False), "dry_run"),
-            full_refresh=_names(params.get("full_refresh"), "full_refresh"),
-            silver_from_version=_version(params, "reprocess_silver_from_version"),
+            dry_run=_flag(params.get("dry_run", False), said("dry_run")),
+            full_refresh=_names(params.get("full_refresh"), said("full_refresh")),
+            silver_from_version=_version(params, "reprocess_silver_from_version", said),
             silver_from_offsets=(
-                parse_offsets(offsets_text, "Param reprocess_silver_from_offsets")
+                parse_offsets(offsets_text, said("reprocess_silver_from_offsets"))
                 if offsets_text
                 else {}
             ),
-            gold_from_version=_version(params, "reprocess_gold_from_version"),
+            gold_from_version=_version(params, "reprocess_gold_from_version", said),
             tables=None if tables is None else tuple(tables),
+            flags=flags,
         )
         request.check(contract)
         return request
@@ -141,22 +151,24 @@ class RunRequest:
         return [t.name for t in contract.tables if self.tables is None or t.name in self.tables]
 
     def check(self, contract: Contract) -> None:
+        said = _Naming(self.flags)
         names = self.gold_tables(contract)
         for name in self.full_refresh:
             if name not in names:
                 raise ConfigError(
-                    f"Param full_refresh: {name!r} is not a gold table this DAG builds for "
-                    f"topic {contract.topic!r} (its tables: {', '.join(names) or 'none'})"
+                    f"{said('full_refresh')}: {name!r} is not a gold table this "
+                    f"{'run' if self.flags else 'DAG'} builds for topic {contract.topic!r} "
+                    f"(its tables: {', '.join(names) or 'none'})"
                 )
         if self.silver_from_version is not None and self.silver_from_offsets:
             raise ConfigError(
-                "Params reprocess_silver_from_version and reprocess_silver_from_offsets: "
+                f"{said('reprocess_silver_from_version', 'reprocess_silver_from_offsets')}: "
                 "give one or the other"
             )
         for p in self.silver_from_offsets:
             if p >= contract.partitions:
                 raise ConfigError(
-                    f"Param reprocess_silver_from_offsets: topic {contract.topic!r} has "
+                    f"{said('reprocess_silver_from_offsets')}: topic {contract.topic!r} has "
                     f"{contract.partitions} partitions (0..{contract.partitions - 1}), not {p}"
                 )
         needs = {
@@ -166,14 +178,14 @@ class RunRequest:
         for layer, needed in needs.items():
             if needed and layer not in self.layers:
                 raise ConfigError(
-                    f"Params: a {layer} reprocess or refresh was asked for, but the layer "
+                    f"{said()}: a {layer} reprocess or refresh was asked for, but the layer "
                     f"{layer!r} is not among the run's layers {list(self.layers)}"
                 )
         if self.gold_from_version is not None:
             both = [n for n in self.full_refresh if n in self.reprocessable(contract)]
             if both:
                 raise ConfigError(
-                    f"Params: {', '.join(both)} would be both fully refreshed and reprocessed "
+                    f"{said()}: {', '.join(both)} would be both fully refreshed and reprocessed "
                     "from a version; choose one"
                 )
 
@@ -288,28 +300,42 @@ def consequences(contract: Contract, request: RunRequest) -> list[str]:
     return lines
 
 
-def _names(value: Any, name: str) -> tuple[str, ...]:
+@dataclass(frozen=True)
+class _Naming:
+    """How an error names what was asked: a DAG run's Params, or ``lakehouse run``'s flags."""
+
+    flags: bool
+
+    def __call__(self, *keys: str) -> str:
+        if self.flags:
+            return " and ".join("--" + k.replace("_", "-") for k in keys) or "Options"
+        if len(keys) == 1:
+            return f"Param {keys[0]}"
+        return " ".join(["Params", " and ".join(keys)]) if keys else "Params"
+
+
+def _names(value: Any, said: str) -> tuple[str, ...]:
     """A list Param of table names, without repeats (each is then checked against the DAG's)."""
     if value is None:
         return ()
     if isinstance(value, str) or not isinstance(value, Sequence):
-        raise ConfigError(f"Param {name}: {value!r} is not a list of table names")
+        raise ConfigError(f"{said}: {value!r} is not a list of table names")
     for item in value:
         if not isinstance(item, str):
-            raise ConfigError(f"Param {name}: {item!r} is not a table name")
+            raise ConfigError(f"{said}: {item!r} is not a table name")
     return tuple(dict.fromkeys(value))
 
 
-def _flag(value: Any, name: str) -> bool:
+def _flag(value: Any, said: str) -> bool:
     if isinstance(value, bool):
         return value
-    raise ConfigError(f"Param {name}: {value!r} is not true or false")
+    raise ConfigError(f"{said}: {value!r} is not true or false")
 
 
-def _version(params: Mapping[str, Any], name: str) -> int | None:
-    value = params.get(name)
+def _version(params: Mapping[str, Any], key: str, said: _Naming) -> int | None:
+    value = params.get(key)
     if value is None or value == "":
         return None
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ConfigError(f"Param {name}: {value!r} is not a table version (an integer >= 0)")
+        raise ConfigError(f"{said(key)}: {value!r} is not a table version (an integer >= 0)")
     return value

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from lakehouse import bronze, streams, tables
 from lakehouse.config import LAYERS, Layer, Settings
 from lakehouse.contracts import Catalog, Contract, TableSpec
-from lakehouse.control import LayerRequest, reprocessable
+from lakehouse.control import LayerRequest, RunRequest, reprocessable
 from lakehouse.quality import (
     Gate,
     LedgerBuffer,
@@ -282,15 +282,21 @@ def run(
     topics: Sequence[str] = (),
     layers: Sequence[Layer] = LAYERS,
     echo: Callable[[str], None] = print,
+    requests: Mapping[str, RunRequest] | None = None,
 ) -> None:
-    """Run the given layers (in pipeline order) for the given topics (all when empty)."""
+    """Run the given layers (in pipeline order) for the given topics (all when empty);
+    ``requests``: what a topic's run asks besides its micro-batch (checked by the caller)."""
     contracts = [catalog.topic(t) for t in topics] if topics else list(catalog)
     ordered = [layer for layer in LAYERS if layer in layers]
     # Layer by layer across topics: a gold join then sees the other topic's stream as of this
     # run, not as of the previous one.
     for layer in ordered:
         for contract in contracts:
-            for line in run_layer(spark, settings, contract, layer, catalog, echo=echo):
+            asked = (requests or {}).get(contract.topic)
+            request = None if asked is None else asked.for_layer(layer)
+            for line in run_layer(
+                spark, settings, contract, layer, catalog, echo=echo, request=request
+            ):
                 echo(line)
 
 

@@ -276,3 +276,40 @@ def test_dry_run_of_every_layer_changes_nothing(spark: Any, tmp_path: Path) -> N
         "gold order_moves (dry run): gold.order_latest has no new versions; then the "
         "corrections of order_latest"
     )
+
+
+def test_lakehouse_run_takes_the_same_requests(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`lakehouse run` without Airflow: a full refresh and a dry run asked for with its flags."""
+    from deltalake import DeltaTable
+
+    from lakehouse import cli
+
+    lake = _lake(tmp_path, expectations="")
+    monkeypatch.setenv("LAKEHOUSE_HOME", str(lake.home))
+    monkeypatch.setenv("LAKEHOUSE_CONTRACTS", str(lake.contracts_dir))
+    _send(lake, [("k1", {"city": "A", "amount": 1}), ("k2", {"city": "B", "amount": 2})])
+    assert cli.main(["run", "--topic", "orders"]) == 0
+    expected = _rows(lake.gold_path("order_totals"), "order_id")
+    assert [r["order_id"] for r in expected] == ["k1", "k2"]
+
+    DeltaTable(str(lake.gold_path("order_totals"))).delete("order_id = 'k2'")
+    capsys.readouterr()
+    argv = ["run", "--topic", "orders", "--layer", "gold", "--full-refresh", "order_totals"]
+    assert cli.main(argv) == 0
+    out = capsys.readouterr().out
+    assert "gold order_totals: full refresh from the whole silver stream" in out
+    assert "gold order_totals: rebuilt from input versions 0.." in out
+    assert _rows(lake.gold_path("order_totals"), "order_id") == expected
+
+    _send(lake, [("k3", {"city": "C", "amount": 3})], partition=1)
+    before = _versions(lake)
+    assert cli.main(["run", "--dry-run"]) == 0
+    assert _versions(lake) == before
+    out = capsys.readouterr().out
+    assert "dry run: every layer prints what it would read and write; no table changes" in out
+    assert (
+        "bronze orders (dry run): would read 1 segment(s) into bronze.orders as one batch: "
+        "partition 1: 1 file(s), offsets 0..0"
+    ) in out
