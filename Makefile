@@ -44,7 +44,8 @@ install: $(STAMP) ## Create .venv and install the pinned stack (requirements.loc
 
 # Spark's classes as a JVM class archive (`lakehouse spark-archive` runs the sample pipeline once
 # and keeps what its JVM loaded): every job's JVM maps them instead of loading them from the jars.
-# It only shortens start-up: if it cannot be written, the jobs start without it.
+# The same command first adds this interpreter's bytecode to pyspark's Python zip, which every
+# Python process Spark starts imports. Both only shorten start-up: jobs run without them.
 ARCHIVE := $(VENV)/var/lakehouse/spark-classes.jsa
 
 .PHONY: java

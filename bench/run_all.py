@@ -79,6 +79,10 @@ BENCHES: dict[str, tuple[tuple[str, ...], dict[str, list[list[str]]]]] = {
         ("jvm_start",),
         {"small": [["--repeats", "2"]], "large": [["--repeats", "5"]]},
     ),
+    "python_start": (
+        ("python_start",),
+        {"small": [["--repeats", "3"]], "large": [["--repeats", "7"]]},
+    ),
 }
 
 

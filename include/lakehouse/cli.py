@@ -567,7 +567,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("report", help="rebuild the Data Docs (HTML) from the saved validations")
     sub.add_parser(
         "spark-archive",
-        help="write the JVM class archive that shortens every Spark job's start (make does)",
+        help="write the JVM class archive and Python bytecode that shorten every Spark job's "
+        "start (make does)",
     )
     sa = sub.add_parser("airflow", help="run the airflow CLI with the lakehouse's environment")
     sa.add_argument("args", nargs=argparse.REMAINDER)
@@ -581,8 +582,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "airflow":
             return run_airflow(settings, args.args)
         if args.command == "spark-archive":
-            from lakehouse.spark import build_class_archive
+            from lakehouse.spark import build_class_archive, compile_python_zip, python_zips
 
+            for zipped in python_zips():
+                try:
+                    if compile_python_zip(zipped):
+                        print(f"Spark's Python zip compiled for this interpreter: {zipped}")
+                except OSError as exc:  # e.g. a read-only install: its processes compile it
+                    print(f"warning: {zipped} left without bytecode: {exc}", file=sys.stderr)
             started = time.monotonic()
             try:
                 path = build_class_archive()

@@ -176,3 +176,57 @@ def build_class_archive(records: int = 2000) -> Path:
         raise RuntimeError(f"the JVM wrote no class archive:\n{output[-1][-3000:]}")
     partial.replace(archive)
     return archive
+
+
+def python_zips() -> list[Path]:
+    """The zips Spark puts first on its Python processes' path (``SPARK_HOME/python/lib``: pyspark
+    and py4j), for the pyspark installed beside this interpreter."""
+    import pyspark
+
+    return sorted((Path(pyspark.__file__).parent / "python" / "lib").glob("*.zip"))
+
+
+def compile_python_zip(path: Path) -> bool:
+    """Add this interpreter's bytecode to a zip of Python sources; ``False`` if it already has it.
+
+    Every Python process Spark starts (the daemon of each kind of Python work: tasks, a data
+    source's planning and its commit) imports pyspark from ``pyspark.zip``, and Python cannot
+    cache bytecode for a zip: it compiled pyspark's modules again in each of them, about a second
+    of CPU per process here. Python's zip importer uses a ``.pyc`` beside a ``.py`` in the zip
+    when its magic number is this interpreter's and its hash matches the source (checked
+    hash-based pycs, PEP 552), else it compiles the source as before: a zip compiled for another
+    Python, or whose source changed, still works. Sources are kept byte for byte; the new zip
+    replaces the old one in one rename (a new file: the old may be hard-linked into a package
+    cache)."""
+    import importlib.util
+    import marshal
+    import zipfile
+
+    magic = importlib.util.MAGIC_NUMBER
+    with zipfile.ZipFile(path) as zin:
+        names = set(zin.namelist())
+        sources = [n for n in names if n.endswith(".py")]
+        if all(n + "c" in names for n in sources) and all(
+            zin.read(n + "c")[:4] == magic for n in sources[:1]
+        ):
+            return False
+        partial = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+        try:
+            with zipfile.ZipFile(partial, "w", zipfile.ZIP_DEFLATED) as zout:
+                for info in zin.infolist():
+                    if info.filename.endswith(".pyc"):
+                        continue  # stale bytecode of another interpreter: replaced below
+                    data = zin.read(info)
+                    zout.writestr(info, data)
+                    if not info.filename.endswith(".py"):
+                        continue
+                    code = compile(data, info.filename, "exec", dont_inherit=True)
+                    flags = 0b11  # hash-based, checked against the source
+                    header = magic + flags.to_bytes(4, "little") + importlib.util.source_hash(data)
+                    # Stored, not deflated: the point is a fast import.
+                    pyc = zipfile.ZipInfo(info.filename + "c", info.date_time)
+                    zout.writestr(pyc, header + marshal.dumps(code), zipfile.ZIP_STORED)
+            partial.replace(path)
+        finally:
+            partial.unlink(missing_ok=True)
+    return True

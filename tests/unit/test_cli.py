@@ -236,6 +236,7 @@ def test_spark_archive_reports_a_failed_workload_as_an_error(
         raise RuntimeError("lakehouse run failed:\nJava gateway process exited")
 
     monkeypatch.setattr("lakehouse.spark.build_class_archive", failed)
+    monkeypatch.setattr("lakehouse.spark.python_zips", list)  # leave the venv's pyspark alone
     assert cli.main(["spark-archive"]) == 1
     err = capsys.readouterr().err
     assert err.startswith("error: no Spark class archive: lakehouse run failed:")
@@ -246,7 +247,10 @@ def test_spark_archive_reports_a_failed_workload_as_an_error(
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["--full-refresh", "user_places"], "--full-refresh: name the topic it is for with --topic"),
+        (
+            ["--full-refresh", "user_places"],
+            "--full-refresh: name the topic it is for with --topic",
+        ),
         (
             ["--reprocess-silver-from-version", "2", "--reprocess-gold-from-version", "3"],
             "--reprocess-silver-from-version, --reprocess-gold-from-version: name the topic",
@@ -264,12 +268,21 @@ def test_spark_archive_reports_a_failed_workload_as_an_error(
             "--reprocess-silver-from-offsets: topic 'user-locations' has 3 partitions",
         ),
         (
-            ["--topic", "user-locations", "--reprocess-silver-from-version", "1"]
-            + ["--reprocess-silver-from-offsets", "0:1"],
+            [
+                *("--topic", "user-locations", "--reprocess-silver-from-version", "1"),
+                *("--reprocess-silver-from-offsets", "0:1"),
+            ],
             "--reprocess-silver-from-version and --reprocess-silver-from-offsets: give one",
         ),
         (
-            ["--topic", "user-locations", "--layer", "bronze", "--reprocess-silver-from-version", "1"],
+            [
+                "--topic",
+                "user-locations",
+                "--layer",
+                "bronze",
+                "--reprocess-silver-from-version",
+                "1",
+            ],
             "the layer 'silver' is not among the run's layers ['bronze']",
         ),
         (

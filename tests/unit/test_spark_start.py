@@ -172,3 +172,114 @@ def test_the_job_keeps_the_zip_when_pyspark_is_not_installed(
     monkeypatch.setattr(sys, "path", [zipped, *sys.path])
     layer_job._prefer_installed_pyspark()
     assert sys.path[0] == zipped
+
+
+# -- bytecode for Spark's Python zips ----------------------------------------------------------
+
+
+def _zip(path: Path, entries: dict[str, bytes]) -> Path:
+    import zipfile
+
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
+        for name, data in entries.items():
+            z.writestr(name, data)
+    return path
+
+
+def _entries(path: Path) -> dict[str, bytes]:
+    import zipfile
+
+    with zipfile.ZipFile(path) as z:
+        return {n: z.read(n) for n in z.namelist()}
+
+
+def _imported_value(zipped: Path) -> str:
+    import subprocess
+
+    done = subprocess.run(
+        [sys.executable, "-c", "import pkg.m; print(pkg.m.VALUE)"],
+        env={"PYTHONPATH": str(zipped), "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return done.stdout.strip()
+
+
+SOURCES = {
+    "pkg/__init__.py": b"",
+    "pkg/m.py": b"VALUE = 'source'\n",
+    "pkg/data.txt": b"not python",
+}
+
+
+def test_a_python_zip_gets_bytecode_once_and_keeps_its_sources(tmp_path: Path) -> None:
+    import importlib.util
+
+    zipped = _zip(tmp_path / "lib.zip", SOURCES)
+    assert spark.compile_python_zip(zipped) is True
+    assert spark.compile_python_zip(zipped) is False  # already done: left as it is
+    entries = _entries(zipped)
+    assert {n: entries[n] for n in SOURCES} == SOURCES
+    assert sorted(set(entries) - set(SOURCES)) == ["pkg/__init__.pyc", "pkg/m.pyc"]
+    header = entries["pkg/m.pyc"][:16]
+    assert header[:4] == importlib.util.MAGIC_NUMBER
+    assert header[8:] == importlib.util.source_hash(SOURCES["pkg/m.py"])
+    assert _imported_value(zipped) == "source"
+    assert not list(tmp_path.glob("*.tmp"))
+
+
+def test_the_zip_importer_uses_the_bytecode_and_refuses_it_once_the_source_changed(
+    tmp_path: Path,
+) -> None:
+    """Proof that imports read the added .pyc: bytecode of other code under the source's hash is
+    what runs. And the safety net: under a changed source the .pyc is ignored, not trusted."""
+    import marshal
+
+    zipped = _zip(tmp_path / "lib.zip", SOURCES)
+    spark.compile_python_zip(zipped)
+    entries = _entries(zipped)
+    other = marshal.dumps(compile("VALUE = 'bytecode'\n", "pkg/m.py", "exec"))
+    entries["pkg/m.pyc"] = entries["pkg/m.pyc"][:16] + other
+    assert _imported_value(_zip(tmp_path / "swapped.zip", entries)) == "bytecode"
+
+    entries["pkg/m.py"] = b"VALUE = 'changed source'\n"
+    assert _imported_value(_zip(tmp_path / "stale.zip", entries)) == "changed source"
+
+
+def test_bytecode_of_another_interpreter_is_replaced(tmp_path: Path) -> None:
+    zipped = _zip(tmp_path / "lib.zip", SOURCES)
+    spark.compile_python_zip(zipped)
+    entries = _entries(zipped)
+    entries["pkg/m.pyc"] = b"\x00\x00\r\n" + entries["pkg/m.pyc"][4:]
+    entries["pkg/__init__.pyc"] = b"\x00\x00\r\n" + entries["pkg/__init__.pyc"][4:]
+    _zip(zipped, entries)
+    assert spark.compile_python_zip(zipped) is True
+    assert _imported_value(zipped) == "source"
+    assert _entries(zipped)["pkg/m.pyc"][:4] != b"\x00\x00\r\n"
+
+
+def test_spark_python_zips_are_pyspark_and_py4j() -> None:
+    names = [p.name for p in spark.python_zips()]
+    assert "pyspark.zip" in names and any(n.startswith("py4j-") for n in names)
+
+
+def test_spark_archive_goes_on_when_the_zip_cannot_be_rewritten(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A read-only install: a warning, and the class archive is still written."""
+    from lakehouse import cli
+
+    def read_only(path: Path) -> bool:
+        raise PermissionError(13, "Permission denied", str(path))
+
+    archive = tmp_path / "spark-classes.jsa"
+    archive.write_bytes(b"x" * 2048)
+    monkeypatch.setattr(spark, "python_zips", lambda: [tmp_path / "pyspark.zip"])
+    monkeypatch.setattr(spark, "compile_python_zip", read_only)
+    monkeypatch.setattr(spark, "build_class_archive", lambda: archive)
+    assert cli.main(["spark-archive"]) == 0
+    captured = capsys.readouterr()
+    assert "warning: " in captured.err and "left without bytecode: " in captured.err
+    assert "Permission denied" in captured.err
+    assert captured.out.startswith(f"Spark class archive: {archive}")
