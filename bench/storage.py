@@ -10,7 +10,11 @@ its own:
   executors write Parquet, the driver commits with delta-rs);
 * write, peer: ``deltalake.write_deltalake`` fed by a pyarrow dataset scanner over the same files;
 * read, ours: ``DeltaStore.read`` (snapshot file list from delta-rs, Spark's Parquet reader) vs
-  ``spark.read.parquet`` of the same files, both aggregating every value byte, same session.
+  ``spark.read.parquet`` of the same files, both aggregating every value byte, same session;
+* the Python handover floor: after its write, the ``ours`` worker times the same rows handed to
+  Python tasks as Arrow (``mapInArrow`` that only counts them). Any write through a Python data
+  source pays at least that, so its ratio against ``write_deltalake`` bounds what the data source
+  can reach on this machine.
 """
 
 from __future__ import annotations
@@ -21,7 +25,9 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -93,8 +99,21 @@ def worker_spark_write(src: Path, table: Path) -> dict[str, float]:
     store.write(df, table)
     elapsed = time.perf_counter() - started
     peak = tree_peak_rss_mib()
+    # The floor of any write through a Python data source: the same rows handed from Spark's
+    # JVM to Python tasks as Arrow, and nothing done with them. Measured after the write, with
+    # the JVM warm, so it is a lower bound.
+    started = time.perf_counter()
+    df.mapInArrow(_count_rows, "rows long").collect()
+    floor = time.perf_counter() - started
     spark.stop()
-    return {"seconds": elapsed, "warmup_seconds": warmup, "peak_mib": peak}
+    return {"seconds": elapsed, "warmup_seconds": warmup, "peak_mib": peak, "floor": floor}
+
+
+def _count_rows(batches: Iterator[Any]) -> Iterator[Any]:
+    import pyarrow as pa
+
+    rows = sum(b.num_rows for b in batches)
+    yield pa.RecordBatch.from_pydict({"rows": [rows]})
 
 
 def worker_deltalake_write(src: Path, table: Path) -> dict[str, float]:
@@ -181,6 +200,13 @@ def main() -> None:
                 "rows/s/core",
                 "write_deltalake",
                 n / peer["seconds"] / cores,
+            ),
+            Figure(
+                "storage.write.python_handover_floor.rows_per_s",
+                n / ours["floor"],
+                "rows/s",
+                "write_deltalake",
+                n / peer["seconds"],
             ),
             Figure(
                 "storage.write.peak_memory",
