@@ -477,18 +477,17 @@ def build_parser() -> argparse.ArgumentParser:
         "--full-refresh", action="append", metavar="TABLE",
         help="gold: rebuild this table from the whole stream (repeatable; needs --topic)",
     )  # fmt: skip
-    sr.add_argument(
-        "--reprocess-silver-from-version", type=int, metavar="V",
-        help="silver: decode again the bronze records from bronze version V (needs --topic)",
-    )  # fmt: skip
-    sr.add_argument(
-        "--reprocess-silver-from-offsets", metavar="P:O,...",
-        help="silver: decode again from these offsets, e.g. 0:120,1:0 (needs --topic)",
-    )  # fmt: skip
-    sr.add_argument(
-        "--reprocess-gold-from-version", type=int, metavar="V",
-        help="gold: rebuild as of silver version V-1 and read again from V (needs --topic)",
-    )  # fmt: skip
+    for flag, kind, metavar, text in (
+        ("silver-from-version", int, "V", "silver: decode again the bronze records from bronze "
+         "version V"),
+        ("silver-from-offsets", str, "P:O,...", "silver: decode again from these offsets, e.g. "
+         "0:120,1:0"),
+        ("gold-from-version", int, "V", "gold: rebuild as of silver version V-1 and read again "
+         "from V"),
+    ):  # fmt: skip
+        sr.add_argument(
+            f"--reprocess-{flag}", type=kind, metavar=metavar, help=f"{text} (needs --topic)"
+        )
 
     for name, helptext in (
         ("show", "print a table's rows"),

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import io
 import json
+from typing import Any
 
 import pytest
 
@@ -193,9 +194,50 @@ def test_schemas_lists_versions_and_checks_contracts(
         (["restore", "bronze.user-locations"], "is a bronze table; this works on gold tables only"),
         (["show", "user_places", "--at-event-time", "silver.x"], "--at-event-time"),
         (["refresh", "nope"], "unknown table 'nope'"),
+        # `lakehouse run`'s requests, checked as a triggered run's Params are
+        (
+            ["run", "--full-refresh", "user_places"],
+            "--full-refresh: name the topic it is for with --topic",
+        ),
+        (
+            ["run", "--reprocess-silver-from-version", "2", "--reprocess-gold-from-version", "3"],
+            "--reprocess-silver-from-version, --reprocess-gold-from-version: name the topic",
+        ),
+        (
+            ["run", "--topic", "user-locations", "--full-refresh", "nope"],
+            "--full-refresh: 'nope' is not a gold table this run builds for topic",
+        ),
+        (
+            ["run", "--topic", "user-locations", "--reprocess-silver-from-offsets", "0:1; DROP"],
+            "--reprocess-silver-from-offsets: '0:1; DROP' is not a list of partition:offset",
+        ),
+        (
+            ["run", "--topic", "user-locations", "--reprocess-silver-from-offsets", "9:0"],
+            "--reprocess-silver-from-offsets: topic 'user-locations' has 3 partitions",
+        ),
+        (
+            [
+                "run",
+                *("--topic", "user-locations", "--reprocess-silver-from-version", "1"),
+                *("--reprocess-silver-from-offsets", "0:1"),
+            ],
+            "--reprocess-silver-from-version and --reprocess-silver-from-offsets: give one",
+        ),
+        (
+            [
+                "run",
+                *("--topic", "user-locations", "--layer", "bronze"),
+                *("--reprocess-silver-from-version", "1"),
+            ],
+            "the layer 'silver' is not among the run's layers ['bronze']",
+        ),
+        (
+            ["run", "--topic", "user-locations", "--reprocess-gold-from-version", "-1"],
+            "--reprocess-gold-from-version: -1 is not a table version",
+        ),
     ],
 )
-def test_rebuild_commands_refuse_bad_arguments_before_spark_starts(
+def test_bad_arguments_are_refused_before_spark_starts(
     settings: Settings,
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
@@ -244,80 +286,28 @@ def test_spark_archive_reports_a_failed_workload_as_an_error(
     assert "Traceback" not in err
 
 
-@pytest.mark.parametrize(
-    ("argv", "message"),
-    [
-        (
-            ["--full-refresh", "user_places"],
-            "--full-refresh: name the topic it is for with --topic",
-        ),
-        (
-            ["--reprocess-silver-from-version", "2", "--reprocess-gold-from-version", "3"],
-            "--reprocess-silver-from-version, --reprocess-gold-from-version: name the topic",
-        ),
-        (
-            ["--topic", "user-locations", "--full-refresh", "nope"],
-            "--full-refresh: 'nope' is not a gold table this run builds for topic",
-        ),
-        (
-            ["--topic", "user-locations", "--reprocess-silver-from-offsets", "0:1; DROP"],
-            "--reprocess-silver-from-offsets: '0:1; DROP' is not a list of partition:offset",
-        ),
-        (
-            ["--topic", "user-locations", "--reprocess-silver-from-offsets", "9:0"],
-            "--reprocess-silver-from-offsets: topic 'user-locations' has 3 partitions",
-        ),
-        (
-            [
-                *("--topic", "user-locations", "--reprocess-silver-from-version", "1"),
-                *("--reprocess-silver-from-offsets", "0:1"),
-            ],
-            "--reprocess-silver-from-version and --reprocess-silver-from-offsets: give one",
-        ),
-        (
-            [
-                "--topic",
-                "user-locations",
-                "--layer",
-                "bronze",
-                "--reprocess-silver-from-version",
-                "1",
-            ],
-            "the layer 'silver' is not among the run's layers ['bronze']",
-        ),
-        (
-            ["--topic", "user-locations", "--reprocess-gold-from-version", "-1"],
-            "--reprocess-gold-from-version: -1 is not a table version",
-        ),
-    ],
-)
-def test_run_refuses_bad_requests_before_spark_starts(
-    settings: Settings,
-    monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture[str],
-    argv: list[str],
-    message: str,
-) -> None:
-    def no_spark(*_args: object, **_kwargs: object) -> None:
-        raise AssertionError("Spark must not start for a bad request")
-
-    monkeypatch.setattr("lakehouse.spark.get_session", no_spark)
-    assert _run(monkeypatch, ["run", *argv]) == 1
-    assert message in capsys.readouterr().err
+@pytest.fixture
+def pipeline_calls(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    """What `lakehouse run` hands to the pipeline, which is not run (nor is Spark started)."""
+    seen: dict[str, Any] = {}
+    monkeypatch.setattr("lakehouse.spark.get_session", lambda *_a, **_k: "spark")
+    monkeypatch.setattr("lakehouse.pipeline.run", lambda *_a, **kw: seen.update(kw))
+    return seen
 
 
 def test_run_hands_each_layer_its_part_of_the_request(
-    settings: Settings, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    settings: Settings,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    pipeline_calls: dict[str, Any],
 ) -> None:
     """What `lakehouse run`'s flags ask reaches each layer as a triggered run's Params do."""
-    seen: dict[str, object] = {}
-    monkeypatch.setattr("lakehouse.spark.get_session", lambda *_a, **_k: "spark")
-    monkeypatch.setattr("lakehouse.pipeline.run", lambda *_a, **kw: seen.update(kw))
+    seen = pipeline_calls
     argv = ["run", "--topic", "user-locations", "--reprocess-silver-from-offsets", "0:10"]
     argv += ["--full-refresh", "user_latest_location", "--dry-run"]
     assert _run(monkeypatch, argv) == 0
     assert seen["topics"] == ["user-locations"] and seen["layers"] == ("bronze", "silver", "gold")
-    request = seen["requests"]["user-locations"]  # type: ignore[index]
+    request = seen["requests"]["user-locations"]
     assert request.for_layer("silver").args() == ["--dry-run", "--from-offsets", "0:10"]
     assert request.for_layer("gold").args() == [
         "--dry-run",
@@ -331,15 +321,15 @@ def test_run_hands_each_layer_its_part_of_the_request(
 
 
 def test_a_plain_run_asks_nothing_more_of_any_topic(
-    settings: Settings, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    settings: Settings,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    pipeline_calls: dict[str, Any],
 ) -> None:
-    seen: dict[str, object] = {}
-    monkeypatch.setattr("lakehouse.spark.get_session", lambda *_a, **_k: "spark")
-    monkeypatch.setattr("lakehouse.pipeline.run", lambda *_a, **kw: seen.update(kw))
     assert _run(monkeypatch, ["run", "--layer", "silver"]) == 0
-    requests = seen["requests"]
-    assert sorted(requests) == ["user-locations", "user-profiles"]  # type: ignore[call-overload]
-    for request in requests.values():  # type: ignore[attr-defined]
+    requests = pipeline_calls["requests"]
+    assert sorted(requests) == ["user-locations", "user-profiles"]
+    for request in requests.values():
         assert request.layers == ("silver",)
         assert request.for_layer("silver").args() == []
     assert capsys.readouterr().out == ""
