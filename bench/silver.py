@@ -8,10 +8,13 @@ same record in Avro, Confluent-framed, schema given inline in the contract; one 
 thousand is a tombstone), written as landing segments and ingested by ``bronze.ingest``. The
 bronze tables are the shared input of both paths. Each path runs in its own process:
 
-* ours: ``streams.build`` (bronze change feed read by Spark; JSON decoded with ``from_json``,
-  Avro with fastavro in ``mapInArrow``; silver and quarantine written through the Delta data
-  source) on ``local[2]``. The session is started and warmed on a tiny topic of the same format
-  first; the figure is the silver job itself.
+* ours: ``streams.build`` on ``local[2]``. JSON: the batch is clean, so Spark's Python tasks
+  read the bronze files, decode them with pyarrow's JSON reader and write the silver files
+  (``lakehouse.streams_arrow``); a batch with a bad record would go to Spark's ``from_json``.
+  Avro: the bronze change feed read by Spark, fastavro in ``mapInArrow``, silver written through
+  the Delta data source. The session is started and warmed on a tiny topic of the same format
+  first, through the same path (its batch is sent to the tasks too, not decoded in the driver
+  as a batch that small would be); the figure is the silver job itself.
 * peer: the same typed rows (key as text, value fields, tombstone flag, partition, offset,
   timestamp, event time) computed plainly, without a JVM, and appended by ``write_deltalake`` in
   one commit. JSON: ``polars.scan_delta`` of the bronze table, ``str.json_decode`` to the typed
@@ -264,7 +267,9 @@ def worker_ours(work: Path, fmt: str) -> dict[str, Any]:
     topic, warm = _topics(fmt)
     spark = get_session(f"local[{CORES}]", app_name=f"bench-silver-{fmt}")
     started = time.perf_counter()
+    threshold, streams.ARROW_DRIVER_BYTES = streams.ARROW_DRIVER_BYTES, 0
     streams.build(spark, settings, catalog.topic(warm))
+    streams.ARROW_DRIVER_BYTES = threshold
     warmup = time.perf_counter() - started
     started = time.perf_counter()
     result = streams.build(spark, settings, catalog.topic(topic))

@@ -12,6 +12,7 @@ import functools
 import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from lakehouse import quality
@@ -377,6 +378,14 @@ def _build_decode_steps(contract: Contract) -> list[Step]:
                     f"required field {f.name!r} is missing or null",
                 )
             )
+    if _millis_event_time(contract):
+        name = contract.event_time
+        checks.append(
+            (
+                ~is_tombstone & ~_millis_in_range(F.col(f"{_V}.{name}")),
+                f"event-time field {name!r} is out of range (epoch milliseconds)",
+            )
+        )
     value_columns = [
         F.when(is_tombstone, None).otherwise(F.col(f"{_V}.{f.name}")).alias(f.name)
         for f in contract.fields
@@ -402,9 +411,22 @@ def _event_time(contract: Contract, is_tombstone: Column) -> Column:
     if contract.event_time is None:
         return F.col("timestamp")
     value = F.col(f"{_V}.{contract.event_time}")
-    if contract.field(contract.event_time).type == "long":
-        value = F.timestamp_millis(value)
+    if _millis_event_time(contract):
+        # Out of range it would overflow (and fail the job); such records are quarantined.
+        value = F.when(_millis_in_range(value), F.timestamp_millis(value))
     return F.when(is_tombstone, F.col("timestamp")).otherwise(F.coalesce(value, F.col("timestamp")))
+
+
+def _millis_event_time(contract: Contract) -> bool:
+    return contract.event_time is not None and contract.field(contract.event_time).type == "long"
+
+
+def _millis_in_range(value: Column) -> Column:
+    """Null or a number of epoch milliseconds whose timestamp exists."""
+
+    from lakehouse.streams_arrow import MAX_EVENT_MILLIS
+
+    return value.isNull() | value.between(-MAX_EVENT_MILLIS, MAX_EVENT_MILLIS)
 
 
 def stream_rows(decoded: DataFrame, contract: Contract) -> DataFrame:
@@ -435,15 +457,19 @@ class SilverResult:
     records: int = 0
     quarantined: int = 0
     committed: bool = False
+    decoder: str = "spark"  # "arrow": every record was clean (see lakehouse.streams_arrow)
+    why_not_arrow: str | None = None  # why the batch needed Spark's decoder
 
     def summary(self) -> str:
         if self.source_versions is None:
             return f"silver {self.stream}: bronze has no new versions"
         lo, hi = self.source_versions
         state = "committed" if self.committed else "already applied (skipped)"
+        # Spark's decoder is the slower one: say why a batch needed it.
+        why = f" (decoded by Spark: {self.why_not_arrow})" if self.why_not_arrow else ""
         return (
             f"silver {self.stream}: bronze versions {lo}..{hi} {state}: "
-            f"{self.records} records, {self.quarantined} quarantined"
+            f"{self.records} records, {self.quarantined} quarantined{why}"
         )
 
 
@@ -460,8 +486,13 @@ def build(spark: SparkSession, settings: Settings, contract: Contract) -> Silver
     if head is None or start > head:
         return SilverResult(contract.stream, None)
 
-    changes = store.changes(bronze_path, start, head).filter(F.col("_change_type") == "insert")
     gate = quality.gate_for(silver_path)
+    # One schema for the stream whichever decoder writes its first batch: the contract's.
+    store.create(silver_path, stream_schema(contract))
+    arrow = _build_with_arrow(store, settings, contract, (start, head), gate)
+    if arrow.result is not None:
+        return arrow.result
+    changes = store.changes(bronze_path, start, head).filter(F.col("_change_type") == "insert")
     decoded = _decoded(changes, contract, gate)
     txn = Txn(source_app(contract), head)
     source = {"table": f"bronze.{contract.topic}", "versions": [start, head]}
@@ -491,7 +522,111 @@ def build(spark: SparkSession, settings: Settings, contract: Contract) -> Silver
     decoded.unpersist()
     if gate is not None and verdict is not None:
         gate.record(verdict, table_version=result.table_version, published=result.committed)
-    return SilverResult(contract.stream, (start, head), n_good, n_bad, result.committed)
+    return SilverResult(
+        contract.stream, (start, head), n_good, n_bad, result.committed, why_not_arrow=arrow.why_not
+    )
+
+
+@dataclass
+class _ArrowAttempt:
+    result: SilverResult | None = None  # the batch, done; or None: decode it with Spark
+    why_not: str | None = None
+
+
+def _build_with_arrow(
+    store: DeltaStore,
+    settings: Settings,
+    contract: Contract,
+    versions: tuple[int, int],
+    gate: quality.Gate | None,
+) -> _ArrowAttempt:
+    """The batch decoded by :mod:`lakehouse.streams_arrow` and committed, if every record of it
+    decodes there exactly as Spark would decode it; otherwise nothing is written, and the
+    reason is given back for Spark's decoder to take the batch."""
+    from lakehouse import streams_arrow
+    from lakehouse.errors import QualityGateError
+    from lakehouse.storage.files import delete_data_files
+    from lakehouse.storage.log import changes_between
+
+    spec = streams_arrow.spec(contract)
+    if spec is None:
+        return _ArrowAttempt(why_not=f"{contract.key_format} keys, {contract.value_format} values")
+    if gate is not None and gate.quarantines:
+        return _ArrowAttempt(why_not="quarantine expectations route records")
+    start, head = versions
+    bronze_path = settings.bronze_path(contract.topic)
+    silver_path = settings.silver_path(contract.stream)
+    files = changes_between(bronze_path, start, head)
+    if any(f.kind != "insert" or f.partition_values for f in files):
+        return _ArrowAttempt(why_not="bronze versions other than plain appends")
+    read_version = store.version(silver_path)
+    have = {f.name: f.dataType for f in store.spark_schema(silver_path).fields}
+    if any(have.get(f.name) != f.dataType for f in stream_schema(contract).fields):
+        return _ArrowAttempt(why_not="the contract adds columns to the stream")
+    items = [{"path": str(f.path), "spec": spec} for f in files]
+    small = sum(f.path.stat().st_size for f in files) <= ARROW_DRIVER_BYTES
+    staged = store.stage(items, streams_arrow.task, silver_path, in_driver=small)
+    unclean = [s["unclean"] for s in staged.side if "unclean" in s]
+    if unclean:
+        delete_data_files(silver_path, staged.files)
+        return _ArrowAttempt(why_not=unclean[0])
+    rows = sum(s["rows"] for s in staged.side)
+    source = {"table": f"bronze.{contract.topic}", "versions": [start, head]}
+    meta: dict[str, Any] = {"lakehouse.source": source}
+    verdict = None
+    if gate is not None:
+        values = rows - sum(s["tombstones"] for s in staged.side)
+        try:
+            verdict = gate.check(
+                _staged_values(store, silver_path, staged.files, values, gate.columns),
+                values,
+                source=source,
+            )
+        except QualityGateError:
+            delete_data_files(silver_path, staged.files)
+            raise
+        meta = {**meta, **gate.commit_metadata(verdict)}
+    result = store.commit_staged(
+        silver_path,
+        staged.files,
+        read_version=read_version,
+        txn=Txn(source_app(contract), head),
+        metadata=meta,
+    )
+    if gate is not None and verdict is not None:
+        gate.record(verdict, table_version=result.table_version, published=result.committed)
+    return _ArrowAttempt(
+        SilverResult(contract.stream, versions, rows, 0, result.committed, decoder="arrow")
+    )
+
+
+# A batch whose bronze files are at most this big is decoded in the driver: a Spark job would
+# cost more than the work (a 10K-record micro-batch is about 1 MB of Parquet).
+ARROW_DRIVER_BYTES = 16 << 20
+
+
+def _staged_values(
+    store: DeltaStore, table: Path, files: list[Any], rows: int, columns: list[str] | None
+) -> pa.Table | DataFrame:
+    """The staged records that carry a value (what the gate judges): Arrow when small enough
+    for GX's pandas engine, else a Spark read of the files."""
+    from urllib.parse import unquote
+
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    paths = [str(table / unquote(f.path)) for f in files]
+    if rows <= quality.pandas_max_rows():
+        wanted = sorted({*(columns or []), TOMBSTONE})
+        parts = [pq.read_table(p, columns=wanted) for p in paths]
+        if not parts:
+            return pa.table({c: pa.array([], pa.null()) for c in wanted})
+        batch = pa.concat_tables(parts)
+        return batch.filter(pc.invert(batch.column(TOMBSTONE)))
+    from pyspark.sql import functions as F
+
+    return store.spark.read.parquet(*paths).filter(~F.col(TOMBSTONE))
 
 
 def _split_counts(decoded: DataFrame) -> tuple[int, int]:

@@ -469,20 +469,29 @@ class DeltaStore:
             configuration=dict(properties),
         )
 
-    def stage(self, items: Sequence[Mapping[str, Any]], fn: TaskFn, path: Path) -> Staged:
+    def stage(
+        self,
+        items: Sequence[Mapping[str, Any]],
+        fn: TaskFn,
+        path: Path,
+        *,
+        in_driver: bool = False,
+    ) -> Staged:
         """Run ``fn`` over ``items`` in Spark tasks that write the table's data files themselves
-        (see :mod:`lakehouse.storage.tasks`); nothing is visible until :meth:`commit_staged`."""
-        from lakehouse.storage.tasks import stage_with_tasks
+        (see :mod:`lakehouse.storage.tasks`), or here with ``in_driver`` (small work); nothing
+        is visible until :meth:`commit_staged`."""
+        from lakehouse.storage.tasks import stage_in_driver, stage_with_tasks
 
         dt = _load(path)
         _check_readable(dt, path)
+        schema = table_arrow_schema(dt)
+        partition_by = list(dt.metadata().partition_columns)
+        if in_driver:
+            return stage_in_driver(
+                items, fn, table_root=path, schema=schema, partition_by=partition_by
+            )
         return stage_with_tasks(
-            self.spark,
-            items,
-            fn,
-            table_root=path,
-            schema=table_arrow_schema(dt),
-            partition_by=list(dt.metadata().partition_columns),
+            self.spark, items, fn, table_root=path, schema=schema, partition_by=partition_by
         )
 
     def commit_staged(

@@ -36,20 +36,23 @@ class Staged:
     side: list[dict[str, Any]]
 
 
+def _run_items(fn: TaskFn, items: Sequence[Mapping[str, Any]], writer: TableFileWriter) -> Staged:
+    side: list[dict[str, Any]] = []
+
+    def rows() -> Iterator[pa.Table]:
+        for item in items:
+            yield from fn(dict(item), side.append)
+
+    return Staged(writer.write_batches(rows()), side)
+
+
 def _task_runner(fn: TaskFn, table_root: str, schema_ipc: bytes, partition_by: list[str]) -> Any:
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         schema = pa.ipc.read_schema(pa.py_buffer(schema_ipc))
-        writer = TableFileWriter(table_root, schema, partition_by)
-        side: list[dict[str, Any]] = []
         items = [json.loads(s) for b in batches for s in b.column("item").to_pylist()]
-
-        def rows() -> Iterator[pa.Table]:
-            for item in items:
-                yield from fn(item, side.append)
-
-        files = writer.write_batches(rows())
-        out = [("file", json.dumps(asdict(f))) for f in files]
-        out += [("side", json.dumps(s)) for s in side]
+        staged = _run_items(fn, items, TableFileWriter(table_root, schema, partition_by))
+        out = [("file", json.dumps(asdict(f))) for f in staged.files]
+        out += [("side", json.dumps(s)) for s in staged.side]
         yield pa.RecordBatch.from_pydict(
             {"kind": [k for k, _ in out], "payload": [p for _, p in out]},
             schema=pa.schema([("kind", pa.string()), ("payload", pa.string())]),
@@ -85,3 +88,16 @@ def stage_with_tasks(
     files = [DataFile(**json.loads(r["payload"])) for r in result if r["kind"] == "file"]
     side = [json.loads(r["payload"]) for r in result if r["kind"] == "side"]
     return Staged(files, side)
+
+
+def stage_in_driver(
+    items: Sequence[Mapping[str, Any]],
+    fn: TaskFn,
+    *,
+    table_root: Path,
+    schema: pa.Schema,
+    partition_by: Sequence[str] = (),
+) -> Staged:
+    """:func:`stage_with_tasks` without Spark: ``fn`` runs here, over every item in order. For
+    work so small that a Spark job (and the Python workers it may start) costs more than it."""
+    return _run_items(fn, items, TableFileWriter(str(table_root), schema, list(partition_by)))
