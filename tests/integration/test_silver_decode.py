@@ -241,6 +241,18 @@ def test_event_time_from_a_long_field_or_the_record_timestamp(spark: Any) -> Non
     assert row["event_time"] == datetime(2026, 1, 1)
 
 
+def test_a_long_event_time_out_of_range_is_quarantined_not_a_failed_job(spark: Any) -> None:
+    value = {"format": "json", "fields": [{"name": "ms", "type": "long"}]}
+    contract = _contract(STRING_KEY, value, event_time="ms")
+    pairs = [(b"k", b'{"ms": 9223372036854775807}'), (b"k", b'{"ms": -9223372036854775}')]
+    # Only the reasons are collected: Python's datetime cannot hold the second event time.
+    df = decode(_bronze(spark, pairs), contract).orderBy("offset").select("_reason")
+    assert [r["_reason"] for r in df.collect()] == [
+        "event-time field 'ms' is out of range (epoch milliseconds)",
+        None,  # the smallest that fits
+    ]
+
+
 def test_good_and_quarantined_rows_partition_the_input(spark: Any) -> None:
     contract = _contract(STRING_KEY, JSON_VALUE)
     pairs = [(b"k", json.dumps({"name": f"n{i}"}).encode() if i % 3 else b"{") for i in range(30)]
