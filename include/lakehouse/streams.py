@@ -551,8 +551,6 @@ def _build_with_arrow(
     spec = streams_arrow.spec(contract)
     if spec is None:
         return _ArrowAttempt(why_not=f"{contract.key_format} keys, {contract.value_format} values")
-    if gate is not None and gate.quarantines:
-        return _ArrowAttempt(why_not="quarantine expectations route records")
     start, head = versions
     bronze_path = settings.bronze_path(contract.topic)
     silver_path = settings.silver_path(contract.stream)
@@ -585,6 +583,10 @@ def _build_with_arrow(
         except QualityGateError:
             delete_data_files(silver_path, staged.files)
             raise
+        if verdict.to_quarantine:  # records to route: Spark's decoder does that
+            delete_data_files(silver_path, staged.files)
+            names = ", ".join(verdict.to_quarantine)
+            return _ArrowAttempt(why_not=f"quarantine expectations route records ({names})")
         meta = {**meta, **gate.commit_metadata(verdict)}
     result = store.commit_staged(
         silver_path,

@@ -11,6 +11,7 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
+from deltalake import DeltaTable
 
 from lakehouse import cli
 from lakehouse.config import Settings
@@ -174,9 +175,19 @@ def test_quarantine_routes_failing_rows_with_the_expectation_as_reason(
             ("o1", None),  # a tombstone carries no value: it passes through
         ],
     )
-    _run(spark, lake, "bronze", "silver")
+    lines = _run(spark, lake, "bronze", "silver")
+    # Every record decoded cleanly, but the gate routes some: Spark's decoder takes the batch,
+    # and the files the Arrow decoder had staged are gone.
+    assert any(
+        "decoded by Spark: quarantine expectations route records (city_known, amount_present)"
+        in line
+        for line in lines
+    )
+    silver = lake.silver_path("orders_stream")
+    committed = {Path(u).name for u in DeltaTable(str(silver)).file_uris()}
+    assert {p.name for p in silver.glob("*.parquet")} == committed
 
-    stream = read_arrow(lake.silver_path("orders_stream")).to_pylist()
+    stream = read_arrow(silver).to_pylist()
     assert sorted((r["order_id"], r["tombstone"]) for r in stream) == [
         ("o1", False),
         ("o1", True),
@@ -205,6 +216,23 @@ def test_quarantine_routes_failing_rows_with_the_expectation_as_reason(
     _run(spark, lake, "gold")
     counts = read_arrow(lake.gold_path("order_counts")).to_pylist()
     assert sorted((r["order_id"], r["n"]) for r in counts) == [("o1", 1), ("o2", 1)]
+
+
+def test_quarantine_expectations_that_pass_leave_the_batch_to_the_arrow_decoder(
+    spark: Any, tmp_path: Path
+) -> None:
+    lake = _lake(
+        tmp_path,
+        "  silver:\n"
+        "    - {name: city_known, expect: in_set, column: city, values: [Berlin, Lima], "
+        "severity: quarantine}\n",
+    )
+    _send(lake, [*GOOD, ("o1", None)])
+    lines = _run(spark, lake, "bronze", "silver")
+    assert "silver orders_stream: bronze versions 0..1 committed: 3 records, 0 quarantined" in lines
+    (row,) = [r for r in _ledger(lake, "silver") if r["expectation"] == "city_known"]
+    assert row["success"] is True and row["published"] is True
+    assert row["element_count"] == 2  # the tombstone is not judged
 
 
 def test_fail_on_silver_publishes_nothing_and_stops_the_run(spark: Any, tmp_path: Path) -> None:
