@@ -136,9 +136,14 @@ def latest_per_key(events: DataFrame, contract: Contract) -> DataFrame:
     key = contract.key_name
     value_cols = [f.name for f in contract.fields]
     keyed = events.filter(F.col(key).isNotNull())
-    row = F.struct(*[F.col(c) for c in [*value_cols, TOMBSTONE, "timestamp", "partition"]])
-    per_partition = keyed.groupBy(key, "partition").agg(F.max_by(row, F.col("offset")).alias("r"))
-    ordered = F.struct(F.col("r.timestamp"), F.col("r.partition"), F.col("r"))
+    # The last offset of each key in each partition, from the narrow columns alone (an
+    # aggregation over whole rows sorts every row of the batch), then those records' rows: a
+    # key's events in a batch are many, its partitions few.
+    last = keyed.groupBy(key, "partition").agg(F.max("offset").alias("offset"))
+    rows = keyed.select(key, "partition", "offset", "timestamp", *value_cols, TOMBSTONE)
+    per_partition = rows.join(F.broadcast(last), [key, "partition", "offset"], "left_semi")
+    row = F.struct(*[F.col(c) for c in [*value_cols, TOMBSTONE]])
+    ordered = F.struct(F.col("timestamp"), F.col("partition"), F.col("offset"), row.alias("r"))
     best = per_partition.groupBy(key).agg(F.max(ordered).alias("w"))
     return best.select(key, *[F.col(f"w.r.{c}").alias(c) for c in [*value_cols, TOMBSTONE]])
 

@@ -15,6 +15,7 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
+from test_silver_decode import JSON_VALUE  # a sibling module: pytest puts this folder on the path
 
 from lakehouse import streams, streams_arrow
 from lakehouse.config import Settings
@@ -24,14 +25,7 @@ pytestmark = pytest.mark.integration
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 BRONZE = "key binary, value binary, topic string, partition int, offset long, timestamp timestamp"
-FIELDS = [
-    {"name": "name", "type": "string", "nullable": False},
-    {"name": "age", "type": "int"},
-    {"name": "score", "type": "double"},
-    {"name": "active", "type": "boolean"},
-    {"name": "seen", "type": "timestamp"},
-    {"name": "visits", "type": "long"},
-]
+FIELDS = JSON_VALUE["fields"]  # every field type, one of them required
 
 EDGE_VALUES: list[bytes | None] = [
     b'{"name":"a","age":3,"score":2,"active":true,"seen":"2026-01-02T03:04:05Z","visits":1}',

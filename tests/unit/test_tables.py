@@ -39,6 +39,28 @@ def test_latest_keeps_tombstones_and_drops_null_keys(spark: Any, contract: Contr
     assert got == [("bob", None, True)]
 
 
+def test_latest_of_a_key_in_several_partitions_is_the_later_timestamped_partition_latest(
+    spark: Any, contract: Contract
+) -> None:
+    # Timestamps are offset % 60 seconds. alice: partition 0 ends at offset 65 (second 5),
+    # partition 1 at offset 7 (second 7): partition 1's latest is the later one, despite the
+    # smaller offset. bob: both partitions end at second 4; the higher partition wins the tie.
+    df = _events(
+        spark,
+        [
+            ("alice", "Paris", 0, 1),
+            ("alice", "Rome", 0, 65),
+            ("alice", "Lima", 1, 2),
+            ("alice", "Oslo", 1, 7),
+            ("bob", "A", 0, 4),
+            ("bob", "B", 1, 4),
+            ("bob", "C", 0, 3),
+        ],
+    )
+    got = sorted(tuple(r) for r in latest_per_key(df, contract).collect())
+    assert got == [("alice", "Oslo", False), ("bob", "B", False)]
+
+
 def test_count_ignores_null_keys_and_tombstones(spark: Any, contract: Contract) -> None:
     spec = contract.table("user_location_counts")
     df = _events(
