@@ -335,19 +335,19 @@ def _repair_quarantine(
 
 
 def _staged_batch(
-    spark: SparkSession, table: Path, files: list[DataFile], rows: int
+    spark: SparkSession, table: Path, files: list[DataFile], rows: int, columns: list[str] | None
 ) -> pa.Table | DataFrame:
-    """The staged (not yet committed) batch, as the gate reads it: Arrow in the driver when it is
-    small enough for GX's pandas engine, else a Spark read of the files."""
+    """The staged (not yet committed) batch, as the gate reads it: the columns it reads, as
+    Arrow in the driver when the batch is small enough for GX's pandas engine, else a Spark read
+    of the files."""
     paths = [str(table / unquote(f.path)) for f in files]
     if rows <= quality.pandas_max_rows():
         import pyarrow.parquet as pq
 
-        return (
-            pa.concat_tables([pq.read_table(p) for p in paths])
-            if paths
-            else BRONZE_SCHEMA.empty_table()
-        )
+        wanted = columns or ["offset"]  # any one column keeps the row count
+        if not paths:
+            return BRONZE_SCHEMA.empty_table().select(wanted)
+        return pa.concat_tables([pq.read_table(p, columns=wanted) for p in paths])
     return spark.read.parquet(*paths)
 
 
@@ -389,7 +389,7 @@ def ingest(spark: SparkSession, settings: Settings, contract: Contract) -> Bronz
     if gate is not None:
         try:
             verdict = gate.check(
-                _staged_batch(spark, path, staged.files, kept),
+                _staged_batch(spark, path, staged.files, kept, gate.columns),
                 kept,
                 source={
                     "table": f"landing.{topic}",

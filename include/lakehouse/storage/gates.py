@@ -21,6 +21,10 @@ class PublishGate(Protocol):
         writes the table runs it itself (silver, bronze: they route or stage rows first)."""
 
     @property
+    def columns(self) -> list[str] | None:
+        """The columns :meth:`check` reads of a batch (None: any one, for a row count)."""
+
+    @property
     def needs_whole_table(self) -> bool:
         """Whether :meth:`check` also judges the table as it would be after the batch."""
 
