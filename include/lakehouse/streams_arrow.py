@@ -1,4 +1,4 @@
-"""Silver's Arrow path: clean JSON and text values decoded by pyarrow, without the JVM.
+"""Silver's Arrow path: clean batches decoded in Python, without the JVM.
 
 Spark's ``from_json`` (see :mod:`lakehouse.streams`) decodes anything and explains every record
 that does not fit, but each row crosses from the JVM to Python to be written: most of a big
@@ -12,6 +12,10 @@ way, which quarantines the bad records with their reasons. Values are accepted o
 decoders are known to agree (tests compare them record by record); anything else, from a
 number in a string field to a blank before the brace, a NaN, a duplicate field or a timestamp
 without its zone, counts as unclean. Being wrong here costs speed, never data.
+
+Avro values and keys go through the decoder Spark's own path runs in its Python workers
+(:class:`lakehouse.avro.WireDecoder`): the same bytes give the same rows; here a record it cannot
+decode makes the batch unclean instead of getting a reason.
 
 Pure Arrow; imports neither deltalake nor pyspark, so it runs in Spark's forked Python workers.
 """
@@ -57,13 +61,13 @@ class Unclean(Exception):
 
 def spec(contract: Contract) -> dict[str, Any] | None:
     """What the tasks need of a contract (JSON-able), or None when this path does not decode
-    its formats: JSON or text values with text keys."""
-    if contract.key_format != "string" or contract.value_format not in ("json", "string"):
+    its formats: JSON, text or Avro values with text or Avro keys (JSON keys go to Spark)."""
+    if contract.key_format == "json":
         return None
     event = None
     if contract.event_time is not None:
         event = [contract.event_time, contract.field(contract.event_time).type]
-    return {
+    out: dict[str, Any] = {
         "key_name": contract.key_name,
         "value_format": contract.value_format,
         "fields": [[f.name, f.type, f.nullable] for f in contract.fields],
@@ -71,6 +75,43 @@ def spec(contract: Contract) -> dict[str, Any] | None:
         # A field called event_time is the event time itself: no separate column then.
         "event_time_column": contract.event_time != EVENT_TIME,
     }
+    # Avro goes through the very decoder Spark's path runs in its Python workers (see
+    # lakehouse.avro): the schemas it needs, by id, and the latest (the reader's).
+    if contract.value_format == "avro":
+        out["value_avro"] = _avro_schemas(contract.value_schemas)
+    if contract.key_format == "avro":
+        out["key_avro"] = _avro_schemas(contract.key_schemas)
+    return out
+
+
+def _avro_schemas(versions: Sequence[Any]) -> dict[str, Any]:
+    return {"writers": [[v.id, v.schema] for v in versions], "reader": versions[-1].schema}
+
+
+# Avro decoders by their spec: a task decodes many chunks with the same schemas.
+_WIRE_DECODERS: dict[str, Any] = {}
+
+
+def _wire_decoder(schemas: Mapping[str, Any], fields: Sequence[Sequence[Any]]) -> Any:
+    import json
+
+    from lakehouse.avro import WireDecoder
+    from lakehouse.contracts import Field
+
+    cache_key = json.dumps([schemas, fields], sort_keys=True)
+    decoder = _WIRE_DECODERS.get(cache_key)
+    if decoder is None:
+        writers = {int(i): schema for i, schema in schemas["writers"]}
+        typed = [Field(name, kind, nullable) for name, kind, nullable in fields]
+        decoder = WireDecoder(writers, schemas["reader"], typed)
+        _WIRE_DECODERS[cache_key] = decoder
+    return decoder
+
+
+def _no_reason(reasons: pa.Array) -> None:
+    """Avro decoding gives a reason for each record it could not decode: any is unclean."""
+    if reasons.null_count != len(reasons):
+        raise Unclean(str(reasons.drop_null()[0].as_py()))
 
 
 def _text(arr: pa.Array, what: str) -> pa.Array:
@@ -151,10 +192,19 @@ def decode(rows: pa.Table, spec: Mapping[str, Any]) -> pa.Table:
     """Bronze rows (``BRONZE_COLUMNS``) -> silver rows, or :class:`Unclean`."""
     value = rows.column("value").combine_chunks()
     tombstone = value.is_null().to_numpy(zero_copy_only=False)
-    present = value.filter(pa.array(~tombstone)) if tombstone.any() else value
-    text = _text(present, "value")
     fields = spec["fields"]
     columns: dict[str, pa.Array] = {}
+    if spec["value_format"] == "avro":
+        decoded, reasons = _wire_decoder(spec["value_avro"], fields).decode(value)
+        _no_reason(reasons)
+        # A tombstone is a null row: flattening gives its fields nulls.
+        for (name, _, nullable), arr in zip(fields, decoded.flatten(), strict=True):
+            if not nullable and arr.filter(pa.array(~tombstone)).null_count:
+                raise Unclean(f"required field {name!r} is missing or null")
+            columns[name] = arr
+        return _assemble(rows, spec, columns, tombstone)
+    present = value.filter(pa.array(~tombstone)) if tombstone.any() else value
+    text = _text(present, "value")
     if spec["value_format"] == "json":
         parsed = _parse_objects(text, fields)
         for name, kind, nullable in fields:
@@ -164,7 +214,19 @@ def decode(rows: pa.Table, spec: Mapping[str, Any]) -> pa.Table:
             columns[name] = _spread(arr, tombstone)
     else:
         columns[fields[0][0]] = _spread(text, tombstone)
-    key = _text(rows.column("key").combine_chunks(), "key")
+    return _assemble(rows, spec, columns, tombstone)
+
+
+def _assemble(
+    rows: pa.Table, spec: Mapping[str, Any], columns: dict[str, pa.Array], tombstone: np.ndarray
+) -> pa.Table:
+    """The silver rows: the key, the value's fields, then the stream's own columns."""
+    raw_key = rows.column("key").combine_chunks()
+    if "key_avro" in spec:
+        key, reasons = _wire_decoder(spec["key_avro"], ()).decode_key(raw_key)
+        _no_reason(reasons)
+    else:
+        key = _text(raw_key, "key")
     timestamp = rows.column("timestamp")
     out: dict[str, Any] = {spec["key_name"]: key, **columns}
     out[TOMBSTONE] = pa.array(tombstone)

@@ -15,7 +15,7 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from test_silver_decode import JSON_VALUE  # a sibling module: pytest puts this folder on the path
+from test_silver_decode import AVRO_VALUE, JSON_VALUE, V1, V2, _avro  # a sibling module
 
 from lakehouse import streams, streams_arrow
 from lakehouse.config import Settings
@@ -243,7 +243,7 @@ def test_one_unclean_record_refuses_the_whole_batch() -> None:
 
 
 def test_formats_it_does_not_decode_are_left_to_spark() -> None:
-    avro_key = parse_contract(
+    json_key = parse_contract(
         {
             "topic": "t",
             "key": {"format": "json", "name": "id", "type": "long"},
@@ -252,7 +252,7 @@ def test_formats_it_does_not_decode_are_left_to_spark() -> None:
         },
         "t.yaml",
     )
-    assert streams_arrow.spec(avro_key) is None
+    assert streams_arrow.spec(json_key) is None  # JSON keys
     assert streams_arrow.spec(_contract()) is not None
 
 
@@ -348,3 +348,33 @@ def _delta_files(path: Path) -> list[str]:
     from deltalake import DeltaTable
 
     return DeltaTable(str(path)).file_uris()
+
+
+@pytest.mark.parametrize("key_format", ["string", "avro"])
+def test_avro_decodes_as_spark_does_or_not_at_all(spark: Any, key_format: str) -> None:
+    key: dict[str, Any] = {"format": "string", "name": "id"}
+    if key_format == "avro":
+        key = {"format": "avro", "name": "id", "schemas": [{"id": 3, "schema": "long"}]}
+    doc = {"topic": "t", "key": key, "value": AVRO_VALUE, "stream": {"name": "t_stream"}}
+    if key_format == "avro":  # and the event time from an Avro timestamp field
+        doc["event_time"] = "at"
+    contract = parse_contract(doc, "t.yaml")
+    at = datetime(2026, 3, 1, 12, 30, tzinfo=UTC)
+    v1 = _avro(7, V1, {"name": "Al", "age": 3, "at": at})
+    v2 = _avro(8, V2, {"name": "Bo", "age": None, "at": at, "email": "bo@example.com"})
+    k = _avro(3, "long", 12) if key_format == "avro" else b"k"
+    clean = [(k, v1), (k, v2), (None, v2), (k, None)]
+    assert _compare(spark, contract, clean) == (4, 0)
+    bad_key = (b"\x00\x00\x00\x00\x04\x02", v1) if key_format == "avro" else (b"\xff", v1)
+    unclean = [
+        (k, b"\x00\x00\x00\x00\x09" + v1[5:]),  # unknown schema id
+        (k, v2[:-3]),  # truncated
+        (k, v1 + b"\x00"),  # bytes after the record
+        (k, b"\x01" + v1[1:]),  # not the magic byte
+        bad_key,
+    ]
+    assert _compare(spark, contract, unclean) == (0, 5)
+    spec = streams_arrow.spec(contract)
+    assert spec is not None
+    with pytest.raises(streams_arrow.Unclean, match="unknown Avro schema id 9"):
+        streams_arrow.decode(_bronze_arrow([*clean, unclean[0]]), spec)
