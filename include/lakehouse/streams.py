@@ -423,7 +423,6 @@ def _millis_event_time(contract: Contract) -> bool:
 
 def _millis_in_range(value: Column) -> Column:
     """Null or a number of epoch milliseconds whose timestamp exists."""
-
     from lakehouse.streams_arrow import MAX_EVENT_MILLIS
 
     return value.isNull() | value.between(-MAX_EVENT_MILLIS, MAX_EVENT_MILLIS)
@@ -550,7 +549,7 @@ def _build_with_arrow(
 
     spec = streams_arrow.spec(contract)
     if spec is None:
-        return _ArrowAttempt(why_not=f"{contract.key_format} keys, {contract.value_format} values")
+        return _ArrowAttempt(why_not="JSON keys")
     start, head = versions
     bronze_path = settings.bronze_path(contract.topic)
     silver_path = settings.silver_path(contract.stream)
