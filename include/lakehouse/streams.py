@@ -486,8 +486,6 @@ def build(spark: SparkSession, settings: Settings, contract: Contract) -> Silver
         return SilverResult(contract.stream, None)
 
     gate = quality.gate_for(silver_path)
-    # One schema for the stream whichever decoder writes its first batch: the contract's.
-    store.create(silver_path, stream_schema(contract))
     arrow = _build_with_arrow(store, settings, contract, (start, head), gate)
     if arrow.result is not None:
         return arrow.result
@@ -542,6 +540,8 @@ def _build_with_arrow(
     """The batch decoded by :mod:`lakehouse.streams_arrow` and committed, if every record of it
     decodes there exactly as Spark would decode it; otherwise nothing is written, and the
     reason is given back for Spark's decoder to take the batch."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
     from lakehouse import streams_arrow
     from lakehouse.errors import QualityGateError
     from lakehouse.storage.files import delete_data_files
@@ -557,12 +557,20 @@ def _build_with_arrow(
     if any(f.kind != "insert" or f.partition_values for f in files):
         return _ArrowAttempt(why_not="bronze versions other than plain appends")
     read_version = store.version(silver_path)
-    have = {f.name: f.dataType for f in store.spark_schema(silver_path).fields}
-    if any(have.get(f.name) != f.dataType for f in stream_schema(contract).fields):
-        return _ArrowAttempt(why_not="the contract adds columns to the stream")
+    schema = stream_schema(contract)
+    if read_version is not None:
+        have = {f.name: f.dataType for f in store.spark_schema(silver_path).fields}
+        if any(have.get(f.name) != f.dataType for f in schema.fields):
+            return _ArrowAttempt(why_not="the contract adds columns to the stream")
     items = [{"path": str(f.path), "spec": spec} for f in files]
     small = sum(f.path.stat().st_size for f in files) <= ARROW_DRIVER_BYTES
-    staged = store.stage(items, streams_arrow.task, silver_path, in_driver=small)
+    staged = store.stage(
+        items,
+        streams_arrow.task,
+        silver_path,
+        in_driver=small,
+        new_table_schema=to_arrow_schema(schema, timezone="UTC"),
+    )
     unclean = [s["unclean"] for s in staged.side if "unclean" in s]
     if unclean:
         delete_data_files(silver_path, staged.files)
@@ -587,6 +595,8 @@ def _build_with_arrow(
             names = ", ".join(verdict.to_quarantine)
             return _ArrowAttempt(why_not=f"quarantine expectations route records ({names})")
         meta = {**meta, **gate.commit_metadata(verdict)}
+    # Created only now that the batch is to be published (a failed gate leaves no table).
+    store.create(silver_path, schema)
     result = store.commit_staged(
         silver_path,
         staged.files,

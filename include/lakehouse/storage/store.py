@@ -476,16 +476,21 @@ class DeltaStore:
         path: Path,
         *,
         in_driver: bool = False,
+        new_table_schema: pa.Schema | None = None,
     ) -> Staged:
         """Run ``fn`` over ``items`` in Spark tasks that write the table's data files themselves
         (see :mod:`lakehouse.storage.tasks`), or here with ``in_driver`` (small work); nothing
-        is visible until :meth:`commit_staged`."""
+        is visible until :meth:`commit_staged`. A table that does not exist yet is staged for
+        with ``new_table_schema`` (unpartitioned); create it before the commit."""
         from lakehouse.storage.tasks import stage_in_driver, stage_with_tasks
 
-        dt = _load(path)
-        _check_readable(dt, path)
-        schema = table_arrow_schema(dt)
-        partition_by = list(dt.metadata().partition_columns)
+        if new_table_schema is not None and not self.exists(path):
+            schema, partition_by = new_table_schema, []
+        else:
+            dt = _load(path)
+            _check_readable(dt, path)
+            schema = table_arrow_schema(dt)
+            partition_by = list(dt.metadata().partition_columns)
         if in_driver:
             return stage_in_driver(
                 items, fn, table_root=path, schema=schema, partition_by=partition_by
