@@ -267,9 +267,9 @@ def worker_ours(work: Path, fmt: str) -> dict[str, Any]:
     topic, warm = _topics(fmt)
     spark = get_session(f"local[{CORES}]", app_name=f"bench-silver-{fmt}")
     started = time.perf_counter()
-    threshold, streams.ARROW_DRIVER_BYTES = streams.ARROW_DRIVER_BYTES, 0
+    os.environ["LAKEHOUSE_SILVER_DRIVER_MB"] = "0"
     streams.build(spark, settings, catalog.topic(warm))
-    streams.ARROW_DRIVER_BYTES = threshold
+    del os.environ["LAKEHOUSE_SILVER_DRIVER_MB"]
     warmup = time.perf_counter() - started
     started = time.perf_counter()
     result = streams.build(spark, settings, catalog.topic(topic))

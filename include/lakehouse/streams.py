@@ -9,6 +9,7 @@ version is committed atomically with the output (app transaction), so a rerun is
 from __future__ import annotations
 
 import functools
+import os
 import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -18,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from lakehouse import quality
 from lakehouse.config import Settings
 from lakehouse.contracts import Contract, Field
+from lakehouse.errors import ConfigError
 from lakehouse.storage import DeltaStore, Txn
 
 if TYPE_CHECKING:
@@ -563,7 +565,7 @@ def _build_with_arrow(
         if any(have.get(f.name) != f.dataType for f in schema.fields):
             return _ArrowAttempt(why_not="the contract adds columns to the stream")
     items = [{"path": str(f.path), "spec": spec} for f in files]
-    small = sum(f.path.stat().st_size for f in files) <= ARROW_DRIVER_BYTES
+    small = sum(f.path.stat().st_size for f in files) <= driver_decode_bytes()
     staged = store.stage(
         items,
         streams_arrow.task,
@@ -611,9 +613,14 @@ def _build_with_arrow(
     )
 
 
-# A batch whose bronze files are at most this big is decoded in the driver: a Spark job would
-# cost more than the work (a 10K-record micro-batch is about 1 MB of Parquet).
-ARROW_DRIVER_BYTES = 16 << 20
+def driver_decode_bytes() -> int:
+    """A batch whose bronze files are at most this big is decoded in the driver, where a Spark
+    job would cost more than the work (a 10K-record micro-batch is about 1 MB of Parquet):
+    ``LAKEHOUSE_SILVER_DRIVER_MB``, default 16 (0: always in Spark's tasks)."""
+    raw = os.environ.get("LAKEHOUSE_SILVER_DRIVER_MB", "16")
+    if not raw.strip().isdigit():
+        raise ConfigError(f"LAKEHOUSE_SILVER_DRIVER_MB must be a whole number of MB, not {raw!r}")
+    return int(raw) << 20
 
 
 def _staged_values(

@@ -304,7 +304,7 @@ def test_a_clean_batch_is_written_by_arrow_as_spark_would_write_it(
     from lakehouse.contracts import load_contract
 
     if in_tasks:  # the driver's threshold at zero: the batch goes to Spark's Python tasks
-        monkeypatch.setattr(streams, "ARROW_DRIVER_BYTES", 0)
+        monkeypatch.setenv("LAKEHOUSE_SILVER_DRIVER_MB", "0")
     values = [b'{"name":"n%d","visits":%d}' % (i, i) for i in range(50)] + [None]
     arrow_lake = _lake(tmp_path / "arrow", CONTRACT)
     _bronze_batch(spark, arrow_lake, values)
@@ -378,3 +378,14 @@ def test_avro_decodes_as_spark_does_or_not_at_all(spark: Any, key_format: str) -
     assert spec is not None
     with pytest.raises(streams_arrow.Unclean, match="unknown Avro schema id 9"):
         streams_arrow.decode(_bronze_arrow([*clean, unclean[0]]), spec)
+
+
+def test_the_driver_threshold_is_a_whole_number_of_mb(monkeypatch: pytest.MonkeyPatch) -> None:
+    from lakehouse.errors import ConfigError
+
+    assert streams.driver_decode_bytes() == 16 << 20
+    monkeypatch.setenv("LAKEHOUSE_SILVER_DRIVER_MB", "0")
+    assert streams.driver_decode_bytes() == 0
+    monkeypatch.setenv("LAKEHOUSE_SILVER_DRIVER_MB", "lots")
+    with pytest.raises(ConfigError, match="LAKEHOUSE_SILVER_DRIVER_MB must be a whole number"):
+        streams.driver_decode_bytes()
