@@ -8,11 +8,10 @@ same record in Avro, Confluent-framed, schema given inline in the contract; one 
 thousand is a tombstone), written as landing segments and ingested by ``bronze.ingest``. The
 bronze tables are the shared input of both paths. Each path runs in its own process:
 
-* ours: ``streams.build`` on ``local[2]``. JSON: the batch is clean, so Spark's Python tasks
-  read the bronze files, decode them with pyarrow's JSON reader and write the silver files
-  (``lakehouse.streams_arrow``); a batch with a bad record would go to Spark's ``from_json``.
-  Avro: the bronze change feed read by Spark, fastavro in ``mapInArrow``, silver written through
-  the Delta data source. The session is started and warmed on a tiny topic of the same format
+* ours: ``streams.build`` on ``local[2]``. The batch is clean, so Spark's Python tasks read the
+  bronze files, decode them (JSON: pyarrow's JSON reader; Avro: fastavro, through the decoder
+  Spark's own path uses) and write the silver files (``lakehouse.streams_arrow``); a batch with
+  a bad record would go to Spark's ``from_json`` or ``mapInArrow`` path. The session is started and warmed on a tiny topic of the same format
   first, through the same path (its batch is sent to the tasks too, not decoded in the driver
   as a batch that small would be); the figure is the silver job itself.
 * peer: the same typed rows (key as text, value fields, tombstone flag, partition, offset,
