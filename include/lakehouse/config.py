@@ -55,6 +55,15 @@ def stream_table_name(topic: str) -> str:
     return re.sub(r"[^a-z0-9_]", "_", validate_topic_name(topic).lower())
 
 
+def megabytes_setting(name: str, default: int) -> int:
+    """A size in whole MB from the environment variable ``name`` (``default`` when unset), in
+    bytes; anything but a whole number is a ConfigError naming the variable."""
+    raw = os.environ.get(name, str(default))
+    if not raw.strip().isdigit():
+        raise ConfigError(f"{name} must be a whole number of MB, not {raw!r}")
+    return int(raw) << 20
+
+
 @dataclass(frozen=True)
 class Settings:
     """Resolved locations and runtime defaults. Build with :meth:`from_env`."""

@@ -9,7 +9,6 @@ version is committed atomically with the output (app transaction), so a rerun is
 from __future__ import annotations
 
 import functools
-import os
 import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -17,9 +16,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from lakehouse import quality
-from lakehouse.config import Settings
+from lakehouse.config import Settings, megabytes_setting
 from lakehouse.contracts import Contract, Field
-from lakehouse.errors import ConfigError
 from lakehouse.storage import DeltaStore, Txn
 
 if TYPE_CHECKING:
@@ -617,10 +615,7 @@ def driver_decode_bytes() -> int:
     """A batch whose bronze files are at most this big is decoded in the driver, where a Spark
     job would cost more than the work (a 10K-record micro-batch is about 1 MB of Parquet):
     ``LAKEHOUSE_SILVER_DRIVER_MB``, default 16 (0: always in Spark's tasks)."""
-    raw = os.environ.get("LAKEHOUSE_SILVER_DRIVER_MB", "16")
-    if not raw.strip().isdigit():
-        raise ConfigError(f"LAKEHOUSE_SILVER_DRIVER_MB must be a whole number of MB, not {raw!r}")
-    return int(raw) << 20
+    return megabytes_setting("LAKEHOUSE_SILVER_DRIVER_MB", 16)
 
 
 def _staged_values(

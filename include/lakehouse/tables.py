@@ -20,11 +20,11 @@ records the consumed stream version.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from lakehouse.config import Settings
+from lakehouse.config import Settings, megabytes_setting
 from lakehouse.contracts import (
     WINDOW_END,
     WINDOW_START,
@@ -36,9 +36,10 @@ from lakehouse.contracts import (
     aggregate_type,
 )
 from lakehouse.storage import CDF_PROPERTIES, DeltaStore, Txn, WriteResult
-from lakehouse.streams import TOMBSTONE, key_spark_type, spark_type
+from lakehouse.streams import TOMBSTONE, key_spark_type, spark_type, stream_schema
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pyspark.sql import Column, DataFrame, SparkSession
     from pyspark.sql.types import DataType, StructField, StructType
 
@@ -439,13 +440,21 @@ class GoldResult:
     source_versions: tuple[int, int] | None
     keys_changed: int = 0
     committed: bool = False
+    # "arrow": folded in the driver (see lakehouse.tables_arrow); and why a latest or aggregate
+    # batch needed Spark instead. Keyword-only: subclasses add positional fields.
+    folded_by: str = field(default="spark", kw_only=True)
+    why_not_arrow: str | None = field(default=None, kw_only=True)
 
     def summary(self) -> str:
         if self.source_versions is None:
             return f"gold {self.table}: stream has no new versions"
         lo, hi = self.source_versions
         state = "committed" if self.committed else "already applied (skipped)"
-        return f"gold {self.table}: stream versions {lo}..{hi} {state}: {self.keys_changed} keys changed"
+        why = f" (folded by Spark: {self.why_not_arrow})" if self.why_not_arrow else ""
+        return (
+            f"gold {self.table}: stream versions {lo}..{hi} {state}: "
+            f"{self.keys_changed} keys changed{why}"
+        )
 
 
 LATEST = TableSpec(name="state", kind="latest")
@@ -453,13 +462,14 @@ LATEST = TableSpec(name="state", kind="latest")
 
 def merge_latest(
     store: DeltaStore,
-    batch: DataFrame,
+    batch: DataFrame | pa.Table,
     path: Path,
     contract: Contract,
     txn: Txn | Sequence[Txn],
     meta: dict[str, Any],
 ) -> WriteResult:
-    """Upsert one row per key; a tombstone deletes the key."""
+    """Upsert one row per key; a tombstone deletes the key. An Arrow ``batch`` carries the
+    merge's insertable column (:func:`latest_arrow_batch`)."""
     key = contract.key_name
     values = [f.name for f in contract.fields]
     return store.merge(
@@ -550,8 +560,11 @@ def build_table(
     if todo is None:
         return GoldResult(spec.name, None)
     start, end = todo
-    events = read_input(store, settings, contract, spec, start, end)
     txn, meta = Txn(app, end), source_meta(app, start, end)
+    arrow = _fold_with_arrow(store, settings, contract, spec, out, (start, end), txn, meta)
+    if arrow.result is not None:
+        return arrow.result
+    events = read_input(store, settings, contract, spec, start, end)
     if spec.kind == "latest":
         batch = latest_per_key(events, source)
         result = merge_latest(store, batch, out.gold, source, txn, meta)
@@ -579,7 +592,92 @@ def build_table(
             latest.unpersist()
     # The merge reads the batch once (to Arrow) and knows its size: no second Spark job.
     changed = result.source_rows or 0
-    return GoldResult(spec.name, (start, end), changed, result.committed)
+    return GoldResult(
+        spec.name, (start, end), changed, result.committed, why_not_arrow=arrow.why_not
+    )
+
+
+@dataclass
+class _ArrowFold:
+    result: GoldResult | None = None  # the batch, done; or None: fold it with Spark
+    why_not: str | None = None
+
+
+def driver_fold_bytes() -> int:
+    """A latest or aggregate batch whose stream files are at most this big is folded in the
+    driver by :mod:`lakehouse.tables_arrow`; a bigger one by Spark, which spreads it over the
+    cluster: ``LAKEHOUSE_GOLD_DRIVER_MB``, default 512 (0: always Spark)."""
+    return megabytes_setting("LAKEHOUSE_GOLD_DRIVER_MB", 512)
+
+
+def _fold_with_arrow(
+    store: DeltaStore,
+    settings: Settings,
+    contract: Contract,
+    spec: TableSpec,
+    out: Outputs,
+    versions: tuple[int, int],
+    txn: Txn,
+    meta: dict[str, Any],
+) -> _ArrowFold:
+    """The batch folded in the driver (:mod:`lakehouse.tables_arrow`) and merged, when the
+    table and the batch allow it; otherwise nothing is written and the reason comes back."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    from lakehouse import tables_arrow
+    from lakehouse.storage.log import changes_between
+
+    reason = tables_arrow.why_not(spec)
+    if reason is not None:
+        return _ArrowFold(why_not=reason)
+    start, end = versions
+    files = changes_between(input_path(settings, contract, spec), start, end)
+    if any(f.kind != "insert" or f.partition_values for f in files):
+        return _ArrowFold(why_not="stream versions other than plain appends")
+    size, limit = sum(f.path.stat().st_size for f in files), driver_fold_bytes()
+    if limit == 0 or size > limit:
+        return _ArrowFold(why_not=f"{size >> 20} MB of stream files (LAKEHOUSE_GOLD_DRIVER_MB)")
+    source = contract.input(spec)
+    events = tables_arrow.read_files(
+        [(str(f.path), f.version) for f in files],
+        to_arrow_schema(stream_schema(source), timezone="UTC"),
+        tables_arrow.input_columns(source, spec),
+    )
+    schema = to_arrow_schema(table_schema(source, spec), timezone="UTC")
+    if spec.kind == "latest":
+        batch = latest_arrow_batch(tables_arrow.latest_rows(events, source), schema)
+        result = merge_latest(store, batch, out.gold, source, txn, meta)
+    else:
+        try:
+            partials = tables_arrow.partial_aggregates(events, source, spec)
+        except tables_arrow.Unclean as exc:
+            return _ArrowFold(why_not=str(exc))
+        rules = merge_rules(source, spec)
+        result = store.merge(
+            tables_arrow.to_arrow(partials, schema),
+            out.gold,
+            on=rules.on,
+            update=rules.update,
+            insert=rules.insert,
+            txn=txn,
+            metadata=meta,
+        )
+    changed = result.source_rows or 0
+    return _ArrowFold(GoldResult(spec.name, versions, changed, result.committed, folded_by="arrow"))
+
+
+def latest_arrow_batch(rows: Any, schema: pa.Schema) -> pa.Table:
+    """A latest table's per-key rows (polars) as the merge's Arrow source: the table's columns,
+    the tombstone, and where a row may be inserted (not a tombstone)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from lakehouse import tables_arrow
+    from lakehouse.storage.store import INSERTABLE
+
+    with_tombstone = pa.schema([*schema, pa.field(TOMBSTONE, pa.bool_())])
+    batch = tables_arrow.to_arrow(rows, with_tombstone)
+    return batch.append_column(INSERTABLE, pc.invert(batch.column(TOMBSTONE)))
 
 
 def build(

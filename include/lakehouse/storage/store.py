@@ -52,6 +52,8 @@ CDF_PROPERTIES: Mapping[str, str] = {"delta.enableChangeDataFeed": "true"}
 CHANGE_COLUMNS = ("_change_type", "_commit_version", "_commit_timestamp")
 # An append this small (its size known) is written by the driver (see DeltaStore.write).
 LOCAL_WRITE_ROWS = 100_000
+# An Arrow merge source's column saying where the merge's insert_when holds (see merge).
+INSERTABLE = "__lakehouse_insertable"
 WriteMode = Literal["append", "overwrite", "replace_where"]
 SchemaMode = Literal["strict", "add_columns"]
 _UNSUPPORTED_FEATURES = {"deletionVectors", "columnMapping", "typeWidening"}
@@ -614,7 +616,7 @@ class DeltaStore:
 
     def merge(
         self,
-        source: DataFrame,
+        source: DataFrame | pa.Table,
         path: Path,
         *,
         on: list[str],
@@ -637,14 +639,23 @@ class DeltaStore:
         ``txn`` may be given, one per source consumed; they are committed even when the merge
         changes no row. The change feed gets ``update_preimage``/``update_postimage`` pairs and
         ``delete`` rows.
+
+        ``source`` may also be an Arrow table computed in the driver; with ``insert_when`` it
+        then carries ``insertable``, a boolean column saying where ``insert_when`` holds.
         """
+        import pyarrow as pa
         from deltalake.exceptions import CommitFailedError
 
         dt = _load(path)
         _check_readable(dt, path)
         if _applied(dt, txn):
             return WriteResult(False, dt.version())
-        if insert_when:
+        if isinstance(source, pa.Table):
+            data = source
+            if insert_when:
+                flags = data.column(INSERTABLE)
+                data = _keep_insertable_or_matched(data.drop_columns([INSERTABLE]), flags, dt, on)
+        elif insert_when:
             data = _drop_unmatched_non_inserts(source, dt, on, insert_when)
         else:
             data = source.toArrow()
@@ -807,21 +818,30 @@ def _drop_unmatched_non_inserts(
     would change nothing. delta-rs 1.6 (change feed on) mishandles them when the batch matches no
     target row but inserts others: it writes an all-null row, which then fails the key's NOT NULL
     check. Filtering them first keeps the merge's result and avoids the bug."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
     from pyspark.sql import functions as F
 
-    flag = "__lakehouse_insertable"
-    data = source.alias("s").withColumn(flag, F.expr(insert_when)).toArrow()
-    insertable = pc.fill_null(data.column(flag), False)
+    data = source.alias("s").withColumn(INSERTABLE, F.expr(insert_when)).toArrow()
+    flags = data.column(INSERTABLE)
+    return _keep_insertable_or_matched(data.drop_columns([INSERTABLE]), flags, dt, on)
+
+
+def _keep_insertable_or_matched(
+    data: pa.Table, insertable: pa.ChunkedArray, dt: DeltaTable, on: list[str]
+) -> pa.Table:
+    """``data`` without the rows that are not ``insertable`` and match no target row (see
+    :func:`_drop_unmatched_non_inserts`)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    insertable = pc.fill_null(insertable, False)
     if pc.all(insertable).as_py():
-        return data.drop_columns([flag])
+        return data
     row = "__lakehouse_row"
     data = data.append_column(row, pa.array(range(data.num_rows), pa.int64()))
     target = dt.to_pyarrow_table(columns=on)
     matched = data.select([*on, row]).join(target, keys=on, join_type="left semi").column(row)
     keep = pc.or_(insertable, pc.is_in(data.column(row), value_set=matched.combine_chunks()))
-    return data.filter(keep).drop_columns([flag, row])
+    return data.filter(keep).drop_columns([row])
 
 
 def _activate(spark: SparkSession) -> None:
