@@ -626,6 +626,7 @@ def _fold_with_arrow(
 
     from lakehouse import tables_arrow
     from lakehouse.storage.log import changes_between
+    from lakehouse.storage.store import INSERTABLE
 
     reason = tables_arrow.why_not(spec)
     if reason is not None:
@@ -638,30 +639,49 @@ def _fold_with_arrow(
     if limit == 0 or size > limit:
         return _ArrowFold(why_not=f"{size >> 20} MB of stream files (LAKEHOUSE_GOLD_DRIVER_MB)")
     source = contract.input(spec)
-    events = tables_arrow.read_files(
+    events = tables_arrow.scan_files(
         [(str(f.path), f.version) for f in files],
         to_arrow_schema(stream_schema(source), timezone="UTC"),
         tables_arrow.input_columns(source, spec),
     )
     schema = to_arrow_schema(table_schema(source, spec), timezone="UTC")
+    # Into an empty table (a first build, a full refresh) the merge would insert every row as
+    # it is: write them instead, which costs a fraction of a merge.
+    empty = store.is_empty(out.gold)
     if spec.kind == "latest":
         batch = latest_arrow_batch(tables_arrow.latest_rows(events, source), schema)
-        result = merge_latest(store, batch, out.gold, source, txn, meta)
+        if empty:
+            rows = batch.filter(batch.column(INSERTABLE)).select(schema.names)
+            result = store.append_arrow(rows, out.gold, txn=txn, metadata=meta)
+        else:
+            result = merge_latest(store, batch, out.gold, source, txn, meta)
     else:
+        sums = [
+            a.field
+            for a in spec.aggregations
+            if a.fn == "sum" and a.field and source.field(a.field).type in {"long", "int"}
+        ]
+        safe = tables_arrow.sums_that_cannot_overflow([str(f.path) for f in files], sums)
         try:
-            partials = tables_arrow.partial_aggregates(events, source, spec)
+            partials = tables_arrow.partial_aggregates(events, source, spec, safe)
         except tables_arrow.Unclean as exc:
             return _ArrowFold(why_not=str(exc))
+        batch = tables_arrow.to_arrow(partials, schema)
         rules = merge_rules(source, spec)
-        result = store.merge(
-            tables_arrow.to_arrow(partials, schema),
-            out.gold,
-            on=rules.on,
-            update=rules.update,
-            insert=rules.insert,
-            txn=txn,
-            metadata=meta,
-        )
+        if empty:
+            # A stream aggregate's insert clause copies each partial (an average is its sum
+            # over its count, null when no value counted, as the partial already holds it).
+            result = store.append_arrow(batch, out.gold, txn=txn, metadata=meta)
+        else:
+            result = store.merge(
+                batch,
+                out.gold,
+                on=rules.on,
+                update=rules.update,
+                insert=rules.insert,
+                txn=txn,
+                metadata=meta,
+            )
     changed = result.source_rows or 0
     return _ArrowFold(GoldResult(spec.name, versions, changed, result.committed, folded_by="arrow"))
 

@@ -23,11 +23,10 @@ Imports neither deltalake nor pyspark: it is given the files to read and returns
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 if TYPE_CHECKING:
     import polars as pl
@@ -78,29 +77,28 @@ def input_columns(source: Contract, spec: TableSpec) -> list[str]:
     return [key, *fields, TOMBSTONE, *arrival]
 
 
-def read_files(
+def scan_files(
     files: Sequence[tuple[str, int]], schema: pa.Schema, columns: Sequence[str]
-) -> pl.DataFrame:
+) -> pl.LazyFrame:
     """The rows of the stream's data ``files`` (path, commit version), ``columns`` of them, typed
-    by the stream's ``schema``, with the commit version as ``_commit_version``. A column a file
-    lacks (written before the contract added it) is null, as Spark reads it."""
+    by the stream's ``schema``, with the commit version as ``_commit_version``: a lazy scan, so
+    polars reads what the query needs as it goes. A column a file lacks (written before the
+    contract added it) is null, as Spark reads it."""
+    import polars as pl
 
-    wanted = pa.schema([schema.field(c) for c in columns])
-    parts = []
-    for path, version in files:
-        have = set(pq.read_schema(path).names)
-        table = pq.read_table(path, columns=[c for c in columns if c in have])
-        for f in wanted:
-            if f.name not in have:
-                table = table.append_column(f.name, pa.nulls(table.num_rows, f.type))
-        table = table.select(list(columns)).cast(wanted)
-        parts.append(
-            table.append_column(COMMIT_VERSION, pa.array([version] * table.num_rows, pa.int64()))
-        )
-    if not parts:
-        empty = pa.schema([*wanted, pa.field(COMMIT_VERSION, pa.int64())]).empty_table()
-        return _frame(empty)
-    return _frame(pa.concat_tables(parts))
+    wanted = _frame(pa.schema([schema.field(c) for c in columns]).empty_table()).schema
+    if not files:
+        return pl.LazyFrame(schema={**wanted, COMMIT_VERSION: pl.Int64})
+    versions = {path: version for path, version in files}
+    scan = pl.scan_parquet(
+        list(versions),
+        schema=wanted,
+        missing_columns="insert",
+        extra_columns="ignore",
+        include_file_paths="__file",
+    )
+    version = pl.col("__file").replace_strict(versions, return_dtype=pl.Int64)
+    return scan.with_columns(version.alias(COMMIT_VERSION)).drop("__file")
 
 
 def _frame(table: pa.Table) -> pl.DataFrame:
@@ -111,7 +109,7 @@ def _frame(table: pa.Table) -> pl.DataFrame:
     return frame
 
 
-def latest_rows(events: pl.DataFrame, source: Contract) -> pl.DataFrame:
+def latest_rows(events: pl.LazyFrame, source: Contract) -> pl.DataFrame:
     """One row per non-null key: its value fields and tombstone from its latest record (see
     :func:`lakehouse.tables.latest_per_key`)."""
     import polars as pl
@@ -122,70 +120,111 @@ def latest_rows(events: pl.DataFrame, source: Contract) -> pl.DataFrame:
     # Each key's last record per partition, then the latest of those by (timestamp,
     # partition, offset): a group keeps its rows in the frame's order, so `last` after a sort
     # takes the greatest. Nulls sort first, as they compare lowest in Spark's max of a struct.
-    per_partition = keyed.sort("offset").group_by([key, "partition"], maintain_order=True).last()
+    per_partition = keyed.sort("offset").group_by([key, "partition"]).last()
     ordered = per_partition.sort(["timestamp", "partition", "offset"])
-    return ordered.group_by(key, maintain_order=True).last().select(keep)
+    return ordered.group_by(key).last().select(keep).collect(engine="streaming")
 
 
-def partial_aggregates(events: pl.DataFrame, source: Contract, spec: TableSpec) -> pl.DataFrame:
+def sums_that_cannot_overflow(paths: Sequence[str], fields: Sequence[str]) -> set[str]:
+    """The ``fields`` whose sum over the rows of the Parquet files ``paths`` cannot overflow a
+    long, by the files' own statistics: the largest magnitude of any row group's bounds times
+    the number of rows stays below 2**62. A field without statistics somewhere is not among
+    them (its groups are then checked row by row)."""
+    import pyarrow.parquet as pq
+
+    biggest = dict.fromkeys(fields, 0)
+    unknown: set[str] = set()
+    rows = 0
+    for path in paths:
+        meta = pq.read_metadata(path)
+        rows += meta.num_rows
+        names = [meta.schema.column(i).name for i in range(meta.num_columns)]
+        for i in range(meta.num_row_groups):
+            group = meta.row_group(i)
+            for name in fields:
+                if name not in names:
+                    continue  # a file from before the field existed: nulls
+                stats = group.column(names.index(name)).statistics
+                if stats is None or not stats.has_min_max:
+                    if stats is None or stats.null_count != group.num_rows:
+                        unknown.add(name)
+                    continue
+                biggest[name] = max(biggest[name], abs(int(stats.min)), abs(int(stats.max)))
+    return {f for f in fields if f not in unknown and biggest[f] * rows < 2**62}
+
+
+def partial_aggregates(
+    events: pl.LazyFrame, source: Contract, spec: TableSpec, safe_sums: Collection[str] = ()
+) -> pl.DataFrame:
     """Per group, a batch's partial aggregates named as the table's columns (an average's hidden
     sum and count included): what :func:`lakehouse.tables.aggregate_per_key` gives. Raises
-    :class:`Unclean` for values on which Spark's result could differ."""
+    :class:`Unclean` for values on which Spark's result could differ. ``safe_sums``: fields
+    whose sums are known not to overflow (:func:`sums_that_cannot_overflow`)."""
     import polars as pl
+
+    from lakehouse.tables import _state_columns
 
     key = source.key_name
     group = spec.group_by or key
     valid = events.filter(
         pl.col(key).is_not_null() & ~pl.col(TOMBSTONE) & pl.col(group).is_not_null()
     )
-    _refuse_disagreements(valid, source, spec)
     if any(a.fn in {"earliest", "latest"} for a in spec.aggregations):
         valid = valid.sort(ARRIVAL)
+    # Only plain aggregates inside the group_by, which polars computes in its fast streaming
+    # kernels; what is built from them (a sum that counted no value is null, an average) is
+    # computed once per group afterwards.
     exprs: list[pl.Expr] = []
+    after: list[pl.Expr] = []
+    hidden: list[str] = []
+    checks: list[tuple[pl.Expr, str]] = []  # (true for a group this path must refuse, why)
     for a in spec.aggregations:
         value = pl.col(a.field or "")
-        present = value.count()
+        kind = source.field(a.field).type if a.field else None
+        present = f"__present_{a.name}"
+        if a.fn in {"sum", "avg"}:
+            exprs.append(value.count().alias(present))
+            hidden.append(present)
         if a.fn == "count":
-            exprs.append((present if a.field else pl.len()).cast(pl.Int64).alias(a.name))
+            exprs.append((value.count() if a.field else pl.len()).cast(pl.Int64).alias(a.name))
         elif a.fn == "sum":
-            kind = pl.Float64 if source.field(a.field or "").type == "double" else pl.Int64
-            total = value.cast(kind).sum()
-            exprs.append(pl.when(present > 0).then(total).alias(a.name))
+            exprs.append(
+                value.cast(pl.Float64 if kind == "double" else pl.Int64).sum().alias(a.name)
+            )
+            after.append(pl.when(pl.col(present) > 0).then(pl.col(a.name)).alias(a.name))
         elif a.fn == "avg":
-            from lakehouse.tables import _state_columns
-
-            total_name, count_name = _state_columns(a)
-            total = pl.when(present > 0).then(value.cast(pl.Float64).sum())
-            exprs += [
-                total.alias(total_name),
-                present.cast(pl.Int64).alias(count_name),
-                (total / present).alias(a.name),
+            total, count = _state_columns(a)
+            exprs.append(value.cast(pl.Float64).sum().alias(total))
+            after += [
+                pl.when(pl.col(present) > 0).then(pl.col(total)).alias(total),
+                pl.col(present).cast(pl.Int64).alias(count),
+                (pl.when(pl.col(present) > 0).then(pl.col(total)) / pl.col(present)).alias(a.name),
             ]
         elif a.fn in {"min", "max"}:
             exprs.append((value.min() if a.fn == "min" else value.max()).alias(a.name))
         else:  # earliest / latest, in arrival order (the frame is sorted by it)
             kept = value.drop_nulls()
             exprs.append((kept.first() if a.fn == "earliest" else kept.last()).alias(a.name))
-    return valid.group_by(group, maintain_order=True).agg(exprs)
-
-
-def _refuse_disagreements(valid: pl.DataFrame, source: Contract, spec: TableSpec) -> None:
-    import polars as pl
-
-    for a in spec.aggregations:
-        if not a.field:
-            continue
-        kind = source.field(a.field).type
-        column = valid.get_column(a.field)
-        if a.fn in {"min", "max"} and kind == "double" and column.is_nan().any():
-            raise Unclean(f"NaN in {a.field!r}, whose {a.fn} is taken")
-        if a.fn == "sum" and kind in {"long", "int"}:
-            # Spark fails a sum that overflows a long; polars would wrap. No sum can overflow
-            # while the largest magnitude times the number of values stays below 2**62 (in
+        if a.fn in {"min", "max"} and kind == "double":
+            # Spark ranks NaN above every number; polars' min and max skip it.
+            nans = f"__nans_{a.name}"
+            exprs.append(value.is_nan().sum().alias(nans))
+            hidden.append(nans)
+            checks.append((pl.col(nans) > 0, f"NaN in {a.field!r}, whose {a.fn} is taken"))
+        elif a.fn == "sum" and kind in {"long", "int"} and a.field not in safe_sums:
+            # Spark fails a sum that overflows a long; polars would wrap. No group's sum can
+            # overflow while its largest magnitude times its count stays below 2**62 (taken in
             # doubles: abs() of the smallest long overflows as a long).
-            biggest = column.cast(pl.Float64).abs().max()
-            if biggest is not None and float(biggest) * column.count() >= 2.0**62:  # type: ignore[arg-type]
-                raise Unclean(f"the sum of {a.field!r} might overflow")
+            biggest = f"__biggest_{a.name}"
+            exprs.append(value.cast(pl.Float64).abs().max().alias(biggest))
+            hidden.append(biggest)
+            bound = pl.col(biggest) * pl.col(present)
+            checks.append((bound >= 2.0**62, f"the sum of {a.field!r} might overflow"))
+    partials = valid.group_by(group).agg(exprs).collect(engine="streaming")
+    for refuse, why in checks:
+        if partials.select(refuse.any()).item():
+            raise Unclean(why)
+    return partials.with_columns(after).drop(hidden)
 
 
 def to_arrow(frame: pl.DataFrame, schema: pa.Schema) -> pa.Table:

@@ -238,3 +238,20 @@ def test_driver_fold_size_setting(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("LAKEHOUSE_GOLD_DRIVER_MB", "1.5")
     with pytest.raises(ConfigError, match="LAKEHOUSE_GOLD_DRIVER_MB must be a whole number"):
         driver_fold_bytes()
+
+
+def test_sums_proven_safe_by_parquet_statistics(tmp_path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from lakehouse.tables_arrow import sums_that_cannot_overflow
+
+    small = pa.table({"a": pa.array([5, -7, None], pa.int64()), "b": [1, 2**61, 3]})
+    pq.write_table(small, tmp_path / "small.parquet")
+    pq.write_table(small, tmp_path / "bare.parquet", write_statistics=False)
+    paths = [str(tmp_path / "small.parquet")]
+    # b: 2**61 times 3 rows is above 2**62; a: 7 times 3 is not.
+    assert sums_that_cannot_overflow(paths, ["a", "b"]) == {"a"}
+    # Without statistics nothing is proven; a field the file lacks holds only nulls.
+    assert sums_that_cannot_overflow([str(tmp_path / "bare.parquet")], ["a"]) == set()
+    assert sums_that_cannot_overflow(paths, ["missing"]) == {"missing"}

@@ -449,6 +449,48 @@ class DeltaStore:
             path, files, read_version=int(dt.version()), txn=txn, metadata=metadata
         )
 
+    def append_arrow(
+        self,
+        data: pa.Table,
+        path: Path,
+        *,
+        txn: Txn | Sequence[Txn] | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> WriteResult:
+        """Append an Arrow table computed in the driver, in one commit, under the table's gate
+        like every other write; with ``txn``, at most once per (app, version)."""
+        import pyarrow as pa
+
+        from lakehouse.storage.files import TableFileWriter
+
+        dt = _load(path)
+        _check_readable(dt, path)
+        if _applied(dt, txn):
+            return WriteResult(False, dt.version())
+        schema = table_arrow_schema(dt)
+        gate, verdict = gate_for(path, at_commit=True), None
+        if gate is not None:
+            whole = None
+            if gate.needs_whole_table:
+                whole = pa.concat_tables([snapshot_arrow(dt).cast(schema), data.cast(schema)])
+            source = (metadata or {}).get("lakehouse.source")
+            verdict = gate.check(data, data.num_rows, whole=whole, source=source)
+            metadata = {**(metadata or {}), **gate.commit_metadata(verdict)}
+        writer = TableFileWriter(str(path), schema, list(dt.metadata().partition_columns))
+        files = writer.write_batches([data])
+        result = self.commit_staged(
+            path, files, read_version=int(dt.version()), txn=txn, metadata=metadata
+        )
+        if gate is not None:
+            gate.record(verdict, table_version=result.table_version, published=True)
+        self.record_positions(path, txn, metadata)
+        return WriteResult(result.committed, self.version(path), data.num_rows)
+
+    @staticmethod
+    def is_empty(path: Path) -> bool:
+        """Whether the table holds no rows (no data files) at its latest version."""
+        return not _load(path).file_uris()
+
     def create_arrow(
         self,
         path: Path,
