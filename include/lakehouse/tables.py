@@ -643,6 +643,7 @@ def _fold_with_arrow(
         [(str(f.path), f.version) for f in files],
         to_arrow_schema(stream_schema(source), timezone="UTC"),
         tables_arrow.input_columns(source, spec),
+        with_versions=tables_arrow.needs_arrival(spec),
     )
     schema = to_arrow_schema(table_schema(source, spec), timezone="UTC")
     # Into an empty table (a first build, a full refresh) the merge would insert every row as

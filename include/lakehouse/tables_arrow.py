@@ -69,36 +69,51 @@ def input_columns(source: Contract, spec: TableSpec) -> list[str]:
     if spec.group_by:
         used.add(spec.group_by)
     fields = [f.name for f in source.fields if f.name in used and f.name != key]
-    arrival = (
-        ["partition", "offset"]
-        if any(a.fn in {"earliest", "latest"} for a in spec.aggregations)
-        else []
-    )
+    arrival = ["partition", "offset"] if needs_arrival(spec) else []
     return [key, *fields, TOMBSTONE, *arrival]
 
 
+def needs_arrival(spec: TableSpec) -> bool:
+    """Whether a table's batch must know each record's arrival (commit version, partition,
+    offset): for its earliest and latest aggregations."""
+    return any(a.fn in {"earliest", "latest"} for a in spec.aggregations)
+
+
 def scan_files(
-    files: Sequence[tuple[str, int]], schema: pa.Schema, columns: Sequence[str]
+    files: Sequence[tuple[str, int]],
+    schema: pa.Schema,
+    columns: Sequence[str],
+    *,
+    with_versions: bool = False,
 ) -> pl.LazyFrame:
     """The rows of the stream's data ``files`` (path, commit version), ``columns`` of them, typed
-    by the stream's ``schema``, with the commit version as ``_commit_version``: a lazy scan, so
-    polars reads what the query needs as it goes. A column a file lacks (written before the
-    contract added it) is null, as Spark reads it."""
+    by the stream's ``schema``: a lazy scan, so polars reads what the query needs as it goes. A
+    column a file lacks (written before the contract added it) is null, as Spark reads it.
+    ``with_versions`` adds each row's commit version as ``_commit_version`` (arrival order)."""
     import polars as pl
 
     wanted = _frame(pa.schema([schema.field(c) for c in columns]).empty_table()).schema
+    extra = {COMMIT_VERSION: pl.Int64} if with_versions else {}
     if not files:
-        return pl.LazyFrame(schema={**wanted, COMMIT_VERSION: pl.Int64})
-    versions = {path: version for path, version in files}
-    scan = pl.scan_parquet(
-        list(versions),
-        schema=wanted,
-        missing_columns="insert",
-        extra_columns="ignore",
-        include_file_paths="__file",
+        return pl.LazyFrame(schema={**wanted, **extra})
+
+    def scan(paths: list[str]) -> pl.LazyFrame:
+        return pl.scan_parquet(
+            paths, schema=wanted, missing_columns="insert", extra_columns="ignore"
+        )
+
+    if not with_versions:
+        return scan([path for path, _ in files])
+    # A scan per commit, its version a literal (not a per-row lookup of each row's file).
+    by_version: dict[int, list[str]] = {}
+    for path, version in files:
+        by_version.setdefault(version, []).append(path)
+    return pl.concat(
+        [
+            scan(paths).with_columns(pl.lit(version, pl.Int64).alias(COMMIT_VERSION))
+            for version, paths in by_version.items()
+        ]
     )
-    version = pl.col("__file").replace_strict(versions, return_dtype=pl.Int64)
-    return scan.with_columns(version.alias(COMMIT_VERSION)).drop("__file")
 
 
 def _frame(table: pa.Table) -> pl.DataFrame:
@@ -169,7 +184,7 @@ def partial_aggregates(
     valid = events.filter(
         pl.col(key).is_not_null() & ~pl.col(TOMBSTONE) & pl.col(group).is_not_null()
     )
-    if any(a.fn in {"earliest", "latest"} for a in spec.aggregations):
+    if needs_arrival(spec):
         valid = valid.sort(ARRIVAL)
     # Only plain aggregates inside the group_by, which polars computes in its fast streaming
     # kernels; what is built from them (a sum that counted no value is null, an average) is
