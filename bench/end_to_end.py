@@ -14,7 +14,8 @@ shipped contracts. Every table has its change data feed on.
 Three paths, each in its own process (so peak memory is its own), over the same landing bytes:
 
 * ours: ``pipeline.run`` (bronze, silver, gold: Spark on ``local[2]``, Delta through delta-rs,
-  GX gates). The session is started and warmed on a 1000-record topic of the same contract
+  GX gates; batches small enough are decoded and folded in the driver, see ``LAKEHOUSE_*_MB`` in
+  the README). The session is started and warmed on a 1000-record topic of the same contract
   first; the figure is the run itself.
 * peer: the same pipeline and semantics written plainly with polars + ``deltalake``, no JVM
   (``Peer`` below): landing segments read by ``pl.read_ndjson``, re-delivered offsets dropped,
