@@ -73,7 +73,12 @@ tables:
     aggregations:
       - {{name: fare_sum, fn: sum, field: fare}}
 """
-TABLES = {"last_trip": "rider", "per_rider": "rider", "per_city": "city", "per_rider_table": "rider"}
+TABLES = {
+    "last_trip": "rider",
+    "per_rider": "rider",
+    "per_city": "city",
+    "per_rider_table": "rider",
+}
 ARROW_TABLES = {"last_trip", "per_rider", "per_city"}
 
 
@@ -164,9 +169,19 @@ EVENTS = st.tuples(
 @example(  # one key in two partitions: the later-timestamped partition's latest wins
     history=[
         ("a", {"fare": 1, "seats": 1, "tip": 0.5, "city": "Rome", "at": None, "paid": True}, 0, 3),
-        ("a", {"fare": 2, "seats": 2, "tip": None, "city": "Oslo", "at": None, "paid": False}, 1, 1),
+        (
+            "a",
+            {"fare": 2, "seats": 2, "tip": None, "city": "Oslo", "at": None, "paid": False},
+            1,
+            1,
+        ),
         ("a", None, 0, 0),
-        ("b", {"fare": None, "seats": None, "tip": None, "city": None, "at": None, "paid": None}, 2, 0),
+        (
+            "b",
+            {"fare": None, "seats": None, "tip": None, "city": None, "at": None, "paid": None},
+            2,
+            0,
+        ),
     ],
     cuts=[2],
 )
@@ -184,7 +199,9 @@ def test_arrow_and_spark_fold_the_same_tables(
         for lake, mb in ((by_spark, "0"), (by_arrow, "512")):
             _produce(lake, history[lo:hi])
             folded = _folded_by(_run(spark, lake, monkeypatch, mb))
-            expected = {t: "spark" if mb == "0" or t not in ARROW_TABLES else "arrow" for t in TABLES}
+            expected = {
+                t: "spark" if mb == "0" or t not in ARROW_TABLES else "arrow" for t in TABLES
+            }
             assert folded == expected, (mb, history, bounds)
     for name in TABLES:
         assert _rows(by_arrow, name) == _rows(by_spark, name), (name, history, bounds)
