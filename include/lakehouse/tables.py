@@ -485,6 +485,31 @@ def merge_latest(
     )
 
 
+def merge_aggregate(
+    store: DeltaStore,
+    batch: DataFrame | pa.Table,
+    path: Path,
+    source: Contract,
+    spec: TableSpec,
+    txn: Txn,
+    meta: dict[str, Any],
+) -> WriteResult:
+    """Fold a batch of partial aggregates (or a table source's deltas) into an aggregate table
+    by its :func:`merge_rules`."""
+    rules = merge_rules(source, spec)
+    return store.merge(
+        batch,
+        path,
+        on=rules.on,
+        update=rules.update,
+        insert=rules.insert,
+        delete_when=rules.delete_when,
+        insert_when=rules.insert_when,
+        txn=txn,
+        metadata=meta,
+    )
+
+
 def source_meta(app: str, start: int, end: int) -> dict[str, Any]:
     """Commit metadata naming the input versions a commit consumed."""
     return {"lakehouse.source": {"table": app, "versions": [start, end]}}
@@ -575,18 +600,7 @@ def build_table(
             batch = table_deltas(latest, store.read(out.state), source, spec)
         else:
             batch = aggregate_per_key(events, source, spec)
-        rules = merge_rules(source, spec)
-        result = store.merge(
-            batch,
-            out.gold,
-            on=rules.on,
-            update=rules.update,
-            insert=rules.insert,
-            delete_when=rules.delete_when,
-            insert_when=rules.insert_when,
-            txn=txn,
-            metadata=meta,
-        )
+        result = merge_aggregate(store, batch, out.gold, source, spec, txn, meta)
         if latest is not None:
             merge_latest(store, latest, out.state, source, txn, meta)
             latest.unpersist()
@@ -668,21 +682,12 @@ def _fold_with_arrow(
         except tables_arrow.Unclean as exc:
             return _ArrowFold(why_not=str(exc))
         batch = tables_arrow.to_arrow(partials, schema)
-        rules = merge_rules(source, spec)
         if empty:
             # A stream aggregate's insert clause copies each partial (an average is its sum
             # over its count, null when no value counted, as the partial already holds it).
             result = store.append_arrow(batch, out.gold, txn=txn, metadata=meta)
         else:
-            result = store.merge(
-                batch,
-                out.gold,
-                on=rules.on,
-                update=rules.update,
-                insert=rules.insert,
-                txn=txn,
-                metadata=meta,
-            )
+            result = merge_aggregate(store, batch, out.gold, source, spec, txn, meta)
     changed = result.source_rows or 0
     return _ArrowFold(GoldResult(spec.name, versions, changed, result.committed, folded_by="arrow"))
 
