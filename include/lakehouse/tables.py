@@ -671,12 +671,7 @@ def _fold_with_arrow(
         else:
             result = merge_latest(store, batch, out.gold, source, txn, meta)
     else:
-        sums = [
-            a.field
-            for a in spec.aggregations
-            if a.fn == "sum" and a.field and source.field(a.field).type in {"long", "int"}
-        ]
-        safe = tables_arrow.sums_that_cannot_overflow([str(f.path) for f in files], sums)
+        safe = tables_arrow.sums_that_cannot_overflow([str(f.path) for f in files], source, spec)
         try:
             partials = tables_arrow.partial_aggregates(events, source, spec, safe)
         except tables_arrow.Unclean as exc:

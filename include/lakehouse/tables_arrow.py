@@ -140,12 +140,18 @@ def latest_rows(events: pl.LazyFrame, source: Contract) -> pl.DataFrame:
     return ordered.group_by(key).last().select(keep).collect(engine="streaming")
 
 
-def sums_that_cannot_overflow(paths: Sequence[str], fields: Sequence[str]) -> set[str]:
-    """The ``fields`` whose sum over the rows of the Parquet files ``paths`` cannot overflow a
-    long, by the files' own statistics: the largest magnitude of any row group's bounds times
-    the number of rows stays below 2**62. A field without statistics somewhere is not among
-    them (its groups are then checked row by row)."""
+def sums_that_cannot_overflow(paths: Sequence[str], source: Contract, spec: TableSpec) -> set[str]:
+    """The fields of a table's long sums whose sum over the rows of the Parquet files ``paths``
+    cannot overflow a long, by the files' own statistics: the largest magnitude of any row
+    group's bounds times the number of rows stays below 2**62. A field without statistics
+    somewhere is not among them (its groups are then checked row by row)."""
     import pyarrow.parquet as pq
+
+    fields = [
+        a.field
+        for a in spec.aggregations
+        if a.fn == "sum" and a.field and source.field(a.field).type in {"long", "int"}
+    ]
 
     biggest = dict.fromkeys(fields, 0)
     unknown: set[str] = set()

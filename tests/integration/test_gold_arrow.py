@@ -261,14 +261,26 @@ def test_sums_proven_safe_by_parquet_statistics(tmp_path: Path) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
+    from lakehouse.contracts import Aggregation, TableSpec
     from lakehouse.tables_arrow import sums_that_cannot_overflow
 
-    small = pa.table({"a": pa.array([5, -7, None], pa.int64()), "b": [1, 2**61, 3]})
+    source = Catalog.load(_lake(tmp_path).contracts_dir).topic("trips")
+
+    def sums(*fields: str) -> TableSpec:
+        aggs = tuple(Aggregation(name=f"s_{f}", fn="sum", field=f) for f in fields)
+        return TableSpec(name="sums", kind="aggregate", aggregations=aggs)
+
+    small = pa.table({"fare": pa.array([5, -7, None], pa.int64()), "seats": [1, 2**61, 3]})
     pq.write_table(small, tmp_path / "small.parquet")
     pq.write_table(small, tmp_path / "bare.parquet", write_statistics=False)
+    pq.write_table(pa.table({"other": [1]}), tmp_path / "old.parquet")
     paths = [str(tmp_path / "small.parquet")]
-    # b: 2**61 times 3 rows is above 2**62; a: 7 times 3 is not.
-    assert sums_that_cannot_overflow(paths, ["a", "b"]) == {"a"}
+    # seats: 2**61 times 3 rows is above 2**62; fare: 7 times 3 is not.
+    assert sums_that_cannot_overflow(paths, source, sums("fare", "seats")) == {"fare"}
     # Without statistics nothing is proven; a field the file lacks holds only nulls.
-    assert sums_that_cannot_overflow([str(tmp_path / "bare.parquet")], ["a"]) == set()
-    assert sums_that_cannot_overflow(paths, ["missing"]) == {"missing"}
+    assert (
+        sums_that_cannot_overflow([str(tmp_path / "bare.parquet")], source, sums("fare")) == set()
+    )
+    assert sums_that_cannot_overflow([str(tmp_path / "old.parquet")], source, sums("fare")) == {
+        "fare"
+    }

@@ -400,7 +400,8 @@ class DeltaStore:
             verdict = gate.check(df, whole=whole, source=source)
             metadata = {**(metadata or {}), **gate.commit_metadata(verdict)}
         if mode == "append" and rows is not None and rows <= LOCAL_WRITE_ROWS:
-            result = self._write_local(df, path, dt, txn, metadata, max_rows_per_file)
+            # One Spark job collects the small batch as Arrow; the driver writes it.
+            result = self._write_local(df.toArrow(), path, dt, txn, metadata, max_rows_per_file)
             if gate is not None:
                 gate.record(verdict, table_version=result.table_version, published=True)
             return result
@@ -428,14 +429,14 @@ class DeltaStore:
 
     def _write_local(
         self,
-        df: DataFrame,
+        data: pa.Table,
         path: Path,
         dt: DeltaTable,
         txn: Txn | Sequence[Txn] | None,
         metadata: Mapping[str, Any] | None,
-        max_rows_per_file: int,
+        max_rows_per_file: int = 5_000_000,
     ) -> WriteResult:
-        """A small append written by the driver: one Spark job collects ``df`` as Arrow."""
+        """An append written by the driver, by the same file writer and commit as the tasks'."""
         from lakehouse.storage.files import TableFileWriter
 
         writer = TableFileWriter(
@@ -444,7 +445,7 @@ class DeltaStore:
             list(dt.metadata().partition_columns),
             max_rows_per_file=max_rows_per_file,
         )
-        files = writer.write_batches([df.toArrow()])
+        files = writer.write_batches([data])
         return self.commit_staged(
             path, files, read_version=int(dt.version()), txn=txn, metadata=metadata
         )
@@ -461,8 +462,6 @@ class DeltaStore:
         like every other write; with ``txn``, at most once per (app, version)."""
         import pyarrow as pa
 
-        from lakehouse.storage.files import TableFileWriter
-
         dt = _load(path)
         _check_readable(dt, path)
         if _applied(dt, txn):
@@ -476,11 +475,7 @@ class DeltaStore:
             source = (metadata or {}).get("lakehouse.source")
             verdict = gate.check(data, data.num_rows, whole=whole, source=source)
             metadata = {**(metadata or {}), **gate.commit_metadata(verdict)}
-        writer = TableFileWriter(str(path), schema, list(dt.metadata().partition_columns))
-        files = writer.write_batches([data])
-        result = self.commit_staged(
-            path, files, read_version=int(dt.version()), txn=txn, metadata=metadata
-        )
+        result = self._write_local(data, path, dt, txn, metadata)
         if gate is not None:
             gate.record(verdict, table_version=result.table_version, published=True)
         self.record_positions(path, txn, metadata)
