@@ -48,7 +48,7 @@ from lakehouse.errors import (
 )
 from lakehouse.pipeline import run_layer
 from lakehouse.quality import RunInfo
-from lakehouse.spark import get_session
+from lakehouse.spark import lazy_session
 
 
 def parse(argv: list[str] | None = None) -> tuple[argparse.Namespace, LayerRequest]:
@@ -94,7 +94,8 @@ def main(argv: list[str] | None = None) -> int:
         # Importing Great Expectations takes seconds of pure Python; done in a thread, it
         # overlaps the SparkContext's start-up in the JVM instead of following it.
         threading.Thread(target=importlib.import_module, args=("great_expectations",)).start()
-    spark = get_session(app_name=f"lakehouse-{args.layer}-{args.topic}")
+    # Started only if the batch needs Spark: a small one is done in the driver.
+    spark = lazy_session(app_name=f"lakehouse-{args.layer}-{args.topic}", short_lived=True)
     run = RunInfo.from_env(dag_run_id=args.dag_run_id)
     try:
         for line in run_layer(

@@ -6,7 +6,8 @@ The bronze table has the schema of Spark's Kafka source (``key``, ``value``, ``t
 
 One micro-batch: list the segments not yet ingested, parse them in Spark tasks (one task per
 topic partition, so records re-delivered in several files are recognised by their offset and
-land once), write the good records as the table's files from those tasks, and commit them in
+land once; a small batch is parsed the same way in the driver, with no Spark job), write the
+good records as the table's files from those tasks, and commit them in
 one Delta transaction that also records the new position: the next offset per partition (app
 transaction ``landing`` with the batch id as version, plus commit metadata). Bad lines go to the
 bronze quarantine table with file, line, byte offset and reason, and the good records of the
@@ -26,7 +27,7 @@ from urllib.parse import unquote
 import pyarrow as pa
 
 from lakehouse import quality
-from lakehouse.config import Settings
+from lakehouse.config import Settings, megabytes_setting
 from lakehouse.contracts import Contract
 from lakehouse.errors import QualityGateError
 from lakehouse.landing import Segment, end_offsets, list_segments, start_offset_of
@@ -49,9 +50,18 @@ BRONZE_SCHEMA = pa.schema(
         pa.field("_ingested_at", pa.timestamp("us", tz="UTC")),
     ]
 )
-QUARANTINE_COLUMNS = (
-    "topic string, partition int, source_file string, line long, byte_offset long, "
-    "reason string, raw binary, _batch_id long, _ingested_at timestamp"
+QUARANTINE_SCHEMA = pa.schema(
+    [
+        pa.field("topic", pa.string()),
+        pa.field("partition", pa.int32()),
+        pa.field("source_file", pa.string()),
+        pa.field("line", pa.int64()),
+        pa.field("byte_offset", pa.int64()),
+        pa.field("reason", pa.string()),
+        pa.field("raw", pa.binary()),
+        pa.field("_batch_id", pa.int64()),
+        pa.field("_ingested_at", pa.timestamp("us", tz="UTC")),
+    ]
 )
 
 
@@ -279,39 +289,34 @@ def _work_items(
 
 
 def _write_quarantine(
-    spark: SparkSession,
     store: DeltaStore,
     settings: Settings,
     topic: str,
     batch_id: int,
     bad: list[dict[str, Any]],
 ) -> None:
+    """Append a batch's bad lines to the topic's bronze quarantine. They were collected in the
+    driver already (a task's side output), so the driver writes them: no Spark job."""
     if not bad:
         return
-    from datetime import UTC, datetime
-
-    now = datetime.now(UTC)
-    rows = [
-        (
-            topic,
-            b["partition"],
-            b["source_file"],
-            b["line"],
-            b["byte_offset"],
-            b["reason"],
-            None if b["raw"] is None else base64.b64decode(b["raw"]),
-            batch_id,
-            now,
-        )
-        for b in bad
-    ]
-    df = spark.createDataFrame(rows, QUARANTINE_COLUMNS)
-    store.write(df, settings.quarantine_path("bronze", topic), txn=Txn(BRONZE_APP, batch_id))
+    now = int(time.time() * 1_000_000)
+    n = len(bad)
+    columns = {
+        "topic": [topic] * n,
+        **{c: [b[c] for b in bad] for c in ("partition", "source_file", "line", "byte_offset")},
+        "reason": [b["reason"] for b in bad],
+        "raw": [None if b["raw"] is None else base64.b64decode(b["raw"]) for b in bad],
+        "_batch_id": [batch_id] * n,
+        "_ingested_at": [now] * n,
+    }
+    path = settings.quarantine_path("bronze", topic)
+    store.create_arrow(path, QUARANTINE_SCHEMA)
+    store.append_arrow(
+        pa.table(columns, schema=QUARANTINE_SCHEMA), path, txn=Txn(BRONZE_APP, batch_id)
+    )
 
 
-def _repair_quarantine(
-    spark: SparkSession, store: DeltaStore, settings: Settings, contract: Contract
-) -> None:
+def _repair_quarantine(store: DeltaStore, settings: Settings, contract: Contract) -> None:
     """If the last run committed bronze but died before quarantining its bad lines, redo that:
     the segment files are immutable, so reading them again finds the same bad lines."""
     path = settings.bronze_path(contract.topic)
@@ -331,7 +336,20 @@ def _repair_quarantine(
         for raw in summary["files_with_bad_lines"]
         for b in read_segment(SegmentFile(**raw), contract.topic, contract.max_record_bytes).bad
     ]
-    _write_quarantine(spark, store, settings, contract.topic, done, bad)
+    _write_quarantine(store, settings, contract.topic, done, bad)
+
+
+def driver_ingest_bytes() -> int:
+    """A batch whose landing segments take at most this many bytes is read and staged by the
+    driver, where a Spark job would cost more than the work (a 10K-record micro-batch is about
+    1 MB of JSON lines): ``LAKEHOUSE_BRONZE_DRIVER_MB``, default 16 (0: always in Spark's
+    tasks, one per partition)."""
+    return megabytes_setting("LAKEHOUSE_BRONZE_DRIVER_MB", 16)
+
+
+def _segment_bytes(segment: Segment) -> int:
+    keys = segment.keys_path.stat().st_size if segment.keys_path else 0
+    return segment.path.stat().st_size + keys
 
 
 def _staged_batch(
@@ -357,7 +375,7 @@ def ingest(spark: SparkSession, settings: Settings, contract: Contract) -> Bronz
     topic = contract.topic
     path = settings.bronze_path(topic)
     store.create_arrow(path, BRONZE_SCHEMA)
-    _repair_quarantine(spark, store, settings, contract)
+    _repair_quarantine(store, settings, contract)
 
     read_version = store.version(path)
     pos = position(store, settings, topic)
@@ -368,7 +386,9 @@ def ingest(spark: SparkSession, settings: Settings, contract: Contract) -> Bronz
     if not segments:
         return BronzeResult(topic, None, next_offsets=pos.next)
 
-    staged = store.stage(_work_items(contract, segments, pos, batch_id), _partition_task, path)
+    items = _work_items(contract, segments, pos, batch_id)
+    small = sum(_segment_bytes(s) for s in segments) <= driver_ingest_bytes()
+    staged = store.stage(items, _partition_task, path, in_driver=small)
     files = [s for s in staged.side if "file" in s]
     bad = [s["bad_line"] for s in staged.side if "bad_line" in s]
     new_pos = advance(pos, files, listed_at)
@@ -411,7 +431,7 @@ def ingest(spark: SparkSession, settings: Settings, contract: Contract) -> Bronz
         },
     )
     if result.committed:
-        _write_quarantine(spark, store, settings, topic, batch_id, bad)
+        _write_quarantine(store, settings, topic, batch_id, bad)
     if gate is not None and verdict is not None:
         gate.record(verdict, table_version=result.table_version, published=result.committed)
     return BronzeResult(

@@ -393,14 +393,15 @@ def run_pipeline(
     """One micro-batch of the given layers and topics, plus what the flags ask (``asked``: the
     keys of a triggered run's Params). Every request is checked before Spark starts."""
     from lakehouse.pipeline import run
-    from lakehouse.spark import get_session
+    from lakehouse.spark import lazy_session
 
     requests = run_requests(catalog, topic, layer, asked)
     if any(v for v in (asked or {}).values()):
         for name, request in requests.items():
             for line in request.describe(catalog.topic(name)):
                 print(line)
-    spark = get_session(settings.spark_master, app_name="lakehouse-run", short_lived=True)
+    # Started by the first batch that needs Spark: small ones are done in the driver.
+    spark = lazy_session(settings.spark_master, app_name="lakehouse-run", short_lived=True)
     layers: tuple[Layer, ...] = (layer,) if layer else LAYERS
     run(
         spark,

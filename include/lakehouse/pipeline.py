@@ -69,7 +69,11 @@ def run_layer(
         SchemaRegistry(settings.registry_root).check(contract)
         return plan_layer(spark, settings, contract, layer, catalog, request)
     SchemaRegistry(settings.registry_root).register(contract)
-    pandas_max_rows()  # a bad setting fails here, before any data moves
+    # A bad setting fails here, before any data moves.
+    pandas_max_rows()
+    {"bronze": bronze.driver_ingest_bytes, "silver": streams.driver_decode_bytes}.get(
+        layer, tables.driver_fold_bytes
+    )()
     run = run or RunInfo.from_env()
     ledger = LedgerBuffer(settings)
     names = None if specs is None else {s.name for s in specs}

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, cast
 
 from lakehouse.errors import ConfigError
 from lakehouse.runtime import ensure_java
@@ -139,6 +140,44 @@ def get_session(
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel(os.environ.get("LAKEHOUSE_SPARK_LOG_LEVEL", "WARN"))
     return session
+
+
+class LazySession:
+    """Stands in for a SparkSession that is started only when something first uses it.
+
+    A layer job whose micro-batch is small does its work in the driver (bronze's segment
+    reader, silver's Arrow decoder, gold's polars fold, the gates' pandas engine) and never
+    needs Spark; starting the SparkContext anyway costs seconds of a job that takes a few
+    (``bench/airflow_trigger.py``). Every attribute is the started session's; :meth:`stop`
+    stops it only if it was started."""
+
+    def __init__(self, start: Callable[[], SparkSession]) -> None:
+        self._start = start
+        self._session: SparkSession | None = None
+
+    @property
+    def started(self) -> bool:
+        return self._session is not None
+
+    def session(self) -> SparkSession:
+        if self._session is None:
+            self._session = self._start()
+        return self._session
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.session(), name)
+
+    def stop(self) -> None:
+        if self._session is not None:
+            self._session.stop()
+
+
+def lazy_session(
+    master: str | None = None, app_name: str = "lakehouse", *, short_lived: bool = False
+) -> SparkSession:
+    """:func:`get_session`, called when the session is first used (:class:`LazySession`)."""
+    lazy = LazySession(lambda: get_session(master, app_name, short_lived=short_lived))
+    return cast("SparkSession", lazy)
 
 
 def build_class_archive(records: int = 2000) -> Path:

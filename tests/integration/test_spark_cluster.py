@@ -224,8 +224,10 @@ def _submit(
     # As many shuffle partitions as the cluster has cores (the platform's default is 8): the
     # shuffles still cross both executors, with a quarter of the tasks.
     env["LAKEHOUSE_SHUFFLE_PARTITIONS"] = str(WORKERS)
-    # Silver decodes a batch this small in the driver: here it goes to the executors too.
-    env["LAKEHOUSE_SILVER_DRIVER_MB"] = "0"
+    # Each layer does a batch this small in the driver (which then starts no Spark at all):
+    # here the work goes to the executors.
+    for name in ("BRONZE", "SILVER", "GOLD"):
+        env[f"LAKEHOUSE_{name}_DRIVER_MB"] = "0"
     cmd = [
         str(submit),
         *("--master", cluster.master_url),

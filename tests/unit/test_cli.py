@@ -248,6 +248,7 @@ def test_bad_arguments_are_refused_before_spark_starts(
         raise AssertionError("Spark must not start for a bad argument")
 
     monkeypatch.setattr("lakehouse.spark.get_session", no_spark)
+    monkeypatch.setattr("lakehouse.spark.lazy_session", no_spark)
     assert _run(monkeypatch, argv) == 1
     assert message in capsys.readouterr().err
 
@@ -290,7 +291,7 @@ def test_spark_archive_reports_a_failed_workload_as_an_error(
 def pipeline_calls(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     """What `lakehouse run` hands to the pipeline, which is not run (nor is Spark started)."""
     seen: dict[str, Any] = {}
-    monkeypatch.setattr("lakehouse.spark.get_session", lambda *_a, **_k: "spark")
+    monkeypatch.setattr("lakehouse.spark.lazy_session", lambda *_a, **_k: "spark")
     monkeypatch.setattr("lakehouse.pipeline.run", lambda *_a, **kw: seen.update(kw))
     return seen
 

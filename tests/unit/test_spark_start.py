@@ -283,3 +283,28 @@ def test_spark_archive_goes_on_when_the_zip_cannot_be_rewritten(
     assert "warning: " in captured.err and "left without bytecode: " in captured.err
     assert "Permission denied" in captured.err
     assert captured.out.startswith(f"Spark class archive: {archive}")
+
+
+def test_a_lazy_session_starts_once_on_first_use_and_only_then_stops() -> None:
+    class Session:
+        stopped = 0
+        version = "4"
+
+        def stop(self) -> None:
+            self.stopped += 1
+
+    made: list[Session] = []
+
+    def start() -> Any:
+        made.append(Session())
+        return made[-1]
+
+    unused = spark.LazySession(start)
+    unused.stop()  # nothing to stop: no session is made for it
+    assert (unused.started, made) == (False, [])
+
+    lazy = spark.LazySession(start)
+    assert lazy.version == "4" and lazy.version == "4"
+    assert lazy.started and len(made) == 1
+    lazy.stop()
+    assert made[0].stopped == 1

@@ -163,13 +163,24 @@ class DeltaStore:
     """Read, write and merge Delta tables for a SparkSession."""
 
     def __init__(self, spark: SparkSession) -> None:
-        from lakehouse.storage.datasource import DeltaDataSource
+        self._session = spark
+        self._ready = False
 
-        self.spark = spark
-        # Registered once per session (registering again replaces it, with a warning).
-        if not getattr(spark, "_lakehouse_delta_registered", False):
-            spark.dataSource.register(DeltaDataSource)
-            spark._lakehouse_delta_registered = True  # type: ignore[attr-defined]
+    @property
+    def spark(self) -> SparkSession:
+        """The session, with the Delta data source registered on first use: the store's work
+        that needs no Spark (the driver's paths, the log's reads) leaves a
+        :class:`lakehouse.spark.LazySession` unstarted."""
+        if not self._ready:
+            from lakehouse.storage.datasource import DeltaDataSource
+
+            spark = self._session
+            # Registered once per session (registering again replaces it, with a warning).
+            if not getattr(spark, "_lakehouse_delta_registered", False):
+                spark.dataSource.register(DeltaDataSource)
+                spark._lakehouse_delta_registered = True  # type: ignore[attr-defined]
+            self._ready = True
+        return self._session
 
     # -- inspection ---------------------------------------------------------------------------
     @staticmethod
