@@ -92,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
         return CONFIG_ERROR_EXIT
     if contract.expectations_of(args.layer) and not request.dry_run:
         # Importing Great Expectations takes seconds of pure Python; done in a thread, it
-        # overlaps the SparkContext's start-up in the JVM instead of following it.
+        # overlaps the SparkContext's start-up in the JVM when the batch needs Spark.
         threading.Thread(target=importlib.import_module, args=("great_expectations",)).start()
     # Started only if the batch needs Spark: a small one is done in the driver.
     spark = lazy_session(app_name=f"lakehouse-{args.layer}-{args.topic}", short_lived=True)

@@ -42,6 +42,14 @@ def layer_tables(settings: Settings, contract: Contract, layer: Layer) -> list[t
     return [(name, path[layer](name)) for name in contract.published_tables(layer)]
 
 
+# Each layer's setting of the batch size it still does in the driver.
+_DRIVER_LIMITS: dict[Layer, Callable[[], int]] = {
+    "bronze": bronze.driver_ingest_bytes,
+    "silver": streams.driver_decode_bytes,
+    "gold": tables.driver_fold_bytes,
+}
+
+
 def run_layer(
     spark: SparkSession,
     settings: Settings,
@@ -71,9 +79,7 @@ def run_layer(
     SchemaRegistry(settings.registry_root).register(contract)
     # A bad setting fails here, before any data moves.
     pandas_max_rows()
-    {"bronze": bronze.driver_ingest_bytes, "silver": streams.driver_decode_bytes}.get(
-        layer, tables.driver_fold_bytes
-    )()
+    _DRIVER_LIMITS[layer]()
     run = run or RunInfo.from_env()
     ledger = LedgerBuffer(settings)
     names = None if specs is None else {s.name for s in specs}

@@ -164,23 +164,20 @@ class DeltaStore:
 
     def __init__(self, spark: SparkSession) -> None:
         self._session = spark
-        self._ready = False
 
     @property
     def spark(self) -> SparkSession:
         """The session, with the Delta data source registered on first use: the store's work
         that needs no Spark (the driver's paths, the log's reads) leaves a
         :class:`lakehouse.spark.LazySession` unstarted."""
-        if not self._ready:
+        spark = self._session
+        # Registered once per session (registering again replaces it, with a warning).
+        if not getattr(spark, "_lakehouse_delta_registered", False):
             from lakehouse.storage.datasource import DeltaDataSource
 
-            spark = self._session
-            # Registered once per session (registering again replaces it, with a warning).
-            if not getattr(spark, "_lakehouse_delta_registered", False):
-                spark.dataSource.register(DeltaDataSource)
-                spark._lakehouse_delta_registered = True  # type: ignore[attr-defined]
-            self._ready = True
-        return self._session
+            spark.dataSource.register(DeltaDataSource)
+            spark._lakehouse_delta_registered = True  # type: ignore[attr-defined]
+        return spark
 
     # -- inspection ---------------------------------------------------------------------------
     @staticmethod
