@@ -171,6 +171,26 @@ def _seconds(start: str, end: str) -> float:
     return (datetime.fromisoformat(end) - datetime.fromisoformat(start)).total_seconds()
 
 
+def _timeline(run: dict[str, Any], tasks: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Each task's queued, start and end times in seconds after the run was queued (where the
+    gaps between tasks go)."""
+    origin = run["queued_at"]
+    out: dict[str, Any] = {}
+    for name, t in sorted(tasks.items(), key=lambda kv: kv[1].get("start_date") or "~"):
+        if not t.get("start_date"):
+            continue
+        out[name] = {
+            key: round(_seconds(origin, t[field]), 2)
+            for key, field in (
+                ("queued", "queued_when"),
+                ("start", "start_date"),
+                ("end", "end_date"),
+            )
+            if t.get(field)
+        }
+    return out
+
+
 def run_airflow(airflow: Airflow, paths: list[Path]) -> dict[str, Any]:
     """One batch, triggered through the REST API."""
     watch = GoldWatch(paths)
@@ -193,6 +213,7 @@ def run_airflow(airflow: Airflow, paths: list[Path]) -> dict[str, Any]:
     to_gold = watch.finish()
     layer_s = {name: float(tasks[name]["duration"] or 0.0) for name in LAYER_TASKS}
     return {
+        "timeline": _timeline(run, tasks),
         "run_id": run_id,
         "trigger_to_gold_s": to_gold,
         "trigger_to_finished_s": done,

@@ -10,10 +10,8 @@ flags after ``--layer`` come from the run's Params (see ``lakehouse.control``).
 from __future__ import annotations
 
 import argparse
-import importlib
 import importlib.machinery
 import sys
-import threading
 from pathlib import Path
 
 
@@ -36,6 +34,7 @@ def _prefer_installed_pyspark() -> None:
 
 _prefer_installed_pyspark()
 
+from lakehouse import gx_worker
 from lakehouse.config import LAYERS, Settings
 from lakehouse.contracts import Catalog
 from lakehouse.control import LayerRequest, parse_offsets
@@ -46,9 +45,6 @@ from lakehouse.errors import (
     LakehouseError,
     QualityGateError,
 )
-from lakehouse.pipeline import run_layer
-from lakehouse.quality import RunInfo
-from lakehouse.spark import lazy_session
 
 
 def parse(argv: list[str] | None = None) -> tuple[argparse.Namespace, LayerRequest]:
@@ -87,13 +83,18 @@ def main(argv: list[str] | None = None) -> int:
         catalog = Catalog.load(settings.contracts_dir)
         contract = catalog.topic(args.topic)
         request.check(contract)
+        validates = bool(contract.expectations_of(args.layer)) and not request.dry_run
+        if validates and gx_worker.enabled():
+            # Importing Great Expectations takes seconds of pure Python: a child process does it
+            # on another core while this one imports the rest and reads the batch.
+            gx_worker.start()
     except LakehouseError as exc:  # bad configuration fails before Spark starts
         print(f"error: {exc}", file=sys.stderr)
         return CONFIG_ERROR_EXIT
-    if contract.expectations_of(args.layer) and not request.dry_run:
-        # Importing Great Expectations takes seconds of pure Python; done in a thread, it
-        # overlaps the SparkContext's start-up in the JVM when the batch needs Spark.
-        threading.Thread(target=importlib.import_module, args=("great_expectations",)).start()
+    from lakehouse.pipeline import run_layer
+    from lakehouse.quality import RunInfo
+    from lakehouse.spark import lazy_session
+
     # Started only if the batch needs Spark: a small one is done in the driver.
     spark = lazy_session(app_name=f"lakehouse-{args.layer}-{args.topic}", short_lived=True)
     run = RunInfo.from_env(dag_run_id=args.dag_run_id)
@@ -110,6 +111,7 @@ def main(argv: list[str] | None = None) -> int:
         return CONFIG_ERROR_EXIT
     finally:
         spark.stop()
+        gx_worker.stop()
     return 0
 
 

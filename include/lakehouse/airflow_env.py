@@ -36,6 +36,11 @@ def airflow_environment(
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
         "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "True",
         "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
+        # The scheduler sleeps this long when a loop found nothing to do, so it is also how
+        # late it can notice that a task finished and queue the next one (a pipeline run has
+        # eight such hand-offs). Airflow's default is 1 s; 0.5 s took about half a second off
+        # each hand-off for 1.7% more of one core when idle (4.5% in all, measured here).
+        "AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME": "0.5",
         "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps(
             {"conn_type": "spark", "host": settings.spark_master}
         ),

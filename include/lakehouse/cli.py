@@ -392,6 +392,7 @@ def run_pipeline(
 ) -> int:
     """One micro-batch of the given layers and topics, plus what the flags ask (``asked``: the
     keys of a triggered run's Params). Every request is checked before Spark starts."""
+    from lakehouse import gx_worker
     from lakehouse.pipeline import run
     from lakehouse.spark import lazy_session
 
@@ -400,17 +401,26 @@ def run_pipeline(
         for name, request in requests.items():
             for line in request.describe(catalog.topic(name)):
                 print(line)
+    layers: tuple[Layer, ...] = (layer,) if layer else LAYERS
+    validates = any(
+        not request.dry_run and any(catalog.topic(name).expectations_of(x) for x in layers)
+        for name, request in requests.items()
+    )
+    if validates and gx_worker.enabled():
+        gx_worker.start()  # imports GX on the other core while the layers start
     # Started by the first batch that needs Spark: small ones are done in the driver.
     spark = lazy_session(settings.spark_master, app_name="lakehouse-run", short_lived=True)
-    layers: tuple[Layer, ...] = (layer,) if layer else LAYERS
-    run(
-        spark,
-        settings,
-        catalog,
-        topics=[topic] if topic else [],
-        layers=layers,
-        requests=requests,
-    )
+    try:
+        run(
+            spark,
+            settings,
+            catalog,
+            topics=[topic] if topic else [],
+            layers=layers,
+            requests=requests,
+        )
+    finally:
+        gx_worker.stop()
     return 0
 
 

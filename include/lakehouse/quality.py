@@ -26,10 +26,12 @@ only when a gate runs, never when DAGs are parsed.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import math
 import os
 import statistics
+import sys
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -329,6 +331,7 @@ def _outcomes(result: Any, by_name: Mapping[str, Expectation]) -> list[Outcome]:
 
 
 _CONTEXT: dict[Any, Any] = {}
+_LABELS = itertools.count(1)
 
 
 def _validation(name: str, expectations: Sequence[Expectation], engine: str) -> Any:
@@ -356,10 +359,12 @@ def _validation(name: str, expectations: Sequence[Expectation], engine: str) -> 
             if engine == "pandas"
             else context.data_sources.add_spark(source_name, persist=False)
         )
-    label = f"{name}-{len(_CONTEXT)}"
+    # A fresh label each time (a suite that failed to compile must not leave its name taken).
+    label = f"{name}-{next(_LABELS)}"
+    compiled_suite = suite(label, expectations)  # first: an unknown kind adds nothing
     asset = source.add_dataframe_asset(label)
     definition = asset.add_batch_definition_whole_dataframe("batch")
-    compiled = context.suites.add(suite(label, expectations))
+    compiled = context.suites.add(compiled_suite)
     validation = context.validation_definitions.add(
         gx.ValidationDefinition(name=label, data=definition, suite=compiled)
     )
@@ -372,10 +377,14 @@ def run_suite(
     expectations: Sequence[Expectation],
     batch: DataFrame | pa.Table,
     rows: int,
+    in_process: bool = False,
 ) -> tuple[list[Outcome], str, dict[str, Any]]:
     """Run the expectations on a batch with GX; return the outcomes, the engine used and the
-    GX result as JSON."""
+    GX result as JSON. A batch for the pandas engine goes to this process's validation worker
+    (:mod:`lakehouse.gx_worker`) if one was started, unless ``in_process``."""
     import pyarrow as pa
+
+    from lakehouse import gx_worker
 
     # GX reads only the columns the expectations name (any one keeps the row count).
     names = batch.column_names if isinstance(batch, pa.Table) else batch.columns
@@ -383,6 +392,12 @@ def run_suite(
     if isinstance(batch, pa.Table) or rows <= pandas_max_rows():
         engine = "pandas"
         table = batch.select(used) if isinstance(batch, pa.Table) else batch.select(*used).toArrow()
+        worker = None if in_process else gx_worker.current()
+        if worker is not None:
+            try:
+                return worker.validate(name, expectations, table)
+            except gx_worker.WorkerUnavailable as exc:
+                print(f"quality: {exc}; validating in this process", file=sys.stderr, flush=True)
         data: Any = table.to_pandas()
     else:
         engine, data = "spark", batch.select(*used)

@@ -342,3 +342,16 @@ def test_the_image_writes_the_spark_class_archive_where_jobs_look_for_it() -> No
     assert len(archive) == 1 and install and user
     assert install[0] < archive[0] < user[-1]
     assert instructions[0][1].startswith("python:")  # the interpreter's prefix is /usr/local
+
+
+def test_the_compose_schedulers_hand_off_tasks_as_soon_as_the_local_airflow(
+    tmp_path: Path,
+) -> None:
+    """The scheduler's idle sleep (how late a finished task is noticed) is the same in the
+    compose stack as in ``make airflow``'s environment."""
+    from lakehouse.airflow_env import airflow_environment
+    from lakehouse.config import Settings
+
+    key = "AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME"
+    local = airflow_environment(Settings.from_env(tmp_path, ROOT / "contracts"), {})
+    assert environment(services()["airflow-scheduler"])[key] == local[key] == "0.5"

@@ -476,7 +476,7 @@ def test_the_job_refuses_unknown_tables_before_spark_starts(
     message: str,
     layer_job: ModuleType,
 ) -> None:
-    monkeypatch.setattr(layer_job, "lazy_session", _no_spark)
+    monkeypatch.setattr("lakehouse.spark.lazy_session", _no_spark)
     monkeypatch.setenv("LAKEHOUSE_HOME", str(tmp_path / "lakehouse"))
     monkeypatch.setenv("LAKEHOUSE_CONTRACTS", str(REPO_ROOT / "contracts"))
     argv = ["--topic", "user-locations", "--layer", "gold", *flags]
