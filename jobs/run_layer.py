@@ -35,13 +35,34 @@ def _prefer_installed_pyspark() -> None:
 _prefer_installed_pyspark()
 
 from lakehouse import gx_worker
+from lakehouse.errors import ConfigError
+
+
+def _start_validation_worker_early(argv: list[str]) -> None:
+    """Start the GX worker before this job imports the rest and reads its contract (about 0.3
+    s): GX's import is what a micro-batch waits for. ``main`` stops it again if the layer turns
+    out to have no expectations. A bad ``LAKEHOUSE_GX_WORKER`` is left for ``main`` to report."""
+    early = argparse.ArgumentParser(add_help=False)
+    early.add_argument("--dry-run", action="store_true")
+    known, _ = early.parse_known_args(argv)
+    if known.dry_run or {"-h", "--help"} & set(argv):
+        return
+    try:
+        if gx_worker.enabled():
+            gx_worker.start()
+    except ConfigError:  # main checks the setting again and reports it
+        return
+
+
+if __name__ == "__main__":
+    _start_validation_worker_early(sys.argv[1:])
+
 from lakehouse.config import LAYERS, Settings
 from lakehouse.contracts import Catalog
 from lakehouse.control import LayerRequest, parse_offsets
 from lakehouse.errors import (
     CONFIG_ERROR_EXIT,
     GATE_FAILED_EXIT,
-    ConfigError,
     LakehouseError,
     QualityGateError,
 )
@@ -88,8 +109,11 @@ def main(argv: list[str] | None = None) -> int:
             # Importing Great Expectations takes seconds of pure Python: a child process does it
             # on another core while this one imports the rest and reads the batch.
             gx_worker.start()
+        else:
+            gx_worker.stop()  # started early for nothing
     except LakehouseError as exc:  # bad configuration fails before Spark starts
         print(f"error: {exc}", file=sys.stderr)
+        gx_worker.stop()
         return CONFIG_ERROR_EXIT
     from lakehouse.pipeline import run_layer
     from lakehouse.quality import RunInfo

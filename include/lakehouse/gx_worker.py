@@ -123,10 +123,17 @@ _WORKER: ValidationWorker | None = None
 
 
 def start() -> ValidationWorker | None:
-    """Start this process's worker (once); None when ``LAKEHOUSE_GX_WORKER=0``."""
+    """Start this process's worker (once); None when ``LAKEHOUSE_GX_WORKER=0`` or when it cannot
+    be started (then this process validates, as it says)."""
     global _WORKER
     if _WORKER is None and enabled():
-        _WORKER = ValidationWorker()
+        try:
+            _WORKER = ValidationWorker()
+        except OSError as exc:
+            print(
+                f"quality: no validation worker ({exc}); validating in this process",
+                file=sys.stderr,
+            )
     return _WORKER
 
 

@@ -200,3 +200,43 @@ def test_the_job_refuses_a_bad_worker_setting_before_anything_moves(
     assert "LAKEHOUSE_GX_WORKER must be 0 or 1, not '2'" in capsys.readouterr().err
     assert gx_worker.current() is None
     assert not (tmp_path / "lakehouse").exists()
+
+
+class _NoSpark:
+    def stop(self) -> None:
+        pass
+
+
+def test_the_job_starts_the_worker_first_and_keeps_it_only_if_the_layer_validates(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, layer_job: ModuleType
+) -> None:
+    """Run as a script, the job starts the worker before reading its contract; it stops it
+    at once for a layer without expectations, a dry run or a refused command line."""
+    monkeypatch.setenv("LAKEHOUSE_HOME", str(tmp_path / "lakehouse"))
+    monkeypatch.setenv("LAKEHOUSE_CONTRACTS", str(REPO_ROOT / "contracts"))
+    monkeypatch.setattr("lakehouse.spark.lazy_session", lambda *_a, **_k: _NoSpark())
+    during: list[gx_worker.ValidationWorker | None] = []
+    monkeypatch.setattr(
+        "lakehouse.pipeline.run_layer", lambda *_a, **_k: during.append(gx_worker.current()) or []
+    )
+
+    layer_job._start_validation_worker_early(["--topic", "t", "--layer", "gold", "--dry-run"])
+    assert gx_worker.current() is None
+
+    def job(*argv: str) -> tuple[int, gx_worker.ValidationWorker]:
+        layer_job._start_validation_worker_early(list(argv))
+        early = gx_worker.current()
+        assert early is not None
+        code = layer_job.main(list(argv))
+        assert early.proc.returncode is not None  # stopped and reaped by the end
+        return int(code), early
+
+    # user-profiles declares no bronze expectations: nothing to validate.
+    assert job("--topic", "user-profiles", "--layer", "bronze")[0] == 0
+    assert during.pop() is None
+    # user-locations' silver does: the early worker is the one the batch uses.
+    code, early = job("--topic", "user-locations", "--layer", "silver")
+    assert code == 0 and during.pop() is early
+    refused = job("--topic", "user-locations", "--layer", "silver", "--from-version", "-1")
+    assert refused[0] == CONFIG_ERROR_EXIT
+    assert during == [] and gx_worker.current() is None
