@@ -4,9 +4,10 @@ its own work, then validates the job's pandas-sized batches.
 Importing Great Expectations takes seconds of pure Python (about 4 s of one core here), and a
 short-lived layer job does the rest of its work in well under that. In one process the import
 is on the job's critical path however it is scheduled: a thread only interleaves it with the
-job's own Python under the GIL. In a child process it runs on another core from the moment the
-job knows its layer has expectations; the job sends the batch (the expectations' columns, as an
-Arrow IPC stream) when it is staged and gets the outcomes and GX's result document back.
+job's own Python under the GIL. In a child process it runs on another core from the job's first
+moments (``jobs/run_layer.py`` starts it before reading its contract, and stops it if the layer
+has nothing to validate); the job sends the batch (the expectations' columns, as an Arrow IPC
+stream) when it is staged and gets the outcomes and GX's result document back.
 
 The child validates with the pandas engine only, so it imports GX as a deployment without
 GX's optional Spark and SQL extras would: ``pyspark`` and ``sqlalchemy`` are blocked (GX then
@@ -16,7 +17,8 @@ takes the import to about 2.3 s. The import hook lives only in the child and is 
 there (``importlib.util.LazyLoader`` is not thread-safe in Python 3.11).
 
 The parent falls back to validating in its own process whenever the worker cannot answer (it
-did not start, died, or broke the protocol), and says so: the verdict is the same either way.
+did not start, died, broke the protocol, or GX failed on the batch), and says so: the verdict is
+the same either way, and an error of GX's is raised in the parent.
 Nothing but the two processes' private pipes carries the protocol:
 
 * request: a 4-byte length and a JSON header (suite name, expectations), then an 8-byte length
