@@ -48,8 +48,7 @@ def _start_validation_worker_early(argv: list[str]) -> None:
     if known.dry_run or {"-h", "--help"} & set(argv):
         return
     try:
-        if gx_worker.enabled():
-            gx_worker.start()
+        gx_worker.keep(True)
     except ConfigError:  # main checks the setting again and reports it
         return
 
@@ -104,13 +103,10 @@ def main(argv: list[str] | None = None) -> int:
         catalog = Catalog.load(settings.contracts_dir)
         contract = catalog.topic(args.topic)
         request.check(contract)
-        validates = bool(contract.expectations_of(args.layer)) and not request.dry_run
-        if validates and gx_worker.enabled():
-            # Importing Great Expectations takes seconds of pure Python: a child process does it
-            # on another core while this one imports the rest and reads the batch.
-            gx_worker.start()
-        else:
-            gx_worker.stop()  # started early for nothing
+        # Importing Great Expectations takes seconds of pure Python: a child process does it on
+        # another core while this one imports the rest and reads the batch (stopped if it was
+        # started early for nothing).
+        gx_worker.keep(bool(contract.expectations_of(args.layer)) and not request.dry_run)
     except LakehouseError as exc:  # bad configuration fails before Spark starts
         print(f"error: {exc}", file=sys.stderr)
         gx_worker.stop()

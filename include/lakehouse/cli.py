@@ -406,8 +406,7 @@ def run_pipeline(
         not request.dry_run and any(catalog.topic(name).expectations_of(x) for x in layers)
         for name, request in requests.items()
     )
-    if validates and gx_worker.enabled():
-        gx_worker.start()  # imports GX on the other core while the layers start
+    gx_worker.keep(validates)  # imports GX on the other core while the layers start
     # Started by the first batch that needs Spark: small ones are done in the driver.
     spark = lazy_session(settings.spark_master, app_name="lakehouse-run", short_lived=True)
     try:

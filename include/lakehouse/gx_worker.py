@@ -96,7 +96,8 @@ class ValidationWorker:
         if self._broken:
             raise WorkerUnavailable(self._broken)
         try:
-            _send(self._req, _encode_request(name, expectations, batch))
+            for part in _request(name, expectations, batch):
+                _send(self._req, part)
             answer = json.loads(_receive(self._resp))
         except (OSError, EOFError, ValueError) as exc:
             self._broken = f"the worker stopped answering ({type(exc).__name__}: {exc})"
@@ -139,6 +140,17 @@ def start() -> ValidationWorker | None:
     return _WORKER
 
 
+def keep(needed: bool) -> ValidationWorker | None:
+    """The worker this process keeps: started when ``needed`` (unless turned off), stopped when
+    not. A bad ``LAKEHOUSE_GX_WORKER`` raises ConfigError either way."""
+    if needed and enabled():
+        return start()
+    enabled()
+    if _WORKER is not None:
+        stop()
+    return None
+
+
 def current() -> ValidationWorker | None:
     return _WORKER
 
@@ -151,7 +163,8 @@ def stop() -> None:
 
 
 # -- the wire ----------------------------------------------------------------------------------
-def _encode_request(name: str, expectations: Sequence[Expectation], batch: pa.Table) -> bytes:
+def _request(name: str, expectations: Sequence[Expectation], batch: pa.Table) -> list[Any]:
+    """A request's parts, sent one after another (the batch's IPC buffer is not copied)."""
     import pyarrow as pa
 
     header = json.dumps(
@@ -160,11 +173,11 @@ def _encode_request(name: str, expectations: Sequence[Expectation], batch: pa.Ta
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, batch.schema) as writer:
         writer.write_table(batch)
-    body = sink.getvalue().to_pybytes()
-    return _HEADER.pack(len(header)) + header + _BODY.pack(len(body)) + body
+    body = sink.getvalue()
+    return [_HEADER.pack(len(header)), header, _BODY.pack(body.size), body]
 
 
-def _send(fd: int, data: bytes) -> None:
+def _send(fd: int, data: Any) -> None:
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view) :]
