@@ -36,6 +36,7 @@ _prefer_installed_pyspark()
 
 from lakehouse import gx_worker
 from lakehouse.errors import ConfigError
+from lakehouse.launch import quiet_exit
 
 
 def _start_validation_worker_early(argv: list[str]) -> None:
@@ -160,4 +161,6 @@ def _say(line: str) -> None:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    code = main()
+    quiet_exit()  # the job's exit without the interpreter's last garbage collections
+    raise SystemExit(code)
