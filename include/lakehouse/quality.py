@@ -398,7 +398,7 @@ def run_suite(
                 return worker.validate(name, expectations, table)
             except gx_worker.WorkerUnavailable as exc:
                 print(f"quality: {exc}; validating in this process", file=sys.stderr, flush=True)
-        data: Any = table.to_pandas()
+        data: Any = pandas_frame(table)
     else:
         engine, data = "spark", batch.select(*used)
     validation = _validation(name, expectations, engine)
@@ -410,6 +410,24 @@ def run_suite(
     document = result.to_json_dict()
     document["suite_name"] = name  # the context's suite carries a per-process label
     return _outcomes(result, by_name), engine, document
+
+
+def pandas_frame(table: pa.Table) -> Any:
+    """The batch as GX's pandas engine gets it, with narrow integers and floats widened to 64
+    bits (values unchanged). GX compares 64-bit columns with pandas' vectorized operators but
+    calls a Python function per row on any other dtype: ``between`` on a million int32
+    partitions took the whole suite 0.47 s that way, and 0.09 s as int64."""
+    import pyarrow as pa
+
+    wide = []
+    for f in table.schema:
+        t = f.type
+        if pa.types.is_integer(t) and t.bit_width < 64:
+            t = pa.int64()  # holds every narrower signed or unsigned value
+        elif pa.types.is_floating(t) and t.bit_width < 64:
+            t = pa.float64()
+        wide.append(f.with_type(t))
+    return table.cast(pa.schema(wide)).to_pandas()
 
 
 # -- run identity and the ledger ---------------------------------------------------------------

@@ -24,6 +24,7 @@ from lakehouse.quality import (
     freshness_outcome,
     gx_expectation,
     ledger_rows,
+    pandas_frame,
     read_ledger,
     run_suite,
     save_result,
@@ -80,6 +81,30 @@ def test_each_kind_compiles_to_gx_and_judges_a_batch(
         assert sorted(o.sample, key=str) == sorted(unexpected, key=str)
     assert result["suite_name"] == "silver.t"
     assert result["success"] is success
+
+
+def test_narrow_numbers_reach_gx_widened_and_judged_the_same() -> None:
+    """GX's pandas engine compares 64-bit columns vectorized and anything else row by row in
+    Python: the frame it gets has every narrower integer and float widened, values unchanged."""
+    types = {
+        "i8": pa.int8(), "i16": pa.int16(), "i32": pa.int32(), "u32": pa.uint32(),
+        "f32": pa.float32(), "i64": pa.int64(), "s": pa.string(),
+    }  # fmt: skip
+    values = {
+        "i8": [-128, 0, None], "i16": [-5, 7, 2], "i32": [0, 11, 12], "u32": [0, 4294967295, 1],
+        "f32": [0.5, -1.25, None], "i64": [1, 2, 3], "s": ["a", None, "c"],
+    }  # fmt: skip
+    table = pa.table({c: pa.array(v, types[c]) for c, v in values.items()})
+    frame = pandas_frame(table)
+    wide = {"i8": "float64", "f32": "float64", "s": "object"}  # nulls: pandas' NaN / None
+    assert {c: str(t) for c, t in frame.dtypes.items()} == {c: wide.get(c, "int64") for c in values}
+    assert pa.Table.from_pandas(frame).cast(table.schema).equals(table)
+    partition = _e("between", "fail", "x", min=0, max=11)
+    outcomes, _, _ = run_suite(
+        "bronze.t", [partition], pa.table({"x": pa.array([0, 11, 12, 5, -1], pa.int32())}), 5
+    )
+    assert (outcomes[0].success, outcomes[0].unexpected_count) == (False, 2)
+    assert sorted(outcomes[0].sample) == [-1, 12]
 
 
 def test_gx_expectation_carries_the_contract_names_in_meta() -> None:
