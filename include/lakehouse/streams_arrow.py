@@ -136,16 +136,19 @@ def _parse_objects(text: pa.Array, fields: Sequence[Sequence[Any]]) -> pa.Table:
         return schema.empty_table()
     if not (_all(pc.starts_with(text, "{")) and _all(pc.ends_with(text, "}"))):
         raise Unclean("a value is not a bare JSON object (blank around it, or not an object)")
-    offsets = np.frombuffer(text.buffers()[1], dtype=np.int32)[
-        text.offset : text.offset + len(text) + 1
+    # One value per line: each value and a '\n' after it, in one buffer (Arrow's join writes
+    # them one after another). No document can run on from one line into the next: it would
+    # have to go on after a closing '}' (where JSON allows no '{') or inside a string (where
+    # JSON allows no raw line break). So N lines giving N rows means one row per value.
+    lines = pc.binary_join_element_wise(text, "", "\n")
+    offsets = np.frombuffer(lines.buffers()[1], dtype=np.int32)[
+        lines.offset : lines.offset + len(lines) + 1
     ]
-    raw = text.buffers()[2][int(offsets[0]) : int(offsets[-1])].to_pybytes()
-    if b"\n" in raw or b"\r" in raw:
+    data = lines.buffers()[2][int(offsets[0]) : int(offsets[-1])]
+    view = np.frombuffer(data, dtype=np.uint8)
+    if np.count_nonzero(view == 10) != len(text) or (view == 13).any():
         raise Unclean("a value spans several lines")
-    # One value per line. No document can run on from one line into the next: it would have to
-    # go on after a closing '}' (where JSON allows no '{') or inside a string (where JSON allows
-    # no raw line break). So N lines giving N rows means one row per value.
-    data = pa.py_buffer(np.insert(np.frombuffer(raw, dtype=np.uint8), offsets[1:] - offsets[0], 10))
+    del view
     try:
         parsed = pj.read_json(
             pa.BufferReader(data),
