@@ -361,6 +361,33 @@ def test_merge_upserts_and_deletes_with_change_images(spark: Any, tmp_path: Path
     assert {r._commit_version for r in spark_feed} == {2}
 
 
+def test_a_merge_reports_its_own_commit_and_a_merge_that_changes_nothing_still_advances(
+    spark: Any, tmp_path: Path
+) -> None:
+    """A merge's commit carries its position and no second, empty commit follows it; a merge
+    that changes no row (delta-rs then commits nothing) gets one empty commit for the position."""
+    from deltalake import DeltaTable
+
+    store = DeltaStore(spark)
+    path = tmp_path / "t"
+    store.create(path, spark.createDataFrame([], "k string, v string").schema)
+    batch = spark.createDataFrame(
+        [("a", "1", False), ("b", "2", False)], "k string, v string, gone boolean"
+    )
+    first = store.merge(batch, path, txn=Txn("m", 1), **UPSERT)
+    assert (first.committed, first.table_version) == (True, 1)
+    same = store.merge(batch, path, txn=Txn("m", 2), update_when="t.v <> s.v", **UPSERT)
+    assert (same.committed, same.table_version) == (True, 2)
+    dt = DeltaTable(str(path))
+    assert (dt.version(), dt.transaction_version("m")) == (2, 2)
+    operations = [c["operation"] for c in dt.history()]
+    assert operations[:2] == ["WRITE", "MERGE"]  # newest first: the empty commit, the merge
+    assert sorted(tuple(r.values()) for r in read_arrow(path).to_pylist()) == [
+        ("a", "1"),
+        ("b", "2"),
+    ]
+
+
 def test_merge_skips_tombstones_of_keys_the_table_does_not_have(spark: Any, tmp_path: Path) -> None:
     # delta-rs alone, when no source row matches but some are inserted, writes an all-null row
     # for an unmatched tombstone (and fails on the key's NOT NULL check).

@@ -735,8 +735,13 @@ class DeltaStore:
             builder.execute()
         except CommitFailedError as exc:
             raise ConcurrentWriteError(str(path), str(exc)) from None
-        self.record_positions(path, txn, metadata)
-        version = self.version(path)
+        # delta-rs brings ``dt`` to the merge's own commit; that commit carries the positions
+        # unless the merge changed no row, when delta-rs commits nothing.
+        if all(dt.transaction_version(t.app_id) == t.version for t in _txns(txn)):
+            version: int | None = int(dt.version())
+        else:
+            self.record_positions(path, txn, metadata)
+            version = self.version(path)
         if gate is not None:
             gate.record(verdict, table_version=version, published=True)
         return WriteResult(True, version, data.num_rows)
