@@ -28,7 +28,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import Figure, report, run_worker, tree_peak_rss_mib
+from common import Figure, driver_limits, report, run_worker, tree_peak_rss_mib
 
 TOPIC = "bench-checkins"
 PARTITIONS = 12
@@ -73,9 +73,8 @@ def worker_ours(work: Path) -> dict[str, float]:
     started = time.perf_counter()
     # Through Spark's tasks, as the measured ingest goes: a 1000-record batch would be staged in
     # the driver, and the measured run would pay the session's first Python tasks.
-    os.environ["LAKEHOUSE_BRONZE_DRIVER_MB"] = "0"
-    bronze.ingest(spark, settings, catalog.topic(WARM))  # type: ignore[arg-type]
-    del os.environ["LAKEHOUSE_BRONZE_DRIVER_MB"]
+    with driver_limits(bronze=0):
+        bronze.ingest(spark, settings, catalog.topic(WARM))  # type: ignore[arg-type]
     warmup = time.perf_counter() - started
     started = time.perf_counter()
     result = bronze.ingest(spark, settings, catalog.topic(TOPIC))  # type: ignore[arg-type]

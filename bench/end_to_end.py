@@ -52,7 +52,6 @@ micro-batch p50 <= 3 s.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import shutil
@@ -60,13 +59,12 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import Figure, report, run_worker, tree_peak_rss_mib
+from common import Figure, driver_limits, report, run_worker, tree_peak_rss_mib
 
 CORES = 2
 PARTITIONS = 12  # silver.generate's
@@ -450,22 +448,6 @@ def _quiet(_: str) -> None:
     pass
 
 
-@contextlib.contextmanager
-def _driver_limits(**megabytes: int) -> Iterator[None]:
-    """Set the layers' ``LAKEHOUSE_<LAYER>_DRIVER_MB`` for the block (0: Spark's tasks)."""
-    names = {f"LAKEHOUSE_{layer.upper()}_DRIVER_MB": str(mb) for layer, mb in megabytes.items()}
-    before = {name: os.environ.get(name) for name in names}
-    os.environ.update(names)
-    try:
-        yield
-    finally:
-        for name, value in before.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
-
-
 def worker_ours(root: Path) -> dict[str, Any]:
     from lakehouse import pipeline
     from lakehouse.contracts import Catalog
@@ -477,7 +459,7 @@ def worker_ours(root: Path) -> dict[str, Any]:
     # The warm-up takes the paths the measured run takes: Spark's tasks for bronze and silver
     # (a 1000-record batch would otherwise be done in the driver, and the measured run would pay
     # the session's first Python tasks, about 3.5 s here).
-    with _driver_limits(bronze=0, silver=0):
+    with driver_limits(bronze=0, silver=0):
         pipeline.run(spark, settings, catalog, topics=[WARM], echo=_quiet)
     warmup = time.perf_counter() - started
     started = time.perf_counter()

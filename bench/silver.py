@@ -45,7 +45,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import Figure, report, run_worker, tree_peak_rss_mib
+from common import Figure, driver_limits, report, run_worker, tree_peak_rss_mib
 
 CORES = 2
 PARTITIONS = 12
@@ -266,9 +266,8 @@ def worker_ours(work: Path, fmt: str) -> dict[str, Any]:
     topic, warm = _topics(fmt)
     spark = get_session(f"local[{CORES}]", app_name=f"bench-silver-{fmt}")
     started = time.perf_counter()
-    os.environ["LAKEHOUSE_SILVER_DRIVER_MB"] = "0"
-    streams.build(spark, settings, catalog.topic(warm))
-    del os.environ["LAKEHOUSE_SILVER_DRIVER_MB"]
+    with driver_limits(silver=0):
+        streams.build(spark, settings, catalog.topic(warm))
     warmup = time.perf_counter() - started
     started = time.perf_counter()
     result = streams.build(spark, settings, catalog.topic(topic))

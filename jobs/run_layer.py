@@ -35,27 +35,12 @@ def _prefer_installed_pyspark() -> None:
 _prefer_installed_pyspark()
 
 from lakehouse import gx_worker
-from lakehouse.errors import ConfigError
 from lakehouse.launch import quiet_exit
 
-
-def _start_validation_worker_early(argv: list[str]) -> None:
-    """Start the GX worker before this job imports the rest and reads its contract (about 0.3
-    s): GX's import is what a micro-batch waits for. ``main`` stops it again if the layer turns
-    out to have no expectations. A bad ``LAKEHOUSE_GX_WORKER`` is left for ``main`` to report."""
-    early = argparse.ArgumentParser(add_help=False)
-    early.add_argument("--dry-run", action="store_true")
-    known, _ = early.parse_known_args(argv)
-    if known.dry_run or {"-h", "--help"} & set(argv):
-        return
-    try:
-        gx_worker.keep(True)
-    except ConfigError:  # main checks the setting again and reports it
-        return
-
-
 if __name__ == "__main__":
-    _start_validation_worker_early(sys.argv[1:])
+    # Before this job imports the rest and reads its contract (about 0.3 s): GX's import is what
+    # a micro-batch waits for. ``main`` stops the worker if the layer has nothing to validate.
+    gx_worker.start_early(sys.argv[1:])
 
 from lakehouse.config import LAYERS, Settings
 from lakehouse.contracts import Catalog
@@ -63,6 +48,7 @@ from lakehouse.control import LayerRequest, parse_offsets
 from lakehouse.errors import (
     CONFIG_ERROR_EXIT,
     GATE_FAILED_EXIT,
+    ConfigError,
     LakehouseError,
     QualityGateError,
 )

@@ -151,6 +151,18 @@ def keep(needed: bool) -> ValidationWorker | None:
     return None
 
 
+def start_early(argv: Sequence[str]) -> None:
+    """Start the worker as a process's first act, before it knows whether it will validate
+    (the process then settles it with :func:`keep`); not for a dry run or a help request. A bad
+    ``LAKEHOUSE_GX_WORKER`` is left for that :func:`keep` to report."""
+    if {"--dry-run", "-h", "--help"} & set(argv):
+        return
+    try:
+        keep(True)
+    except ConfigError:
+        return
+
+
 def current() -> ValidationWorker | None:
     return _WORKER
 

@@ -212,8 +212,7 @@ def _record_positions(
     store: DeltaStore, path: Path, txns: list[Txn], meta: dict[str, Any]
 ) -> WriteResult:
     """Every input's position, committed with no rows (nothing was due)."""
-    store.record_positions(path, txns, meta)
-    return WriteResult(True, store.version(path))
+    return WriteResult(True, store.record_positions(path, txns, meta))
 
 
 # -- stream-table -------------------------------------------------------------------------------

@@ -36,17 +36,11 @@ def command_of(argv: Sequence[str]) -> str | None:
 
 
 def start_validation_early(argv: Sequence[str]) -> None:
-    """Start the GX worker if ``argv`` is a ``lakehouse run`` that may validate. A bad
-    ``LAKEHOUSE_GX_WORKER`` is left for the command to report, as a configuration error."""
-    if command_of(argv) != "run" or {"--dry-run", "-h", "--help"} & set(argv):
-        return
-    from lakehouse import gx_worker
-    from lakehouse.errors import ConfigError
+    """Start the GX worker if ``argv`` is a ``lakehouse run`` (:func:`gx_worker.start_early`)."""
+    if command_of(argv) == "run":
+        from lakehouse import gx_worker
 
-    try:
-        gx_worker.keep(True)
-    except ConfigError:
-        return
+        gx_worker.start_early(argv)
 
 
 def quiet_exit() -> None:

@@ -148,7 +148,6 @@ def _parse_objects(text: pa.Array, fields: Sequence[Sequence[Any]]) -> pa.Table:
     view = np.frombuffer(data, dtype=np.uint8)
     if np.count_nonzero(view == 10) != len(text) or (view == 13).any():
         raise Unclean("a value spans several lines")
-    del view
     try:
         parsed = pj.read_json(
             pa.BufferReader(data),

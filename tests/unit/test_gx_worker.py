@@ -228,11 +228,11 @@ def test_the_job_starts_the_worker_first_and_keeps_it_only_if_the_layer_validate
         "lakehouse.pipeline.run_layer", lambda *_a, **_k: during.append(gx_worker.current()) or []
     )
 
-    layer_job._start_validation_worker_early(["--topic", "t", "--layer", "gold", "--dry-run"])
+    gx_worker.start_early(["--topic", "t", "--layer", "gold", "--dry-run"])
     assert gx_worker.current() is None
 
     def job(*argv: str) -> tuple[int, gx_worker.ValidationWorker]:
-        layer_job._start_validation_worker_early(list(argv))
+        gx_worker.start_early(list(argv))  # what the job does first, run as a script
         early = gx_worker.current()
         assert early is not None
         code = layer_job.main(list(argv))

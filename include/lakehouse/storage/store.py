@@ -486,8 +486,8 @@ class DeltaStore:
         result = self._write_local(data, path, dt, txn, metadata)
         if gate is not None:
             gate.record(verdict, table_version=result.table_version, published=True)
-        self.record_positions(path, txn, metadata)
-        return WriteResult(result.committed, self.version(path), data.num_rows)
+        version = self.record_positions(path, txn, metadata)
+        return WriteResult(result.committed, version, data.num_rows)
 
     @staticmethod
     def is_empty(path: Path) -> bool:
@@ -735,13 +735,8 @@ class DeltaStore:
             builder.execute()
         except CommitFailedError as exc:
             raise ConcurrentWriteError(str(path), str(exc)) from None
-        # delta-rs brings ``dt`` to the merge's own commit; that commit carries the positions
-        # unless the merge changed no row, when delta-rs commits nothing.
-        if all(dt.transaction_version(t.app_id) == t.version for t in _txns(txn)):
-            version: int | None = int(dt.version())
-        else:
-            self.record_positions(path, txn, metadata)
-            version = self.version(path)
+        # delta-rs brought ``dt`` to the merge's own commit, if it made one.
+        version = self.record_positions(path, txn, metadata, table=dt)
         if gate is not None:
             gate.record(verdict, table_version=version, published=True)
         return WriteResult(True, version, data.num_rows)
@@ -782,22 +777,35 @@ class DeltaStore:
         return int(metrics.get("num_target_rows_deleted", 0))
 
     def record_positions(
-        self, path: Path, txn: Txn | Sequence[Txn] | None, metadata: Mapping[str, Any] | None
-    ) -> None:
-        """Commit ``txn`` with no rows unless the table already holds exactly these positions.
+        self,
+        path: Path,
+        txn: Txn | Sequence[Txn] | None,
+        metadata: Mapping[str, Any] | None,
+        *,
+        table: DeltaTable | None = None,
+    ) -> int:
+        """Commit ``txn`` with no rows unless the table already holds exactly these positions;
+        return the table's version after.
 
         delta-rs makes no commit for a merge that changes nothing (an empty batch, or one whose
         rows all equal the stored ones). The consumer's position must still advance, or the same
-        input versions would be read again every run."""
+        input versions would be read again every run. ``table``: the table as the caller's own
+        commit left it (delta-rs brings a loaded table to the commit it makes); when that commit
+        carried the positions, the log is not loaded again."""
         from deltalake import write_deltalake
 
+        def holds(dt: DeltaTable) -> bool:
+            return all(dt.transaction_version(t.app_id) == t.version for t in _txns(txn))
+
+        if table is not None and holds(table):
+            return int(table.version())
         dt = _load(path)
-        if all(dt.transaction_version(t.app_id) == t.version for t in _txns(txn)):
-            return
-        empty = table_arrow_schema(dt).empty_table()
-        write_deltalake(
-            dt, empty, mode="append", commit_properties=_commit_properties(txn, metadata)
-        )
+        if not holds(dt):
+            empty = table_arrow_schema(dt).empty_table()
+            write_deltalake(
+                dt, empty, mode="append", commit_properties=_commit_properties(txn, metadata)
+            )
+        return int(dt.version())
 
 
 def _partition_text(value: Any) -> str | None:
