@@ -248,10 +248,10 @@ def _table_name(settings: Settings, path: Path) -> str:
 
 def _bronze_records(path: Path, start: int, end: int) -> int:
     """The records bronze added in versions start..end, from its commits' batch summaries."""
-    from deltalake import DeltaTable
+    from lakehouse.storage import snapshots
 
     total = 0
-    for commit in DeltaTable(str(path)).history():
+    for commit in snapshots.latest(path).history():
         version = commit.get("version")
         raw = commit.get(bronze.BATCH_KEY)
         if version is None or raw is None or not start <= int(version) <= end:

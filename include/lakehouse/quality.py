@@ -46,6 +46,7 @@ from lakehouse.storage import gates
 
 if TYPE_CHECKING:
     import pyarrow as pa
+    from deltalake import DeltaTable
     from pyspark.sql import Column, DataFrame
 
 # Expectations judged per row: they can quarantine rows and become Delta CHECK constraints.
@@ -191,9 +192,9 @@ def sync_constraints(path: Path, expectations: Sequence[Expectation]) -> list[st
     """Add the CHECK constraints the contract's ``fail`` row expectations imply, and drop the
     ``dq_*`` ones it no longer does. A constraint that the table's existing rows break is not
     added (delta-rs refuses it); the gate still holds new batches to it. Returns notes."""
-    from deltalake import DeltaTable
+    from lakehouse.storage import snapshots
 
-    dt = DeltaTable(str(path))
+    dt = snapshots.latest(path)
     have = {
         k.removeprefix("delta.constraints.")
         for k in dt.metadata().configuration
@@ -524,14 +525,17 @@ def write_ledger(settings: Settings, rows: Sequence[Mapping[str, Any]]) -> None:
     import pyarrow as pa
     from deltalake import CommitProperties, Transaction, write_deltalake
 
+    from lakehouse.storage import snapshots
+
     held: dict[str, int] = {}
     for row in rows:
         if row["published"] and row["table_version"] is not None:
             app = _ledger_app(row["layer"], row["table"])
             held[app] = max(held.get(app, -1), int(row["table_version"]))
+    ledger = settings.ledger_path
     settings.ledger_path.mkdir(parents=True, exist_ok=True)
     write_deltalake(
-        str(settings.ledger_path),
+        snapshots.latest(ledger) if (ledger / "_delta_log").is_dir() else str(ledger),
         pa.Table.from_pylist(list(rows), schema=ledger_schema()),
         mode="append",
         commit_properties=CommitProperties(
@@ -562,19 +566,18 @@ def read_ledger(
 ) -> pa.Table:
     """The ledger's rows: those of one table, one DAG run or one layer, if given (filtered by
     delta-rs's query engine, so a run's gate reads its own rows, not the ledger's history)."""
+    from lakehouse.storage import snapshots
     from lakehouse.storage.store import snapshot_arrow
 
     if not (settings.ledger_path / "_delta_log").is_dir():
         return ledger_schema().empty_table()
-    from deltalake import DeltaTable
-
     wanted = {"table": table, "dag_run_id": dag_run_id, "layer": layer}
     terms = [
         f'"{column}" = \'' + value.replace("'", "''") + "'"
         for column, value in wanted.items()
         if value is not None
     ]
-    data = snapshot_arrow(DeltaTable(str(settings.ledger_path)), " AND ".join(terms) or None)
+    data = snapshot_arrow(snapshots.latest(settings.ledger_path), " AND ".join(terms) or None)
     return data.cast(ledger_schema())
 
 
@@ -616,14 +619,14 @@ def restore_ledger(settings: Settings, paths: Sequence[Path]) -> list[dict[str, 
     commits, so only a table's newest gated commit can lack them. Whether the ledger has them
     is its app transaction for the table (:func:`write_ledger`), read from the ledger's log:
     the ledger's rows are not scanned."""
-    from deltalake import DeltaTable
+    from lakehouse.storage import snapshots
 
     ledger: DeltaTable | None = None
     restored: list[dict[str, Any]] = []
     for path in paths:
         if not (path / "_delta_log").is_dir():
             continue
-        for commit in DeltaTable(str(path)).history(16):  # newest first
+        for commit in snapshots.latest(path).history(16):  # newest first
             raw = commit.get(LEDGER_KEY)
             if raw is None:
                 continue
@@ -631,7 +634,7 @@ def restore_ledger(settings: Settings, paths: Sequence[Path]) -> list[dict[str, 
             version = int(commit["version"])
             if rows:
                 if ledger is None and (settings.ledger_path / "_delta_log").is_dir():
-                    ledger = DeltaTable(str(settings.ledger_path))
+                    ledger = snapshots.latest(settings.ledger_path)
                 app = _ledger_app(rows[0]["layer"], rows[0]["table"])
                 held = None if ledger is None else ledger.transaction_version(app)
                 if held is None or held < version:
@@ -656,10 +659,10 @@ def batch_sizes(path: Path, history: int) -> list[int]:
     the table's own commit metadata (no ledger read on the hot path)."""
     if not (path / "_delta_log").is_dir():
         return []
-    from deltalake import DeltaTable
+    from lakehouse.storage import snapshots
 
     sizes = []
-    for commit in DeltaTable(str(path)).history(3 * history + 10):  # newest first
+    for commit in snapshots.latest(path).history(3 * history + 10):  # newest first
         raw = commit.get(QUALITY_KEY)
         if raw is None:
             continue

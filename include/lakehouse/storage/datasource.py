@@ -127,6 +127,8 @@ def commit_files(plan: WritePlan, files: list[DataFile]) -> None:
     from deltalake.exceptions import CommitFailedError
     from deltalake.transaction import AddAction, RemoveAction
 
+    from lakehouse.storage import snapshots
+
     now = int(time.time() * 1000)
     actions: list[Any] = [
         AddAction(f.path, f.size, f.partition_values, f.modification_time, True, f.stats)
@@ -137,7 +139,9 @@ def commit_files(plan: WritePlan, files: list[DataFile]) -> None:
         app_transactions=[Transaction(app, version) for app, version in plan.txns] or None,
         custom_metadata=plan.metadata or None,
     )
-    table = DeltaTable(plan.table_root, version=plan.read_version)
+    table = snapshots.latest(plan.table_root)
+    if table.version() != plan.read_version:
+        table = DeltaTable(plan.table_root, version=plan.read_version)
     try:
         table.create_write_transaction(
             actions,

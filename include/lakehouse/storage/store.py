@@ -85,11 +85,21 @@ class WriteResult:
     source_rows: int | None = None  # merge: the rows of the source (known without a Spark job)
 
 
-def _load(path: Path, version: int | None = None) -> DeltaTable:
+def _load(path: Path, version: int | None = None, *, own: bool = False) -> DeltaTable:
+    """The table at ``version``, or its newest snapshot: the thread's shared one
+    (:mod:`lakehouse.storage.snapshots`) for what is read from it at once. ``own``: a snapshot
+    nobody else holds, for a caller that time-travels it, or that plans a commit on it and runs
+    other code (a gate, a schema change) before committing: a shared snapshot could be brought
+    forward under it by that code, and the commit would no longer be checked against the
+    version it was planned on."""
     from deltalake import DeltaTable
     from deltalake.exceptions import TableNotFoundError as DeltaMissing
 
+    from lakehouse.storage import snapshots
+
     try:
+        if version is None and not own:
+            return snapshots.latest(path)
         return DeltaTable(str(path), version=version)
     except DeltaMissing:
         raise TableNotFoundError(str(path)) from None
@@ -221,7 +231,7 @@ class DeltaStore:
         """
         import pyarrow as pa
 
-        dt = _load(path, version)
+        dt = _load(path, version, own=as_of is not None)
         if as_of is not None:
             _travel(dt, path, as_of)
         _check_readable(dt, path)
@@ -384,7 +394,7 @@ class DeltaStore:
         if (mode == "replace_where") != (replace_where is not None):
             raise ValueError("replace_where needs mode='replace_where', and that mode needs it")
         self.create(path, df.schema, properties=properties, partition_by=partition_by)
-        dt = _load(path)
+        dt = _load(path, own=True)
         _check_readable(dt, path)
         if _applied(dt, txn):
             return WriteResult(False, dt.version())
@@ -470,7 +480,7 @@ class DeltaStore:
         like every other write; with ``txn``, at most once per (app, version)."""
         import pyarrow as pa
 
-        dt = _load(path)
+        dt = _load(path, own=True)
         _check_readable(dt, path)
         if _applied(dt, txn):
             return WriteResult(False, dt.version())
@@ -627,7 +637,7 @@ class DeltaStore:
             raise SchemaMismatchError(f"{path}: " + "; ".join(problems))
         if new:
             dt.alter.add_columns([Field(f.name, f.type, nullable=True) for f in new])
-            dt = _load(path)
+            dt = _load(path, own=True)
         return dt
 
     def _plan_replace_where(
@@ -691,7 +701,7 @@ class DeltaStore:
         import pyarrow as pa
         from deltalake.exceptions import CommitFailedError
 
-        dt = _load(path)
+        dt = _load(path, own=True)
         _check_readable(dt, path)
         if _applied(dt, txn):
             return WriteResult(False, dt.version())
@@ -757,7 +767,7 @@ class DeltaStore:
         data = keys.select(*on).toArrow()
         if data.num_rows == 0:
             return 0
-        dt = _load(path)
+        dt = _load(path, own=True)
         _check_readable(dt, path)
         predicate = " AND ".join(f"t.{k} = s.{k}" for k in on)
         try:
@@ -981,7 +991,7 @@ def latest_metadata(path: Path, key: str) -> Any:
 def read_arrow(path: Path, version: int | None = None, as_of: datetime | None = None) -> pa.Table:
     """A snapshot as an Arrow table, read by delta-rs on this process (small tables, the CLI),
     through its query engine (see :func:`snapshot_arrow`)."""
-    dt = _load(path, version)
+    dt = _load(path, version, own=as_of is not None)
     if as_of is not None:
         _travel(dt, path, as_of)
     return snapshot_arrow(dt)
