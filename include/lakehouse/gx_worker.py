@@ -35,10 +35,11 @@ import atexit
 import dataclasses
 import json
 import os
+import select
 import struct
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from lakehouse.errors import ConfigError
@@ -98,6 +99,8 @@ class ValidationWorker:
         try:
             for part in _request(name, expectations, batch):
                 _send(self._req, part)
+            while _WAITING and not select.select([self._resp], [], [], 0)[0]:
+                _WAITING.pop(0)()
             answer = json.loads(_receive(self._resp))
         except (OSError, EOFError, ValueError) as exc:
             self._broken = f"the worker stopped answering ({type(exc).__name__}: {exc})"
@@ -123,6 +126,20 @@ class ValidationWorker:
 
 
 _WORKER: ValidationWorker | None = None
+_WAITING: list[Callable[[], object]] = []
+
+
+def while_waiting(task: Callable[[], object]) -> None:
+    """Run ``task`` (once) the next time this process waits for the worker's verdict, if the
+    verdict is not there yet: the job then does ahead of time what it would do after it (a
+    cold job waits over a second for GX's import). The task must not depend on the verdict."""
+    _WAITING.append(task)
+
+
+def drop_waiting(task: Callable[[], object]) -> None:
+    """Forget ``task`` if it has not run."""
+    if task in _WAITING:
+        _WAITING.remove(task)
 
 
 def start() -> ValidationWorker | None:

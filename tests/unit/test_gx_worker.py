@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -104,6 +105,28 @@ def test_the_worker_gives_the_verdict_of_this_process(
         "city_length": (False, 1),
     }
     assert next(o for o in outcomes if o.expectation == "known_city").sample == ("Rome", "Lisboa")
+
+
+def test_work_queued_for_the_wait_runs_while_the_verdict_is_pending(
+    worker: gx_worker.ValidationWorker,
+) -> None:
+    expected, _, _ = run_suite("silver.t", EXPECTATIONS, BATCH, BATCH.num_rows, in_process=True)
+    pending: list[bool] = []  # per run of the task: was the worker's answer still to come?
+    dropped: list[bool] = []
+
+    def task() -> None:
+        pending.append(not select.select([worker._resp], [], [], 0)[0])
+
+    gx_worker.while_waiting(task)
+    gx_worker.while_waiting(lambda: dropped.append(True))
+    gx_worker.drop_waiting(gx_worker._WAITING[-1])
+    # A worker this fresh is still importing GX (seconds): its answer cannot be there yet.
+    outcomes, engine, _ = run_suite("silver.t", EXPECTATIONS, BATCH, BATCH.num_rows)
+    assert (outcomes, engine) == (expected, "pandas")
+    assert pending == [True]
+    assert dropped == []
+    run_suite("silver.t", EXPECTATIONS, BATCH, BATCH.num_rows)
+    assert pending == [True]  # once
 
 
 def test_a_dead_worker_is_replaced_by_this_process(

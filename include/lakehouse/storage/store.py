@@ -389,7 +389,8 @@ class DeltaStore:
         the same file writer and commit as the tasks': for a micro-batch, the data source's
         Python processes cost more to start than the write itself.
         """
-        from lakehouse.storage.datasource import FORMAT, WritePlan
+        from lakehouse.storage.commits import WritePlan
+        from lakehouse.storage.datasource import FORMAT
 
         if (mode == "replace_where") != (replace_where is not None):
             raise ValueError("replace_where needs mode='replace_where', and that mode needs it")
@@ -568,7 +569,7 @@ class DeltaStore:
         """Commit staged files in one append, against ``read_version`` (the version the work was
         planned on): a concurrent commit of the same app transaction conflicts instead of
         doubling the data. If the transaction is already applied, the files are deleted."""
-        from lakehouse.storage.datasource import WritePlan, commit_files
+        from lakehouse.storage.commits import WritePlan, commit_files
 
         dt = _load(path)
         if _applied(dt, txn):
@@ -647,7 +648,7 @@ class DeltaStore:
         import pyarrow as pa
         from pyspark.sql import functions as F
 
-        from lakehouse.storage.datasource import RemovedFile
+        from lakehouse.storage.commits import RemovedFile
 
         cond = F.coalesce(F.expr(predicate), F.lit(False))
         outside = df.filter(~cond).count()
@@ -929,7 +930,7 @@ def _activate(spark: SparkSession) -> None:
 def _raise_if_conflict(exc: BaseException, path: Path) -> None:
     """Turn the data source's conflict report (raised in a Python worker, so it reaches us as
     text) into :class:`ConcurrentWriteError`; other errors are left to the caller."""
-    from lakehouse.storage.datasource import CONFLICT_MARKER
+    from lakehouse.storage.commits import CONFLICT_MARKER
 
     text = str(exc)
     if CONFLICT_MARKER not in text:
