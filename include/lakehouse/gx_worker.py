@@ -99,7 +99,7 @@ class ValidationWorker:
         try:
             for part in _request(name, expectations, batch):
                 _send(self._req, part)
-            while _WAITING and not select.select([self._resp], [], [], 0)[0]:
+            while _WAITING and not _readable(self._resp):
                 _WAITING.pop(0)()
             answer = json.loads(_receive(self._resp))
         except (OSError, EOFError, ValueError) as exc:
@@ -210,6 +210,13 @@ def _send(fd: int, data: Any) -> None:
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view) :]
+
+
+def _readable(fd: int) -> bool:
+    """Whether reading ``fd`` would not block now (poll: select() refuses fds above 1023)."""
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    return bool(poller.poll(0))
 
 
 def _read_exactly(fd: int, n: int) -> bytes:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import select
 import signal
 import subprocess
 import sys
@@ -115,7 +114,7 @@ def test_work_queued_for_the_wait_runs_while_the_verdict_is_pending(
     dropped: list[bool] = []
 
     def task() -> None:
-        pending.append(not select.select([worker._resp], [], [], 0)[0])
+        pending.append(not gx_worker._readable(worker._resp))
 
     gx_worker.while_waiting(task)
     gx_worker.while_waiting(lambda: dropped.append(True))
@@ -127,6 +126,19 @@ def test_work_queued_for_the_wait_runs_while_the_verdict_is_pending(
     assert dropped == []
     run_suite("silver.t", EXPECTATIONS, BATCH, BATCH.num_rows)
     assert pending == [True]  # once
+
+
+def test_readiness_is_known_for_any_descriptor() -> None:
+    # select() refuses descriptors above 1023, which a process with many files open hands out.
+    read, write = os.pipe()
+    high = os.dup2(read, 1500)
+    try:
+        assert not gx_worker._readable(high)
+        os.write(write, b"x")
+        assert gx_worker._readable(high)
+    finally:
+        for fd in (read, write, high):
+            os.close(fd)
 
 
 def test_a_dead_worker_is_replaced_by_this_process(
