@@ -533,7 +533,7 @@ def write_ledger(settings: Settings, rows: Sequence[Mapping[str, Any]]) -> None:
             app = _ledger_app(row["layer"], row["table"])
             held[app] = max(held.get(app, -1), int(row["table_version"]))
     ledger = settings.ledger_path
-    settings.ledger_path.mkdir(parents=True, exist_ok=True)
+    ledger.mkdir(parents=True, exist_ok=True)
     write_deltalake(
         snapshots.latest(ledger) if (ledger / "_delta_log").is_dir() else str(ledger),
         pa.Table.from_pylist(list(rows), schema=ledger_schema()),

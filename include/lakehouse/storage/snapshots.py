@@ -28,6 +28,8 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from lakehouse.storage.log import commit_file
+
 if TYPE_CHECKING:
     from deltalake import DeltaTable
 
@@ -47,9 +49,10 @@ class _Cache(threading.local):
 _cache = _Cache()
 
 
-def _commit_file(root: str, version: int) -> _Identity | None:
+def _identity(root: str, version: int) -> _Identity | None:
+    """Which file holds the table's commit ``version`` (None: there is none)."""
     try:
-        st = os.stat(os.path.join(root, "_delta_log", f"{version:020d}.json"))
+        st = os.stat(commit_file(Path(root), version))
     except OSError:
         return None
     return (st.st_ino, st.st_size, st.st_mtime_ns)
@@ -61,15 +64,16 @@ def latest(path: Path | str) -> DeltaTable:
 
     root = os.path.abspath(str(path))
     tables = _cache.tables
-    entry = tables.pop(root, None)
-    if entry is not None and _commit_file(root, entry[1]) == entry[2]:
-        # The same history (a commit made through the object since has moved it on already).
-        dt = entry[0]
+    kept = tables.pop(root, None)
+    if kept is not None and _identity(root, kept[1]) != kept[2]:
+        kept = None  # another history at this path: the table was made again
+    if kept is not None:
+        dt = kept[0]  # a commit made through it since has moved it on already
         dt.update_incremental()
     else:
         dt = DeltaTable(root)
     version = int(dt.version())
-    identity = _commit_file(root, version)
+    identity = kept[2] if kept is not None and kept[1] == version else _identity(root, version)
     if identity is None:  # its commit file was cleaned up: nothing to recognise it by later
         return dt
     tables[root] = (dt, version, identity)  # (re-)inserted last: the most recently used
