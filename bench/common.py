@@ -110,6 +110,15 @@ def tree_peak_rss_mib(pid: int | None = None) -> float:
     return total_kib / 1024
 
 
+def pin_cores(n: int) -> None:
+    """Keep this process, and the processes it starts, on ``n`` of the CPUs it may use: engines
+    that size their thread pools by the CPUs they see (DuckDB, polars, Spark's JVM) then use
+    ``n``, as per-core figures assume. Nothing changes on a machine with ``n`` CPUs or fewer."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) > n:
+        os.sched_setaffinity(0, cpus[:n])
+
+
 def run_worker(script: Path, *args: str, timeout: int = 3600) -> dict[str, Any]:
     """Run ``script --worker ...`` in a fresh interpreter; it prints one JSON line last."""
     proc = subprocess.run(

@@ -16,7 +16,7 @@ tombstone (both paths ignore those). Preparing is not timed. Each path runs in i
    (80% existing keys, 20% new ones) are appended to silver, one version each.
 
    * ours: after each append, ``tables.build_table`` on ``local[2]``: the files of the silver
-     versions not yet consumed, folded in the driver by polars (``lakehouse.tables_arrow``;
+     versions not yet consumed, folded in the driver by DuckDB (``lakehouse.tables_arrow``;
      Spark's ``aggregate_per_key`` takes batches above ``LAKEHOUSE_GOLD_DRIVER_MB``), then a
      delta-rs merge in one commit that records the consumed version. The session is warmed on a
      tiny stream first.
@@ -38,6 +38,9 @@ tombstone (both paths ignore those). Preparing is not timed. Each path runs in i
    * peer: ``polars.scan_delta`` of the silver snapshot (the stream is append-only, so the
      snapshot is the whole change feed), ``group_by``, ``write_deltalake`` of the result into a
      new table (change feed on), polars capped to 2 threads.
+
+   Both paths' worker processes are kept on 2 CPUs (``common.pin_cores``) on a bigger machine,
+   so DuckDB, polars and the JVM size their thread pools alike.
 
    Figures: events/s per core (both divided by the same 2 cores), wall seconds, peak RSS of
    each worker's process tree.
@@ -61,7 +64,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import Figure, report, run_worker, tree_peak_rss_mib
+from common import Figure, pin_cores, report, run_worker, tree_peak_rss_mib
 
 CORES = 2
 PARTITIONS = 12
@@ -544,6 +547,7 @@ def main() -> None:
     parser.add_argument("--worker", nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
+        pin_cores(CORES)  # both paths, and our JVM, on the same number of cores
         kind, work_dir, *rest = args.worker
         work = Path(work_dir)
         out: dict[str, Any]

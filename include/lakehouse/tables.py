@@ -653,17 +653,15 @@ def _fold_with_arrow(
     if limit == 0 or size > limit:
         return _ArrowFold(why_not=f"{size >> 20} MB of stream files (LAKEHOUSE_GOLD_DRIVER_MB)")
     source = contract.input(spec)
-    events = tables_arrow.scan_files(
-        [(str(f.path), f.version) for f in files],
-        to_arrow_schema(stream_schema(source), timezone="UTC"),
-        tables_arrow.input_columns(source, spec),
-        with_versions=tables_arrow.needs_arrival(spec),
-    )
+    stream = to_arrow_schema(stream_schema(source), timezone="UTC")
     schema = to_arrow_schema(table_schema(source, spec), timezone="UTC")
     # Into an empty table (a first build, a full refresh) the merge would insert every row as
     # it is: write them instead, which costs a fraction of a merge.
     empty = store.is_empty(out.gold)
     if spec.kind == "latest":
+        events = tables_arrow.scan_files(
+            [str(f.path) for f in files], stream, tables_arrow.input_columns(source, spec)
+        )
         batch = latest_arrow_batch(tables_arrow.latest_rows(events, source), schema)
         if empty:
             rows = batch.filter(batch.column(INSERTABLE)).select(schema.names)
@@ -673,10 +671,12 @@ def _fold_with_arrow(
     else:
         safe = tables_arrow.sums_that_cannot_overflow([str(f.path) for f in files], source, spec)
         try:
-            partials = tables_arrow.partial_aggregates(events, source, spec, safe)
+            partials = tables_arrow.partial_aggregates(
+                [(str(f.path), f.version) for f in files], stream, source, spec, safe
+            )
         except tables_arrow.Unclean as exc:
             return _ArrowFold(why_not=str(exc))
-        batch = tables_arrow.to_arrow(partials, schema)
+        batch = tables_arrow.conform(partials, schema)
         if empty:
             # A stream aggregate's insert clause copies each partial (an average is its sum
             # over its count, null when no value counted, as the partial already holds it).

