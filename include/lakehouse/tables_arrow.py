@@ -290,13 +290,14 @@ def partial_aggregates(
         f"WITH events AS ({events}) SELECT {_ident(group)}, {', '.join(aggs)} FROM events "
         f"WHERE {valid} GROUP BY {_ident(group)}"
     )
-    con.register("wanted", wanted)
-    con.register("versions", versions)
+    views = {"wanted": wanted, **({"versions": versions} if arrival and files else {})}
+    for view, table in views.items():
+        con.register(view, table)
     params = {"files": [path for path, _ in files]} if files else None
     try:
         partials = con.sql(query, params=params).to_arrow_table()
     finally:
-        for view in ("wanted", "versions"):
+        for view in views:
             con.unregister(view)
     for column, why in checks:
         if pc.any(partials.column(column)).as_py():
