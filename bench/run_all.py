@@ -105,6 +105,7 @@ def machine() -> dict[str, Any]:
         "pyspark",
         "deltalake",
         "polars",
+        "duckdb",
         "pyarrow",
         "great_expectations",
         "apache-airflow",
