@@ -332,8 +332,7 @@ _LAZY_IMPORTS: dict[Layer, tuple[str, ...]] = {
     ),
     "gold": (
         "lakehouse.rebuild",
-        "lakehouse.tables_arrow",
-        "duckdb",
+        "lakehouse.tables_arrow:duckdb_connection",  # also opens the fold's connection (26 ms)
         "pyarrow.acero",
         "deltalake.fs",
     ),
@@ -341,19 +340,17 @@ _LAZY_IMPORTS: dict[Layer, tuple[str, ...]] = {
 
 
 def _preload(layers: Sequence[Layer]) -> None:
-    """Import the modules ``layers`` load late, while the job waits for a verdict, and open the
-    DuckDB connection gold's driver fold uses in this thread (26 ms). What fails here is left
-    for its layer to fail on, where the error belongs."""
+    """Import the modules ``layers`` load late, while the job waits for a verdict; a
+    ``module:function`` entry then calls the function, which readies what this thread will use
+    (a connection). What fails here is left for its layer to fail on, where the error belongs."""
     import importlib
 
-    for name in dict.fromkeys(n for layer in layers for n in _LAZY_IMPORTS[layer]):
-        with contextlib.suppress(ImportError):
-            importlib.import_module(name)
-    if "gold" in layers:
+    for entry in dict.fromkeys(n for layer in layers for n in _LAZY_IMPORTS[layer]):
+        name, _, function = entry.partition(":")
         with contextlib.suppress(Exception):
-            from lakehouse.tables_arrow import duckdb_connection
-
-            duckdb_connection()
+            module = importlib.import_module(name)
+            if function:
+                getattr(module, function)()
 
 
 def topic_tables(

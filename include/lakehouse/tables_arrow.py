@@ -204,11 +204,15 @@ def duckdb_connection() -> Any:
     if _CONNECTION.con is None:
         import duckdb
 
-        con = duckdb.connect(config={"threads": _usable_cpus()})
         spill = Path(tempfile.gettempdir()) / f"lakehouse-duckdb-{os.getpid()}"
-        con.execute(f"SET temp_directory = '{spill.as_posix().replace(chr(39), chr(39) * 2)}'")
-        con.execute("SET TimeZone = 'UTC'")
-        con.execute("SET preserve_insertion_order = false")
+        con = duckdb.connect(
+            config={
+                "threads": _usable_cpus(),
+                "temp_directory": str(spill),
+                "preserve_insertion_order": False,
+            }
+        )
+        con.execute("SET TimeZone = 'UTC'")  # ICU's setting: not accepted before it is loaded
         _CONNECTION.con = con
     return _CONNECTION.con
 
@@ -271,7 +275,11 @@ def partial_aggregates(
             aggs.append(f"sum({value}{'::DOUBLE' if kind == 'double' else ''}) AS {name}")
         elif a.fn == "avg":
             total, count = (_ident(c) for c in _state_columns(a))
-            aggs += [f"sum({value}::DOUBLE) AS {total}", f"count({value}) AS {count}"]
+            aggs += [
+                f"sum({value}::DOUBLE) AS {total}",
+                f"count({value}) AS {count}",
+                f"sum({value}::DOUBLE) / count({value}) AS {name}",  # null over no value
+            ]
         elif a.fn in {"min", "max"}:
             aggs.append(f"{a.fn}({value}) AS {name}")
         else:  # earliest / latest, in arrival order; a null value is skipped
@@ -309,13 +317,7 @@ def partial_aggregates(
     for column, why in checks:
         if pc.any(partials.column(column)).as_py():
             raise Unclean(why)
-    partials = partials.drop_columns(hidden)
-    for a in spec.aggregations:
-        if a.fn == "avg":
-            total, count = _state_columns(a)
-            average = pc.divide(partials.column(total), partials.column(count))
-            partials = partials.append_column(a.name, average)
-    return partials
+    return partials.drop_columns(hidden)
 
 
 def to_arrow(frame: pl.DataFrame, schema: pa.Schema) -> pa.Table:

@@ -19,8 +19,11 @@ def _fresh(code: str) -> None:
 def test_every_module_named_for_preloading_exists() -> None:
     # A renamed module would otherwise only make the preload quietly useless.
     for names in pipeline._LAZY_IMPORTS.values():
-        for name in names:
+        for entry in names:
+            name, _, function = entry.partition(":")
             assert importlib.util.find_spec(name) is not None, name
+            if function:
+                assert callable(getattr(importlib.import_module(name), function)), entry
 
 
 def test_committing_does_not_load_spark() -> None:
