@@ -8,6 +8,8 @@ VENV := .venv
 BIN := $(CURDIR)/$(VENV)/bin
 UV_VERSION := 0.13.9
 STAMP := $(VENV)/.installed
+PY_STAMP := $(VENV)/.installed-python
+JARS_STAMP := $(VENV)/.installed-jars
 
 export LAKEHOUSE_HOME ?= $(CURDIR)/.lakehouse
 LAKEHOUSE := $(BIN)/lakehouse
@@ -27,7 +29,7 @@ $(VENV)/bin/python:
 	@$(PYTHON) -c 'import sys; assert (3, 11) <= sys.version_info[:2] < (3, 14), f"Python 3.11-3.13 is required, found {sys.version.split()[0]} ($(PYTHON)); set PYTHON=..."'
 	$(PYTHON) -m venv $(VENV)
 
-$(STAMP): $(VENV)/bin/python requirements.lock pyproject.toml Makefile
+$(PY_STAMP): $(VENV)/bin/python requirements.lock pyproject.toml Makefile
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check "uv==$(UV_VERSION)"
 	$(BIN)/uv pip install --quiet --compile-bytecode --python $(BIN)/python -r requirements.lock
 	$(BIN)/uv pip install --quiet --python $(BIN)/python --no-deps -e .
@@ -39,8 +41,31 @@ $(STAMP): $(VENV)/bin/python requirements.lock pyproject.toml Makefile
 	$(BIN)/python -c "import pyspark, pyspark.sql.datasource, deltalake, airflow; print('installed: pyspark', pyspark.__version__, '| deltalake', deltalake.__version__, '| airflow', airflow.__version__)"
 	@touch $@
 
+# The JVM jars Spark gets on top of pyspark's (Delta Lake, Spark's Avro source): named in
+# include/jvm/pom.xml, copied from Maven Central by Maven once, here, into $(JARS), and checked
+# against include/jvm/jars.sha256 (every locked jar with its checksum, nothing else, nothing that
+# pyspark ships too). Every session and spark-submit gets them with spark.jars (lakehouse.jvm);
+# nothing is resolved when a job starts.
+JARS := $(VENV)/jars
+JVM_POM := include/jvm/pom.xml
+JARS_LOCK := include/jvm/jars.sha256
+
+$(JARS_STAMP): $(PY_STAMP) $(JVM_POM) $(JARS_LOCK) include/jvm/copy-jars.sh
+	include/jvm/copy-jars.sh $(JARS)
+	$(BIN)/python -m lakehouse.jvm
+	@touch $@
+
+$(STAMP): $(PY_STAMP) $(JARS_STAMP)
+	@touch $@
+
 .PHONY: install
-install: $(STAMP) ## Create .venv and install the pinned stack (requirements.lock)
+install: $(STAMP) ## Create .venv and install the pinned stack (requirements.lock, include/jvm/jars.sha256)
+
+.PHONY: jars-lock
+jars-lock: $(PY_STAMP) ## After a change to include/jvm/pom.xml: copy its jars, rewrite include/jvm/jars.sha256
+	include/jvm/copy-jars.sh $(JARS)
+	$(BIN)/python -m lakehouse.jvm --lock
+	@touch $(JARS_STAMP)
 
 # Spark's classes as a JVM class archive (`lakehouse spark-archive` runs the sample pipeline once
 # and keeps what its JVM loaded): every job's JVM maps them instead of loading them from the jars.

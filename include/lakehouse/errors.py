@@ -55,6 +55,16 @@ class JavaNotFoundError(ConfigError):
     """No usable Java runtime for Spark."""
 
 
+class JarsError(ConfigError):
+    """The JVM jars Spark is given (``spark.jars``, see :mod:`lakehouse.jvm`) are not the locked
+    ones: a jar is missing, differs from its checksum, is not in the lock, or duplicates one of
+    pyspark's. The message names each jar and says what to run."""
+
+    def __init__(self, problems: list[str], remedy: str) -> None:
+        self.problems = problems
+        super().__init__("; ".join(problems) + f" ({remedy})")
+
+
 class ConcurrentWriteError(LakehouseError):
     """Another commit to the same table conflicts with this one; nothing of this write is
     visible. Retry (an exactly-once write then finds its version applied, or applies it)."""

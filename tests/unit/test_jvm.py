@@ -1,0 +1,187 @@
+"""The JVM jars beyond pyspark's (lakehouse.jvm): the installed ones are the locked ones and
+duplicate nothing of pyspark's; a missing, changed, unlocked or duplicate jar is refused with a
+message naming it. No Spark here (tests/integration/test_delta_spark.py starts one)."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import re
+import shutil
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from lakehouse import jvm
+from lakehouse.errors import ConfigError, JarsError
+
+# What pyspark lacks and include/jvm/pom.xml adds: nothing else may be copied.
+EXPECTED = {
+    "delta-spark_4.2_2.13-4.4.0.jar",
+    "delta-storage-4.4.0.jar",
+    "delta-kernel-api-4.4.0.jar",
+    "delta-kernel-defaults-4.4.0.jar",
+    "delta-kernel-unitycatalog-4.4.0.jar",
+    "unitycatalog-client-0.6.0.jar",
+    "unitycatalog-hadoop-0.6.0.jar",
+    "spark-avro_2.13-4.2.0.jar",
+    "jackson-datatype-jdk8-2.21.2.jar",
+}
+
+
+@pytest.fixture
+def jars(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A copy of the installed jars, where lakehouse.jvm now looks for them."""
+    copy = tmp_path / "jars"
+    shutil.copytree(jvm.jars_dir(), copy)
+    monkeypatch.setattr(jvm, "jars_dir", lambda: copy)
+    return copy
+
+
+def test_the_installed_jars_are_the_locked_ones_and_duplicate_nothing_of_pysparks() -> None:
+    installed = jvm.check()
+    assert {path.name for path in installed} == set(jvm.read_lock()) == EXPECTED
+    assert all(path.parent == jvm.jars_dir() for path in installed)
+    assert jvm.main([]) == 0
+
+
+def test_the_jvm_and_python_halves_are_the_versions_pyspark_and_delta_spark_pin() -> None:
+    """The pom's Spark and Delta versions are those of the Python packages; its jackson module
+    is the Jackson that pyspark ships."""
+    pom = jvm.MANIFEST.read_text()
+
+    def prop(name: str) -> str:
+        found = re.search(rf"<{re.escape(name)}>([^<]+)</{re.escape(name)}>", pom)
+        assert found, name
+        return found.group(1)
+
+    spark_version = importlib.metadata.version("pyspark")
+    delta_version = importlib.metadata.version("delta-spark")
+    assert prop("spark.version") == spark_version
+    assert prop("spark.binary.version") == ".".join(spark_version.split(".")[:2])
+    assert prop("delta.version") == delta_version
+    pyspark_jars = {path.name for path in jvm.pyspark_jars_dir().glob("*.jar")}
+    assert f"jackson-databind-{prop('pyspark.jackson.version')}.jar" in pyspark_jars
+    assert f"hadoop-client-api-{prop('hadoop.version')}.jar" in pyspark_jars
+    assert f"delta-spark_{prop('spark.binary.version')}_2.13-{delta_version}.jar" in EXPECTED
+
+
+def test_no_class_of_the_added_jars_is_also_in_pysparks() -> None:
+    """The proof behind the artifact check, class by class: the class path holds one copy of
+    each class. Every Spark module carries the same empty stub class, spark-avro included."""
+    stub = "org/apache/spark/unused/UnusedStubClass.class"
+
+    def classes(jar: Path) -> set[str]:
+        with zipfile.ZipFile(jar) as z:
+            return {
+                name
+                for name in z.namelist()
+                if name.endswith(".class")
+                and not name.startswith("META-INF/")
+                and name != "module-info.class"
+            }
+
+    theirs = set().union(*(classes(jar) for jar in jvm.pyspark_jars_dir().glob("*.jar")))
+    ours = {jar.name: classes(jar) for jar in jvm.check()}
+    assert all(ours.values())
+    assert {name: sorted(found & theirs - {stub}) for name, found in ours.items()} == {
+        name: [] for name in ours
+    }
+
+
+def test_a_missing_jar_is_named_and_install_is_the_remedy(jars: Path) -> None:
+    (jars / "delta-storage-4.4.0.jar").unlink()
+    message = r"JVM jars missing from .*: delta-storage-4\.4\.0\.jar \(run `make install`"
+    with pytest.raises(JarsError, match=message):
+        jvm.check()
+    with pytest.raises(JarsError, match=message):
+        jvm.spark_jars()  # the cheap check at each session's start
+    assert issubclass(JarsError, ConfigError)  # a job refuses its configuration (exit 2)
+    assert jvm.main([]) == 1
+
+
+def test_a_changed_jar_is_named_with_both_checksums(jars: Path) -> None:
+    changed = jars / "spark-avro_2.13-4.2.0.jar"
+    with changed.open("ab") as f:
+        f.write(b"\0")
+    expected = jvm.read_lock()[changed.name]
+    with pytest.raises(JarsError) as caught:
+        jvm.check()
+    message = str(caught.value)
+    assert f"{changed}: sha256 {jvm.sha256(changed)}, the lock says {expected}" in message
+    assert "run `make install`" in message
+    assert caught.value.problems == [message.split(" (run ")[0]]
+
+
+def test_a_jar_the_lock_does_not_name_is_refused(jars: Path) -> None:
+    shutil.copy(jars / "delta-storage-4.4.0.jar", jars / "delta-storage-4.3.0.jar")
+    with pytest.raises(JarsError, match=r"the lock does not name: delta-storage-4\.3\.0\.jar"):
+        jvm.check()
+
+
+def test_a_jar_that_duplicates_a_pyspark_artifact_is_refused_whatever_its_version(
+    jars: Path, tmp_path: Path
+) -> None:
+    """Even when locked: e.g. Delta's scala-library 2.13.17 beside pyspark's 2.13.18."""
+    (jars / "scala-library-2.13.17.jar").write_bytes(b"not pyspark's")
+    lock = tmp_path / "jars.sha256"
+    jvm.write_lock(jars, lock)
+    with pytest.raises(JarsError) as caught:
+        jvm.check(lock=lock)
+    assert caught.value.problems == [
+        f"{jars / 'scala-library-2.13.17.jar'} duplicates pyspark's scala-library-2.13.18.jar "
+        "(artifact scala-library)"
+    ]
+    assert "exclude it in include/jvm/pom.xml, then run `make jars-lock`" in str(caught.value)
+
+
+def test_every_problem_is_reported_at_once(jars: Path, tmp_path: Path) -> None:
+    (jars / "delta-storage-4.4.0.jar").unlink()
+    (jars / "slf4j-api-1.7.36.jar").write_bytes(b"")
+    with pytest.raises(JarsError) as caught:
+        jvm.check()
+    assert [problem.split(":")[0] for problem in caught.value.problems] == [
+        f"JVM jars missing from {jars}",
+        f"jars in {jars} that the lock does not name",
+        f"{jars / 'slf4j-api-1.7.36.jar'} duplicates pyspark's slf4j-api-2.0.17.jar (artifact slf4j-api)",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("jar", "artifact"),
+    [
+        ("delta-spark_4.2_2.13-4.4.0.jar", "delta-spark_4.2_2.13"),
+        ("spark-avro_2.13-4.2.0.jar", "spark-avro_2.13"),
+        ("zstd-jni-1.5.7-7.jar", "zstd-jni"),
+        ("hive-exec-2.3.10-core.jar", "hive-exec"),
+        ("log4j-1.2-api-2.25.4.jar", "log4j-1.2-api"),
+        (
+            "netty-transport-native-epoll-4.2.13.Final-linux-x86_64.jar",
+            "netty-transport-native-epoll",
+        ),
+        ("jline-3.29.0-jdk8.jar", "jline"),
+        ("RoaringBitmap-0.9.25.jar", "RoaringBitmap"),
+        ("py4j-0.10.9.9.jar", "py4j"),
+    ],
+)
+def test_a_jars_artifact_is_its_name_without_version(jar: str, artifact: str) -> None:
+    assert jvm.artifact(jar) == artifact
+
+
+def test_the_lock_is_sha256sums_format_one_line_per_jar(tmp_path: Path) -> None:
+    folder = tmp_path / "jars"
+    folder.mkdir()
+    (folder / "b-1.0.jar").write_bytes(b"b")
+    (folder / "a-2.0.jar").write_bytes(b"a")
+    lock = tmp_path / "jars.sha256"
+    assert jvm.write_lock(folder, lock) == {
+        "a-2.0.jar": jvm.sha256(folder / "a-2.0.jar"),
+        "b-1.0.jar": jvm.sha256(folder / "b-1.0.jar"),
+    }
+    assert lock.read_text() == (
+        "ca978112ca1bbdcafac231b39a23dc4da786eff8147c4e72b9807785afee48bb  a-2.0.jar\n"
+        "3e23e8160039594a33894f6564e1b1348bbd7a0088d42c4acb73eeaed59c009d  b-1.0.jar\n"
+    )
+    lock.write_text("ca978112  a-2.0.jar\n")
+    with pytest.raises(JarsError, match=r"jars\.sha256:1: not `<sha256>  <file>\.jar`"):
+        jvm.read_lock(lock)
