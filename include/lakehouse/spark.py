@@ -8,6 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
+from lakehouse import jvm
 from lakehouse.errors import ConfigError
 from lakehouse.runtime import ensure_java
 
@@ -31,6 +32,14 @@ if TYPE_CHECKING:
 # In local mode the executors live in the driver's JVM, so these cover the whole job.
 JAVA_OPTIONS_ENV = "LAKEHOUSE_DRIVER_JAVA_OPTIONS"
 COMPILER_ENV = "LAKEHOUSE_JVM_COMPILER"
+
+# Delta Lake in every session: its SQL (DESCRIBE HISTORY, `delta.`<path>``, ...) and its catalog
+# over Spark's own, for format("delta") and Delta tables by name. The classes are in the jars of
+# :func:`jvm_conf`.
+DELTA_CONF = {
+    "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+    "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+}
 
 
 def class_archive() -> Path:
@@ -56,11 +65,23 @@ def driver_java_options(*, short_lived: bool) -> str:
     return " ".join(options)
 
 
+def jvm_conf() -> dict[str, str]:
+    """The JVM jars beyond pyspark's (Delta Lake, Spark's Avro source), installed once by
+    ``make install`` (:mod:`lakehouse.jvm`), as ``spark.jars``, and Delta's settings
+    (:data:`DELTA_CONF`). Raises :class:`~lakehouse.errors.JarsError` if a jar is missing."""
+    return {"spark.jars": jvm.spark_jars_conf(), **DELTA_CONF}
+
+
 def submit_conf(*, short_lived: bool = True, jvm_options: bool = True) -> dict[str, str]:
     """The settings a ``spark-submit`` of a job passes beyond its master: the interpreter the
-    driver and executors run (the one with `lakehouse`), and, with ``jvm_options``, the driver
-    JVM's options (a layer job runs one micro-batch: ``short_lived``)."""
-    conf = {"spark.pyspark.python": sys.executable, "spark.pyspark.driver.python": sys.executable}
+    driver and executors run (the one with `lakehouse`), the jars and Delta's settings
+    (:func:`jvm_conf`), and, with ``jvm_options``, the driver JVM's options (a layer job runs one
+    micro-batch: ``short_lived``)."""
+    conf = {
+        "spark.pyspark.python": sys.executable,
+        "spark.pyspark.driver.python": sys.executable,
+        **jvm_conf(),
+    }
     options = driver_java_options(short_lived=short_lived) if jvm_options else ""
     if options:
         conf["spark.driver.extraJavaOptions"] = options
@@ -112,7 +133,8 @@ def get_session(
 ) -> SparkSession:
     """Return the process's SparkSession, creating it with the platform's settings;
     ``short_lived``: this process runs one micro-batch and exits (the JVM's JIT is chosen for
-    that, see :func:`driver_java_options`)."""
+    that, see :func:`driver_java_options`). Raises :class:`~lakehouse.errors.JarsError` before
+    starting anything if a jar of :func:`jvm_conf` is missing."""
     from pyspark.sql import SparkSession
 
     launched = "PYSPARK_GATEWAY_PORT" in os.environ  # spark-submit has started the JVM

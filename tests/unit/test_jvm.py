@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from lakehouse import jvm
+from lakehouse import jvm, spark
 from lakehouse.errors import ConfigError, JarsError
 
 # What pyspark lacks and include/jvm/pom.xml adds: nothing else may be copied.
@@ -43,6 +43,14 @@ def test_the_installed_jars_are_the_locked_ones_and_duplicate_nothing_of_pyspark
     assert {path.name for path in installed} == set(jvm.read_lock()) == EXPECTED
     assert all(path.parent == jvm.jars_dir() for path in installed)
     assert jvm.main([]) == 0
+
+
+def test_spark_jars_are_the_locked_jars_as_absolute_paths() -> None:
+    value = spark.jvm_conf()["spark.jars"]
+    assert value == jvm.spark_jars_conf()
+    paths = [Path(path) for path in value.split(",")]
+    assert [path.name for path in paths] == list(jvm.read_lock())
+    assert all(path.is_absolute() and path.is_file() for path in paths)
 
 
 def test_the_jvm_and_python_halves_are_the_versions_pyspark_and_delta_spark_pin() -> None:
@@ -185,3 +193,22 @@ def test_the_lock_is_sha256sums_format_one_line_per_jar(tmp_path: Path) -> None:
     lock.write_text("ca978112  a-2.0.jar\n")
     with pytest.raises(JarsError, match=r"jars\.sha256:1: not `<sha256>  <file>\.jar`"):
         jvm.read_lock(lock)
+
+
+def test_a_session_and_a_submit_refuse_to_start_without_the_jars(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before any JVM starts: the typed error, not a ClassNotFoundException later."""
+    from pyspark.sql import SparkSession
+
+    monkeypatch.setattr(jvm, "jars_dir", lambda: tmp_path / "no-jars")
+    monkeypatch.setattr(SparkSession, "getActiveSession", staticmethod(lambda: None))
+
+    def started(self: object) -> None:
+        raise AssertionError("a session was started")
+
+    monkeypatch.setattr(SparkSession.Builder, "getOrCreate", started)
+    with pytest.raises(JarsError, match=r"delta-spark_4\.2_2\.13-4\.4\.0\.jar.*make install"):
+        spark.get_session("local[1]")
+    with pytest.raises(JarsError, match="make install"):
+        spark.submit_conf()

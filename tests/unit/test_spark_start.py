@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from lakehouse import spark
+from lakehouse import jvm, spark
 from lakehouse.config import REPO_ROOT
 from lakehouse.contracts import Catalog
 from lakehouse.errors import ConfigError
@@ -78,10 +78,21 @@ def test_the_environment_replaces_the_options_whole(
     assert "spark.driver.extraJavaOptions" not in spark.submit_conf()
 
 
-def test_submit_conf_names_this_interpreter_and_the_jvm_options(archive: Path) -> None:
+def _jvm_conf() -> dict[str, str]:
+    """The installed jars as spark.jars, and Delta's session extension and catalog."""
+    jars = ",".join(str(jvm.jars_dir() / name) for name in jvm.read_lock())
+    return {
+        "spark.jars": jars,
+        "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+        "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+    }
+
+
+def test_submit_conf_names_this_interpreter_the_jars_and_the_jvm_options(archive: Path) -> None:
     assert spark.submit_conf() == {
         "spark.pyspark.python": sys.executable,
         "spark.pyspark.driver.python": sys.executable,
+        **_jvm_conf(),
         "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1",
     }
     _write(archive)
@@ -93,6 +104,8 @@ def test_submit_conf_names_this_interpreter_and_the_jvm_options(archive: Path) -
     inside = spark.spark_conf("local[1]", "app", jvm_options=False)  # spark-submit's JVM
     assert "spark.driver.extraJavaOptions" not in inside
     assert inside["spark.pyspark.python"] == sys.executable
+    for conf in (long, short, inside):
+        assert _jvm_conf().items() <= conf.items()
 
 
 def test_the_operator_takes_the_options_when_it_runs(
@@ -127,6 +140,7 @@ def test_the_operator_takes_the_options_when_it_runs(
         == {
             "spark.pyspark.python": sys.executable,
             "spark.pyspark.driver.python": sys.executable,
+            **_jvm_conf(),
             "spark.driver.extraJavaOptions": f"-XX:TieredStopAtLevel=1 -XX:SharedArchiveFile={archive}",
             "spark.sql.shuffle.partitions": "4",
         }

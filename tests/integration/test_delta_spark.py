@@ -1,0 +1,64 @@
+"""Spark's own Delta Lake and Avro, from the jars `make install` put in .venv/jars (lakehouse.jvm):
+a Delta table written, read and described by Spark, and an Avro round trip."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lakehouse import jvm
+
+pytestmark = pytest.mark.integration
+
+
+def _jar_of(spark: Any, class_name: str) -> str:
+    """The jar the driver loaded a class from."""
+    loader = spark._jvm.Thread.currentThread().getContextClassLoader()
+    cls = spark._jvm.Class.forName(class_name, False, loader)
+    return str(cls.getProtectionDomain().getCodeSource().getLocation().getPath())
+
+
+def test_spark_writes_reads_and_describes_a_delta_table(spark: Any, tmp_path: Path) -> None:
+    path = str(tmp_path / "people")
+    df = spark.createDataFrame([(1, "alice"), (2, "bob")], "id INT, name STRING")
+    df.write.format("delta").save(path)
+    spark.createDataFrame([(3, "carol")], "id INT, name STRING").write.format("delta").mode(
+        "append"
+    ).save(path)
+
+    back = spark.read.format("delta").load(path)
+    assert sorted(tuple(row) for row in back.collect()) == [(1, "alice"), (2, "bob"), (3, "carol")]
+    assert (tmp_path / "people" / "_delta_log" / "00000000000000000001.json").is_file()
+
+    history = spark.sql(f"DESCRIBE HISTORY delta.`{path}`").orderBy("version").collect()
+    assert [(row.version, row.operation) for row in history] == [(0, "WRITE"), (1, "WRITE")]
+    assert [row.operationParameters["mode"] for row in history] == ["ErrorIfExists", "Append"]
+    for row in history:
+        assert row.engineInfo.startswith("Apache-Spark/4.2.0"), row.engineInfo
+        assert "Delta-Lake/4.4.0" in row.engineInfo, row.engineInfo
+
+    # Delta's Python API (the delta-spark package) over the same JVM classes.
+    from delta.tables import DeltaTable
+
+    assert DeltaTable.forPath(spark, path).history().count() == 2
+    # The classes come from the installed jar, once (no copy elsewhere on the class path).
+    delta_jar = _jar_of(spark, "io.delta.sql.DeltaSparkSessionExtension")
+    assert delta_jar == str(jvm.jars_dir() / "delta-spark_4.2_2.13-4.4.0.jar")
+
+
+def test_spark_encodes_and_decodes_avro(spark: Any) -> None:
+    from pyspark.sql.avro.functions import from_avro, to_avro
+    from pyspark.sql.functions import col, struct
+
+    schema = (
+        '{"type": "record", "name": "Person", "fields": ['
+        '{"name": "id", "type": "int"}, {"name": "name", "type": "string"}]}'
+    )
+    df = spark.createDataFrame([(1, "alice"), (2, "bob")], "id INT, name STRING")
+    encoded = df.select(to_avro(struct("id", "name"), schema).alias("value"))
+    decoded = encoded.select(from_avro(col("value"), schema).alias("p")).select("p.*")
+    assert sorted(tuple(row) for row in decoded.collect()) == [(1, "alice"), (2, "bob")]
+    avro_jar = _jar_of(spark, "org.apache.spark.sql.avro.AvroDataToCatalyst")
+    assert avro_jar == str(jvm.jars_dir() / "spark-avro_2.13-4.2.0.jar")
