@@ -12,11 +12,12 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 
-# Spark 4 needs Java 17; Spark's launch scripts call `ps` (procps). The man1 folder works around
-# the JRE's post-install step on slim images. JAVA_HOME gets an arch-independent name.
+# Spark 4 needs Java 17; Spark's launch scripts call `ps` (procps); Maven copies the JVM jars
+# below. The man1 folder works around the JRE's post-install step on slim images. JAVA_HOME gets
+# an arch-independent name.
 RUN mkdir -p /usr/share/man/man1 \
     && apt-get update \
-    && apt-get install -y --no-install-recommends openjdk-17-jre-headless procps \
+    && apt-get install -y --no-install-recommends openjdk-17-jre-headless procps maven \
     && rm -rf /var/lib/apt/lists/* \
     && ln -s "/usr/lib/jvm/java-17-openjdk-$(dpkg --print-architecture)" /usr/lib/jvm/java-17
 ENV JAVA_HOME=/usr/lib/jvm/java-17
@@ -29,6 +30,14 @@ RUN pip install --no-cache-dir -r requirements.lock
 # Airflow's metadata database is Postgres in docker-compose.yml; its driver is not in
 # requirements.lock (the local demo runs Airflow on SQLite), so it gets its own line here.
 RUN pip install --no-cache-dir "psycopg2-binary==2.9.13"
+
+# The JVM jars Spark gets on top of pyspark's (Delta Lake, Spark's Avro source: include/jvm/pom.xml,
+# see lakehouse.jvm), copied from Maven Central by the same step as `make install`, into the
+# interpreter's prefix: /usr/local/jars, where lakehouse.jvm looks. They are checked against
+# include/jvm/jars.sha256 below, once the package is installed. Rebuilt only when include/jvm/
+# changes; Maven's download cache is not kept.
+COPY include/jvm/ include/jvm/
+RUN include/jvm/copy-jars.sh /usr/local/jars && rm -rf /root/.m2
 
 COPY include/ include/
 COPY dags/ dags/
@@ -53,7 +62,8 @@ ENV LAKEHOUSE_HOME=/lakehouse \
 # Fail the build, not the first DAG run, if the stack is not whole.
 RUN test -x "$SPARK_HOME/bin/spark-class" \
     && java -version \
-    && python -c "import pyspark, pyspark.sql.datasource, deltalake, airflow, psycopg2, lakehouse"
+    && python -c "import pyspark, pyspark.sql.datasource, deltalake, delta, airflow, psycopg2, lakehouse" \
+    && python -m lakehouse.jvm
 
 # Spark's class archive (/usr/local/var/lakehouse/spark-classes.jsa, see lakehouse.spark): the
 # sample pipeline runs once with a JVM that records the classes it loads, so that each layer

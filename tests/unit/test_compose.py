@@ -355,3 +355,22 @@ def test_the_compose_schedulers_hand_off_tasks_as_soon_as_the_local_airflow(
     key = "AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME"
     local = airflow_environment(Settings.from_env(tmp_path, ROOT / "contracts"), {})
     assert environment(services()["airflow-scheduler"])[key] == local[key] == "0.5"
+
+
+def test_the_image_copies_the_jvm_jars_where_jobs_look_for_them() -> None:
+    """`lakehouse.jvm.jars_dir` is the interpreter's prefix's ``jars``: /usr/local/jars in the
+    image. Maven is installed, the jars are copied there by make's own step (before the image
+    switches to its non-root user), and checked against the lock once the package is in."""
+    instructions = dockerfile_instructions()
+    runs = [i for i, (instruction, _) in enumerate(instructions) if instruction == "RUN"]
+    apt = [i for i in runs if "apt-get install" in instructions[i][1]]
+    copy = [i for i in runs if "include/jvm/copy-jars.sh /usr/local/jars" in instructions[i][1]]
+    install = [i for i in runs if "pip install --no-cache-dir --no-deps -e ." in instructions[i][1]]
+    check = [i for i in runs if "python -m lakehouse.jvm" in instructions[i][1]]
+    user = [i for i, (instruction, _) in enumerate(instructions) if instruction == "USER"]
+    assert apt and " maven" in instructions[apt[0]][1]
+    assert len(copy) == 1 and len(check) == 1 and install and user
+    assert apt[0] < copy[0] < check[0] < user[-1]
+    assert install[0] <= check[0]
+    assert "include/jvm" in dockerfile_copies()
+    assert "include/jvm/copy-jars.sh $(JARS)" in (ROOT / "Makefile").read_text()
