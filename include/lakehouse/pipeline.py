@@ -250,12 +250,11 @@ def _table_name(settings: Settings, path: Path) -> str:
 def _bronze_records(path: Path, start: int, end: int) -> int:
     """The records bronze added in versions start..end, from its commits' batch summaries."""
     from lakehouse.storage import snapshots
-    from lakehouse.storage.store import commit_metadata
 
     total = 0
     for commit in snapshots.latest(path).history():
         version = commit.get("version")
-        raw = commit_metadata(commit).get(bronze.BATCH_KEY)
+        raw = commit.get(bronze.BATCH_KEY)
         if version is None or raw is None or not start <= int(version) <= end:
             continue
         value = json.loads(raw) if isinstance(raw, str) else raw

@@ -620,7 +620,6 @@ def restore_ledger(settings: Settings, paths: Sequence[Path]) -> list[dict[str, 
     is its app transaction for the table (:func:`write_ledger`), read from the ledger's log:
     the ledger's rows are not scanned."""
     from lakehouse.storage import snapshots
-    from lakehouse.storage.store import commit_metadata
 
     ledger: DeltaTable | None = None
     restored: list[dict[str, Any]] = []
@@ -628,7 +627,7 @@ def restore_ledger(settings: Settings, paths: Sequence[Path]) -> list[dict[str, 
         if not (path / "_delta_log").is_dir():
             continue
         for commit in snapshots.latest(path).history(16):  # newest first
-            raw = commit_metadata(commit).get(LEDGER_KEY)
+            raw = commit.get(LEDGER_KEY)
             if raw is None:
                 continue
             rows = json.loads(raw) if isinstance(raw, str) else raw
@@ -661,11 +660,10 @@ def batch_sizes(path: Path, history: int) -> list[int]:
     if not (path / "_delta_log").is_dir():
         return []
     from lakehouse.storage import snapshots
-    from lakehouse.storage.store import commit_metadata
 
     sizes = []
     for commit in snapshots.latest(path).history(3 * history + 10):  # newest first
-        raw = commit_metadata(commit).get(QUALITY_KEY)
+        raw = commit.get(QUALITY_KEY)
         if raw is None:
             continue
         value = json.loads(raw) if isinstance(raw, str) else raw

@@ -32,7 +32,6 @@ from lakehouse.config import Settings
 from lakehouse.contracts import Catalog, Contract, TableSpec
 from lakehouse.errors import LakehouseError
 from lakehouse.storage import CDF_PROPERTIES, DeltaStore, Txn
-from lakehouse.storage.store import commit_metadata
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -151,7 +150,7 @@ def _carried_metadata(scratch: Path) -> dict[str, Any]:
 
     history = DeltaTable(str(scratch)).history(1)
     newest = history[0] if history else {}
-    return {k: v for k, v in commit_metadata(newest).items() if k.startswith("lakehouse.")}
+    return {k: v for k, v in newest.items() if k.startswith("lakehouse.")}
 
 
 def _replace(store: DeltaStore, scratch: Path, real: Path, apps: list[str]) -> None:

@@ -17,7 +17,6 @@ from lakehouse.errors import SchemaEvolutionError
 from lakehouse.landing import Producer, Record
 from lakehouse.pipeline import run
 from lakehouse.storage import read_arrow
-from lakehouse.storage.store import commit_metadata
 
 pytestmark = pytest.mark.integration
 
@@ -59,9 +58,10 @@ def _run(
 
 
 def _source_versions(path: Path) -> list[list[int]]:
-    commits = [commit_metadata(c) for c in reversed(DeltaTable(str(path)).history())]
     return [
-        json.loads(c["lakehouse.source"])["versions"] for c in commits if "lakehouse.source" in c
+        json.loads(c["lakehouse.source"])["versions"]
+        for c in reversed(DeltaTable(str(path)).history())
+        if "lakehouse.source" in c
     ]
 
 

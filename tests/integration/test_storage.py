@@ -176,9 +176,7 @@ def test_plain_delta_with_protocol_properties_and_stats(spark: Any, tmp_path: Pa
     dt = DeltaTable(str(tmp_path / "t"))
     assert dt.metadata().configuration["delta.enableChangeDataFeed"] == "true"
     p = dt.protocol()
-    # Readers need only version 1; delta-spark names the change data feed as a writer feature.
-    assert p.min_reader_version == 1
-    assert p.min_writer_version == 7 and "changeDataFeed" in (p.writer_features or [])
+    assert (p.min_reader_version, p.min_writer_version) == (1, 4)  # 4: change data feed
     adds = pa.table(dt.get_add_actions(flatten=True)).to_pylist()
     assert sum(a["num_records"] for a in adds) == 100
     assert min(a["min.n"] for a in adds) == 0 and max(a["max.n"] for a in adds) == 99
@@ -285,41 +283,20 @@ def _with_concurrent_commit(
     monkeypatch.setattr(DeltaStore, "_conform_schema", planned)
 
 
-def test_conflicting_overwrites_raise_a_typed_error(spark: Any, tmp_path: Path) -> None:
-    """Two overwrites of one snapshot whose transactions overlap (a slow Python UDF keeps both
-    open until both have read the table): one commits, the other fails with the typed error
-    and leaves nothing behind."""
-    import time
-
-    from pyspark.sql import functions as F
-
+def test_conflicting_overwrites_raise_a_typed_error(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     store = DeltaStore(spark)
     path = tmp_path / "t"
     store.write(_ints(spark, 0, 5), path)
-
-    @F.udf("long")
-    def slowly(n: int) -> int:
-        time.sleep(3)
-        return n
-
-    outcomes: list[BaseException | None] = [None, None]
-
-    def overwrite(i: int, first: int) -> None:
-        try:
-            store.write(_ints(spark, first, 1).withColumn("n", slowly("n")), path, mode="overwrite")
-        except BaseException as exc:
-            outcomes[i] = exc
-
-    threads = [threading.Thread(target=overwrite, args=(i, 10 * (i + 1))) for i in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    errors = [e for e in outcomes if e is not None]
-    assert len(errors) == 1 and isinstance(errors[0], ConcurrentWriteError), outcomes
-    assert "concurrent write conflict" in str(errors[0])
-    winner = 10 if outcomes[0] is None else 20
-    assert [r.n for r in store.read(path).collect()] == [winner]
+    _with_concurrent_commit(
+        monkeypatch, store, lambda: store.write(_ints(spark, 10, 1), path, mode="overwrite")
+    )
+    with pytest.raises(ConcurrentWriteError, match="concurrent write conflict"):
+        store.write(_ints(spark, 20, 1), path, mode="overwrite")
+    assert [r.n for r in store.read(path).collect()] == [10]
+    # The losing write deleted its own files: every data file on disk is in some commit.
+    assert {p.name for p in path.glob("*.parquet")} == added_files(path)
 
 
 def test_racing_writes_of_one_txn_apply_once(
@@ -331,8 +308,8 @@ def test_racing_writes_of_one_txn_apply_once(
     _with_concurrent_commit(
         monkeypatch, store, lambda: store.write(_ints(spark, 1, 1), path, txn=Txn("job", 5))
     )
-    # The racer committed (job, 5) after this write checked: delta-spark skips it.
-    assert not store.write(_ints(spark, 1, 1), path, txn=Txn("job", 5)).committed
+    with pytest.raises(ConcurrentWriteError):
+        store.write(_ints(spark, 1, 1), path, txn=Txn("job", 5))
     monkeypatch.undo()
     assert not store.write(_ints(spark, 1, 1), path, txn=Txn("job", 5)).committed  # the retry
     assert sorted(r.n for r in store.read(path).collect()) == [0, 1]
@@ -404,8 +381,7 @@ def test_a_merge_reports_its_own_commit_and_a_merge_that_changes_nothing_still_a
     dt = DeltaTable(str(path))
     assert (dt.version(), dt.transaction_version("m")) == (2, 2)
     operations = [c["operation"] for c in dt.history()]
-    # Newest first: delta-spark commits a merge that changes nothing, with its position.
-    assert operations[:2] == ["MERGE", "MERGE"]
+    assert operations[:2] == ["WRITE", "MERGE"]  # newest first: the empty commit, the merge
     assert sorted(tuple(r.values()) for r in read_arrow(path).to_pylist()) == [
         ("a", "1"),
         ("b", "2"),
@@ -570,17 +546,31 @@ def test_staging_tasks_take_contiguous_slices_of_the_items_one_task_per_core(
     assert staged_by_task(parallelism=5) == ([[0], [1], [2], [3], [4]], 5)
 
 
-def test_an_append_of_known_size_has_the_same_guarantees(spark: Any, tmp_path: Path) -> None:
-    """``rows`` given (a micro-batch that knows its size): every type comes back, the app
-    transaction is honoured, new columns need add_columns, partitions go to their folders, and
-    the change feed sees the inserts."""
+def test_a_small_append_of_known_size_is_written_by_the_driver_with_the_same_guarantees(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``rows`` at most LOCAL_WRITE_ROWS: the driver writes the files and commits them. Every
+    type comes back, the app transaction is honoured, new columns need add_columns, partitions
+    go to their folders, and the change feed sees the inserts."""
     from pyspark.sql import functions as F
 
+    from lakehouse.storage.store import LOCAL_WRITE_ROWS
+
     store = DeltaStore(spark)
+    local_writes: list[Path] = []
+    write_local = store._write_local
+
+    def spy(df: Any, path: Path, *args: Any) -> Any:
+        local_writes.append(path)
+        return write_local(df, path, *args)
+
+    monkeypatch.setattr(store, "_write_local", spy)
     df = spark.createDataFrame(ROWS, ALL_TYPES)
     local, spread = tmp_path / "local", tmp_path / "spread"
     assert store.write(df, local, txn=Txn("app", 1), rows=len(ROWS)).committed
     store.write(df, spread, txn=Txn("app", 1))
+    store.write(df, spread, rows=LOCAL_WRITE_ROWS + 1)  # too many: Spark's tasks write it
+    assert local_writes == [local]
     assert _sorted(store.read(local).collect()) == _sorted(df.collect())
     assert not store.write(df, local, txn=Txn("app", 1), rows=len(ROWS)).committed
     with pytest.raises(SchemaMismatchError):
@@ -590,6 +580,7 @@ def test_an_append_of_known_size_has_the_same_guarantees(spark: Any, tmp_path: P
     store.write(_ints(spark, 0, 4, day="d1"), table, partition_by=["day"], rows=4)
     wider = _ints(spark, 4, 2, day="d2").withColumn("extra", F.lit(1))
     store.write(wider, table, schema_mode="add_columns", rows=2)
+    assert local_writes == [local, table, table]
     folders = sorted(p.name for p in table.iterdir() if p.is_dir())
     assert folders == ["_delta_log", "day=d1", "day=d2"]
     back = sorted((r["n"], r["day"], r["extra"]) for r in store.read(table).collect())

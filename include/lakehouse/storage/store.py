@@ -22,13 +22,10 @@ The tables stay ordinary Delta tables that a Spark cluster with delta-spark can 
 
 from __future__ import annotations
 
-import contextlib
 import json
-import re
-import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import date, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -39,7 +36,7 @@ from lakehouse.errors import (
     TableNotFoundError,
 )
 from lakehouse.storage.arrow import normalize_table, plain_schema
-from lakehouse.storage.files import DataFile, delete_data_files
+from lakehouse.storage.files import DataFile, delete_data_files, fs_path
 from lakehouse.storage.gates import gate_for
 
 if TYPE_CHECKING:
@@ -48,11 +45,13 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import StructType
 
+    from lakehouse.storage.log import ChangeFile
     from lakehouse.storage.tasks import Staged, TaskFn
 
 CDF_PROPERTIES: Mapping[str, str] = {"delta.enableChangeDataFeed": "true"}
 CHANGE_COLUMNS = ("_change_type", "_commit_version", "_commit_timestamp")
-_CHANGE_TYPES = ("StringType", "LongType", "TimestampType")
+# An append this small (its size known) is written by the driver (see DeltaStore.write).
+LOCAL_WRITE_ROWS = 100_000
 # An Arrow merge source's column saying where the merge's insert_when holds (see merge).
 INSERTABLE = "__lakehouse_insertable"
 WriteMode = Literal["append", "overwrite", "replace_where"]
@@ -108,26 +107,13 @@ def _load(path: Path, version: int | None = None, *, own: bool = False) -> Delta
 
 def _travel(dt: DeltaTable, path: Path, as_of: datetime) -> None:
     """Load the version current at ``as_of``; a time before the table existed is an error."""
-    _check_existed(path, as_of, dt)
-    dt.load_as_version(as_of)
-
-
-def _check_existed(path: Path, as_of: datetime, dt: DeltaTable | None = None) -> None:
-    """A time before the table's first commit is an error, not an empty table."""
+    history = dt.history()
+    first_ms = min(int(c["timestamp"]) for c in history) if history else None
     if as_of.tzinfo is None:
         raise ValueError("as_of must carry a time zone")
-    history = (dt or _load(path)).history()
-    first_ms = min(int(c["timestamp"]) for c in history) if history else None
     if first_ms is None or as_of.timestamp() * 1000 < first_ms:
         raise LakehouseError(f"{path}: the table did not exist yet at {as_of.isoformat()}")
-
-
-def _spark_timestamp(as_of: datetime) -> str:
-    """``as_of`` as delta-spark's ``timestampAsOf`` takes it: text in the session's time zone,
-    which the platform sets to UTC (:func:`lakehouse.spark.spark_conf`)."""
-    from datetime import UTC
-
-    return as_of.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")
+    dt.load_as_version(as_of)
 
 
 def _check_readable(dt: DeltaTable, path: Path) -> None:
@@ -239,48 +225,126 @@ class DeltaStore:
         as_of: datetime | None = None,
         with_file_name: bool = False,
     ) -> DataFrame:
-        """The snapshot (latest, at ``version`` or as of a time), read by delta-spark.
+        """The snapshot (latest, at ``version`` or as of a time) read by Spark's Parquet reader.
 
         ``with_file_name`` adds ``__file``, the name of the data file each row comes from.
         """
-        from pyspark.sql import functions as F
+        import pyarrow as pa
 
-        if not self.exists(path):
-            raise TableNotFoundError(str(path))
-        reader = self.spark.read.format("delta")
-        if version is not None:
-            reader = reader.option("versionAsOf", version)
+        dt = _load(path, version, own=as_of is not None)
         if as_of is not None:
-            _check_existed(path, as_of)
-            last = last_commit_time(path)
-            # delta-spark refuses a time after the newest commit; that time sees the newest.
-            if last is None or as_of < last:
-                reader = reader.option("timestampAsOf", _spark_timestamp(as_of))
-        df = reader.load(str(path))
-        return df.withColumn("__file", F.col("_metadata.file_name")) if with_file_name else df
+            _travel(dt, path, as_of)
+        _check_readable(dt, path)
+        partition_by = list(dt.metadata().partition_columns)
+        adds = pa.table(dt.get_add_actions(flatten=False)).select(
+            ["path", *(["partition"] if partition_by else [])]
+        )
+        entries: list[tuple[Path, Mapping[str, str | None], Mapping[str, Any]]] = [
+            (fs_path(path, row["path"]), row.get("partition") or {}, {}) for row in adds.to_pylist()
+        ]
+        schema = self.spark_schema(path, dt.version())
+        return self._scan(entries, schema, partition_by, {}, with_file_name=with_file_name)
 
     def changes(self, path: Path, start_version: int, end_version: int | None = None) -> DataFrame:
         """Change data feed of versions ``start_version..end_version`` (inclusive), with
-        ``_change_type``, ``_commit_version`` and ``_commit_timestamp``: delta-spark's
-        ``readChangeFeed``."""
-        if not self.exists(path):
-            raise TableNotFoundError(str(path))
-        end = self.version(path) if end_version is None else end_version
-        assert end is not None
-        if start_version > end:
-            from pyspark.sql import types as T
+        ``_change_type``, ``_commit_version`` and ``_commit_timestamp``."""
+        from pyspark.sql import types as T
 
-            schema = self.read(path, version=end).schema
-            for name, kind in zip(CHANGE_COLUMNS, _CHANGE_TYPES, strict=True):
-                schema = schema.add(T.StructField(name, getattr(T, kind)()))
-            return self.spark.createDataFrame([], schema)
-        return (
-            self.spark.read.format("delta")
-            .option("readChangeFeed", "true")
-            .option("startingVersion", start_version)
-            .option("endingVersion", end)
-            .load(str(path))
+        from lakehouse.storage.log import changes_between
+
+        dt = _load(path)
+        _check_readable(dt, path)
+        end = dt.version() if end_version is None else end_version
+        schema = self.spark_schema(path, end)
+        partition_by = list(dt.metadata().partition_columns)
+        files: list[ChangeFile] = (
+            changes_between(path, start_version, end) if start_version <= end else []
         )
+        extras = {
+            "_change_type": T.StringType(),
+            "_commit_version": T.LongType(),
+            "_commit_timestamp": T.TimestampType(),
+        }
+        entries = [
+            (
+                f.path,
+                f.partition_values,
+                {
+                    "_change_type": None if f.kind == "cdc" else f.kind,
+                    "_commit_version": f.version,
+                    "_commit_timestamp": datetime.fromtimestamp(f.timestamp_ms / 1000).astimezone(),
+                },
+            )
+            for f in files
+        ]
+        return self._scan(entries, schema, partition_by, extras, in_file=("_change_type",))
+
+    def _scan(
+        self,
+        entries: Sequence[tuple[Path, Mapping[str, str | None], Mapping[str, Any]]],
+        schema: StructType,
+        partition_by: list[str],
+        extras: Mapping[str, Any],
+        in_file: Sequence[str] = (),
+        with_file_name: bool = False,
+    ) -> DataFrame:
+        """Read data files with Spark; restore partition columns and per-file ``extras``.
+
+        Columns named in ``in_file`` may also be stored inside the files (the ``_change_type``
+        of ``cdc`` files); the per-file value is used where the file has none.
+        """
+        import pyarrow as pa
+        from pyspark.sql import functions as F
+        from pyspark.sql import types as T
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        out_schema = T.StructType(
+            [*schema.fields, *(T.StructField(k, v) for k, v in extras.items())]
+        )
+        if with_file_name:
+            out_schema = out_schema.add(T.StructField("__file", T.StringType()))
+        if not entries:
+            return self.spark.createDataFrame([], out_schema)
+        data = [f for f in schema.fields if f.name not in partition_by]
+        data += [T.StructField(c, extras[c]) for c in in_file]
+        df = self.spark.read.schema(T.StructType(data)).parquet(*(str(e[0]) for e in entries))
+        df = df.withColumn("__file", F.col("_metadata.file_name"))
+        if not partition_by and not extras:
+            return df if with_file_name else df.drop("__file")
+        names = [e[0].name for e in entries]
+        if len(set(names)) != len(names):
+            raise LakehouseError("data files with the same name in one table: cannot map them")
+        mapping_schema = T.StructType(
+            [
+                T.StructField("__file", T.StringType()),
+                *(T.StructField(f"__p_{c}", T.StringType()) for c in partition_by),
+                *(T.StructField(f"__x_{k}", v) for k, v in extras.items()),
+            ]
+        )
+        by_file: dict[str, list[Any]] = {
+            "__file": [e[0].name for e in entries],
+            **{f"__p_{c}": [_partition_text(e[1].get(c)) for e in entries] for c in partition_by},
+            **{f"__x_{k}": [e[2][k] for e in entries] for k in extras},
+        }
+        # From Arrow the mapping is a local relation, which the driver broadcasts as it is; from
+        # Python rows it was an RDD, which took a Spark job of its own first (about 0.07 s of
+        # each change feed read of a small batch).
+        table = pa.Table.from_pydict(by_file, to_arrow_schema(mapping_schema, timezone="UTC"))
+        mapping = self.spark.createDataFrame(table, mapping_schema)
+        joined = df.join(F.broadcast(mapping), "__file")
+        columns = []
+        for f in out_schema.fields:
+            if f.name in partition_by:
+                columns.append(F.col(f"__p_{f.name}").cast(f.dataType).alias(f.name))
+            elif f.name in extras and f.name in in_file:
+                columns.append(F.coalesce(F.col(f.name), F.col(f"__x_{f.name}")).alias(f.name))
+            elif f.name in extras:
+                columns.append(F.col(f"__x_{f.name}").alias(f.name))
+            elif f.name == "__file":
+                columns.append(F.col("__file"))
+            else:
+                columns.append(F.col(f.name))
+        return joined.select(*columns)
 
     # -- writes -------------------------------------------------------------------------------
     def create(
@@ -291,45 +355,11 @@ class DeltaStore:
         properties: Mapping[str, str] = CDF_PROPERTIES,
         partition_by: Sequence[str] = (),
     ) -> None:
-        """Create an empty table (no-op if it exists) with the given table properties, by
-        delta-spark's ``CREATE TABLE``; non-nullable columns become ``NOT NULL`` constraints."""
-        if self.exists(path):
-            return
-        columns = ", ".join(
-            f"`{f.name}` {f.dataType.simpleString()}{'' if f.nullable else ' NOT NULL'}"
-            for f in schema.fields
-        )
-        statement = f"CREATE TABLE IF NOT EXISTS {_sql_table(path)} ({columns}) USING delta"
-        if partition_by:
-            statement += " PARTITIONED BY (" + ", ".join(f"`{c}`" for c in partition_by) + ")"
-        if properties:
-            pairs = ", ".join(f"'{k}' = '{v}'" for k, v in properties.items())
-            statement += f" TBLPROPERTIES ({pairs})"
-        if path.is_dir() and any(path.iterdir()):
-            # Files staged before the table exists (silver's driver path): delta-spark takes a
-            # non-empty folder for an existing table, so the log is made beside it, moved in.
-            self._create_beside(path, statement)
-            return
-        try:
-            self.spark.sql(statement)
-        except Exception:
-            if not self.exists(path):
-                raise
-            # Another writer created it at the same moment: its creation stands.
+        """Create an empty table (no-op if it exists) with the given table properties."""
+        from pyspark.sql.pandas.types import to_arrow_schema
 
-    def _create_beside(self, path: Path, statement: str) -> None:
-        import shutil
-        import tempfile
-
-        with tempfile.TemporaryDirectory(prefix=".create-", dir=path.parent) as tmp:
-            beside = Path(tmp) / "table"
-            self.spark.sql(statement.replace(_sql_table(path), _sql_table(beside), 1))
-            try:
-                (beside / "_delta_log").rename(path / "_delta_log")
-            except OSError:
-                if not self.exists(path):
-                    raise
-            shutil.rmtree(beside, ignore_errors=True)
+        arrow = to_arrow_schema(schema, timezone="UTC")
+        self.create_arrow(path, arrow, properties=properties, partition_by=partition_by)
 
     def write(
         self,
@@ -354,18 +384,19 @@ class DeltaStore:
         difference is refused. With ``txn`` (one per source consumed), the write happens at most
         once per (app, version).
 
-        ``rows``: how many rows ``df`` has, if the caller knows (unused by delta-spark).
-
-        Written by delta-spark's DataFrame writer, with the position as its ``txnAppId`` /
-        ``txnVersion`` and the metadata as the commit's ``userMetadata``. A write that carries
-        several positions, or moves one back (a rebuild), still commits through the delta-rs
-        data source: delta-spark records one app transaction per commit and never a smaller
-        version (see the README's *Storage*).
+        ``rows``: how many rows ``df`` has, if the caller knows. An append of at most
+        :data:`LOCAL_WRITE_ROWS` rows is collected to the driver as Arrow and written there, by
+        the same file writer and commit as the tasks': for a micro-batch, the data source's
+        Python processes cost more to start than the write itself.
         """
+        from lakehouse.storage.commits import WritePlan
+        from lakehouse.storage.datasource import FORMAT
+
         if (mode == "replace_where") != (replace_where is not None):
             raise ValueError("replace_where needs mode='replace_where', and that mode needs it")
         self.create(path, df.schema, properties=properties, partition_by=partition_by)
         dt = _load(path, own=True)
+        _check_readable(dt, path)
         if _applied(dt, txn):
             return WriteResult(False, dt.version())
         table_partitions = list(dt.metadata().partition_columns)
@@ -373,75 +404,33 @@ class DeltaStore:
             raise SchemaMismatchError(
                 f"{path}: partitioned by {table_partitions}, not {list(partition_by)}"
             )
-        add_columns = self._conform_schema(dt, path, df.schema, schema_mode)
+        dt = self._conform_schema(dt, path, df.schema, schema_mode)
+        removes: list[Any] = []
         if mode == "replace_where":
             assert replace_where is not None
-            self._check_replace_where(df, path, replace_where)
+            df, removes = self._plan_replace_where(df, dt, path, replace_where)
         gate, verdict = gate_for(path, at_commit=True), None
         if gate is not None:
             whole = None
             if gate.needs_whole_table:
-                if mode == "append":
-                    whole = self.read(path).unionByName(df, allowMissingColumns=True)
-                elif replace_where is not None:
-                    kept = self.read(path).filter(~_holds(replace_where))
-                    whole = kept.unionByName(df, allowMissingColumns=True)
-                else:
-                    whole = df
+                kept = self.read(path) if mode == "append" else None
+                whole = df if kept is None else kept.unionByName(df, allowMissingColumns=True)
             source = (metadata or {}).get("lakehouse.source")
             verdict = gate.check(df, whole=whole, source=source)
             metadata = {**(metadata or {}), **gate.commit_metadata(verdict)}
-        if _legacy(txn):
-            self._write_data_source(df, path, dt, mode, txn, metadata, max_rows_per_file)
-        else:
-            writer = df.write.format("delta").option("maxRecordsPerFile", max_rows_per_file)
-            if mode == "overwrite":
-                # Replace every row, whatever the session's partitionOverwriteMode says.
-                writer = writer.mode("overwrite").option("partitionOverwriteMode", "static")
-            elif mode == "replace_where":
-                assert replace_where is not None
-                writer = writer.mode("overwrite").option("replaceWhere", replace_where)
-            else:
-                writer = writer.mode("append")
-            if add_columns:
-                writer = writer.option("mergeSchema", "true")
-            metadata, write_id = _tagged(txn, metadata)
-            for key, value in _writer_options(txn, metadata).items():
-                writer = writer.option(key, value)
-            try:
-                writer.save(str(path))
-            except Exception as exc:
-                _raise_if_conflict(exc, path)
-                raise
-            if not _committed(path, dt.version(), write_id):
-                return WriteResult(False, self.version(path))
-        version = self.version(path)
-        if gate is not None:
-            gate.record(verdict, table_version=version, published=True)
-        return WriteResult(True, version)
-
-    def _write_data_source(
-        self,
-        df: DataFrame,
-        path: Path,
-        dt: DeltaTable,
-        mode: WriteMode,
-        txn: Txn | Sequence[Txn] | None,
-        metadata: Mapping[str, Any] | None,
-        max_rows_per_file: int,
-    ) -> None:
-        """The delta-rs commit of a write delta-spark cannot express (see :meth:`write`)."""
-        from lakehouse.storage.commits import WritePlan
-        from lakehouse.storage.datasource import FORMAT
-
-        if mode == "replace_where":
-            raise ValueError("a replace-where write takes one position")
+        if mode == "append" and rows is not None and rows <= LOCAL_WRITE_ROWS:
+            # One Spark job collects the small batch as Arrow; the driver writes it.
+            result = self._write_local(df.toArrow(), path, dt, txn, metadata, max_rows_per_file)
+            if gate is not None:
+                gate.record(verdict, table_version=result.table_version, published=True)
+            return result
         plan = WritePlan(
             table_root=str(path),
             schema_b64=WritePlan.encode_schema(table_arrow_schema(dt)),
-            partition_by=list(dt.metadata().partition_columns),
+            partition_by=table_partitions,
             mode="overwrite" if mode == "overwrite" else "append",
             read_version=int(dt.version()),
+            removes=removes,
             txns=[(t.app_id, t.version) for t in _txns(txn)],
             metadata=_metadata_strings(metadata),
             max_rows_per_file=max_rows_per_file,
@@ -452,6 +441,33 @@ class DeltaStore:
         except Exception as exc:
             _raise_if_conflict(exc, path)
             raise
+        version = self.version(path)
+        if gate is not None:
+            gate.record(verdict, table_version=version, published=True)
+        return WriteResult(True, version)
+
+    def _write_local(
+        self,
+        data: pa.Table,
+        path: Path,
+        dt: DeltaTable,
+        txn: Txn | Sequence[Txn] | None,
+        metadata: Mapping[str, Any] | None,
+        max_rows_per_file: int = 5_000_000,
+    ) -> WriteResult:
+        """An append written by the driver, by the same file writer and commit as the tasks'."""
+        from lakehouse.storage.files import TableFileWriter
+
+        writer = TableFileWriter(
+            str(path),
+            table_arrow_schema(dt),
+            list(dt.metadata().partition_columns),
+            max_rows_per_file=max_rows_per_file,
+        )
+        files = writer.write_batches([data])
+        return self.commit_staged(
+            path, files, read_version=int(dt.version()), txn=txn, metadata=metadata
+        )
 
     def append_arrow(
         self,
@@ -463,13 +479,26 @@ class DeltaStore:
     ) -> WriteResult:
         """Append an Arrow table computed in the driver, in one commit, under the table's gate
         like every other write; with ``txn``, at most once per (app, version)."""
-        schema = table_arrow_schema(_load(path))
-        df = self.spark.createDataFrame(data.select(schema.names).cast(schema))
-        result = self.write(df, path, txn=txn, metadata=metadata)
-        if not result.committed:
-            return result
+        import pyarrow as pa
+
+        dt = _load(path, own=True)
+        _check_readable(dt, path)
+        if _applied(dt, txn):
+            return WriteResult(False, dt.version())
+        schema = table_arrow_schema(dt)
+        gate, verdict = gate_for(path, at_commit=True), None
+        if gate is not None:
+            whole = None
+            if gate.needs_whole_table:
+                whole = pa.concat_tables([snapshot_arrow(dt).cast(schema), data.cast(schema)])
+            source = (metadata or {}).get("lakehouse.source")
+            verdict = gate.check(data, data.num_rows, whole=whole, source=source)
+            metadata = {**(metadata or {}), **gate.commit_metadata(verdict)}
+        result = self._write_local(data, path, dt, txn, metadata)
+        if gate is not None:
+            gate.record(verdict, table_version=result.table_version, published=True)
         version = self.record_positions(path, txn, metadata)
-        return WriteResult(True, version, data.num_rows)
+        return WriteResult(result.committed, version, data.num_rows)
 
     @staticmethod
     def is_empty(path: Path) -> bool:
@@ -485,10 +514,17 @@ class DeltaStore:
         partition_by: Sequence[str] = (),
     ) -> None:
         """Create an empty table from an Arrow schema (no-op if it exists)."""
-        from pyspark.sql.pandas.types import from_arrow_schema
+        if self.exists(path):
+            return
+        from deltalake import DeltaTable
 
-        self.create(
-            path, from_arrow_schema(schema), properties=properties, partition_by=partition_by
+        path.mkdir(parents=True, exist_ok=True)
+        DeltaTable.create(
+            str(path),
+            schema=schema,
+            mode="ignore",
+            partition_by=list(partition_by) or None,
+            configuration=dict(properties),
         )
 
     def stage(
@@ -572,9 +608,9 @@ class DeltaStore:
 
     def _conform_schema(
         self, dt: DeltaTable, path: Path, incoming: StructType, schema_mode: SchemaMode
-    ) -> bool:
-        """Refuse incompatible data; whether it brings new nullable columns (allowed only when
-        asked: the write then merges them into the table's schema)."""
+    ) -> DeltaTable:
+        """Refuse incompatible data; add new nullable columns when asked. Returns a fresh table."""
+        from deltalake import Field
         from deltalake import Schema as DeltaSchema
         from pyspark.sql.pandas.types import to_arrow_schema
 
@@ -600,17 +636,39 @@ class DeltaStore:
             )
         if problems:
             raise SchemaMismatchError(f"{path}: " + "; ".join(problems))
-        return bool(new)
+        if new:
+            dt.alter.add_columns([Field(f.name, f.type, nullable=True) for f in new])
+            dt = _load(path, own=True)
+        return dt
 
-    @staticmethod
-    def _check_replace_where(df: DataFrame, path: Path, predicate: str) -> None:
-        """Refuse, before anything is written, new rows the predicate does not select."""
-        outside = df.filter(~_holds(predicate)).count()
+    def _plan_replace_where(
+        self, df: DataFrame, dt: DeltaTable, path: Path, predicate: str
+    ) -> tuple[DataFrame, list[Any]]:
+        """Rows to write (new + kept rows of touched files) and the files to remove."""
+        import pyarrow as pa
+        from pyspark.sql import functions as F
+
+        from lakehouse.storage.commits import RemovedFile
+
+        cond = F.coalesce(F.expr(predicate), F.lit(False))
+        outside = df.filter(~cond).count()
         if outside:
             raise ReplaceWhereError(
                 f"{path}: {outside} row(s) of the new data do not match the replace-where "
                 f"predicate {predicate!r}; nothing was written"
             )
+        current = self.read(path, version=dt.version(), with_file_name=True)
+        touched = {r["__file"] for r in current.filter(cond).select("__file").distinct().collect()}
+        if not touched:
+            return df, []
+        adds = pa.table(dt.get_add_actions(flatten=False)).to_pylist()
+        removes = [
+            RemovedFile(a["path"], a["size_bytes"], dict(a.get("partition") or {}))
+            for a in adds
+            if fs_path(path, a["path"]).name in touched
+        ]
+        kept = current.filter(F.col("__file").isin(list(touched)) & ~cond).drop("__file")
+        return df.unionByName(kept, allowMissingColumns=True), removes
 
     def merge(
         self,
@@ -642,11 +700,21 @@ class DeltaStore:
         then carries ``insertable``, a boolean column saying where ``insert_when`` holds.
         """
         import pyarrow as pa
+        from deltalake.exceptions import CommitFailedError
 
         dt = _load(path, own=True)
+        _check_readable(dt, path)
         if _applied(dt, txn):
             return WriteResult(False, dt.version())
-        arrow = isinstance(source, pa.Table)
+        if isinstance(source, pa.Table):
+            data = source
+            if insert_when:
+                flags = data.column(INSERTABLE)
+                data = _keep_insertable_or_matched(data.drop_columns([INSERTABLE]), flags, dt, on)
+        elif insert_when:
+            data = _drop_unmatched_non_inserts(source, dt, on, insert_when)
+        else:
+            data = source.toArrow()
         predicate = " AND ".join(f"t.{k} = s.{k}" for k in on)
 
         def clauses(builder: Any) -> Any:
@@ -658,80 +726,31 @@ class DeltaStore:
                 builder = builder.when_not_matched_by_source_delete()
             return builder
 
-        data: pa.Table | None = None  # the source in the driver, for the gate or delta-rs
         gate, verdict = gate_for(path, at_commit=True), None
         if gate is not None:
-            data = _driver_source(source, dt, on, insert_when)
             post, gone = _merge_outcome(dt, data, on, predicate, clauses)
             whole = _table_after(dt, on, post, gone) if gate.needs_whole_table else None
             position = (metadata or {}).get("lakehouse.source")
             verdict = gate.check(post, post.num_rows, whole=whole, source=position)
             metadata = {**(metadata or {}), **gate.commit_metadata(verdict)}
-        source_rows: int | None
-        if _legacy(txn):
-            data = _driver_source(source, dt, on, insert_when) if data is None else data
-            _merge_delta_rs(dt, path, data, predicate, clauses, txn, metadata)
-            source_rows = data.num_rows
-        else:
-            df = self.spark.createDataFrame(source) if arrow else source
-            when = f"s.{INSERTABLE}" if arrow and insert_when else insert_when
-            metadata, write_id = _tagged(txn, metadata)
-            merged = self._merge_spark(
-                df,
-                path,
-                on=on,
-                clauses=_merge_clauses(
-                    update, insert, delete_when, when, delete_unmatched, update_when
-                ),
-                txn=txn,
-                metadata=metadata,
+        builder = clauses(
+            dt.merge(
+                data,
+                predicate,
+                source_alias="s",
+                target_alias="t",
+                commit_properties=_commit_properties(txn, metadata),
             )
-            source_rows = source.num_rows if isinstance(source, pa.Table) else merged
-            if not _committed(path, dt.version(), write_id):
-                return WriteResult(False, self.version(path))
-        version = self.record_positions(path, txn, metadata)
+        )
+        try:
+            builder.execute()
+        except CommitFailedError as exc:
+            raise ConcurrentWriteError(str(path), str(exc)) from None
+        # delta-rs brought ``dt`` to the merge's own commit, if it made one.
+        version = self.record_positions(path, txn, metadata, table=dt)
         if gate is not None:
             gate.record(verdict, table_version=version, published=True)
-        return WriteResult(True, version, source_rows)
-
-    def _merge_spark(
-        self,
-        source: DataFrame,
-        path: Path,
-        *,
-        on: Sequence[str],
-        clauses: str,
-        txn: Txn | Sequence[Txn] | None,
-        metadata: Mapping[str, Any] | None,
-    ) -> int | None:
-        """``MERGE INTO`` the table from ``source`` (aliases ``t`` and ``s``) with delta-spark, the
-        position and metadata in its commit; returns how many source rows it read.
-
-        A MERGE takes its app transaction and user metadata from session settings, which every
-        statement of the session would see: they are set, used and cleared under one lock, so
-        two writers sharing the session in this process cannot pick up each other's."""
-        import uuid
-
-        view = f"lakehouse_merge_{uuid.uuid4().hex}"
-        condition = " AND ".join(f"t.`{k}` = s.`{k}`" for k in on)
-        statement = f"MERGE INTO {_sql_table(path)} AS t USING {view} AS s ON {condition} {clauses}"
-        settings = _session_settings(txn, metadata)
-        with _SESSION_SETTINGS_LOCK:
-            source.createOrReplaceTempView(view)
-            try:
-                for key, value in settings.items():
-                    self.spark.conf.set(key, value)
-                self.spark.sql(statement).collect()
-            except Exception as exc:
-                _raise_if_conflict(exc, path)
-                raise
-            finally:
-                for key in settings:
-                    self.spark.conf.unset(key)
-                self.spark.catalog.dropTempView(view)
-        (commit,) = _load(path).history(1)
-        rows = (commit.get("operationMetrics") or {}).get("numSourceRows")
-        return None if rows is None else int(rows)
+        return WriteResult(True, version, data.num_rows)
 
     def delete_matching(
         self,
@@ -742,209 +761,74 @@ class DeltaStore:
         metadata: Mapping[str, Any] | None = None,
     ) -> int:
         """Delete the rows of ``path`` whose ``on`` columns match a row of ``keys`` (distinct
-        key rows), in one commit; return how many went. No commit when ``keys`` is empty."""
-        keys = keys.select(*on)
-        if keys.isEmpty():
+        key rows, collected to the driver), in one commit; return how many went. No commit
+        when none match."""
+        from deltalake.exceptions import CommitFailedError
+
+        data = keys.select(*on).toArrow()
+        if data.num_rows == 0:
             return 0
-        before = self.version(path)
-        self._merge_spark(
-            keys,
-            path,
-            on=on,
-            clauses="WHEN MATCHED THEN DELETE",
-            txn=None,
-            metadata=metadata,
-        )
-        if self.version(path) == before:
-            return 0
-        (commit,) = _load(path).history(1)
-        return int((commit.get("operationMetrics") or {}).get("numTargetRowsDeleted", 0))
+        dt = _load(path, own=True)
+        _check_readable(dt, path)
+        predicate = " AND ".join(f"t.{k} = s.{k}" for k in on)
+        try:
+            metrics = (
+                dt.merge(
+                    data,
+                    predicate,
+                    source_alias="s",
+                    target_alias="t",
+                    commit_properties=_commit_properties(None, metadata),
+                )
+                .when_matched_delete()
+                .execute()
+            )
+        except CommitFailedError as exc:
+            raise ConcurrentWriteError(str(path), str(exc)) from None
+        return int(metrics.get("num_target_rows_deleted", 0))
 
     def record_positions(
         self,
         path: Path,
         txn: Txn | Sequence[Txn] | None,
         metadata: Mapping[str, Any] | None,
+        *,
+        table: DeltaTable | None = None,
     ) -> int:
         """Commit ``txn`` with no rows unless the table already holds exactly these positions;
         return the table's version after.
 
-        A merge may make no commit (an empty batch, or rows that all equal the stored ones),
-        yet the consumer's position must still advance, or the same input versions would be
-        read again every run."""
+        delta-rs makes no commit for a merge that changes nothing (an empty batch, or one whose
+        rows all equal the stored ones). The consumer's position must still advance, or the same
+        input versions would be read again every run. ``table``: the table as the caller's own
+        commit left it (delta-rs brings a loaded table to the commit it makes); when that commit
+        carried the positions, the log is not loaded again."""
+        from deltalake import write_deltalake
 
         def holds(dt: DeltaTable) -> bool:
             return all(dt.transaction_version(t.app_id) == t.version for t in _txns(txn))
 
+        if table is not None and holds(table):
+            return int(table.version())
         dt = _load(path)
-        if holds(dt):
-            return int(dt.version())
-        if _legacy(txn):
-            from deltalake import write_deltalake
-
+        if not holds(dt):
             empty = table_arrow_schema(dt).empty_table()
             write_deltalake(
                 dt, empty, mode="append", commit_properties=_commit_properties(txn, metadata)
             )
-            return int(dt.version())
-        writer = self.read(path).limit(0).write.format("delta").mode("append")
-        for key, value in _writer_options(txn, metadata).items():
-            writer = writer.option(key, value)
-        writer.save(str(path))
-        return int(_load(path).version())
+        return int(dt.version())
 
 
-def _legacy(txn: Txn | Sequence[Txn] | None) -> bool:
-    """Whether a write needs the delta-rs commit: several positions in one commit, or a position
-    moved back. delta-spark records one app transaction per commit and skips a write whose
-    version is not newer than the recorded one."""
-    txns = _txns(txn)
-    return len(txns) > 1 or any(t.rewind for t in txns)
-
-
-WRITE_ID_KEY = "lakehouse.write"
-
-
-def _tagged(
-    txn: Txn | Sequence[Txn] | None, metadata: Mapping[str, Any] | None
-) -> tuple[Mapping[str, Any] | None, str | None]:
-    """A write with a position gets an id in its commit metadata: delta-spark skips, without a
-    word, a write whose version its app already recorded (a racing retry committed first), and
-    the id tells afterwards whether the commit is this write's."""
-    import uuid
-
-    if not _txns(txn):
-        return metadata, None
-    write_id = uuid.uuid4().hex
-    return {**(metadata or {}), WRITE_ID_KEY: write_id}, write_id
-
-
-def _committed(path: Path, planned_on: int, write_id: str | None) -> bool:
-    """Whether the write tagged ``write_id`` made a commit after version ``planned_on``."""
-    if write_id is None:
-        return True
-    dt = _load(path)
-    newer = int(dt.version()) - planned_on
-    if newer <= 0:
-        return False
-    return any(commit_metadata(c).get(WRITE_ID_KEY) == write_id for c in dt.history(newer))
-
-
-def _holds(predicate: str) -> Any:
-    """A SQL predicate as a column that is false, not null, where it cannot be evaluated."""
-    from pyspark.sql import functions as F
-
-    return F.coalesce(F.expr(predicate), F.lit(False))
-
-
-def _sql_table(path: Path) -> str:
-    """The table at ``path`` as delta-spark's SQL names it."""
-    return "delta.`" + str(path).replace("`", "``") + "`"
-
-
-def _user_metadata(metadata: Mapping[str, Any] | None) -> str | None:
-    """The commit metadata as the commit's ``userMetadata``: one JSON object of strings (see
-    :func:`commit_metadata` for the way back)."""
-    return json.dumps(_metadata_strings(metadata), sort_keys=True) if metadata else None
-
-
-def _writer_options(
-    txn: Txn | Sequence[Txn] | None, metadata: Mapping[str, Any] | None
-) -> dict[str, str]:
-    """delta-spark's DataFrame writer options for a write's position and metadata."""
-    options: dict[str, str] = {}
-    for t in _txns(txn):  # at most one here (see _legacy)
-        options |= {"txnAppId": t.app_id, "txnVersion": str(t.version)}
-    user = _user_metadata(metadata)
-    if user is not None:
-        options["userMetadata"] = user
-    return options
-
-
-# The session settings a MERGE takes its position and metadata from (delta-io/delta#1999).
-_TXN_APP = "spark.databricks.delta.write.txnAppId"
-_TXN_VERSION = "spark.databricks.delta.write.txnVersion"
-_USER_METADATA = "spark.databricks.delta.commitInfo.userMetadata"
-_SESSION_SETTINGS_LOCK = threading.Lock()
-
-
-def _session_settings(
-    txn: Txn | Sequence[Txn] | None, metadata: Mapping[str, Any] | None
-) -> dict[str, str]:
-    options = _writer_options(txn, metadata)
-    names = {"txnAppId": _TXN_APP, "txnVersion": _TXN_VERSION, "userMetadata": _USER_METADATA}
-    return {names[k]: v for k, v in options.items()}
-
-
-def _merge_clauses(
-    update: Mapping[str, str],
-    insert: Mapping[str, str],
-    delete_when: str | None,
-    insert_when: str | None,
-    delete_unmatched: bool,
-    update_when: str | None,
-) -> str:
-    """The WHEN clauses of a MERGE statement (see :meth:`DeltaStore.merge`)."""
-    parts = []
-    if delete_when:
-        parts.append(f"WHEN MATCHED AND ({delete_when}) THEN DELETE")
-    sets = ", ".join(f"`{c}` = {e}" for c, e in update.items())
-    parts.append(
-        f"WHEN MATCHED{f' AND ({update_when})' if update_when else ''} THEN UPDATE SET {sets}"
-    )
-    columns = ", ".join(f"`{c}`" for c in insert)
-    values = ", ".join(insert.values())
-    parts.append(
-        f"WHEN NOT MATCHED{f' AND ({insert_when})' if insert_when else ''} "
-        f"THEN INSERT ({columns}) VALUES ({values})"
-    )
-    if delete_unmatched:
-        parts.append("WHEN NOT MATCHED BY SOURCE THEN DELETE")
-    return " ".join(parts)
-
-
-def _driver_source(
-    source: DataFrame | pa.Table, dt: DeltaTable, on: list[str], insert_when: str | None
-) -> pa.Table:
-    """A merge's source as Arrow in the driver, for the gate's dry run and delta-rs merges."""
-    import pyarrow as pa
-
-    if isinstance(source, pa.Table):
-        if not insert_when:
-            return source
-        flags = source.column(INSERTABLE)
-        return _keep_insertable_or_matched(source.drop_columns([INSERTABLE]), flags, dt, on)
-    if insert_when:
-        return _drop_unmatched_non_inserts(source, dt, on, insert_when)
-    return source.toArrow()
-
-
-def _merge_delta_rs(
-    dt: DeltaTable,
-    path: Path,
-    data: pa.Table,
-    predicate: str,
-    clauses: Any,
-    txn: Txn | Sequence[Txn] | None,
-    metadata: Mapping[str, Any] | None,
-) -> None:
-    """The delta-rs merge of a write that carries several positions (see :func:`_legacy`)."""
-    from deltalake.exceptions import CommitFailedError
-
-    _check_readable(dt, path)
-    builder = clauses(
-        dt.merge(
-            data,
-            predicate,
-            source_alias="s",
-            target_alias="t",
-            commit_properties=_commit_properties(txn, metadata),
-        )
-    )
-    try:
-        builder.execute()
-    except CommitFailedError as exc:
-        raise ConcurrentWriteError(str(path), str(exc)) from None
+def _partition_text(value: Any) -> str | None:
+    """A partition value as the text Spark casts back to the column's type (the log stores
+    text; delta-rs's add actions give typed values)."""
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, date):  # datetime too
+        return value.isoformat()
+    return str(value)
 
 
 def _merge_outcome(
@@ -1043,23 +927,12 @@ def _activate(spark: SparkSession) -> None:
     SparkSession._get_j_spark_session_class(jvm).setActiveSession(spark._jsparkSession)
 
 
-# delta-spark's error classes for a commit that lost to a concurrent one.
-_SPARK_CONFLICT = re.compile(
-    r"DELTA_(CONCURRENT_[A-Z_]+|METADATA_CHANGED|PROTOCOL_CHANGED)|io\.delta\.exceptions\.Concurrent"
-)
-
-
 def _raise_if_conflict(exc: BaseException, path: Path) -> None:
-    """Turn a lost commit race into :class:`ConcurrentWriteError`: delta-spark's conflict
-    exceptions, or the data source's report (raised in a Python worker, so it reaches us as
-    text); other errors are left to the caller."""
+    """Turn the data source's conflict report (raised in a Python worker, so it reaches us as
+    text) into :class:`ConcurrentWriteError`; other errors are left to the caller."""
     from lakehouse.storage.commits import CONFLICT_MARKER
 
     text = str(exc)
-    found = _SPARK_CONFLICT.search(text)
-    if found is not None:
-        line = text[found.start() :].splitlines()[0]
-        raise ConcurrentWriteError(str(path), line) from None
     if CONFLICT_MARKER not in text:
         return
     tail = text[text.index(CONFLICT_MARKER) + len(CONFLICT_MARKER) :].lstrip(": ")
@@ -1110,23 +983,10 @@ def latest_metadata(path: Path, key: str) -> Any:
     dt = _load(path)
     for limit in (16, None):
         for commit in dt.history(limit):
-            values = commit_metadata(commit)
-            if key in values:
-                raw = values[key]
+            if key in commit:
+                raw = commit[key]
                 return json.loads(raw) if isinstance(raw, str) else raw
     return None
-
-
-def commit_metadata(commit: Mapping[str, Any]) -> dict[str, Any]:
-    """A commit's metadata (an entry of delta-rs's ``history()``): delta-spark's commits carry
-    it as one JSON object in ``userMetadata`` (see :func:`_user_metadata`), delta-rs's as
-    keys of the commit info itself."""
-    values = dict(commit)
-    user = commit.get("userMetadata")
-    if isinstance(user, str) and user.startswith("{"):
-        with contextlib.suppress(ValueError):  # else a user's own text, not ours
-            values |= json.loads(user)
-    return values
 
 
 def read_arrow(path: Path, version: int | None = None, as_of: datetime | None = None) -> pa.Table:
