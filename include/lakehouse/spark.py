@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from lakehouse import jvm
-from lakehouse.errors import ConfigError
+from lakehouse.errors import ConfigError, JarsError
 from lakehouse.runtime import ensure_java
 
 if TYPE_CHECKING:
@@ -134,7 +134,8 @@ def get_session(
     """Return the process's SparkSession, creating it with the platform's settings;
     ``short_lived``: this process runs one micro-batch and exits (the JVM's JIT is chosen for
     that, see :func:`driver_java_options`). Raises :class:`~lakehouse.errors.JarsError` before
-    starting anything if a jar of :func:`jvm_conf` is missing."""
+    Spark starts if a jar of :func:`jvm_conf` is missing, or, under spark-submit, if the submit
+    did not give them."""
     from pyspark.sql import SparkSession
 
     launched = "PYSPARK_GATEWAY_PORT" in os.environ  # spark-submit has started the JVM
@@ -157,11 +158,33 @@ def get_session(
         # Launched by spark-submit: its --master/--name/--driver-memory are the ones to keep.
         for key in ("spark.master", "spark.app.name", "spark.driver.memory"):
             conf.pop(key)
+    if launched:
+        _check_submitted_jars(conf["spark.jars"])
     for key, value in conf.items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel(os.environ.get("LAKEHOUSE_SPARK_LOG_LEVEL", "WARN"))
     return session
+
+
+def _check_submitted_jars(jars: str) -> None:
+    """spark-submit started this process's JVM, and its class path was fixed then: the jars
+    must have come with the submit (its ``spark.jars`` or ``--jars``). Setting them now would
+    reach the executors but not the driver, which would miss Delta's classes."""
+    from urllib.parse import urlparse
+
+    from pyspark import SparkConf, SparkContext
+
+    SparkContext._ensure_initialized()  # connects to spark-submit's JVM, to read its settings
+    given = SparkConf().get("spark.jars") or ""
+    names = {Path(urlparse(uri).path).name for uri in given.split(",") if uri}
+    missing = [Path(jar).name for jar in jars.split(",") if Path(jar).name not in names]
+    if missing:
+        raise JarsError(
+            [f"spark-submit started this job without the JVM jars {', '.join(missing)}"],
+            "submit it with lakehouse.spark.submit_conf()'s settings, as the Airflow operator "
+            "does: `--conf spark.jars=...`",
+        )
 
 
 class LazySession:

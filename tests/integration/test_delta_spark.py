@@ -1,16 +1,34 @@
 """Spark's own Delta Lake and Avro, from the jars `make install` put in .venv/jars (lakehouse.jvm):
-a Delta table written, read and described by Spark, and an Avro round trip."""
+a Delta table written, read and described by Spark, an Avro round trip, and a spark-submit with
+the platform's settings (and one without the jars, refused)."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from lakehouse import jvm
+from lakehouse.spark import conf_args, submit_conf
 
 pytestmark = pytest.mark.integration
+
+JOB = """\
+import sys
+from lakehouse.errors import JarsError
+from lakehouse.spark import get_session
+try:
+    spark = get_session(app_name="lakehouse-delta-check")
+except JarsError as exc:
+    print("refused:", exc)
+    sys.exit(2)
+spark.range(3).write.format("delta").save(sys.argv[1])
+print("rows", spark.read.format("delta").load(sys.argv[1]).count())
+"""
 
 
 def _jar_of(spark: Any, class_name: str) -> str:
@@ -62,3 +80,47 @@ def test_spark_encodes_and_decodes_avro(spark: Any) -> None:
     assert sorted(tuple(row) for row in decoded.collect()) == [(1, "alice"), (2, "bob")]
     avro_jar = _jar_of(spark, "org.apache.spark.sql.avro.AvroDataToCatalyst")
     assert avro_jar == str(jvm.jars_dir() / "spark-avro_2.13-4.2.0.jar")
+
+
+def _submit(tmp_path: Path, conf: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """JOB through this interpreter's spark-submit, with ``conf``."""
+    job = tmp_path / "job.py"
+    job.write_text(JOB)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("LAKEHOUSE_", "PYSPARK_"))}
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+    return subprocess.run(
+        [
+            str(Path(sys.executable).parent / "spark-submit"),
+            *("--master", "local[1]"),
+            *conf_args(conf),
+            str(job),
+            str(tmp_path / "table"),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+
+
+def test_a_spark_submit_with_the_platforms_settings_has_delta(tmp_path: Path) -> None:
+    done = _submit(tmp_path, submit_conf())
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "rows 3" in done.stdout.splitlines()
+
+
+def test_a_spark_submit_without_the_jars_is_refused_naming_them(tmp_path: Path) -> None:
+    """Its JVM's class path is fixed when it starts: the job says so instead of failing on a
+    missing Delta class."""
+    conf = {key: value for key, value in submit_conf().items() if key != "spark.jars"}
+    done = _submit(tmp_path, conf)
+    assert done.returncode == 2, done.stdout[-3000:] + done.stderr[-3000:]
+    refused = [line for line in done.stdout.splitlines() if line.startswith("refused: ")]
+    assert refused == [
+        "refused: spark-submit started this job without the JVM jars "
+        + ", ".join(jvm.read_lock())
+        + " (submit it with lakehouse.spark.submit_conf()'s settings, as the Airflow operator "
+        "does: `--conf spark.jars=...`)"
+    ]
+    assert not (tmp_path / "table").exists()

@@ -26,6 +26,7 @@ import pytest
 from lakehouse.airflow_env import airflow_environment
 from lakehouse.config import REPO_ROOT, Layer, Settings
 from lakehouse.runtime import find_java
+from lakehouse.spark import conf_args, jvm_conf
 from lakehouse.storage import changes_arrow, read_arrow
 
 pytestmark = pytest.mark.integration
@@ -234,6 +235,8 @@ def _submit(
         *("--name", f"lakehouse-{layer}-{topic}"),
         *("--conf", f"spark.pyspark.python={sys.executable}"),
         *("--conf", f"spark.pyspark.driver.python={sys.executable}"),
+        # The platform's jars (spark.jars: the executors fetch them from the driver) and Delta.
+        *conf_args(jvm_conf()),
         *("--executor-memory", "512m", "--total-executor-cores", str(WORKERS)),
         *("--driver-memory", "1g"),
         # Wait for both executors before the first job (the standalone default waits 30 s).
