@@ -4,12 +4,11 @@ The bronze table has the schema of Spark's Kafka source (``key``, ``value``, ``t
 ``partition``, ``offset``, ``timestamp``, ``timestampType``, ``headers``) plus ingest metadata
 (``_source_file``, ``_batch_id``, ``_ingested_at``).
 
-One micro-batch: list the segments not yet ingested, parse them in Spark tasks (one task per
-topic partition, so records re-delivered in several files are recognised by their offset and
-land once; a small batch is parsed the same way in the driver, with no Spark job), write the
-good records as the table's files from those tasks, and commit them in
-one Delta transaction that also records the new position: the next offset per partition (app
-transaction ``landing`` with the batch id as version, plus commit metadata). Bad lines go to the
+One micro-batch: list the segments not yet ingested, parse them in Spark tasks (a partition's
+files in one task, in offset order, so records re-delivered in several files are recognised by
+their offset and land once), and append the good records with delta-spark in one Delta commit
+that also records the new position: the next offset per partition (app transaction ``landing``
+with the batch id as version, and the position in the commit's metadata). Bad lines go to the
 bronze quarantine table with file, line, byte offset and reason, and the good records of the
 same file still land. A crash anywhere is repaired by the next run: nothing lost, nothing doubled.
 """
@@ -22,22 +21,19 @@ from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import unquote
 
 import pyarrow as pa
 
-from lakehouse import quality
-from lakehouse.config import Settings, megabytes_setting
+from lakehouse.config import Settings
 from lakehouse.contracts import Contract
-from lakehouse.errors import QualityGateError
 from lakehouse.landing import Segment, end_offsets, list_segments, start_offset_of
 from lakehouse.segments import RECORD_SCHEMA, BadLine, SegmentFile, constant, read_segment
-from lakehouse.storage import DeltaStore, Txn
-from lakehouse.storage.files import DataFile, delete_data_files
+from lakehouse.storage import CDF_PROPERTIES, DeltaStore, Txn, delta_spark
 from lakehouse.storage.gates import gate_for
+from lakehouse.storage.tasks import rows_from_tasks
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import SparkSession
 
 BRONZE_APP = "landing"
 POSITION_KEY = "lakehouse.position"
@@ -289,14 +285,13 @@ def _work_items(
 
 
 def _write_quarantine(
-    store: DeltaStore,
+    spark: SparkSession,
     settings: Settings,
     topic: str,
     batch_id: int,
     bad: list[dict[str, Any]],
 ) -> None:
-    """Append a batch's bad lines to the topic's bronze quarantine. They were collected in the
-    driver already (a task's side output), so the driver writes them: no Spark job."""
+    """Append a batch's bad lines to the topic's bronze quarantine, once per batch."""
     if not bad:
         return
     now = int(time.time() * 1_000_000)
@@ -310,15 +305,16 @@ def _write_quarantine(
         "_ingested_at": [now] * n,
     }
     path = settings.quarantine_path("bronze", topic)
-    store.create_arrow(path, QUARANTINE_SCHEMA)
-    store.append_arrow(
-        pa.table(columns, schema=QUARANTINE_SCHEMA), path, txn=Txn(BRONZE_APP, batch_id)
-    )
+    with delta_spark.table_lock(path):
+        delta_spark.create_table(spark, path, QUARANTINE_SCHEMA, properties=CDF_PROPERTIES)
+        rows = delta_spark.arrow_frame(spark, pa.table(columns, schema=QUARANTINE_SCHEMA))
+        delta_spark.append(rows, path, txn=Txn(BRONZE_APP, batch_id))
 
 
-def _repair_quarantine(store: DeltaStore, settings: Settings, contract: Contract) -> None:
+def _repair_quarantine(spark: SparkSession, settings: Settings, contract: Contract) -> None:
     """If the last run committed bronze but died before quarantining its bad lines, redo that:
     the segment files are immutable, so reading them again finds the same bad lines."""
+    store = DeltaStore(spark)
     path = settings.bronze_path(contract.topic)
     done = store.transaction_version(path, BRONZE_APP)
     if done is None:
@@ -336,48 +332,26 @@ def _repair_quarantine(store: DeltaStore, settings: Settings, contract: Contract
         for raw in summary["files_with_bad_lines"]
         for b in read_segment(SegmentFile(**raw), contract.topic, contract.max_record_bytes).bad
     ]
-    _write_quarantine(store, settings, contract.topic, done, bad)
-
-
-def driver_ingest_bytes() -> int:
-    """A batch whose landing segments take at most this many bytes is read and staged by the
-    driver, where a Spark job would cost more than the work (a 10K-record micro-batch is about
-    1 MB of JSON lines): ``LAKEHOUSE_BRONZE_DRIVER_MB``, default 16 (0: always in Spark's
-    tasks, one per partition)."""
-    return megabytes_setting("LAKEHOUSE_BRONZE_DRIVER_MB", 16)
-
-
-def _segment_bytes(segment: Segment) -> int:
-    keys = segment.keys_path.stat().st_size if segment.keys_path else 0
-    return segment.path.stat().st_size + keys
-
-
-def _staged_batch(
-    spark: SparkSession, table: Path, files: list[DataFile], rows: int, columns: list[str] | None
-) -> pa.Table | DataFrame:
-    """The staged (not yet committed) batch, as the gate reads it: the columns it reads, as
-    Arrow in the driver when the batch is small enough for GX's pandas engine, else a Spark read
-    of the files."""
-    paths = [str(table / unquote(f.path)) for f in files]
-    if rows <= quality.pandas_max_rows():
-        import pyarrow.parquet as pq
-
-        wanted = columns or ["offset"]  # any one column keeps the row count
-        if not paths:
-            return BRONZE_SCHEMA.empty_table().select(wanted)
-        return pa.concat_tables([pq.read_table(p, columns=wanted) for p in paths])
-    return spark.read.parquet(*paths)
+    _write_quarantine(spark, settings, contract.topic, done, bad)
 
 
 def ingest(spark: SparkSession, settings: Settings, contract: Contract) -> BronzeResult:
-    """Ingest every new landing record of a topic as one bronze batch (one Delta commit)."""
+    """Ingest every new landing record of a topic as one bronze batch (one Delta commit).
+
+    The job holds the table's commit lock throughout: a second copy of it (a retried task
+    beside the first) waits, then finds the batch done."""
+    path = settings.bronze_path(contract.topic)
+    with delta_spark.table_lock(path):
+        delta_spark.create_table(spark, path, BRONZE_SCHEMA, properties=CDF_PROPERTIES)
+        _repair_quarantine(spark, settings, contract)
+        return _ingest(spark, settings, contract, path)
+
+
+def _ingest(
+    spark: SparkSession, settings: Settings, contract: Contract, path: Path
+) -> BronzeResult:
     store = DeltaStore(spark)
     topic = contract.topic
-    path = settings.bronze_path(topic)
-    store.create_arrow(path, BRONZE_SCHEMA)
-    _repair_quarantine(store, settings, contract)
-
-    read_version = store.version(path)
     pos = position(store, settings, topic)
     last_batch = store.transaction_version(path, BRONZE_APP)
     batch_id = 0 if last_batch is None else last_batch + 1
@@ -387,51 +361,45 @@ def ingest(spark: SparkSession, settings: Settings, contract: Contract) -> Bronz
         return BronzeResult(topic, None, next_offsets=pos.next)
 
     items = _work_items(contract, segments, pos, batch_id)
-    small = sum(_segment_bytes(s) for s in segments) <= driver_ingest_bytes()
-    staged = store.stage(items, _partition_task, path, in_driver=small)
-    files = [s for s in staged.side if "file" in s]
-    bad = [s["bad_line"] for s in staged.side if "bad_line" in s]
-    new_pos = advance(pos, files, listed_at)
-    gaps = offset_gaps(pos, new_pos, files)
-    kept = sum(f["kept"] for f in files)
-    duplicates = sum(f["duplicates"] for f in files)
-    bad_files = {b["source_file"] for b in bad}
-    summary = {
-        "batch_id": batch_id,
-        "records": kept,
-        "quarantined": len(bad),
-        "duplicates": duplicates,
-        "gaps": {str(p): g for p, g in gaps.items()},
-        "files_with_bad_lines": [f["file"] for f in files if f["file"]["path"] in bad_files],
-    }
-    verdict = None
-    gate = gate_for(path)
-    if gate is not None:
-        try:
+    with rows_from_tasks(spark, items, _partition_task, BRONZE_SCHEMA) as (records, side):
+        files = [s for s in side if "file" in s]
+        bad = [s["bad_line"] for s in side if "bad_line" in s]
+        new_pos = advance(pos, files, listed_at)
+        gaps = offset_gaps(pos, new_pos, files)
+        kept = sum(f["kept"] for f in files)
+        duplicates = sum(f["duplicates"] for f in files)
+        bad_files = {b["source_file"] for b in bad}
+        summary = {
+            "batch_id": batch_id,
+            "records": kept,
+            "quarantined": len(bad),
+            "duplicates": duplicates,
+            "gaps": {str(p): g for p, g in gaps.items()},
+            "files_with_bad_lines": [f["file"] for f in files if f["file"]["path"] in bad_files],
+        }
+        verdict = None
+        gate = gate_for(path)
+        if gate is not None:
             verdict = gate.check(
-                _staged_batch(spark, path, staged.files, kept, gate.columns),
+                records.select(*(gate.columns or ["offset"])),
                 kept,
                 source={
                     "table": f"landing.{topic}",
                     "offsets": {str(p): n for p, n in pos.next.items()},
                 },
             )
-        except QualityGateError:
-            delete_data_files(path, staged.files)
-            raise
-    result = store.commit_staged(
-        path,
-        staged.files,
-        read_version=read_version,
-        txn=Txn(BRONZE_APP, batch_id),
-        metadata={
-            POSITION_KEY: new_pos.to_json(),
-            BATCH_KEY: summary,
-            **({} if gate is None or verdict is None else gate.commit_metadata(verdict)),
-        },
-    )
+        result = delta_spark.append(
+            records,
+            path,
+            txn=Txn(BRONZE_APP, batch_id),
+            metadata={
+                POSITION_KEY: new_pos.to_json(),
+                BATCH_KEY: summary,
+                **({} if gate is None or verdict is None else gate.commit_metadata(verdict)),
+            },
+        )
     if result.committed:
-        _write_quarantine(store, settings, topic, batch_id, bad)
+        _write_quarantine(spark, settings, topic, batch_id, bad)
     if gate is not None and verdict is not None:
         gate.record(verdict, table_version=result.table_version, published=result.committed)
     return BronzeResult(

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
@@ -25,7 +24,7 @@ from lakehouse.quality import (
     sync_constraints,
 )
 from lakehouse.registry import SchemaRegistry
-from lakehouse.storage import DeltaStore
+from lakehouse.storage import DeltaStore, is_table
 from lakehouse.storage.gates import gating
 from lakehouse.storage.maintenance import Consumer, MaintenanceReport, maintain
 
@@ -43,9 +42,8 @@ def layer_tables(settings: Settings, contract: Contract, layer: Layer) -> list[t
     return [(name, path[layer](name)) for name in contract.published_tables(layer)]
 
 
-# Each layer's setting of the batch size it still does in the driver.
+# Each layer's setting of the batch size it still does in the driver (bronze: none).
 _DRIVER_LIMITS: dict[Layer, Callable[[], int]] = {
-    "bronze": bronze.driver_ingest_bytes,
     "silver": streams.driver_decode_bytes,
     "gold": tables.driver_fold_bytes,
 }
@@ -80,7 +78,8 @@ def run_layer(
     SchemaRegistry(settings.registry_root).register(contract)
     # A bad setting fails here, before any data moves.
     pandas_max_rows()
-    _DRIVER_LIMITS[layer]()
+    if layer in _DRIVER_LIMITS:
+        _DRIVER_LIMITS[layer]()
     run = run or RunInfo.from_env()
     ledger = LedgerBuffer(settings)
     names = None if specs is None else {s.name for s in specs}
@@ -91,7 +90,7 @@ def run_layer(
     }
     # The verdicts of commits whose job died before writing them to the ledger.
     ledger.rows += restore_ledger(settings, [path for path, gate in gates.items() if gate.active])
-    existed = {path for path in gates if (path / "_delta_log").is_dir()}
+    existed = {path for path in gates if is_table(path)}
     for path in existed:
         _constrain(path, gates[path], echo)
     # A reprocess or a refresh is judged by the same expectations, but it is not a micro-batch:
@@ -117,7 +116,7 @@ def run_layer(
             with gating({p: g for p, g in resets.items() if g.active}):
                 lines.append(_reprocess_silver(spark, settings, contract, request))
         for path, gate in gates.items():
-            if path not in existed and (path / "_delta_log").is_dir():
+            if path not in existed and is_table(path):
                 _constrain(path, gate, echo)  # a table this run created
             check_freshness(gate)
     finally:
@@ -250,14 +249,14 @@ def _table_name(settings: Settings, path: Path) -> str:
 def _bronze_records(path: Path, start: int, end: int) -> int:
     """The records bronze added in versions start..end, from its commits' batch summaries."""
     from lakehouse.storage import snapshots
+    from lakehouse.storage.delta_spark import commit_metadata
 
     total = 0
     for commit in snapshots.latest(path).history():
         version = commit.get("version")
-        raw = commit.get(bronze.BATCH_KEY)
-        if version is None or raw is None or not start <= int(version) <= end:
+        value = commit_metadata(commit, bronze.BATCH_KEY)
+        if version is None or value is None or not start <= int(version) <= end:
             continue
-        value = json.loads(raw) if isinstance(raw, str) else raw
         total += int(value.get("records", 0))
     return total
 
@@ -381,7 +380,7 @@ def topic_tables(
         # The gold table always; its state and late-record tables once they exist (a consumer
         # without a position would keep the whole history from being vacuumed).
         private = [out.state, *sorted(out.state.parent.glob(f"{out.state.name}__*")), out.late]
-        for path in [out.gold, *(p for p in private if (p / "_delta_log").is_dir())]:
+        for path in [out.gold, *(p for p in private if is_table(p))]:
             owned.append(path)
             for feed, feed_app in feeds:
                 readers.setdefault(feed, []).append(Consumer(f"gold.{spec.name}", path, feed_app))
@@ -416,7 +415,7 @@ def maintain_topics(
             (p, c) for contract in contracts for p, c in topic_tables(settings, contract, catalog)
         ]
     for path, consumers in tables:
-        if not (path / "_delta_log").is_dir():
+        if not is_table(path):
             continue
         report = maintain(
             path, consumers, retention_hours=retention_hours, compact=compact, dry_run=dry_run

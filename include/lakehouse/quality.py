@@ -42,7 +42,8 @@ from typing import TYPE_CHECKING, Any
 from lakehouse.config import Layer, Settings
 from lakehouse.contracts import Contract, Expectation
 from lakehouse.errors import ConfigError, QualityGateError
-from lakehouse.storage import gates
+from lakehouse.storage import gates, is_table
+from lakehouse.storage.delta_spark import commit_metadata
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -535,7 +536,7 @@ def write_ledger(settings: Settings, rows: Sequence[Mapping[str, Any]]) -> None:
     ledger = settings.ledger_path
     ledger.mkdir(parents=True, exist_ok=True)
     write_deltalake(
-        snapshots.latest(ledger) if (ledger / "_delta_log").is_dir() else str(ledger),
+        snapshots.latest(ledger) if is_table(ledger) else str(ledger),
         pa.Table.from_pylist(list(rows), schema=ledger_schema()),
         mode="append",
         commit_properties=CommitProperties(
@@ -569,7 +570,7 @@ def read_ledger(
     from lakehouse.storage import snapshots
     from lakehouse.storage.store import snapshot_arrow
 
-    if not (settings.ledger_path / "_delta_log").is_dir():
+    if not is_table(settings.ledger_path):
         return ledger_schema().empty_table()
     wanted = {"table": table, "dag_run_id": dag_run_id, "layer": layer}
     terms = [
@@ -624,16 +625,15 @@ def restore_ledger(settings: Settings, paths: Sequence[Path]) -> list[dict[str, 
     ledger: DeltaTable | None = None
     restored: list[dict[str, Any]] = []
     for path in paths:
-        if not (path / "_delta_log").is_dir():
+        if not is_table(path):
             continue
         for commit in snapshots.latest(path).history(16):  # newest first
-            raw = commit.get(LEDGER_KEY)
-            if raw is None:
+            rows = commit_metadata(commit, LEDGER_KEY)
+            if rows is None:
                 continue
-            rows = json.loads(raw) if isinstance(raw, str) else raw
             version = int(commit["version"])
             if rows:
-                if ledger is None and (settings.ledger_path / "_delta_log").is_dir():
+                if ledger is None and is_table(settings.ledger_path):
                     ledger = snapshots.latest(settings.ledger_path)
                 app = _ledger_app(rows[0]["layer"], rows[0]["table"])
                 held = None if ledger is None else ledger.transaction_version(app)
@@ -657,16 +657,15 @@ QUALITY_KEY = "lakehouse.quality"  # commit metadata of a gated commit: {"rows":
 def batch_sizes(path: Path, history: int) -> list[int]:
     """The sizes of the last ``history`` gated batches published to a table, oldest first, from
     the table's own commit metadata (no ledger read on the hot path)."""
-    if not (path / "_delta_log").is_dir():
+    if not is_table(path):
         return []
     from lakehouse.storage import snapshots
 
     sizes = []
     for commit in snapshots.latest(path).history(3 * history + 10):  # newest first
-        raw = commit.get(QUALITY_KEY)
-        if raw is None:
+        value = commit_metadata(commit, QUALITY_KEY)
+        if value is None:
             continue
-        value = json.loads(raw) if isinstance(raw, str) else raw
         sizes.append(int(value["rows"]))
         if len(sizes) == history:
             break

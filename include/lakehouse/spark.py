@@ -104,6 +104,11 @@ def spark_conf(
         # Event times and offsets are compared across machines: always UTC.
         "spark.sql.session.timeZone": "UTC",
         "spark.sql.shuffle.partitions": os.environ.get("LAKEHOUSE_SHUFFLE_PARTITIONS", "8"),
+        # delta-spark reads a table's log state in this many partitions (default 50): for the
+        # small logs of micro-batch tables, 50 tasks cost more than the work.
+        "spark.databricks.delta.snapshotPartitions": os.environ.get(
+            "LAKEHOUSE_SHUFFLE_PARTITIONS", "8"
+        ),
         "spark.sql.execution.arrow.pyspark.enabled": "true",
         "spark.sql.sources.partitionOverwriteMode": "dynamic",
         # Executors must run the project's interpreter, which has the `lakehouse` package.

@@ -28,6 +28,7 @@ from lakehouse.config import Settings
 from lakehouse.contracts import Catalog
 from lakehouse.pipeline import run
 from lakehouse.storage import read_arrow
+from lakehouse.storage.delta_spark import commit_metadata
 
 pytestmark = pytest.mark.integration
 
@@ -141,12 +142,11 @@ def test_every_input_item_is_accounted_for_exactly_once(lake: Lake) -> None:
 
 def _bronze_batches(settings: Settings) -> list[dict[str, Any]]:
     history = DeltaTable(str(settings.bronze_path(TOPIC))).history()
-    return [c for c in reversed(history) if BATCH_KEY in c]
+    return [c for c in reversed(history) if commit_metadata(c, BATCH_KEY) is not None]
 
 
 def _batch_summary(commit: dict[str, Any]) -> dict[str, Any]:
-    raw = commit[BATCH_KEY]
-    value: dict[str, Any] = json.loads(raw) if isinstance(raw, str) else raw
+    value: dict[str, Any] = commit_metadata(commit, BATCH_KEY)
     return value
 
 

@@ -15,10 +15,7 @@ import pytest
 from lakehouse import bronze, cli
 from lakehouse.config import Settings
 from lakehouse.contracts import Catalog
-from lakehouse.errors import ConfigError
 from lakehouse.landing import Producer, Record
-from lakehouse.pipeline import run_layer
-from lakehouse.spark import LazySession
 from lakehouse.storage import read_arrow
 
 pytestmark = pytest.mark.integration
@@ -47,17 +44,9 @@ BAD_UTF8 = b'{"offset": 2, "key": "\xff", "value": "x"}'
 BAD_UTF8_AT = BAD_UTF8.index(b"\xff")
 
 
-@pytest.fixture(params=["driver", "tasks"])
-def lake(
-    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> Settings:
-    """A lakehouse with the contracts above. Every test runs twice: with these small batches
-    read in the driver (the default), and in Spark's tasks (``LAKEHOUSE_BRONZE_DRIVER_MB=0``),
-    and the same assertions hold for both."""
-    if request.param == "tasks":
-        monkeypatch.setenv("LAKEHOUSE_BRONZE_DRIVER_MB", "0")
-    else:
-        monkeypatch.delenv("LAKEHOUSE_BRONZE_DRIVER_MB", raising=False)
+@pytest.fixture
+def lake(tmp_path: Path) -> Settings:
+    """A lakehouse with the contracts above."""
     contracts = tmp_path / "contracts"
     contracts.mkdir()
     for name, text in CONTRACTS.items():
@@ -222,43 +211,3 @@ def test_producer_refuses_connect_topics(
         )
     assert not lake.topic_dir("c").exists() or not any(lake.topic_dir("c").rglob("*.json"))
     shutil.rmtree(lake.home, ignore_errors=True)
-
-
-def test_a_small_batch_starts_no_spark(
-    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A layer job's session is started by the first thing that uses it: a small batch, bad
-    lines included, is read, staged, quarantined and committed by the driver alone, while a
-    batch over LAKEHOUSE_BRONZE_DRIVER_MB goes to Spark's tasks."""
-    contracts = tmp_path / "contracts"
-    contracts.mkdir()
-    (contracts / "t.yaml").write_text(dedent(CONTRACTS["t"]))
-    lake = Settings.from_env(tmp_path / "home", contracts)
-    _produce(lake, 5)
-    _segment(lake, "t", 1, 0).write_bytes(b'{"offset": 0, "key": "a", "value": "1"}\nnot json\n')
-
-    monkeypatch.delenv("LAKEHOUSE_BRONZE_DRIVER_MB", raising=False)
-    lazy = LazySession(lambda: spark)
-    result = _ingest(lazy, lake, "t")
-    assert (result.records, result.quarantined) == (6, 1)
-    assert not lazy.started
-    assert read_arrow(lake.quarantine_path("bronze", "t")).column("reason").to_pylist() != [None]
-
-    _produce(lake, 5, start=5)
-    monkeypatch.setenv("LAKEHOUSE_BRONZE_DRIVER_MB", "0")
-    lazy = LazySession(lambda: spark)
-    assert _ingest(lazy, lake, "t").records == 5
-    assert lazy.started
-    assert len(_bronze(lake)) == 11
-
-
-def test_the_driver_threshold_must_be_whole_megabytes(
-    spark: Any, lake: Settings, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A bad setting stops the layer's job before it touches a table."""
-    _produce(lake, 2)
-    monkeypatch.setenv("LAKEHOUSE_BRONZE_DRIVER_MB", "0.5")
-    contract = Catalog.load(lake.contracts_dir).topic("t")
-    with pytest.raises(ConfigError, match="LAKEHOUSE_BRONZE_DRIVER_MB must be a whole number"):
-        run_layer(spark, lake, contract, "bronze")
-    assert not lake.bronze_path("t").exists()

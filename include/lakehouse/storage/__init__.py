@@ -1,9 +1,11 @@
-"""Delta tables under Spark through delta-rs: the storage layer every layer writes through.
+"""Delta tables under Spark: the storage layer every layer reads and writes through.
 
-Import from here; :class:`DeltaStore` is the one small interface (a native delta-spark backend
-could implement the same methods where the jars exist).
+Import from here. :mod:`lakehouse.storage.delta_spark` writes with Delta Lake's own connector
+(bronze so far); :class:`DeltaStore` writes the other layers' tables with delta-rs until they move,
+and reads every table.
 """
 
+from lakehouse.storage.delta_spark import is_table
 from lakehouse.storage.store import (
     CDF_PROPERTIES,
     CHANGE_COLUMNS,
@@ -25,5 +27,6 @@ __all__ = [
     "UnsupportedTableError",
     "WriteResult",
     "changes_arrow",
+    "is_table",
     "read_arrow",
 ]

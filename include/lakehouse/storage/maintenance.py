@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lakehouse.errors import ConfigError
+from lakehouse.storage.delta_spark import is_table
 
 DEFAULT_RETENTION_HOURS = 168  # Delta's default deletedFileRetentionDuration: 7 days
 # Vacuum also deletes files no commit references (left by crashed writers); a write still in
@@ -32,7 +33,7 @@ class Consumer:
     def position(self) -> int | None:
         from deltalake import DeltaTable
 
-        if not (self.table / "_delta_log").is_dir():
+        if not is_table(self.table):
             return None
         v = DeltaTable(str(self.table)).transaction_version(self.app_id)
         return None if v is None else int(v)

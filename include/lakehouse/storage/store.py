@@ -36,6 +36,7 @@ from lakehouse.errors import (
     TableNotFoundError,
 )
 from lakehouse.storage.arrow import normalize_table, plain_schema
+from lakehouse.storage.delta_spark import is_table
 from lakehouse.storage.files import DataFile, delete_data_files, fs_path
 from lakehouse.storage.gates import gate_for
 
@@ -192,7 +193,7 @@ class DeltaStore:
     # -- inspection ---------------------------------------------------------------------------
     @staticmethod
     def exists(path: Path) -> bool:
-        return (path / "_delta_log").is_dir()
+        return is_table(path)
 
     def version(self, path: Path) -> int | None:
         """Latest committed version, or ``None`` when the table does not exist yet."""
@@ -957,7 +958,7 @@ def snapshot_arrow(dt: DeltaTable, where: str | None = None) -> pa.Table:
 
 def table_version(path: Path) -> int | None:
     """The table's latest version, or None if there is no table."""
-    if not (path / "_delta_log").is_dir():
+    if not is_table(path):
         return None
     return int(_load(path).version())
 
@@ -966,7 +967,7 @@ def last_commit_time(path: Path) -> datetime | None:
     """When the table's latest commit was made, or None if there is no table."""
     from datetime import UTC
 
-    if not (path / "_delta_log").is_dir():
+    if not is_table(path):
         return None
     (commit,) = _load(path).history(1)
     return datetime.fromtimestamp(commit["timestamp"] / 1000, UTC)
@@ -978,14 +979,16 @@ def latest_metadata(path: Path, key: str) -> Any:
     Jobs call this every micro-batch to find their position, which is nearly always in one of
     the last few commits: look there first, and read the whole history only if it is not.
     """
-    if not (path / "_delta_log").is_dir():
+    if not is_table(path):
         return None
+    from lakehouse.storage.delta_spark import commit_metadata
+
     dt = _load(path)
     for limit in (16, None):
         for commit in dt.history(limit):
-            if key in commit:
-                raw = commit[key]
-                return json.loads(raw) if isinstance(raw, str) else raw
+            value = commit_metadata(commit, key)
+            if value is not None:
+                return value
     return None
 
 

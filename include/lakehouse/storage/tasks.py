@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -24,7 +25,7 @@ import pyarrow as pa
 from lakehouse.storage.files import DataFile, TableFileWriter
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
 # (work item, emit) -> iterator of Arrow tables to write; `emit` records a side-output fact.
 TaskFn = Callable[[dict[str, Any], Callable[[dict[str, Any]], None]], Iterator[pa.Table]]
@@ -101,3 +102,55 @@ def stage_in_driver(
     """:func:`stage_with_tasks` without Spark: ``fn`` runs here, over every item in order. For
     work so small that a Spark job (and the Python workers it may start) costs more than it."""
     return _run_items(fn, items, TableFileWriter(str(table_root), schema, list(partition_by)))
+
+
+SIDE = "__side"
+
+
+@contextmanager
+def rows_from_tasks(
+    spark: SparkSession,
+    items: Sequence[Mapping[str, Any]],
+    fn: TaskFn,
+    schema: pa.Schema,
+    *,
+    parallelism: int | None = None,
+) -> Iterator[tuple[DataFrame, list[dict[str, Any]]]]:
+    """Run ``fn`` over ``items`` in Spark tasks (sliced as :func:`stage_with_tasks` does); give
+    the ``with`` block the rows it yields, with ``schema``, as a DataFrame, and its side output,
+    collected.
+
+    One Spark job runs the tasks; the rows are kept (``persist``) for what the block does with
+    them (a gate, a write), so nothing is computed twice, and released after it."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    loose = pa.schema([f.with_nullable(True) for f in schema])
+    out = loose.append(pa.field(SIDE, pa.string()))
+    spark_schema = from_arrow_schema(out)
+    if not items:
+        yield spark.createDataFrame([], from_arrow_schema(loose)), []
+        return
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        side: list[dict[str, Any]] = []
+        for batch in batches:
+            for raw in batch.column("item").to_pylist():
+                for table in fn(json.loads(raw), side.append):
+                    rows = table.select(loose.names).cast(loose)
+                    nulls = pa.nulls(rows.num_rows, pa.string())
+                    yield from rows.append_column(SIDE, nulls).to_batches()
+        if side:
+            n = len(side)
+            columns = [pa.nulls(n, f.type) for f in loose]
+            facts = pa.array([json.dumps(s) for s in side], pa.string())
+            yield pa.RecordBatch.from_arrays([*columns, facts], schema=out)
+
+    slices = min(len(items), parallelism or spark.sparkContext.defaultParallelism)
+    work = spark.sparkContext.parallelize([(json.dumps(i),) for i in items], slices)
+    done = spark.createDataFrame(work, "item string").mapInArrow(run, spark_schema).persist()
+    try:
+        facts = done.filter(F.col(SIDE).isNotNull()).select(SIDE).collect()
+        yield done.filter(F.col(SIDE).isNull()).drop(SIDE), [json.loads(r[0]) for r in facts]
+    finally:
+        done.unpersist()
