@@ -55,8 +55,8 @@ collect of a small Spark batch, done by the wrapper just as run_suite would do i
 and definition set-up ``quality._validation`` or ``gx.get_context``, GX's
 ``ValidationDefinition.run``, and the rest: pandas conversion, reading the results),
 ``quality.volume_outcome``, ``Gate.record`` (``quality.write_ledger``, ``quality.save_result``),
-the dry-run merge ``store._merge_outcome`` and ``store._table_after``, bronze's
-``_staged_batch``, ``pipeline.sync_constraints`` and ``pipeline.check_freshness``. A function
+the dry-run merge ``store._merge_outcome`` and ``store._table_after``,
+``pipeline.sync_constraints`` and ``pipeline.check_freshness``. A function
 the library no longer has is skipped and named. Times are means per batch, inclusive, with the
 exclusive (self) time beside them. What the wrapped parts do not explain of the layer's extra
 time (gated minus ungated, same batches) is gate work inside the jobs themselves (for silver:
@@ -250,7 +250,7 @@ def instrumented(timers: Timers) -> Iterator[None]:
     import pyarrow as pa
     from great_expectations.core.validation_definition import ValidationDefinition
 
-    from lakehouse import bronze, pipeline, quality
+    from lakehouse import pipeline, quality
     from lakehouse.storage import store
 
     original_run_suite = quality.run_suite
@@ -275,7 +275,6 @@ def instrumented(timers: Timers) -> Iterator[None]:
         (quality.Gate, "record", "Gate.record"),
         (store, "_merge_outcome", "store._merge_outcome"),
         (store, "_table_after", "store._table_after"),
-        (bronze, "_staged_batch", "bronze._staged_batch"),
         (pipeline, "sync_constraints", "pipeline.sync_constraints"),
         (pipeline, "check_freshness", "pipeline.check_freshness"),
     ]

@@ -8,12 +8,10 @@ same record in Avro, Confluent-framed, schema given inline in the contract; one 
 thousand is a tombstone), written as landing segments and ingested by ``bronze.ingest``. The
 bronze tables are the shared input of both paths. Each path runs in its own process:
 
-* ours: ``streams.build`` on ``local[2]``. The batch is clean, so Spark's Python tasks read the
-  bronze files, decode them (JSON: pyarrow's JSON reader; Avro: fastavro, through the decoder
-  Spark's own path uses) and write the silver files (``lakehouse.streams_arrow``); a batch with
-  a bad record would go to Spark's ``from_json`` or ``mapInArrow`` path. The session is started and warmed on a tiny topic of the same format
-  first, through the same path (its batch is sent to the tasks too, not decoded in the driver
-  as a batch that small would be); the figure is the silver job itself.
+* ours: ``streams.build`` on ``local[2]``: Spark decodes the bronze change feed (``from_json``,
+  or ``mapInArrow`` for Confluent-framed Avro) and delta-spark appends the stream. The session
+  is started and warmed on a tiny topic of the same format first; the figure is the silver job
+  itself.
 * peer: the same typed rows (key as text, value fields, tombstone flag, partition, offset,
   timestamp, event time) computed plainly, without a JVM, and appended by ``write_deltalake`` in
   one commit. JSON: ``polars.scan_delta`` of the bronze table, ``str.json_decode`` to the typed

@@ -28,7 +28,7 @@ from lakehouse.config import Settings
 from lakehouse.contracts import Contract
 from lakehouse.landing import Segment, end_offsets, list_segments, start_offset_of
 from lakehouse.segments import RECORD_SCHEMA, BadLine, SegmentFile, constant, read_segment
-from lakehouse.storage import CDF_PROPERTIES, DeltaStore, Txn, delta_spark
+from lakehouse.storage import DeltaStore, Txn, delta_spark
 from lakehouse.storage.gates import gate_for
 from lakehouse.storage.tasks import rows_from_tasks
 
@@ -306,7 +306,7 @@ def _write_quarantine(
     }
     path = settings.quarantine_path("bronze", topic)
     with delta_spark.table_lock(path):
-        delta_spark.create_table(spark, path, QUARANTINE_SCHEMA, properties=CDF_PROPERTIES)
+        delta_spark.create_table(spark, path, QUARANTINE_SCHEMA)
         rows = delta_spark.arrow_frame(spark, pa.table(columns, schema=QUARANTINE_SCHEMA))
         delta_spark.append(rows, path, txn=Txn(BRONZE_APP, batch_id))
 
@@ -342,7 +342,7 @@ def ingest(spark: SparkSession, settings: Settings, contract: Contract) -> Bronz
     beside the first) waits, then finds the batch done."""
     path = settings.bronze_path(contract.topic)
     with delta_spark.table_lock(path):
-        delta_spark.create_table(spark, path, BRONZE_SCHEMA, properties=CDF_PROPERTIES)
+        delta_spark.create_table(spark, path, BRONZE_SCHEMA)
         _repair_quarantine(spark, settings, contract)
         return _ingest(spark, settings, contract, path)
 

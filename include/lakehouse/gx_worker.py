@@ -35,11 +35,10 @@ import atexit
 import dataclasses
 import json
 import os
-import select
 import struct
 import subprocess
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from lakehouse.errors import ConfigError
@@ -99,8 +98,6 @@ class ValidationWorker:
         try:
             for part in _request(name, expectations, batch):
                 _send(self._req, part)
-            while _WAITING and not _readable(self._resp):
-                _WAITING.pop(0)()
             answer = json.loads(_receive(self._resp))
         except (OSError, EOFError, ValueError) as exc:
             self._broken = f"the worker stopped answering ({type(exc).__name__}: {exc})"
@@ -126,20 +123,6 @@ class ValidationWorker:
 
 
 _WORKER: ValidationWorker | None = None
-_WAITING: list[Callable[[], object]] = []
-
-
-def while_waiting(task: Callable[[], object]) -> None:
-    """Run ``task`` (once) the next time this process waits for the worker's verdict, if the
-    verdict is not there yet: the job then does ahead of time what it would do after it (a
-    cold job waits over a second for GX's import). The task must not depend on the verdict."""
-    _WAITING.append(task)
-
-
-def drop_waiting(task: Callable[[], object]) -> None:
-    """Forget ``task`` if it has not run."""
-    if task in _WAITING:
-        _WAITING.remove(task)
 
 
 def start() -> ValidationWorker | None:
@@ -210,13 +193,6 @@ def _send(fd: int, data: Any) -> None:
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view) :]
-
-
-def _readable(fd: int) -> bool:
-    """Whether reading ``fd`` would not block now (poll: select() refuses fds above 1023)."""
-    poller = select.poll()
-    poller.register(fd, select.POLLIN)
-    return bool(poller.poll(0))
 
 
 def _read_exactly(fd: int, n: int) -> bytes:

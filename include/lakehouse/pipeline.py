@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from lakehouse import bronze, gx_worker, streams, tables
+from lakehouse import bronze, streams, tables
 from lakehouse.config import LAYERS, Layer, Settings
 from lakehouse.contracts import Catalog, Contract, TableSpec
 from lakehouse.control import LayerRequest, RunRequest, reprocessable
@@ -42,11 +41,8 @@ def layer_tables(settings: Settings, contract: Contract, layer: Layer) -> list[t
     return [(name, path[layer](name)) for name in contract.published_tables(layer)]
 
 
-# Each layer's setting of the batch size it still does in the driver (bronze: none).
-_DRIVER_LIMITS: dict[Layer, Callable[[], int]] = {
-    "silver": streams.driver_decode_bytes,
-    "gold": tables.driver_fold_bytes,
-}
+# Each layer's setting of the batch size it still does in the driver (gold's only).
+_DRIVER_LIMITS: dict[Layer, Callable[[], int]] = {"gold": tables.driver_fold_bytes}
 
 
 def run_layer(
@@ -299,57 +295,16 @@ def run(
     contracts = [catalog.topic(t) for t in topics] if topics else list(catalog)
     ordered = [layer for layer in LAYERS if layer in layers]
 
-    def preload() -> None:
-        _preload(ordered)
-
-    gx_worker.while_waiting(preload)
-    try:
-        # Layer by layer across topics: a gold join then sees the other topic's stream as of
-        # this run, not as of the previous one.
-        for layer in ordered:
-            for contract in contracts:
-                asked = (requests or {}).get(contract.topic)
-                request = None if asked is None else asked.for_layer(layer)
-                for line in run_layer(
-                    spark, settings, contract, layer, catalog, echo=echo, request=request
-                ):
-                    echo(line)
-    finally:
-        gx_worker.drop_waiting(preload)
-
-
-# What a layer imports only once it has a verdict, or only when its batch is done in the driver
-# (in a cold micro-batch, pyspark's import alone took 0.1 s after the bronze gate's verdict).
-_LAZY_IMPORTS: dict[Layer, tuple[str, ...]] = {
-    "bronze": ("lakehouse.storage.commits",),
-    "silver": (
-        "lakehouse.storage.commits",
-        "lakehouse.storage.log",
-        "lakehouse.streams_arrow",
-        "pyspark.sql.functions",
-        "pyspark.sql.pandas.types",
-    ),
-    "gold": (
-        "lakehouse.rebuild",
-        "lakehouse.tables_arrow:duckdb_connection",  # also opens the fold's connection (26 ms)
-        "pyarrow.acero",
-        "deltalake.fs",
-    ),
-}
-
-
-def _preload(layers: Sequence[Layer]) -> None:
-    """Import the modules ``layers`` load late, while the job waits for a verdict; a
-    ``module:function`` entry then calls the function, which readies what this thread will use
-    (a connection). What fails here is left for its layer to fail on, where the error belongs."""
-    import importlib
-
-    for entry in dict.fromkeys(n for layer in layers for n in _LAZY_IMPORTS[layer]):
-        name, _, function = entry.partition(":")
-        with contextlib.suppress(Exception):
-            module = importlib.import_module(name)
-            if function:
-                getattr(module, function)()
+    # Layer by layer across topics: a gold join then sees the other topic's stream as of this
+    # run, not as of the previous one.
+    for layer in ordered:
+        for contract in contracts:
+            asked = (requests or {}).get(contract.topic)
+            request = None if asked is None else asked.for_layer(layer)
+            for line in run_layer(
+                spark, settings, contract, layer, catalog, echo=echo, request=request
+            ):
+                echo(line)
 
 
 def topic_tables(

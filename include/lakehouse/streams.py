@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from lakehouse import quality
-from lakehouse.config import Settings, megabytes_setting
+from lakehouse.config import Settings
 from lakehouse.contracts import Contract, Field
-from lakehouse.storage import DeltaStore, Txn
+from lakehouse.storage import DeltaStore, Txn, delta_spark, is_table
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -421,10 +421,12 @@ def _millis_event_time(contract: Contract) -> bool:
     return contract.event_time is not None and contract.field(contract.event_time).type == "long"
 
 
+# A long event time is epoch milliseconds; in microseconds (a timestamp) it must fit an int64.
+MAX_EVENT_MILLIS = (2**63 - 1) // 1000
+
+
 def _millis_in_range(value: Column) -> Column:
     """Null or a number of epoch milliseconds whose timestamp exists."""
-    from lakehouse.streams_arrow import MAX_EVENT_MILLIS
-
     return value.isNull() | value.between(-MAX_EVENT_MILLIS, MAX_EVENT_MILLIS)
 
 
@@ -456,29 +458,40 @@ class SilverResult:
     records: int = 0
     quarantined: int = 0
     committed: bool = False
-    decoder: str = "spark"  # "arrow": every record was clean (see lakehouse.streams_arrow)
-    why_not_arrow: str | None = None  # why the batch needed Spark's decoder
 
     def summary(self) -> str:
         if self.source_versions is None:
             return f"silver {self.stream}: bronze has no new versions"
         lo, hi = self.source_versions
         state = "committed" if self.committed else "already applied (skipped)"
-        # Spark's decoder is the slower one: say why a batch needed it.
-        why = f" (decoded by Spark: {self.why_not_arrow})" if self.why_not_arrow else ""
         return (
             f"silver {self.stream}: bronze versions {lo}..{hi} {state}: "
-            f"{self.records} records, {self.quarantined} quarantined{why}"
+            f"{self.records} records, {self.quarantined} quarantined"
         )
 
 
 def build(spark: SparkSession, settings: Settings, contract: Contract) -> SilverResult:
-    """Decode bronze versions not yet consumed into the silver stream (one micro-batch)."""
+    """Decode bronze versions not yet consumed into the silver stream (one micro-batch).
+
+    The job holds the stream's and its quarantine's commit locks throughout: a second copy of
+    it waits, then finds the batch done."""
+    silver_path = settings.silver_path(contract.stream)
+    quarantine_path = settings.quarantine_path("silver", contract.stream)
+    with delta_spark.table_lock(silver_path), delta_spark.table_lock(quarantine_path):
+        return _build(spark, settings, contract, silver_path, quarantine_path)
+
+
+def _build(
+    spark: SparkSession,
+    settings: Settings,
+    contract: Contract,
+    silver_path: Path,
+    quarantine_path: Path,
+) -> SilverResult:
     from pyspark.sql import functions as F
 
     store = DeltaStore(spark)
     bronze_path = settings.bronze_path(contract.topic)
-    silver_path = settings.silver_path(contract.stream)
     head = store.version(bronze_path)
     consumed = store.transaction_version(silver_path, source_app(contract))
     start = 0 if consumed is None else consumed + 1
@@ -486,9 +499,6 @@ def build(spark: SparkSession, settings: Settings, contract: Contract) -> Silver
         return SilverResult(contract.stream, None)
 
     gate = quality.gate_for(silver_path)
-    arrow = _build_with_arrow(store, settings, contract, (start, head), gate)
-    if arrow.result is not None:
-        return arrow.result
     changes = store.changes(bronze_path, start, head).filter(F.col("_change_type") == "insert")
     decoded = _decoded(changes, contract, gate)
     txn = Txn(source_app(contract), head)
@@ -497,7 +507,6 @@ def build(spark: SparkSession, settings: Settings, contract: Contract) -> Silver
     decoded, verdict = _judge(decoded, contract, gate, source)
     good = stream_rows(decoded, contract)
     bad = quarantine_rows(decoded)
-    quarantine_path = settings.quarantine_path("silver", contract.stream)
     n_good, n_bad = _split_counts(decoded)
     quarantined = store.transaction_version(quarantine_path, source_app(contract))
     if n_bad and quarantined is not None and quarantined >= start:
@@ -508,138 +517,23 @@ def build(spark: SparkSession, settings: Settings, contract: Contract) -> Silver
         bad = bad.join(held, RECORD_KEY, "left_anti")
         n_bad = bad.count()
     if n_bad:
-        store.append(bad, quarantine_path, txn=txn, metadata=meta, rows=n_bad)
+        delta_spark.append(bad, quarantine_path, txn=txn, metadata=meta, create=bad.schema)
     # The registry (checked when the job started) has allowed the contract's schema: new
     # optional fields become new columns; columns the contract dropped are written as nulls.
     if gate is not None and verdict is not None:
         meta = {**meta, **gate.commit_metadata(verdict)}
-    result = store.write(
-        good, silver_path, txn=txn, metadata=meta, schema_mode="add_columns", rows=n_good
+    result = delta_spark.append(
+        good,
+        silver_path,
+        txn=txn,
+        metadata=meta,
+        schema_mode="add_columns",
+        create=stream_schema(contract),
     )
     decoded.unpersist()
     if gate is not None and verdict is not None:
         gate.record(verdict, table_version=result.table_version, published=result.committed)
-    return SilverResult(
-        contract.stream, (start, head), n_good, n_bad, result.committed, why_not_arrow=arrow.why_not
-    )
-
-
-@dataclass
-class _ArrowAttempt:
-    result: SilverResult | None = None  # the batch, done; or None: decode it with Spark
-    why_not: str | None = None
-
-
-def _build_with_arrow(
-    store: DeltaStore,
-    settings: Settings,
-    contract: Contract,
-    versions: tuple[int, int],
-    gate: quality.Gate | None,
-) -> _ArrowAttempt:
-    """The batch decoded by :mod:`lakehouse.streams_arrow` and committed, if every record of it
-    decodes there exactly as Spark would decode it; otherwise nothing is written, and the
-    reason is given back for Spark's decoder to take the batch."""
-    from pyspark.sql.pandas.types import to_arrow_schema
-
-    from lakehouse import streams_arrow
-    from lakehouse.errors import QualityGateError
-    from lakehouse.storage.files import delete_data_files
-    from lakehouse.storage.log import changes_between
-
-    spec = streams_arrow.spec(contract)
-    if spec is None:
-        return _ArrowAttempt(why_not="JSON keys")
-    start, head = versions
-    bronze_path = settings.bronze_path(contract.topic)
-    silver_path = settings.silver_path(contract.stream)
-    files = changes_between(bronze_path, start, head)
-    if any(f.kind != "insert" or f.partition_values for f in files):
-        return _ArrowAttempt(why_not="bronze versions other than plain appends")
-    read_version = store.version(silver_path)
-    schema = stream_schema(contract)
-    if read_version is not None:
-        have = {f.name: f.dataType for f in store.spark_schema(silver_path).fields}
-        if any(have.get(f.name) != f.dataType for f in schema.fields):
-            return _ArrowAttempt(why_not="the contract adds columns to the stream")
-    items = [{"path": str(f.path), "spec": spec} for f in files]
-    small = sum(f.path.stat().st_size for f in files) <= driver_decode_bytes()
-    staged = store.stage(
-        items,
-        streams_arrow.task,
-        silver_path,
-        in_driver=small,
-        new_table_schema=to_arrow_schema(schema, timezone="UTC"),
-    )
-    unclean = [s["unclean"] for s in staged.side if "unclean" in s]
-    if unclean:
-        delete_data_files(silver_path, staged.files)
-        return _ArrowAttempt(why_not=unclean[0])
-    rows = sum(s["rows"] for s in staged.side)
-    source = {"table": f"bronze.{contract.topic}", "versions": [start, head]}
-    meta: dict[str, Any] = {"lakehouse.source": source}
-    verdict = None
-    if gate is not None:
-        values = rows - sum(s["tombstones"] for s in staged.side)
-        try:
-            verdict = gate.check(
-                _staged_values(store, silver_path, staged.files, values, gate.columns),
-                values,
-                source=source,
-            )
-        except QualityGateError:
-            delete_data_files(silver_path, staged.files)
-            raise
-        if verdict.to_quarantine:  # records to route: Spark's decoder does that
-            delete_data_files(silver_path, staged.files)
-            names = ", ".join(verdict.to_quarantine)
-            return _ArrowAttempt(why_not=f"quarantine expectations route records ({names})")
-        meta = {**meta, **gate.commit_metadata(verdict)}
-    # Created only now that the batch is to be published (a failed gate leaves no table).
-    store.create(silver_path, schema)
-    result = store.commit_staged(
-        silver_path,
-        staged.files,
-        read_version=read_version,
-        txn=Txn(source_app(contract), head),
-        metadata=meta,
-    )
-    if gate is not None and verdict is not None:
-        gate.record(verdict, table_version=result.table_version, published=result.committed)
-    return _ArrowAttempt(
-        SilverResult(contract.stream, versions, rows, 0, result.committed, decoder="arrow")
-    )
-
-
-def driver_decode_bytes() -> int:
-    """A batch whose bronze files are at most this big is decoded in the driver, where a Spark
-    job would cost more than the work (a 10K-record micro-batch is about 1 MB of Parquet):
-    ``LAKEHOUSE_SILVER_DRIVER_MB``, default 16 (0: always in Spark's tasks)."""
-    return megabytes_setting("LAKEHOUSE_SILVER_DRIVER_MB", 16)
-
-
-def _staged_values(
-    store: DeltaStore, table: Path, files: list[Any], rows: int, columns: list[str] | None
-) -> pa.Table | DataFrame:
-    """The staged records that carry a value (what the gate judges): Arrow when small enough
-    for GX's pandas engine, else a Spark read of the files."""
-    from urllib.parse import unquote
-
-    import pyarrow as pa
-    import pyarrow.compute as pc
-    import pyarrow.parquet as pq
-
-    paths = [str(table / unquote(f.path)) for f in files]
-    if rows <= quality.pandas_max_rows():
-        wanted = sorted({*(columns or []), TOMBSTONE})
-        parts = [pq.read_table(p, columns=wanted) for p in paths]
-        if not parts:
-            return pa.table({c: pa.array([], pa.null()) for c in wanted})
-        batch = pa.concat_tables(parts)
-        return batch.filter(pc.invert(batch.column(TOMBSTONE)))
-    from pyspark.sql import functions as F
-
-    return store.spark.read.parquet(*paths).filter(~F.col(TOMBSTONE))
+    return SilverResult(contract.stream, (start, head), n_good, n_bad, result.committed)
 
 
 def _split_counts(decoded: DataFrame) -> tuple[int, int]:
@@ -737,6 +631,23 @@ def reprocess(
     and leave the quarantine; the ones that still fail stay in it, once. Idempotent: a rerun, or
     a rerun after a crash between the two tables' commits, finds the records in the stream and
     only finishes the release."""
+    silver_path = settings.silver_path(contract.stream)
+    quarantine_path = settings.quarantine_path("silver", contract.stream)
+    with delta_spark.table_lock(silver_path), delta_spark.table_lock(quarantine_path):
+        return _reprocess(
+            spark, settings, contract, from_version, from_offsets or {}, dry_run=dry_run
+        )
+
+
+def _reprocess(
+    spark: SparkSession,
+    settings: Settings,
+    contract: Contract,
+    from_version: int | None,
+    from_offsets: Mapping[int, int],
+    *,
+    dry_run: bool,
+) -> ReprocessResult:
     from pyspark.sql import functions as F
 
     store = DeltaStore(spark)
@@ -791,20 +702,22 @@ def reprocess(
     # The stream first: a crash before the quarantine's release leaves a record in both, which
     # the rerun's release removes (never a record in neither).
     if n_good:
-        result = store.write(good, silver_path, metadata=meta, schema_mode="add_columns")
+        result = delta_spark.append(good, silver_path, metadata=meta, schema_mode="add_columns")
         if gate is not None and verdict is not None:
             gate.record(verdict, table_version=result.table_version, published=True)
     if n_bad:
-        store.append(bad, quarantine_path, metadata=meta)
+        delta_spark.append(bad, quarantine_path, metadata=meta, create=bad.schema)
     released = 0
-    if DeltaStore.exists(quarantine_path):
+    if is_table(quarantine_path):
         in_stream = (
             store.read(quarantine_path)
             .select(*RECORD_KEY)
             .join(store.read(silver_path).select(*RECORD_KEY), RECORD_KEY, "left_semi")
             .distinct()
         )
-        released = store.delete_matching(in_stream, quarantine_path, on=RECORD_KEY, metadata=meta)
+        released = delta_spark.delete_matching(
+            in_stream, quarantine_path, on=RECORD_KEY, metadata=meta
+        )
     decoded.unpersist()
     return ReprocessResult(contract.stream, scope, n_todo, n_good, n_bad, released)
 

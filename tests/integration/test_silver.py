@@ -17,6 +17,7 @@ from lakehouse.errors import SchemaEvolutionError
 from lakehouse.landing import Producer, Record
 from lakehouse.pipeline import run
 from lakehouse.storage import read_arrow
+from lakehouse.storage.delta_spark import commit_metadata
 
 pytestmark = pytest.mark.integration
 
@@ -59,9 +60,9 @@ def _run(
 
 def _source_versions(path: Path) -> list[list[int]]:
     return [
-        json.loads(c["lakehouse.source"])["versions"]
+        commit_metadata(c, "lakehouse.source")["versions"]
         for c in reversed(DeltaTable(str(path)).history())
-        if "lakehouse.source" in c
+        if commit_metadata(c, "lakehouse.source") is not None
     ]
 
 
@@ -125,19 +126,19 @@ def test_a_crash_between_quarantine_and_stream_then_new_bronze_quarantines_once(
     """A silver job that died after its quarantine's commit and before the stream's, rerun
     after bronze moved on (found by tests/reliability's kill -9): the rerun's batch covers more
     bronze versions than the commit that survived, yet each bad record is quarantined once."""
-    from lakehouse.storage import DeltaStore
+    from lakehouse.storage import delta_spark
 
     silver = lake.silver_path("orders_stream")
     _produce(lake, [b'{"customer": "a", "amount": 1}', b"{broken"])
     _run(spark, lake, ("bronze",))
-    write = DeltaStore.write
+    append = delta_spark.append
 
-    def dies_before_the_stream(self: DeltaStore, df: Any, path: Path, **kwargs: Any) -> Any:
+    def dies_before_the_stream(df: Any, path: Path, **kwargs: Any) -> Any:
         if path == silver:
             raise RuntimeError("killed")
-        return write(self, df, path, **kwargs)
+        return append(df, path, **kwargs)
 
-    monkeypatch.setattr(DeltaStore, "write", dies_before_the_stream)
+    monkeypatch.setattr(delta_spark, "append", dies_before_the_stream)
     with pytest.raises(RuntimeError, match="killed"):
         _run(spark, lake, ("silver",))
     monkeypatch.undo()

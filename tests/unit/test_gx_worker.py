@@ -106,41 +106,6 @@ def test_the_worker_gives_the_verdict_of_this_process(
     assert next(o for o in outcomes if o.expectation == "known_city").sample == ("Rome", "Lisboa")
 
 
-def test_work_queued_for_the_wait_runs_while_the_verdict_is_pending(
-    worker: gx_worker.ValidationWorker,
-) -> None:
-    expected, _, _ = run_suite("silver.t", EXPECTATIONS, BATCH, BATCH.num_rows, in_process=True)
-    pending: list[bool] = []  # per run of the task: was the worker's answer still to come?
-    dropped: list[bool] = []
-
-    def task() -> None:
-        pending.append(not gx_worker._readable(worker._resp))
-
-    gx_worker.while_waiting(task)
-    gx_worker.while_waiting(lambda: dropped.append(True))
-    gx_worker.drop_waiting(gx_worker._WAITING[-1])
-    # A worker this fresh is still importing GX (seconds): its answer cannot be there yet.
-    outcomes, engine, _ = run_suite("silver.t", EXPECTATIONS, BATCH, BATCH.num_rows)
-    assert (outcomes, engine) == (expected, "pandas")
-    assert pending == [True]
-    assert dropped == []
-    run_suite("silver.t", EXPECTATIONS, BATCH, BATCH.num_rows)
-    assert pending == [True]  # once
-
-
-def test_readiness_is_known_for_any_descriptor() -> None:
-    # select() refuses descriptors above 1023, which a process with many files open hands out.
-    read, write = os.pipe()
-    high = os.dup2(read, 1500)
-    try:
-        assert not gx_worker._readable(high)
-        os.write(write, b"x")
-        assert gx_worker._readable(high)
-    finally:
-        for fd in (read, write, high):
-            os.close(fd)
-
-
 def test_a_dead_worker_is_replaced_by_this_process(
     worker: gx_worker.ValidationWorker, capfd: pytest.CaptureFixture[str]
 ) -> None:

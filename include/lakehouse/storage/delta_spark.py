@@ -22,21 +22,24 @@ from __future__ import annotations
 import fcntl
 import json
 import shutil
+import threading
 import uuid
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from lakehouse.errors import ConcurrentWriteError
 
 if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import StructType
 
     from lakehouse.storage.store import Txn, WriteResult
 
 WRITE_ID_KEY = "lakehouse.write_id"
+CDF_PROPERTIES: Mapping[str, str] = {"delta.enableChangeDataFeed": "true"}
 
 
 def is_table(path: Path) -> bool:
@@ -68,28 +71,28 @@ def table_lock(path: Path) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def _sql_type(field: pa.Field) -> str:
-    from pyspark.sql.pandas.types import from_arrow_type
-
-    return str(from_arrow_type(field.type).simpleString())
-
-
 def create_table(
     spark: SparkSession,
     path: Path,
-    schema: pa.Schema,
+    schema: StructType | pa.Schema,
     *,
-    properties: Mapping[str, str],
+    properties: Mapping[str, str] = CDF_PROPERTIES,
 ) -> None:
     """Create an empty table with ``schema`` (its non-nullable fields NOT NULL) and table
-    ``properties``, unless one is there."""
+    ``properties`` (by default, the change data feed on), unless one is there."""
+    from pyspark.sql.pandas.types import from_arrow_schema
+    from pyspark.sql.types import StructType
+
     if is_table(path):
         return
+    if not isinstance(schema, StructType):
+        schema = from_arrow_schema(schema)
     if (path / "_delta_log").is_dir():
         # A creation killed before its first commit: start again.
         shutil.rmtree(path / "_delta_log")
     columns = ", ".join(
-        f"`{f.name}` {_sql_type(f)}{'' if f.nullable else ' NOT NULL'}" for f in schema
+        f"`{f.name}` {f.dataType.simpleString()}{'' if f.nullable else ' NOT NULL'}"
+        for f in schema.fields
     )
     props = ", ".join(f"'{k}' = '{v}'" for k, v in properties.items())
     spark.sql(
@@ -102,43 +105,97 @@ def append(
     df: DataFrame,
     path: Path,
     *,
-    txn: Txn,
+    txn: Txn | None = None,
     metadata: Mapping[str, Any] | None = None,
+    schema_mode: Literal["strict", "add_columns"] = "strict",
+    create: StructType | pa.Schema | None = None,
 ) -> WriteResult:
-    """Append ``df`` to the table in one commit that records ``txn`` and ``metadata``; at most
-    once per (app id, version). The caller holds :func:`table_lock`."""
+    """Append ``df`` to the table in one commit that records ``txn`` and ``metadata``; with
+    ``txn``, at most once per (app id, version). ``schema_mode="add_columns"`` lets new columns
+    of ``df`` into the table (Delta's ``mergeSchema``); otherwise a schema that differs from the
+    table's is refused. ``create``: the schema to create the table with (see
+    :func:`create_table`) if there is none yet. The caller holds :func:`table_lock`."""
     from lakehouse.storage.store import WriteResult, _applied, _load
 
+    if create is not None:
+        create_table(df.sparkSession, path, create)
     dt = _load(path, own=True)
     if _applied(dt, txn):
         return WriteResult(False, dt.version())
     before = int(dt.version())
     write_id = uuid.uuid4().hex
     user = {**(metadata or {}), WRITE_ID_KEY: write_id}
+    writer = df.write.format("delta").mode("append")
+    if txn is not None:
+        writer = writer.option("txnAppId", txn.app_id).option("txnVersion", txn.version)
+    if schema_mode == "add_columns":
+        writer = writer.option("mergeSchema", "true")
     try:
-        (
-            df.write.format("delta")
-            .mode("append")
-            .option("txnAppId", txn.app_id)
-            .option("txnVersion", txn.version)
-            .option("userMetadata", json.dumps(user, separators=(",", ":")))
-            .save(str(path))
-        )
+        writer.option("userMetadata", _json(user)).save(str(path))
     except Exception as exc:
-        if type(exc).__name__ == "ConcurrentTransactionException" or (
-            "ConcurrentTransactionException" in str(exc)
-        ):
+        if "ConcurrentTransactionException" in f"{type(exc).__name__} {exc}":
             raise ConcurrentWriteError(str(path), str(exc).splitlines()[0]) from None
         raise
+    return _outcome(path, before, write_id)
+
+
+def delete_matching(
+    keys: DataFrame,
+    path: Path,
+    *,
+    on: list[str],
+    metadata: Mapping[str, Any] | None = None,
+) -> int:
+    """Delete the rows of ``path`` whose ``on`` columns equal those of a row of ``keys``, in one
+    commit (a MERGE) carrying ``metadata``; return how many went. No commit when none match.
+    The caller holds :func:`table_lock`."""
+    from delta.tables import DeltaTable
+
+    keys = keys.select(*on).distinct()
+    if keys.isEmpty():
+        return 0
+    spark = keys.sparkSession
+    user = {**(metadata or {}), WRITE_ID_KEY: uuid.uuid4().hex}
+    match = " AND ".join(f"t.`{k}` = s.`{k}`" for k in on)
+    with session_settings(spark, {"spark.databricks.delta.commitInfo.userMetadata": _json(user)}):
+        merge = DeltaTable.forPath(spark, str(path)).alias("t").merge(keys.alias("s"), match)
+        metrics = merge.whenMatchedDelete().execute().first()
+    return 0 if metrics is None else int(metrics["num_deleted_rows"])
+
+
+# MERGE, UPDATE and DELETE take their commit's metadata and app transaction only from session
+# settings, which every thread sharing the session sees: one such command at a time.
+_SESSION_SETTINGS = threading.Lock()
+
+
+@contextmanager
+def session_settings(spark: SparkSession, settings: Mapping[str, str]) -> Iterator[None]:
+    """Set ``settings`` on the session for the ``with`` block, alone among this process's
+    threads, and remove them after."""
+    with _SESSION_SETTINGS:
+        for key, value in settings.items():
+            spark.conf.set(key, value)
+        try:
+            yield
+        finally:
+            for key in settings:
+                spark.conf.unset(key)
+
+
+def _outcome(path: Path, before: int, write_id: str) -> WriteResult:
+    """Whether the log holds the commit of ``write_id`` after version ``before``, and which."""
+    from lakehouse.storage.store import WriteResult, _load
+
     after = _load(path, own=True)
-    ours = [
-        c
-        for c in after.history(int(after.version()) - before)
-        if _user_metadata(c).get(WRITE_ID_KEY) == write_id
-    ]
+    newer = int(after.version()) - before
+    ours = [c for c in after.history(newer) if _user_metadata(c).get(WRITE_ID_KEY) == write_id]
     if not ours:
         return WriteResult(False, int(after.version()))
     return WriteResult(True, int(ours[0]["version"]))
+
+
+def _json(value: Mapping[str, Any]) -> str:
+    return json.dumps(value, separators=(",", ":"))
 
 
 def arrow_frame(spark: SparkSession, data: pa.Table) -> DataFrame:

@@ -36,7 +36,7 @@ from lakehouse.errors import (
     TableNotFoundError,
 )
 from lakehouse.storage.arrow import normalize_table, plain_schema
-from lakehouse.storage.delta_spark import is_table
+from lakehouse.storage.delta_spark import CDF_PROPERTIES, is_table
 from lakehouse.storage.files import DataFile, delete_data_files, fs_path
 from lakehouse.storage.gates import gate_for
 
@@ -49,7 +49,6 @@ if TYPE_CHECKING:
     from lakehouse.storage.log import ChangeFile
     from lakehouse.storage.tasks import Staged, TaskFn
 
-CDF_PROPERTIES: Mapping[str, str] = {"delta.enableChangeDataFeed": "true"}
 CHANGE_COLUMNS = ("_change_type", "_commit_version", "_commit_timestamp")
 # An append this small (its size known) is written by the driver (see DeltaStore.write).
 LOCAL_WRITE_ROWS = 100_000
