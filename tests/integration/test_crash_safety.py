@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from delta_log import added_files
 
-from lakehouse.storage import DeltaStore
+from lakehouse.storage import DeltaStore, delta_spark
 
 pytestmark = pytest.mark.integration
 
@@ -100,7 +100,8 @@ def test_kill_9_at_random_points_then_resume(spark: Any, tmp_path: Path) -> None
 def test_processes_appending_at_once_lose_nothing(spark: Any, tmp_path: Path) -> None:
     table = tmp_path / "t"
     # The table exists before the writers start, so they race on appends, not on creation.
-    DeltaStore(spark).write(spark.createDataFrame([], "id long, batch int, payload string"), table)
+    schema = spark.createDataFrame([], "id long, batch int, payload string").schema
+    delta_spark.create_table(spark, table, schema)
     procs = [
         _start(table, "--batches", "4", "--rows", "2500", "--first-id", str(w * 1_000_000))
         for w in range(3)
@@ -173,3 +174,47 @@ def test_kill_9_of_the_ingest_then_rerun(spark: Any, tmp_path: Path) -> None:
     quarantined = store.read(lake.quarantine_path("bronze", "t")).collect()
     assert len(quarantined) == KILLS
     assert len({(q.source_file, q.line) for q in quarantined}) == KILLS
+
+
+def test_two_ingests_of_one_topic_at_once_commit_each_batch_once(
+    spark: Any, tmp_path: Path
+) -> None:
+    """Two bronze jobs of one topic started together (an Airflow retry beside a task still
+    running): one commits, the other waits for the table's lock and then finds nothing new or
+    the next batch; no record is lost or doubled, and no batch is committed twice."""
+    from deltalake import DeltaTable
+
+    from lakehouse.bronze import BATCH_KEY
+    from lakehouse.config import Settings
+    from lakehouse.landing import Producer, Record
+    from lakehouse.storage.delta_spark import commit_metadata
+
+    contracts = tmp_path / "contracts"
+    contracts.mkdir()
+    (contracts / "t.yaml").write_text(INGEST_CONTRACT)
+    lake = Settings.from_env(tmp_path / "home", contracts)
+    env = {**os.environ, "LAKEHOUSE_HOME": str(lake.home), "LAKEHOUSE_CONTRACTS": str(contracts)}
+    ingest = [str(Path(sys.executable).parent / "lakehouse"), "run", "--topic", "t"]
+    ingest += ["--layer", "bronze"]
+    producer = Producer(lake, "t", 3)
+    produced = 0
+    for _ in range(2):
+        producer.send_batch(
+            Record(f"k{n}".encode(), b'{"v":1}', partition=n % 3)
+            for n in range(produced, produced + 5_000)
+        )
+        produced += 5_000
+        jobs = [
+            subprocess.Popen(ingest, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+            for _ in range(2)
+        ]
+        outputs = [job.communicate(timeout=600)[0].decode() for job in jobs]
+        assert [job.returncode for job in jobs] == [0, 0], outputs
+
+    rows = DeltaStore(spark).read(lake.bronze_path("t"))
+    assert rows.count() == produced
+    assert rows.select("partition", "offset").distinct().count() == produced
+    history = DeltaTable(str(lake.bronze_path("t"))).history()
+    batches = [commit_metadata(c, BATCH_KEY) for c in history]
+    ids = sorted(b["batch_id"] for b in batches if b is not None)
+    assert ids == [0, 1]

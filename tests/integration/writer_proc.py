@@ -1,4 +1,5 @@
-"""A writer process for the crash and concurrency tests: appends numbered batches to a table.
+"""A writer process for the crash and concurrency tests: appends numbered batches to a table
+with delta-spark, holding the table's commit lock for each append, as the layer jobs do.
 
     python writer_proc.py TABLE --app APP --batches B --rows R [--first-id N]
 
@@ -12,7 +13,7 @@ import argparse
 from pathlib import Path
 
 from lakehouse.spark import get_session
-from lakehouse.storage import DeltaStore, Txn
+from lakehouse.storage import DeltaStore, Txn, delta_spark
 
 
 def main() -> None:
@@ -38,7 +39,8 @@ def main() -> None:
             .withColumn("payload", F.sha2(F.col("id").cast("string"), 256))
         )
         txn = Txn(args.app, batch) if args.app else None
-        store.write(df, args.table, txn=txn)
+        with delta_spark.table_lock(args.table):
+            delta_spark.append(df, args.table, txn=txn, create=df.schema)
         print(f"committed batch {batch}", flush=True)
     spark.stop()
 
