@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -41,23 +39,6 @@ class Figure:
             f"{self.name} {self.value:.6g} {self.unit} "
             f"peer={self.peer_value:.6g} ({self.peer_name}) ratio={self.ratio:.2f}"
         )
-
-
-@contextlib.contextmanager
-def driver_limits(**megabytes: int) -> Iterator[None]:
-    """Set the layers' ``LAKEHOUSE_<LAYER>_DRIVER_MB`` for the block (0: Spark's tasks): a
-    warm-up takes the paths of the big batch it warms for."""
-    names = {f"LAKEHOUSE_{layer.upper()}_DRIVER_MB": str(mb) for layer, mb in megabytes.items()}
-    before = {name: os.environ.get(name) for name in names}
-    os.environ.update(names)
-    try:
-        yield
-    finally:
-        for name, value in before.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
 
 
 def save(figures: list[Figure], name: str, context: dict[str, Any]) -> Path:

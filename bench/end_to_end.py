@@ -64,7 +64,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import Figure, driver_limits, report, run_worker, tree_peak_rss_mib
+from common import Figure, report, run_worker, tree_peak_rss_mib
 
 CORES = 2
 PARTITIONS = 12  # silver.generate's
@@ -456,11 +456,7 @@ def worker_ours(root: Path) -> dict[str, Any]:
     catalog = Catalog.load(settings.contracts_dir)
     spark = _session()
     started = time.perf_counter()
-    # The warm-up takes the paths the measured run takes: Spark's tasks for bronze and silver
-    # (a 1000-record batch would otherwise be done in the driver, and the measured run would pay
-    # the session's first Python tasks, about 3.5 s here).
-    with driver_limits(bronze=0, silver=0):
-        pipeline.run(spark, settings, catalog, topics=[WARM], echo=_quiet)
+    pipeline.run(spark, settings, catalog, topics=[WARM], echo=_quiet)
     warmup = time.perf_counter() - started
     started = time.perf_counter()
     pipeline.run(spark, settings, catalog, topics=[TOPIC], echo=_quiet)
