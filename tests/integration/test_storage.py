@@ -514,14 +514,12 @@ def test_missing_table_is_a_typed_error(spark: Any, tmp_path: Path) -> None:
         DeltaStore(spark).read(tmp_path / "nothing")
 
 
-def test_staging_tasks_take_contiguous_slices_of_the_items_one_task_per_core(
-    spark: Any, tmp_path: Path
-) -> None:
-    """Bronze stages its work items (one per topic partition) in one Python task per core, each
-    taking neighbouring items in order and writing them to the same files."""
+def test_task_rows_take_contiguous_slices_of_the_items_one_task_per_core(spark: Any) -> None:
+    """Bronze parses its work items (one per topic partition) in one Python task per core, each
+    taking neighbouring items in order; their rows and side facts both come back."""
     from pyspark import TaskContext
 
-    from lakehouse.storage.tasks import stage_with_tasks
+    from lakehouse.storage.tasks import rows_from_tasks
 
     schema = pa.schema([("n", pa.int64())])
 
@@ -531,19 +529,19 @@ def test_staging_tasks_take_contiguous_slices_of_the_items_one_task_per_core(
         emit({"item": item["i"], "task": context.partitionId()})
         yield pa.table({"n": [item["i"]]}, schema=schema)
 
-    def staged_by_task(**kwargs: Any) -> tuple[list[list[int]], int]:
-        staged = stage_with_tasks(
-            spark, [{"i": i} for i in range(5)], task, table_root=tmp_path, schema=schema, **kwargs
-        )
-        by_task: dict[int, list[int]] = {}
-        for fact in staged.side:
-            by_task.setdefault(fact["task"], []).append(fact["item"])
-        return [by_task[t] for t in sorted(by_task)], len(staged.files)
+    def by_task(**kwargs: Any) -> list[list[int]]:
+        items = [{"i": i} for i in range(5)]
+        with rows_from_tasks(spark, items, task, schema, **kwargs) as (rows, side):
+            assert sorted(r["n"] for r in rows.collect()) == [0, 1, 2, 3, 4]
+        tasks: dict[int, list[int]] = {}
+        for fact in side:
+            tasks.setdefault(fact["task"], []).append(fact["item"])
+        return [tasks[t] for t in sorted(tasks)]
 
     cores = spark.sparkContext.defaultParallelism
     assert cores == 2
-    assert staged_by_task() == ([[0, 1], [2, 3, 4]], 2)
-    assert staged_by_task(parallelism=5) == ([[0], [1], [2], [3], [4]], 5)
+    assert by_task() == [[0, 1], [2, 3, 4]]
+    assert by_task(parallelism=5) == [[0], [1], [2], [3], [4]]
 
 
 def test_a_small_append_of_known_size_is_written_by_the_driver_with_the_same_guarantees(

@@ -188,7 +188,8 @@ def _outcome(path: Path, before: int, write_id: str) -> WriteResult:
 
     after = _load(path, own=True)
     newer = int(after.version()) - before
-    ours = [c for c in after.history(newer) if _user_metadata(c).get(WRITE_ID_KEY) == write_id]
+    commits = after.history(newer) if newer > 0 else []
+    ours = [c for c in commits if _user_metadata(c).get(WRITE_ID_KEY) == write_id]
     if not ours:
         return WriteResult(False, int(after.version()))
     return WriteResult(True, int(ours[0]["version"]))

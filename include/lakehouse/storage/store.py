@@ -47,7 +47,6 @@ if TYPE_CHECKING:
     from pyspark.sql.types import StructType
 
     from lakehouse.storage.log import ChangeFile
-    from lakehouse.storage.tasks import Staged, TaskFn
 
 CHANGE_COLUMNS = ("_change_type", "_commit_version", "_commit_timestamp")
 # An append this small (its size known) is written by the driver (see DeltaStore.write).
@@ -525,36 +524,6 @@ class DeltaStore:
             mode="ignore",
             partition_by=list(partition_by) or None,
             configuration=dict(properties),
-        )
-
-    def stage(
-        self,
-        items: Sequence[Mapping[str, Any]],
-        fn: TaskFn,
-        path: Path,
-        *,
-        in_driver: bool = False,
-        new_table_schema: pa.Schema | None = None,
-    ) -> Staged:
-        """Run ``fn`` over ``items`` in Spark tasks that write the table's data files themselves
-        (see :mod:`lakehouse.storage.tasks`), or here with ``in_driver`` (small work); nothing
-        is visible until :meth:`commit_staged`. A table that does not exist yet is staged for
-        with ``new_table_schema`` (unpartitioned); create it before the commit."""
-        from lakehouse.storage.tasks import stage_in_driver, stage_with_tasks
-
-        if new_table_schema is not None and not self.exists(path):
-            schema, partition_by = new_table_schema, []
-        else:
-            dt = _load(path)
-            _check_readable(dt, path)
-            schema = table_arrow_schema(dt)
-            partition_by = list(dt.metadata().partition_columns)
-        if in_driver:
-            return stage_in_driver(
-                items, fn, table_root=path, schema=schema, partition_by=partition_by
-            )
-        return stage_with_tasks(
-            self.spark, items, fn, table_root=path, schema=schema, partition_by=partition_by
         )
 
     def commit_staged(
