@@ -88,7 +88,7 @@ def run_layer(
     ledger.rows += restore_ledger(settings, [path for path, gate in gates.items() if gate.active])
     existed = {path for path in gates if is_table(path)}
     for path in existed:
-        _constrain(path, gates[path], echo)
+        _constrain(spark, path, gates[path], echo)
     # A reprocess or a refresh is judged by the same expectations, but it is not a micro-batch:
     # its size is no sign of an unusual volume (``Gate.regular``).
     resets = {p: replace(g, regular=False, verdicts=g.verdicts) for p, g in gates.items()}
@@ -113,7 +113,7 @@ def run_layer(
                 lines.append(_reprocess_silver(spark, settings, contract, request))
         for path, gate in gates.items():
             if path not in existed and is_table(path):
-                _constrain(path, gate, echo)  # a table this run created
+                _constrain(spark, path, gate, echo)  # a table this run created
             check_freshness(gate)
     finally:
         ledger.flush()  # failed checks too: a failed gate is recorded, then raised
@@ -257,8 +257,8 @@ def _bronze_records(path: Path, start: int, end: int) -> int:
     return total
 
 
-def _constrain(path: Path, gate: Gate, echo: Callable[[str], None]) -> None:
-    for note in sync_constraints(path, gate.expectations):
+def _constrain(spark: SparkSession, path: Path, gate: Gate, echo: Callable[[str], None]) -> None:
+    for note in sync_constraints(spark, path, gate.expectations):
         echo(f"quality {gate.layer}.{gate.table}: {note}")
 
 

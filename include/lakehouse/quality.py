@@ -30,6 +30,7 @@ import itertools
 import json
 import math
 import os
+import re
 import statistics
 import sys
 import uuid
@@ -48,7 +49,7 @@ from lakehouse.storage.delta_spark import commit_metadata
 if TYPE_CHECKING:
     import pyarrow as pa
     from deltalake import DeltaTable
-    from pyspark.sql import Column, DataFrame
+    from pyspark.sql import Column, DataFrame, SparkSession
 
 # Expectations judged per row: they can quarantine rows and become Delta CHECK constraints.
 ROW_LEVEL = ("not_null", "between", "in_set", "match_regex", "length_between")
@@ -149,12 +150,28 @@ def _sql_literal(v: Any) -> str:
     """A SQL literal of a contract's value; anything but a string, boolean or finite number is
     refused rather than written into the constraint as Python's text of it."""
     if isinstance(v, str):
-        return "'" + v.replace("'", "''") + "'"
+        return _string_literal(v)
     if isinstance(v, bool):
         return "TRUE" if v else "FALSE"
     if isinstance(v, int) or (isinstance(v, float) and math.isfinite(v)):
         return repr(v)
     raise ConfigError(f"{v!r} cannot be a SQL literal: use a string, a boolean or a finite number")
+
+
+def _string_literal(v: str) -> str:
+    """A string as SQL that Spark, delta-rs and Delta's own constraint text all read back as
+    that string. A quote or a backslash has no such spelling inside a literal (Spark reads a
+    backslash as an escape, delta-rs does not; Delta rewrites ``'it''s'`` as ``'it' 's'``, which
+    Spark reads as ``its``), so those characters are written as ``chr(39)`` and ``chr(92)``,
+    joined to the rest with ``concat``."""
+    if "'" not in v and "\\" not in v:
+        return f"'{v}'"
+    pieces = [
+        {"'": "chr(39)", "\\": "chr(92)"}.get(part, f"'{part}'")
+        for part in re.split(r"(['\\\\])", v)
+        if part
+    ]
+    return "concat(" + ", ".join(pieces) + ")"
 
 
 def check_constraint(e: Expectation) -> str | None:
@@ -167,11 +184,6 @@ def check_constraint(e: Expectation) -> str | None:
     if e.expect == "not_null":
         return f"{col} IS NOT NULL"
     if e.expect == "in_set":
-        if any(isinstance(v, str) and "\\" in v for v in e.param("values")):
-            # delta-rs stores a constraint as SQL it writes back itself, without doubling a quote
-            # that follows a backslash: the value c\' OR 1=1 -- comes back as 'c\' OR 1=1 --',
-            # a literal that ends early and a constraint that always holds. Such sets stay GX-only.
-            return None
         values = ", ".join(_sql_literal(v) for v in e.param("values"))
         return f"{col} IS NULL OR {col} IN ({values})"
     measure = col if e.expect == "between" else f"character_length({col})"
@@ -183,38 +195,43 @@ def check_constraint(e: Expectation) -> str | None:
 
 
 def constraint_name(e: Expectation, sql: str) -> str:
-    """``dq_<expectation>_<hash of the SQL>``: delta-rs stores constraints rewritten in its own
-    words, so a changed expectation is recognised by its name, not by comparing the text."""
+    """``dq_<expectation>_<hash of the SQL>``: a changed expectation is recognised by its name,
+    not by comparing the text an engine stored (delta-rs rewrites a constraint in its own
+    words)."""
     digest = hashlib.sha256(sql.encode()).hexdigest()[:8]
     return f"dq_{e.name}_{digest}"
 
 
-def sync_constraints(path: Path, expectations: Sequence[Expectation]) -> list[str]:
+def sync_constraints(
+    spark: SparkSession, path: Path, expectations: Sequence[Expectation]
+) -> list[str]:
     """Add the CHECK constraints the contract's ``fail`` row expectations imply, and drop the
-    ``dq_*`` ones it no longer does. A constraint that the table's existing rows break is not
-    added (delta-rs refuses it); the gate still holds new batches to it. Returns notes."""
+    ``dq_*`` ones it no longer does, with delta-spark's ``ALTER TABLE``. A constraint that the
+    table's existing rows break is not added (Delta refuses it); the gate still holds new
+    batches to it. Returns notes."""
     from lakehouse.storage import snapshots
 
-    dt = snapshots.latest(path)
     have = {
         k.removeprefix("delta.constraints.")
-        for k in dt.metadata().configuration
+        for k in snapshots.latest(path).metadata().configuration
         if k.startswith("delta.constraints.dq_")
     }
     want = {constraint_name(e, sql): sql for e in expectations if (sql := check_constraint(e))}
+    table = f"delta.`{path}`"
     notes = []
     for name in sorted(have - set(want)):
-        dt.alter.drop_constraint(name)
+        spark.sql(f"ALTER TABLE {table} DROP CONSTRAINT IF EXISTS {name}")
         notes.append(f"dropped constraint {name}")
     for name, sql in sorted(want.items()):
         if name in have:
             continue
         try:
-            dt.alter.add_constraint({name: sql})
+            spark.sql(f"ALTER TABLE {table} ADD CONSTRAINT {name} CHECK ({sql})")
             notes.append(f"added constraint {name}: {sql}")
-        except Exception as exc:  # delta-rs reports a violation as a generic error
-            first = str(exc).strip().splitlines()[0]
-            notes.append(f"constraint {name} not added (existing rows break it: {first})")
+        except Exception as exc:
+            if "DELTA_NEW_CHECK_CONSTRAINT_VIOLATION" not in str(exc):
+                raise
+            notes.append(f"constraint {name} not added (existing rows break it)")
     return notes
 
 

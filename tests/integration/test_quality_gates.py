@@ -246,7 +246,7 @@ def test_fail_on_silver_publishes_nothing_and_stops_the_run(spark: Any, tmp_path
         for k, v in _table_config(silver).items()
         if k.startswith("delta.constraints.dq_amount_range_")
     ]
-    assert constraint == ["amount IS NULL OR amount >= 0 AND amount <= 100"]
+    assert constraint == ["amount IS NULL OR ( amount >= 0 AND amount <= 100 )"]
 
     _send(lake, [("o3", {"city": "Paris", "amount": 500}), ("o4", {"city": "Rome", "amount": 1})])
     with pytest.raises(QualityGateError) as failed:
@@ -287,7 +287,7 @@ def test_fail_on_silver_publishes_nothing_and_stops_the_run(spark: Any, tmp_path
         v
         for k, v in _table_config(silver).items()
         if k.startswith("delta.constraints.dq_amount_range_")
-    ] == ["amount IS NULL OR amount >= 0 AND amount <= 1000"]
+    ] == ["amount IS NULL OR ( amount >= 0 AND amount <= 1000 )"]
 
 
 def test_fail_on_gold_judges_the_rows_after_the_merge(spark: Any, tmp_path: Path) -> None:
@@ -402,3 +402,36 @@ def _table_config(path: Path) -> dict[str, str]:
     from deltalake import DeltaTable
 
     return dict(DeltaTable(str(path)).metadata().configuration)
+
+
+def test_a_constraint_holds_hostile_strings_as_literals_in_both_engines(
+    spark: Any, tmp_path: Path
+) -> None:
+    """``in_set`` values are quoted: delta-spark adds the constraint and enforces it as values,
+    not as SQL, and so does delta-rs (gold's writer, until it moves) on the same table."""
+    from deltalake import write_deltalake
+    from deltalake.exceptions import DeltaError
+
+    from lakehouse.contracts import Expectation
+    from lakehouse.quality import sync_constraints
+
+    sneaky = ["a') OR (1=1", "b' OR 'x'='x", "c\\' OR 1=1 --", 'd"; DROP TABLE t; --', "it''s"]
+    e = Expectation("silver", "e", "in_set", "fail", "city", params=(("values", tuple(sneaky)),))
+    path = tmp_path / "t"
+    write_deltalake(str(path), pa.table({"city": pa.array(sneaky, pa.string())}))
+    assert sync_constraints(spark, path, [e])[0].startswith("added constraint dq_e_")
+    spark.createDataFrame([("b' OR 'x'='x",)], "city string").write.format("delta").mode(
+        "append"
+    ).save(str(path))
+    # Near misses too: a value with its quote or backslash lost is not in the set.
+    for outsider in ("zzz", "its", "it's", "c' OR 1=1 --"):
+        with pytest.raises(Exception, match="CHECK constraint dq_e_"):
+            spark.createDataFrame([(outsider,)], "city string").write.format("delta").mode(
+                "append"
+            ).save(str(path))
+        with pytest.raises(DeltaError, match="failed validation check"):
+            write_deltalake(str(path), pa.table({"city": [outsider]}), mode="append")
+    write_deltalake(str(path), pa.table({"city": ["b' OR 'x'='x"]}), mode="append")
+    assert sorted(read_arrow(path).column("city").to_pylist()) == sorted(
+        [*sneaky, *sneaky[1:2] * 2]
+    )

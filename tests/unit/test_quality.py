@@ -120,7 +120,10 @@ def test_gx_expectation_carries_the_contract_names_in_meta() -> None:
         (_e("not_null", "fail"), "x IS NOT NULL"),
         (_e("between", "fail", min=0, max=5), "x IS NULL OR (x >= 0 AND x <= 5)"),
         (_e("between", "fail", max=5.5), "x IS NULL OR (x <= 5.5)"),
-        (_e("in_set", "fail", values=["a", "it's"]), "x IS NULL OR x IN ('a', 'it''s')"),
+        (
+            _e("in_set", "fail", values=["a", "it's"]),
+            "x IS NULL OR x IN ('a', concat('it', chr(39), 's'))",
+        ),
         (
             _e("length_between", "fail", min=1),
             "x IS NULL OR (character_length(x) >= 1)",
