@@ -124,3 +124,37 @@ def test_a_spark_submit_without_the_jars_is_refused_naming_them(tmp_path: Path) 
         "does: `--conf spark.jars=...`)"
     ]
     assert not (tmp_path / "table").exists()
+
+
+def test_threads_sharing_a_session_keep_their_own_merge_metadata(
+    spark: Any, tmp_path: Path
+) -> None:
+    """MERGE takes its commit metadata from session settings, which every thread of the session
+    sees: two threads releasing rows from two tables at once each commit their own metadata,
+    and the session keeps none of it afterwards."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from deltalake import DeltaTable
+
+    from lakehouse.storage import delta_spark
+    from lakehouse.storage.delta_spark import commit_metadata
+
+    tables = [tmp_path / f"t{i}" for i in range(4)]
+    rows = spark.createDataFrame([(k,) for k in range(20)], "k long")
+    for table in tables:
+        delta_spark.append(rows, table, create=rows.schema)
+
+    def release(i: int) -> int:
+        keys = spark.createDataFrame([(k,) for k in range(i, 20, 4)], "k long")
+        return delta_spark.delete_matching(
+            keys, tables[i], on=["k"], metadata={"lakehouse.release": {"by": i}}
+        )
+
+    with ThreadPoolExecutor(max_workers=len(tables)) as pool:
+        assert list(pool.map(release, range(len(tables)))) == [5] * len(tables)
+    for i, table in enumerate(tables):
+        (newest,) = DeltaTable(str(table)).history(1)
+        assert newest["operation"] == "MERGE"
+        assert commit_metadata(newest, "lakehouse.release") == {"by": i}
+        assert DeltaTable(str(table)).to_pyarrow_table().num_rows == 15
+    assert spark.conf.get("spark.databricks.delta.commitInfo.userMetadata", None) is None
