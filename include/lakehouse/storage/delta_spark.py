@@ -40,6 +40,10 @@ if TYPE_CHECKING:
 
 WRITE_ID_KEY = "lakehouse.write_id"
 CDF_PROPERTIES: Mapping[str, str] = {"delta.enableChangeDataFeed": "true"}
+# The platform's tables: the change data feed on, and Delta's own cleanup of expired commits off
+# (it runs at every checkpoint, and would delete commits a lagging consumer still reads for the
+# change feed); `lakehouse maintain` cleans the log once every consumer is past it.
+TABLE_PROPERTIES: Mapping[str, str] = {**CDF_PROPERTIES, "delta.enableExpiredLogCleanup": "false"}
 
 
 def is_table(path: Path) -> bool:
@@ -76,10 +80,10 @@ def create_table(
     path: Path,
     schema: StructType | pa.Schema,
     *,
-    properties: Mapping[str, str] = CDF_PROPERTIES,
+    properties: Mapping[str, str] = TABLE_PROPERTIES,
 ) -> None:
     """Create an empty table with ``schema`` (its non-nullable fields NOT NULL) and table
-    ``properties`` (by default, the change data feed on), unless one is there."""
+    ``properties`` (by default :data:`TABLE_PROPERTIES`), unless one is there."""
     from pyspark.sql.pandas.types import from_arrow_schema
     from pyspark.sql.types import StructType
 
