@@ -305,10 +305,9 @@ def _write_quarantine(
         "_ingested_at": [now] * n,
     }
     path = settings.quarantine_path("bronze", topic)
+    rows = delta_spark.arrow_frame(spark, pa.table(columns, schema=QUARANTINE_SCHEMA))
     with delta_spark.table_lock(path):
-        delta_spark.create_table(spark, path, QUARANTINE_SCHEMA)
-        rows = delta_spark.arrow_frame(spark, pa.table(columns, schema=QUARANTINE_SCHEMA))
-        delta_spark.append(rows, path, txn=Txn(BRONZE_APP, batch_id))
+        delta_spark.append(rows, path, txn=Txn(BRONZE_APP, batch_id), create=QUARANTINE_SCHEMA)
 
 
 def _repair_quarantine(spark: SparkSession, settings: Settings, contract: Contract) -> None:
