@@ -16,6 +16,10 @@ from lakehouse.config import REPO_ROOT, Settings
 # Spark's Python workers must run this interpreter (the one with `lakehouse` installed).
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+# The tests' batches are a few rows to a few thousand: the platform's settings for small
+# micro-batches, for this process and every job it starts (spark-submit, Airflow, the CLI).
+os.environ.setdefault("LAKEHOUSE_SHUFFLE_PARTITIONS", "1")
+os.environ.setdefault("LAKEHOUSE_SPARK_CODEGEN", "off")
 
 
 @pytest.fixture

@@ -111,6 +111,7 @@ def spark_conf(
         ),
         "spark.sql.execution.arrow.pyspark.enabled": "true",
         "spark.sql.sources.partitionOverwriteMode": "dynamic",
+        **codegen_conf(),
         # Executors must run the project's interpreter, which has the `lakehouse` package.
         **submit_conf(short_lived=short_lived, jvm_options=jvm_options),
         "spark.ui.showConsoleProgress": "false",
@@ -131,6 +132,19 @@ def spark_conf(
         # thread per core of the machine in every task, and the tasks contend for the cores.
         "spark.executorEnv.POLARS_MAX_THREADS": "1",
     }
+
+
+def codegen_conf() -> dict[str, str]:
+    """``LAKEHOUSE_SPARK_CODEGEN=off``: Spark evaluates expressions without generating and
+    compiling code for them. For micro-batches of a few thousand rows, compiling a plan's code
+    (about 0.1 s a task, whatever its rows) costs more than running it interpreted; big batches
+    want it ``on`` (the default)."""
+    value = os.environ.get("LAKEHOUSE_SPARK_CODEGEN", "on")
+    if value not in ("on", "off"):
+        raise ConfigError(f"LAKEHOUSE_SPARK_CODEGEN must be 'on' or 'off', not {value!r}")
+    if value == "on":
+        return {}
+    return {"spark.sql.codegen.wholeStage": "false", "spark.sql.codegen.factoryMode": "NO_CODEGEN"}
 
 
 def get_session(

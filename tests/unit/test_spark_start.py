@@ -322,3 +322,18 @@ def test_a_lazy_session_starts_once_on_first_use_and_only_then_stops() -> None:
     assert lazy.started and len(made) == 1
     lazy.stop()
     assert made[0].stopped == 1
+
+
+def test_code_generation_is_a_setting_refused_when_misspelt(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from lakehouse.errors import ConfigError
+    from lakehouse.spark import codegen_conf
+
+    monkeypatch.setenv("LAKEHOUSE_SPARK_CODEGEN", "of")
+    with pytest.raises(ConfigError, match="LAKEHOUSE_SPARK_CODEGEN must be 'on' or 'off'"):
+        codegen_conf()
+    monkeypatch.setenv("LAKEHOUSE_SPARK_CODEGEN", "off")
+    assert codegen_conf()["spark.sql.codegen.wholeStage"] == "false"
+    monkeypatch.delenv("LAKEHOUSE_SPARK_CODEGEN")
+    assert codegen_conf() == {}
