@@ -274,11 +274,22 @@ def build_class_archive(records: int = 2000) -> Path:
             output.append(done.stdout + done.stderr)
             if done.returncode != 0:
                 partial.unlink(missing_ok=True)
-                raise RuntimeError(f"lakehouse {args[0]} failed:\n{output[-1][-3000:]}")
+                raise RuntimeError(f"lakehouse {args[0]} failed:\n{_failure(output[-1])}")
     if not partial.is_file():
         raise RuntimeError(f"the JVM wrote no class archive:\n{output[-1][-3000:]}")
     partial.replace(archive)
     return archive
+
+
+def _failure(output: str) -> str:
+    """What a failed command printed, shortened: its error lines (not a JVM stack's frames),
+    then its last lines."""
+    errors = [
+        line
+        for line in output.splitlines()
+        if ("Error" in line or "Exception" in line) and not line.lstrip().startswith("at ")
+    ]
+    return "\n".join(errors[:20]) + "\n...\n" + output[-2000:]
 
 
 def python_zips() -> list[Path]:
