@@ -15,11 +15,10 @@ tombstone (both paths ignore those). Preparing is not timed. Each path runs in i
    before each run). Then ``--warmup`` + ``--batches`` micro-batches of ``--batch`` events
    (80% existing keys, 20% new ones) are appended to silver, one version each.
 
-   * ours: after each append, ``tables.build_table`` on ``local[2]``: the files of the silver
-     versions not yet consumed, folded in the driver by DuckDB (``lakehouse.tables_arrow``;
-     Spark's ``aggregate_per_key`` takes batches above ``LAKEHOUSE_GOLD_DRIVER_MB``), then a
-     delta-rs merge in one commit that records the consumed version. The session is warmed on a
-     tiny stream first.
+   * ours: after each append, ``tables.build_table`` on ``local[2]``: the change feed of the
+     silver versions not yet consumed, aggregated by Spark (``tables.aggregate_per_key``), then
+     a delta-spark MERGE in one commit that records the consumed version. The session is warmed
+     on a tiny stream first.
    * peer: a copy of the same seeded gold table (same files, change feed on). For each of the
      same silver versions: ``DeltaTable.load_cdf`` of that version, polars ``group_by``, and
      ``DeltaTable.merge`` (``when_matched_update`` adding, ``when_not_matched_insert``), polars
@@ -32,15 +31,14 @@ tombstone (both paths ignore those). Preparing is not timed. Each path runs in i
 2. Full build. ``--events`` events over ``--keys`` keys (uniform) in silver, appended in
    versions of 1M events.
 
-   * ours: one ``build_table`` from nothing (no gold table yet) on ``local[2]``: folded in the
-     driver as above (the 10M events' files take about 230 MB), and appended, the table being
-     empty.
+   * ours: one ``build_table`` from nothing (no gold table yet) on ``local[2]``: aggregated
+     and merged as above.
    * peer: ``polars.scan_delta`` of the silver snapshot (the stream is append-only, so the
      snapshot is the whole change feed), ``group_by``, ``write_deltalake`` of the result into a
      new table (change feed on), polars capped to 2 threads.
 
    Both paths' worker processes are kept on 2 CPUs (``common.pin_cores``) on a bigger machine,
-   so DuckDB, polars and the JVM size their thread pools alike.
+   so polars and the JVM size their thread pools alike.
 
    Figures: events/s per core (both divided by the same 2 cores), wall seconds, peak RSS of
    each worker's process tree.

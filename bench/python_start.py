@@ -5,13 +5,9 @@ runs) against the zip as pyspark ships it (sources only: every process compiles 
     python bench/python_start.py [--repeats 5]
 
 Spark puts ``pyspark.zip`` first on the path of every Python process it starts, and it starts
-one daemon per kind of Python work: one for tasks (``mapInArrow``, the data source's writers),
-one to plan a data source write, one to commit it. Each measurement is a fresh driver process
-(``local[2]``, the platform's settings) that times, in order:
-
-* **first task**: a 10-row ``mapInArrow`` (Spark starts the task daemon);
-* **first write**: a 10-row ``DeltaStore.write`` through the data source (Spark starts the
-  planning and commit daemons; the task daemon is up by then).
+one daemon for tasks (``mapInArrow``: bronze's segment parsing). Each measurement is a fresh
+driver process (``local[2]``, the platform's settings) that times the **first task**: a 10-row
+``mapInArrow`` (Spark starts the task daemon).
 
 Rounds alternate the two forms of the zip. For the shipped form the bench puts a copy of the
 installed zip without its bytecode in its place, and the compiled zip back when the rounds are
@@ -41,7 +37,6 @@ def worker(out: Path) -> dict[str, float]:
     import pyarrow as pa  # noqa: F401  (imported by the job anyway; not part of the figure)
 
     from lakehouse.spark import get_session
-    from lakehouse.storage import DeltaStore
 
     spark = get_session("local[2]", app_name="bench-python-start")
 
@@ -51,12 +46,8 @@ def worker(out: Path) -> dict[str, float]:
     started = time.perf_counter()
     spark.range(10).mapInArrow(same, "id long").collect()
     first_task = time.perf_counter() - started
-    store = DeltaStore(spark)
-    started = time.perf_counter()
-    store.write(spark.range(10), out)
-    first_write = time.perf_counter() - started
     spark.stop()
-    return {"first_task": first_task, "first_write": first_write}
+    return {"first_task": first_task}
 
 
 def _sources_only(compiled: Path, target: Path) -> None:
@@ -101,15 +92,13 @@ def main() -> None:
                 runs[name].append(run_worker(Path(__file__), "--worker", str(out)))
                 r = runs[name][-1]
                 print(
-                    f"(round {round_ + 1} {name}: first task {r['first_task']:.2f} s, "
-                    f"first write {r['first_write']:.2f} s)",
-                    flush=True,
+                    f"(round {round_ + 1} {name}: first task {r['first_task']:.2f} s)", flush=True
                 )
     finally:
         _install(compiled, installed)
         shutil.rmtree(work, ignore_errors=True)
     p50 = {
-        name: {k: statistics.median(r[k] for r in rs) for k in ("first_task", "first_write")}
+        name: {k: statistics.median(r[k] for r in rs) for k in ("first_task",)}
         for name, rs in runs.items()
     }
     figures = [
@@ -121,7 +110,7 @@ def main() -> None:
             p50["shipped"][key],
             higher_is_better=False,
         )
-        for key in ("first_task", "first_write")
+        for key in ("first_task",)
     ]
     report(figures, "python_start", {"repeats": args.repeats, "runs": runs})
 

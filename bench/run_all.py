@@ -35,10 +35,6 @@ HERE = Path(__file__).resolve().parent
 
 # name -> (result files it writes, arguments per size)
 BENCHES: dict[str, tuple[tuple[str, ...], dict[str, list[list[str]]]]] = {
-    "storage": (
-        ("storage",),
-        {"small": [["--rows", "1000000"]], "large": [["--rows", "10000000"]]},
-    ),
     "bronze": (
         ("bronze",),
         {"small": [["--records", "1000000"]], "large": [["--records", "10000000"]]},
@@ -105,7 +101,6 @@ def machine() -> dict[str, Any]:
         "pyspark",
         "deltalake",
         "polars",
-        "duckdb",
         "pyarrow",
         "great_expectations",
         "apache-airflow",

@@ -48,7 +48,7 @@ from typing import TYPE_CHECKING, Any
 
 from lakehouse.config import Settings
 from lakehouse.contracts import Catalog, Contract, Join, TableSpec
-from lakehouse.storage import CDF_PROPERTIES, DeltaStore, Txn, WriteResult
+from lakehouse.storage import DeltaStore, Txn, delta_spark
 from lakehouse.streams import EVENT_TIME, TOMBSTONE, key_spark_type, spark_type
 from lakehouse.tables import (
     LATEST,
@@ -114,13 +114,19 @@ def build_join(
     j = spec.join
     assert j is not None
     other = catalog.topic(j.other)
-    store = DeltaStore(spark)
-    store.create(out.gold, join_schema(contract, other, spec), properties=CDF_PROPERTIES)
-    if j.type == "stream-table":
-        return _stream_table(store, settings, contract, other, spec, out, upto)
-    if j.type == "table-table":
-        return _table_table(store, settings, contract, other, spec, out, upto)
-    return _stream_stream(store, settings, contract, other, spec, out, upto)
+    # One committing driver per table: the join table's lock, then its two states'.
+    with (
+        delta_spark.table_lock(out.gold),
+        delta_spark.table_lock(out.state),
+        delta_spark.table_lock(other_state_path(out)),
+    ):
+        store = DeltaStore(spark)
+        delta_spark.create_table(spark, out.gold, join_schema(contract, other, spec))
+        if j.type == "stream-table":
+            return _stream_table(store, settings, contract, other, spec, out, upto)
+        if j.type == "table-table":
+            return _table_table(store, settings, contract, other, spec, out, upto)
+        return _stream_stream(store, settings, contract, other, spec, out, upto)
 
 
 # -- schema and shared pieces -------------------------------------------------------------------
@@ -208,13 +214,6 @@ def _txns(*positions: tuple[str, int | None]) -> list[Txn]:
     return [Txn(app, v) for app, v in latest.items()]
 
 
-def _record_positions(
-    store: DeltaStore, path: Path, txns: list[Txn], meta: dict[str, Any]
-) -> WriteResult:
-    """Every input's position, committed with no rows (nothing was due)."""
-    return WriteResult(True, store.record_positions(path, txns, meta))
-
-
 # -- stream-table -------------------------------------------------------------------------------
 
 
@@ -246,7 +245,7 @@ def _stream_table(
     }
     txns = _txns((app, end), (other_app, other_version))
     n = rows.count()
-    result = store.append(rows, out.gold, txn=txns, metadata=meta, rows=n)
+    result = delta_spark.append(rows, out.gold, txn=txns, metadata=meta)
     rows.unpersist()
     versions = None if other_version is None else (other_version, other_version)
     return JoinResult(spec.name, (start, end), n, result.committed, other_app, versions)
@@ -348,30 +347,26 @@ def _table_table(
     txns = _txns((app, end), (other_app, other_end))
     meta = _meta(app, todo, other_app, other_todo)
     n = batch.count()
-    if n:
-        values = [c for c in contract.table_columns(spec) if c != key]
-        result = store.merge(
-            batch,
-            out.gold,
-            on=[key],
-            delete_when=f"NOT s.{_PRESENT}",
-            update={c: f"s.{c}" for c in values},
-            insert={c: f"s.{c}" for c in [key, *values]},
-            insert_when=f"s.{_PRESENT}",
-            txn=txns,
-            metadata=meta,
-        )
-    else:
-        result = _record_positions(store, out.gold, txns, meta)
+    values = [c for c in contract.table_columns(spec) if c != key]
+    # A MERGE commits even when the batch is empty: the positions move on.
+    result = delta_spark.merge(
+        batch,
+        out.gold,
+        on=[key],
+        delete_when=f"NOT s.{_PRESENT}",
+        update={c: f"s.{c}" for c in values},
+        insert={c: f"s.{c}" for c in [key, *values]},
+        insert_when=f"s.{_PRESENT}",
+        txn=txns,
+        metadata=meta,
+    )
     batch.unpersist()
     for side, c, span, state, side_app in (
         (mine, contract, todo, out.state, app),
         (theirs, other, other_todo, other_out.state, other_app),
     ):
         if side is not None and span is not None:
-            merge_latest(
-                store, side, state, c, Txn(side_app, span[1]), source_meta(side_app, *span)
-            )
+            merge_latest(side, state, c, Txn(side_app, span[1]), source_meta(side_app, *span))
             side.unpersist()
     return JoinResult(spec.name, todo, n, result.committed, other_app, other_todo)
 
@@ -493,7 +488,7 @@ def _stream_stream(
     txns = _txns((app, end), (other_app, other_end))
     meta = _meta(app, todo, other_app, other_todo)
     n = rows.count()
-    result = store.append(rows, out.gold, txn=txns, metadata=meta, rows=n)
+    result = delta_spark.append(rows, out.gold, txn=txns, metadata=meta)
     rows.unpersist()
     return JoinResult(spec.name, todo, n, result.committed, other_app, other_todo)
 

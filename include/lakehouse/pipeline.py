@@ -41,10 +41,6 @@ def layer_tables(settings: Settings, contract: Contract, layer: Layer) -> list[t
     return [(name, path[layer](name)) for name in contract.published_tables(layer)]
 
 
-# Each layer's setting of the batch size it still does in the driver (gold's only).
-_DRIVER_LIMITS: dict[Layer, Callable[[], int]] = {"gold": tables.driver_fold_bytes}
-
-
 def run_layer(
     spark: SparkSession,
     settings: Settings,
@@ -74,8 +70,6 @@ def run_layer(
     SchemaRegistry(settings.registry_root).register(contract)
     # A bad setting fails here, before any data moves.
     pandas_max_rows()
-    if layer in _DRIVER_LIMITS:
-        _DRIVER_LIMITS[layer]()
     run = run or RunInfo.from_env()
     ledger = LedgerBuffer(settings)
     names = None if specs is None else {s.name for s in specs}

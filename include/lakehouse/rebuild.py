@@ -31,7 +31,7 @@ from lakehouse import tables
 from lakehouse.config import Settings
 from lakehouse.contracts import Catalog, Contract, TableSpec
 from lakehouse.errors import LakehouseError
-from lakehouse.storage import CDF_PROPERTIES, DeltaStore, Txn
+from lakehouse.storage import DeltaStore, Txn, delta_spark
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -104,7 +104,8 @@ def refresh(
     real = tables.outputs(settings, spec)
     apps = _apps(catalog, contract, spec)
     upto = None if from_version is None else from_version - 1
-    with _scratch(settings) as tmp:
+    # Every writer of a gold table and its state and late tables takes the table's lock first.
+    with delta_spark.table_lock(real.gold), _scratch(settings) as tmp:
         out = tables.Outputs(tmp / "gold", tmp / "state", tmp / "late")
         tables.build_table(spark, settings, contract, spec, catalog, out=out, upto=upto)
         if catch_up and upto is not None:
@@ -127,10 +128,9 @@ def _fold(
     """Make ``real`` equal ``scratch`` in one merge: rows only in ``real`` are deleted, rows
     that differ updated, new ones inserted; the positions become the scratch build's."""
     rebuilt = store.read(scratch)
-    if not DeltaStore.exists(real):
-        store.create(real, rebuilt.schema, properties=CDF_PROPERTIES)
+    delta_spark.create_table(store.spark, real, store.spark_schema(scratch))
     values = [c for c in rebuilt.columns if c not in keys]
-    store.merge(
+    delta_spark.merge(
         rebuilt,
         real,
         on=list(keys),
@@ -149,8 +149,9 @@ def _carried_metadata(scratch: Path) -> dict[str, Any]:
     from deltalake import DeltaTable
 
     history = DeltaTable(str(scratch)).history(1)
-    newest = history[0] if history else {}
-    return {k: v for k, v in newest.items() if k.startswith("lakehouse.")}
+    newest = delta_spark.user_metadata(history[0]) if history else {}
+    own = {delta_spark.WRITE_ID_KEY, delta_spark.POSITIONS_KEY}
+    return {k: v for k, v in newest.items() if k.startswith("lakehouse.") and k not in own}
 
 
 def _replace(store: DeltaStore, scratch: Path, real: Path, apps: list[str]) -> None:
@@ -162,7 +163,9 @@ def _replace(store: DeltaStore, scratch: Path, real: Path, apps: list[str]) -> N
         rows = store.read(real).limit(0)
     else:
         return
-    store.write(rows, real, mode="overwrite", txn=_rewinds(store, scratch, apps))
+    delta_spark.create_table(store.spark, real, rows.schema)
+    rewinds = _rewinds(store, scratch, apps)
+    delta_spark.append(rows, real, mode="overwrite", txn=rewinds)
 
 
 def at_event_time(
@@ -191,7 +194,8 @@ def at_event_time(
             if not DeltaStore.exists(source):
                 raise LakehouseError(f"stream {stream} has no data yet: run its silver layer")
             cut = store.read(source).filter(F.col("event_time") <= F.lit(when))
-            store.write(cut, lake.silver_path(stream))
+            schema = store.spark_schema(source)
+            delta_spark.append(cut, lake.silver_path(stream), create=schema)
         needed = _with_sources(contract, spec)
         for dep in needed:
             tables.build_table(spark, lake, contract, dep, catalog)
@@ -227,6 +231,6 @@ def restore(
     last = feed.withColumn("_n", F.row_number().over(order)).filter(F.col("_n") == 1)
     schema = store.spark_schema(source)  # the table's own, NOT NULL keys included
     rows = last.filter(F.col("_change_type") != "delete").select(*schema.fieldNames())
-    store.create(target, schema, properties=CDF_PROPERTIES)
-    store.write(rows, target, metadata={"lakehouse.restore": {"from": str(source)}})
+    delta_spark.create_table(spark, target, schema)
+    delta_spark.append(rows, target, metadata={"lakehouse.restore": {"from": str(source)}})
     return int(store.read(target).count())

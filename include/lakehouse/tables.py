@@ -20,11 +20,11 @@ records the consumed stream version.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from lakehouse.config import Settings, megabytes_setting
+from lakehouse.config import Settings
 from lakehouse.contracts import (
     WINDOW_END,
     WINDOW_START,
@@ -35,11 +35,10 @@ from lakehouse.contracts import (
     TableSpec,
     aggregate_type,
 )
-from lakehouse.storage import CDF_PROPERTIES, DeltaStore, Txn, WriteResult
-from lakehouse.streams import TOMBSTONE, key_spark_type, spark_type, stream_schema
+from lakehouse.storage import DeltaStore, Txn, WriteResult, delta_spark
+from lakehouse.streams import TOMBSTONE, key_spark_type, spark_type
 
 if TYPE_CHECKING:
-    import pyarrow as pa
     from pyspark.sql import Column, DataFrame, SparkSession
     from pyspark.sql.types import DataType, StructField, StructType
 
@@ -340,7 +339,7 @@ def _add(t: str, s: str) -> str:
 
 
 def _combine(a: Aggregation, table: bool = False) -> dict[str, str]:
-    """SQL (delta-rs merge) folding a batch's partial aggregate into the stored one, per column.
+    """Spark SQL folding a batch's partial aggregate into the stored one in a MERGE, per column.
     Deltas of a table source may be negative; the same sums apply. A batch always arrives after
     what is stored, so earliest keeps the stored value and latest takes the batch's."""
     t, s = f"t.{a.name}", f"s.{a.name}"
@@ -363,7 +362,7 @@ def _combine(a: Aggregation, table: bool = False) -> dict[str, str]:
         }
     if a.fn == "count_distinct":
         values = _distinct_column(a)
-        union = f"array_sort(array_union(t.{values}, s.{values}))"  # as Spark's array_sort
+        union = f"array_sort(array_union(t.{values}, s.{values}))"
         return {values: union, a.name: f"cardinality({union})"}
     if a.fn == "earliest":
         return {a.name: f"CASE WHEN {t} IS NULL THEN {s} ELSE {t} END"}
@@ -372,7 +371,7 @@ def _combine(a: Aggregation, table: bool = False) -> dict[str, str]:
     if a.fn == "collect":
         return {
             a.name: f"CASE WHEN {t} IS NULL THEN {s} WHEN {s} IS NULL THEN {t} "
-            f"ELSE array_concat({t}, {s}) END"
+            f"ELSE concat({t}, {s}) END"
         }
     op = "<" if a.fn == "min" else ">"
     return {
@@ -438,41 +437,27 @@ def merge_rules(contract: Contract, spec: TableSpec) -> MergeRules:
 class GoldResult:
     table: str
     source_versions: tuple[int, int] | None
-    keys_changed: int = 0
+    keys_changed: int = 0  # the table's rows the batch inserted, updated or deleted
     committed: bool = False
-    # "arrow": folded in the driver (see lakehouse.tables_arrow); and why a latest or aggregate
-    # batch needed Spark instead. Keyword-only: subclasses add positional fields.
-    folded_by: str = field(default="spark", kw_only=True)
-    why_not_arrow: str | None = field(default=None, kw_only=True)
 
     def summary(self) -> str:
         if self.source_versions is None:
             return f"gold {self.table}: stream has no new versions"
         lo, hi = self.source_versions
         state = "committed" if self.committed else "already applied (skipped)"
-        why = f" (folded by Spark: {self.why_not_arrow})" if self.why_not_arrow else ""
-        return (
-            f"gold {self.table}: stream versions {lo}..{hi} {state}: "
-            f"{self.keys_changed} keys changed{why}"
-        )
+        return f"gold {self.table}: stream versions {lo}..{hi} {state}: {self.keys_changed} keys changed"
 
 
 LATEST = TableSpec(name="state", kind="latest")
 
 
 def merge_latest(
-    store: DeltaStore,
-    batch: DataFrame | pa.Table,
-    path: Path,
-    contract: Contract,
-    txn: Txn | Sequence[Txn],
-    meta: dict[str, Any],
+    batch: DataFrame, path: Path, contract: Contract, txn: Txn, meta: dict[str, Any]
 ) -> WriteResult:
-    """Upsert one row per key; a tombstone deletes the key. An Arrow ``batch`` carries the
-    merge's insertable column (:func:`latest_arrow_batch`)."""
+    """Upsert one row per key; a tombstone deletes the key."""
     key = contract.key_name
     values = [f.name for f in contract.fields]
-    return store.merge(
+    return delta_spark.merge(
         batch,
         path,
         on=[key],
@@ -486,18 +471,12 @@ def merge_latest(
 
 
 def merge_aggregate(
-    store: DeltaStore,
-    batch: DataFrame | pa.Table,
-    path: Path,
-    source: Contract,
-    spec: TableSpec,
-    txn: Txn,
-    meta: dict[str, Any],
+    batch: DataFrame, path: Path, source: Contract, spec: TableSpec, txn: Txn, meta: dict[str, Any]
 ) -> WriteResult:
     """Fold a batch of partial aggregates (or a table source's deltas) into an aggregate table
     by its :func:`merge_rules`."""
     rules = merge_rules(source, spec)
-    return store.merge(
+    return delta_spark.merge(
         batch,
         path,
         on=rules.on,
@@ -525,14 +504,15 @@ def catch_up_state(
 ) -> Path:
     """A table source's state (each key's latest value) must stand where the gold table does.
     The gold commit comes first; if a run died before the state's, fold the missing versions in
-    now (the state depends on the stream alone, so this is exact)."""
+    now (the state depends on the stream alone, so this is exact). The caller holds the state's
+    :func:`~lakehouse.storage.delta_spark.table_lock`."""
     source, app = contract.input(spec), input_app(contract, spec)
-    store.create(out.state, table_schema(source, LATEST), properties=CDF_PROPERTIES)
+    delta_spark.create_table(store.spark, out.state, table_schema(source, LATEST))
     have = store.transaction_version(out.state, app)
     start = 0 if have is None else have + 1
     if upto is not None and start <= upto:
         batch = latest_per_key(read_input(store, settings, contract, spec, start, upto), source)
-        merge_latest(store, batch, out.state, source, Txn(app, upto), source_meta(app, start, upto))
+        merge_latest(batch, out.state, source, Txn(app, upto), source_meta(app, start, upto))
     return out.state
 
 
@@ -575,9 +555,21 @@ def build_table(
         from lakehouse import windows
 
         return windows.build_windowed(spark, settings, contract, spec, out, upto)
-    store = DeltaStore(spark)
+    # One committing driver per table: the gold table's lock, then its state's.
+    with delta_spark.table_lock(out.gold), delta_spark.table_lock(out.state):
+        return _build_table(DeltaStore(spark), settings, contract, spec, out, upto)
+
+
+def _build_table(
+    store: DeltaStore,
+    settings: Settings,
+    contract: Contract,
+    spec: TableSpec,
+    out: Outputs,
+    upto: int | None,
+) -> GoldResult:
     source, app = contract.input(spec), input_app(contract, spec)
-    store.create(out.gold, table_schema(source, spec), properties=CDF_PROPERTIES)
+    delta_spark.create_table(store.spark, out.gold, table_schema(source, spec))
     consumed = store.transaction_version(out.gold, app)
     if spec.source == "table":
         catch_up_state(store, settings, contract, spec, out, consumed)
@@ -586,119 +578,23 @@ def build_table(
         return GoldResult(spec.name, None)
     start, end = todo
     txn, meta = Txn(app, end), source_meta(app, start, end)
-    arrow = _fold_with_arrow(store, settings, contract, spec, out, (start, end), txn, meta)
-    if arrow.result is not None:
-        return arrow.result
     events = read_input(store, settings, contract, spec, start, end)
     if spec.kind == "latest":
         batch = latest_per_key(events, source)
-        result = merge_latest(store, batch, out.gold, source, txn, meta)
-    else:
-        latest = None
-        if spec.source == "table":
-            latest = latest_per_key(events, source).cache()
-            batch = table_deltas(latest, store.read(out.state), source, spec)
-        else:
-            batch = aggregate_per_key(events, source, spec)
-        result = merge_aggregate(store, batch, out.gold, source, spec, txn, meta)
-        if latest is not None:
-            merge_latest(store, latest, out.state, source, txn, meta)
-            latest.unpersist()
-    # The merge reads the batch once (to Arrow) and knows its size: no second Spark job.
-    changed = result.source_rows or 0
-    return GoldResult(
-        spec.name, (start, end), changed, result.committed, why_not_arrow=arrow.why_not
-    )
-
-
-@dataclass
-class _ArrowFold:
-    result: GoldResult | None = None  # the batch, done; or None: fold it with Spark
-    why_not: str | None = None
-
-
-def driver_fold_bytes() -> int:
-    """A latest or aggregate batch whose stream files are at most this big is folded in the
-    driver by :mod:`lakehouse.tables_arrow`; a bigger one by Spark, which spreads it over the
-    cluster: ``LAKEHOUSE_GOLD_DRIVER_MB``, default 512 (0: always Spark)."""
-    return megabytes_setting("LAKEHOUSE_GOLD_DRIVER_MB", 512)
-
-
-def _fold_with_arrow(
-    store: DeltaStore,
-    settings: Settings,
-    contract: Contract,
-    spec: TableSpec,
-    out: Outputs,
-    versions: tuple[int, int],
-    txn: Txn,
-    meta: dict[str, Any],
-) -> _ArrowFold:
-    """The batch folded in the driver (:mod:`lakehouse.tables_arrow`) and merged, when the
-    table and the batch allow it; otherwise nothing is written and the reason comes back."""
-    from pyspark.sql.pandas.types import to_arrow_schema
-
-    from lakehouse import tables_arrow
-    from lakehouse.storage.log import changes_between
-    from lakehouse.storage.store import INSERTABLE
-
-    reason = tables_arrow.why_not(spec)
-    if reason is not None:
-        return _ArrowFold(why_not=reason)
-    start, end = versions
-    files = changes_between(input_path(settings, contract, spec), start, end)
-    if any(f.kind != "insert" or f.partition_values for f in files):
-        return _ArrowFold(why_not="stream versions other than plain appends")
-    size, limit = sum(f.path.stat().st_size for f in files), driver_fold_bytes()
-    if limit == 0 or size > limit:
-        return _ArrowFold(why_not=f"{size >> 20} MB of stream files (LAKEHOUSE_GOLD_DRIVER_MB)")
-    source = contract.input(spec)
-    stream = to_arrow_schema(stream_schema(source), timezone="UTC")
-    schema = to_arrow_schema(table_schema(source, spec), timezone="UTC")
-    # Into an empty table (a first build, a full refresh) the merge would insert every row as
-    # it is: write them instead, which costs a fraction of a merge.
-    empty = store.is_empty(out.gold)
-    if spec.kind == "latest":
-        events = tables_arrow.scan_files(
-            [str(f.path) for f in files], stream, tables_arrow.input_columns(source, spec)
-        )
-        batch = latest_arrow_batch(tables_arrow.latest_rows(events, source), schema)
-        if empty:
-            rows = batch.filter(batch.column(INSERTABLE)).select(schema.names)
-            result = store.append_arrow(rows, out.gold, txn=txn, metadata=meta)
-        else:
-            result = merge_latest(store, batch, out.gold, source, txn, meta)
-    else:
-        safe = tables_arrow.sums_that_cannot_overflow([str(f.path) for f in files], source, spec)
+        result = merge_latest(batch, out.gold, source, txn, meta)
+    elif spec.source == "table":
+        # The keys' latest values feed both the deltas and the state: computed once.
+        latest = latest_per_key(events, source).cache()
         try:
-            partials = tables_arrow.partial_aggregates(
-                [(str(f.path), f.version) for f in files], stream, source, spec, safe
-            )
-        except tables_arrow.Unclean as exc:
-            return _ArrowFold(why_not=str(exc))
-        batch = tables_arrow.conform(partials, schema)
-        if empty:
-            # A stream aggregate's insert clause copies each partial (an average is its sum
-            # over its count, null when no value counted, as the partial already holds it).
-            result = store.append_arrow(batch, out.gold, txn=txn, metadata=meta)
-        else:
-            result = merge_aggregate(store, batch, out.gold, source, spec, txn, meta)
-    changed = result.source_rows or 0
-    return _ArrowFold(GoldResult(spec.name, versions, changed, result.committed, folded_by="arrow"))
-
-
-def latest_arrow_batch(rows: Any, schema: pa.Schema) -> pa.Table:
-    """A latest table's per-key rows (polars) as the merge's Arrow source: the table's columns,
-    the tombstone, and where a row may be inserted (not a tombstone)."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    from lakehouse import tables_arrow
-    from lakehouse.storage.store import INSERTABLE
-
-    with_tombstone = pa.schema([*schema, pa.field(TOMBSTONE, pa.bool_())])
-    batch = tables_arrow.to_arrow(rows, with_tombstone)
-    return batch.append_column(INSERTABLE, pc.invert(batch.column(TOMBSTONE)))
+            batch = table_deltas(latest, store.read(out.state), source, spec)
+            result = merge_aggregate(batch, out.gold, source, spec, txn, meta)
+            merge_latest(latest, out.state, source, txn, meta)
+        finally:
+            latest.unpersist()
+    else:
+        batch = aggregate_per_key(events, source, spec)
+        result = merge_aggregate(batch, out.gold, source, spec, txn, meta)
+    return GoldResult(spec.name, (start, end), result.source_rows or 0, result.committed)
 
 
 def build(

@@ -89,7 +89,7 @@ from lakehouse.contracts import (
     Window,
 )
 from lakehouse.errors import LakehouseError
-from lakehouse.storage import CDF_PROPERTIES, DeltaStore, Txn, WriteResult
+from lakehouse.storage import DeltaStore, Txn, WriteResult, delta_spark
 from lakehouse.streams import EVENT_TIME, TOMBSTONE, spark_type, stream_schema
 
 if TYPE_CHECKING:
@@ -450,15 +450,37 @@ def build_windowed(
 ) -> tables.GoldResult:
     """Fold the input's new versions (up to ``upto``) into a windowed table: one micro-batch.
     Finishes first a batch that a crash left half-written (see the module docstring)."""
+    # One committing driver per table: the gold table's lock, then its late table's and state's.
+    with (
+        delta_spark.table_lock(out.gold),
+        delta_spark.table_lock(out.late),
+        delta_spark.table_lock(out.state),
+    ):
+        return _build_windowed(DeltaStore(spark), settings, contract, spec, out, upto)
+
+
+def _build_windowed(
+    store: DeltaStore,
+    settings: Settings,
+    contract: Contract,
+    spec: TableSpec,
+    out: tables.Outputs,
+    upto: int | None,
+) -> tables.GoldResult:
     window = spec.window
     assert window is not None
-    store = DeltaStore(spark)
+    spark = store.spark
     source, app = contract.input(spec), tables.input_app(contract, spec)
-    store.create(out.gold, tables.table_schema(source, spec), properties=CDF_PROPERTIES)
-    store.create(out.late, late_schema(source), properties=CDF_PROPERTIES)
+    delta_spark.create_table(spark, out.gold, tables.table_schema(source, spec))
+    delta_spark.create_table(spark, out.late, late_schema(source))
     followers = [out.late]
     if window.type == "session":
-        store.create(out.state, session_state_schema(source, spec), properties=CDF_PROPERTIES)
+        # Nobody reads the state's changes, and its `_commit_version` column is one the change
+        # feed reserves: the state is the one table created without it.
+        no_feed = {"delta.enableExpiredLogCleanup": "false"}
+        delta_spark.create_table(
+            spark, out.state, session_state_schema(source, spec), properties=no_feed
+        )
         followers.append(out.state)
     result = None
     redo = _unfinished(store, out, app, followers)
@@ -571,10 +593,10 @@ def _run_batch(
             },
         }
         txn = Txn(app, batch.end)
-        result = _commit_gold(store, source, spec, out.gold, gold_rows, txn, meta)
-        store.write(late, out.late, txn=txn, metadata=position)
+        result = _commit_gold(source, spec, out.gold, gold_rows, txn, meta)
+        delta_spark.append(late, out.late, txn=txn, metadata=position)
         if state is not None:
-            store.write(state, out.state, mode="overwrite", txn=txn, metadata=position)
+            delta_spark.append(state, out.state, txn=txn, metadata=position, mode="overwrite")
         changed = gold_rows.count()
     finally:
         for df in cached:
@@ -583,7 +605,6 @@ def _run_batch(
 
 
 def _commit_gold(
-    store: DeltaStore,
     source: Contract,
     spec: TableSpec,
     path: Any,
@@ -593,13 +614,13 @@ def _commit_gold(
 ) -> WriteResult:
     """Merge the batch's rows; a session table's rows replace (or, marked, delete) stored ones,
     a time window's partial aggregates fold into them. The commit always happens, even when
-    nothing changed (``DeltaStore.merge`` sees to that): it carries the position and the stream
+    nothing changed (a MERGE always commits): it carries the position and the stream
     time."""
     rules = tables.merge_rules(source, spec)
     assert spec.window is not None
     if spec.window.type == "session":
         update = {c: e for c, e in rules.insert.items() if c not in rules.on}
-        result = store.merge(
+        result = delta_spark.merge(
             rows,
             path,
             on=rules.on,
@@ -611,7 +632,7 @@ def _commit_gold(
             metadata=meta,
         )
     else:
-        result = store.merge(
+        result = delta_spark.merge(
             rows,
             path,
             on=rules.on,

@@ -158,3 +158,153 @@ def test_threads_sharing_a_session_keep_their_own_merge_metadata(
         assert commit_metadata(newest, "lakehouse.release") == {"by": i}
         assert DeltaTable(str(table)).to_pyarrow_table().num_rows == 15
     assert spark.conf.get("spark.databricks.delta.commitInfo.userMetadata", None) is None
+
+
+def _sum_table(spark: Any, path: Path) -> None:
+    from pyspark.sql import types as T
+
+    from lakehouse.storage import delta_spark
+
+    schema = T.StructType(
+        [T.StructField("k", T.StringType(), False), T.StructField("n", T.LongType(), True)]
+    )
+    delta_spark.create_table(spark, path, schema)
+
+
+def _fold(spark: Any, path: Path, rows: list[tuple[str, int, bool]], version: int) -> Any:
+    """Merge (key, amount, delete) rows: a delete removes the key, others add to its sum."""
+    from lakehouse.storage import Txn, delta_spark
+
+    batch = spark.createDataFrame(rows, "k string, n long, gone boolean")
+    return delta_spark.merge(
+        batch,
+        path,
+        on=["k"],
+        update={"n": "t.n + s.n"},
+        insert={"k": "s.k", "n": "s.n"},
+        delete_when="s.gone",
+        insert_when="NOT s.gone",
+        txn=Txn("silver.s", version),
+        metadata={"lakehouse.source": {"table": "silver.s", "versions": [version, version]}},
+    )
+
+
+def _rows(path: Path) -> dict[str, int]:
+    from deltalake import DeltaTable
+
+    return {r["k"]: r["n"] for r in DeltaTable(str(path)).to_pyarrow_table().to_pylist()}
+
+
+def test_a_merge_records_its_position_once_and_commits_even_when_nothing_changes(
+    spark: Any, tmp_path: Path
+) -> None:
+    from deltalake import DeltaTable
+
+    from lakehouse.storage import changes_arrow
+    from lakehouse.storage.delta_spark import commit_metadata
+
+    path = tmp_path / "sums"
+    _sum_table(spark, path)
+    first = _fold(spark, path, [("a", 1, False), ("b", 2, False), ("x", 0, True)], 0)
+    assert (first.committed, first.table_version, first.source_rows) == (True, 1, 2)
+    again = _fold(spark, path, [("a", 1, False)], 0)  # a retry of version 0: skipped
+    assert not again.committed and again.table_version == 1
+    assert _rows(path) == {"a": 1, "b": 2}
+
+    empty = _fold(spark, path, [], 1)
+    assert (empty.committed, empty.table_version, empty.source_rows) == (True, 2, 0)
+    changed = _fold(spark, path, [("a", 5, False), ("b", 0, True), ("c", 3, False)], 2)
+    assert (changed.committed, changed.source_rows) == (True, 3)
+    assert _rows(path) == {"a": 6, "c": 3}
+
+    table = DeltaTable(str(path))
+    assert table.transaction_version("silver.s") == 2
+    history = table.history()  # newest first
+    assert [c["operation"] for c in history[:3]] == ["MERGE"] * 3
+    assert [commit_metadata(c, "lakehouse.source")["versions"] for c in history[:3]] == [
+        [2, 2],
+        [1, 1],
+        [0, 0],
+    ]
+    feed = changes_arrow(path, 3, 3).to_pylist()
+    assert sorted((r["k"], r["_change_type"]) for r in feed) == [
+        ("a", "update_postimage"),
+        ("a", "update_preimage"),
+        ("b", "delete"),
+        ("c", "insert"),
+    ]
+
+
+def test_threads_sharing_a_session_merge_with_their_own_positions(
+    spark: Any, tmp_path: Path
+) -> None:
+    """A MERGE takes its app transaction from session settings: threads merging into four
+    tables at once each commit their own table's position and metadata."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from deltalake import DeltaTable
+
+    from lakehouse.storage.delta_spark import commit_metadata
+
+    tables = [tmp_path / f"t{i}" for i in range(4)]
+    for table in tables:
+        _sum_table(spark, table)
+
+    def fold(i: int) -> bool:
+        return bool(_fold(spark, tables[i], [(f"k{i}", i, False)], 10 * i + 3).committed)
+
+    with ThreadPoolExecutor(max_workers=len(tables)) as pool:
+        assert all(pool.map(fold, range(len(tables))))
+    for i, table in enumerate(tables):
+        dt = DeltaTable(str(table))
+        assert dt.transaction_version("silver.s") == 10 * i + 3
+        (newest,) = dt.history(1)
+        assert commit_metadata(newest, "lakehouse.source")["versions"] == [10 * i + 3] * 2
+        assert _rows(table) == {f"k{i}": i}
+    assert spark.conf.get("spark.databricks.delta.write.txnAppId", None) is None
+
+
+def test_a_gated_merge_is_judged_on_the_rows_it_would_publish(spark: Any, tmp_path: Path) -> None:
+    """The gate sees each merged row as the table would hold it (the stored sum plus the
+    batch's), deleted keys not at all, and the whole table after the merge; a refusal writes
+    nothing."""
+    from lakehouse.storage.gates import gating
+
+    path = tmp_path / "sums"
+    _sum_table(spark, path)
+    _fold(spark, path, [("a", 1, False), ("b", 2, False), ("c", 4, False)], 0)
+
+    class Gate:
+        at_commit, columns, needs_whole_table = True, None, True
+
+        def __init__(self) -> None:
+            self.seen: dict[str, Any] = {}
+
+        def check(self, batch: Any, rows: Any = None, *, whole: Any, source: Any) -> str:
+            self.seen = {
+                "post": sorted(tuple(r) for r in batch.collect()),
+                "whole": sorted(tuple(r) for r in whole.collect()),
+                "source": source,
+            }
+            if any(n > 100 for _, n in self.seen["post"]):
+                raise ValueError("too big")
+            return "ok"
+
+        def commit_metadata(self, verdict: str) -> dict[str, Any]:
+            return {"lakehouse.verdict": verdict}
+
+        def record(self, verdict: str, *, table_version: Any, published: bool) -> None:
+            self.seen["recorded"] = (verdict, table_version, published)
+
+    gate = Gate()
+    with gating({path: gate}):
+        _fold(spark, path, [("a", 10, False), ("b", 0, True), ("d", 7, False)], 1)
+    assert gate.seen["post"] == [("a", 11), ("d", 7)]
+    assert gate.seen["whole"] == [("a", 11), ("c", 4), ("d", 7)]
+    assert gate.seen["source"] == {"table": "silver.s", "versions": [1, 1]}
+    assert gate.seen["recorded"] == ("ok", 2, True)
+    assert _rows(path) == {"a": 11, "c": 4, "d": 7}
+
+    with gating({path: gate}), pytest.raises(ValueError, match="too big"):
+        _fold(spark, path, [("c", 200, False)], 2)
+    assert _rows(path) == {"a": 11, "c": 4, "d": 7}

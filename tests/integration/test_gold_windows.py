@@ -19,7 +19,7 @@ from lakehouse.config import Settings
 from lakehouse.contracts import Catalog
 from lakehouse.landing import Producer, Record
 from lakehouse.pipeline import run
-from lakehouse.storage import DeltaStore, changes_arrow, read_arrow
+from lakehouse.storage import DeltaStore, changes_arrow, delta_spark, read_arrow
 
 pytestmark = pytest.mark.integration
 
@@ -305,21 +305,19 @@ def test_a_crash_between_commits_is_finished_by_the_next_run_without_double_coun
     spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     lake = _lake(tmp_path, SESSION_TABLE)
-    real_write = DeltaStore.write
+    real_append = delta_spark.append
 
     def crash_on(path: Path) -> None:
         """Die at the first write to ``path`` that would commit (not one already applied)."""
 
-        def write(self: DeltaStore, df: Any, target: Path, **kwargs: Any) -> Any:
+        def append(df: Any, target: Path, **kwargs: Any) -> Any:
             txn = kwargs["txn"]
-            if (
-                target == path
-                and (self.transaction_version(target, txn.app_id) or -1) < txn.version
-            ):
+            done = DeltaStore(spark).transaction_version(target, txn.app_id)
+            if target == path and (done if done is not None else -1) < txn.version:
                 raise RuntimeError(f"crash before committing {path.name}")
-            return real_write(self, df, target, **kwargs)
+            return real_append(df, target, **kwargs)
 
-        monkeypatch.setattr(DeltaStore, "write", write)
+        monkeypatch.setattr(delta_spark, "append", append)
 
     # Batch 1 dies after the gold and late commits, before the state's.
     _produce(lake, [_ev("a", 0, "p1", 1), _ev("a", 10, "p2", 2)])

@@ -1,12 +1,9 @@
-"""Delta tables written by delta-spark, Delta Lake's own Spark connector.
+"""Delta tables written by delta-spark, Delta Lake's own Spark connector: every pipeline table.
 
-The layers move onto this module one by one (bronze first); :class:`~lakehouse.storage.DeltaStore`
-keeps the delta-rs writes of the layers that have not moved yet, and reads every table, whoever
-wrote it: both engines write the same Delta protocol.
-
-Exactly once: a write carries a :class:`~lakehouse.storage.Txn` as Delta's idempotent-write
-options (``txnAppId`` / ``txnVersion``) and its commit metadata (the consumer's position) as the
-commit's ``userMetadata``, a JSON object, so the data and the position land in one commit.
+Exactly once: a write carries the positions it consumed (:class:`~lakehouse.storage.Txn`) and
+its commit metadata in the same commit as its rows. One position is Delta's app transaction
+(``txnAppId`` / ``txnVersion``); several, or one moving back, are kept in the commit's metadata
+(see :func:`position`). The commit metadata is a JSON object in the commit's ``userMetadata``.
 delta-spark silently skips a write whose ``txnVersion`` is not newer than the one it recorded;
 each write therefore also carries a write id, and the write is reported committed only if a
 commit with that id is in the log.
@@ -24,8 +21,9 @@ import json
 import shutil
 import threading
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -33,7 +31,8 @@ from lakehouse.errors import ConcurrentWriteError
 
 if TYPE_CHECKING:
     import pyarrow as pa
-    from pyspark.sql import DataFrame, SparkSession
+    from deltalake import DeltaTable
+    from pyspark.sql import Column, DataFrame, SparkSession
     from pyspark.sql.types import StructType
 
     from lakehouse.storage.store import Txn, WriteResult
@@ -109,38 +108,169 @@ def append(
     df: DataFrame,
     path: Path,
     *,
-    txn: Txn | None = None,
+    txn: Txn | Sequence[Txn] | None = None,
     metadata: Mapping[str, Any] | None = None,
     schema_mode: Literal["strict", "add_columns"] = "strict",
     create: StructType | pa.Schema | None = None,
+    mode: Literal["append", "overwrite"] = "append",
 ) -> WriteResult:
-    """Append ``df`` to the table in one commit that records ``txn`` and ``metadata``; with
-    ``txn``, at most once per (app id, version). ``schema_mode="add_columns"`` lets new columns
-    of ``df`` into the table (Delta's ``mergeSchema``); otherwise a schema that differs from the
-    table's is refused. ``create``: the schema to create the table with (see
-    :func:`create_table`) if there is none yet. The caller holds :func:`table_lock`."""
-    from lakehouse.storage.store import WriteResult, _applied, _load
+    """Append ``df`` to the table in one commit that records the positions ``txn`` and
+    ``metadata``; with ``txn``, at most once (see :func:`position`). ``schema_mode="add_columns"``
+    lets new columns of ``df`` into the table (Delta's ``mergeSchema``); otherwise a schema that
+    differs from the table's is refused. ``create``: the schema to create the table with (see
+    :func:`create_table`) if there is none yet. ``mode="overwrite"`` replaces every row instead
+    (the table's schema stays). A gate registered for the table judges ``df`` first (see
+    :func:`merge`). The caller holds :func:`table_lock`."""
+    from lakehouse.storage.gates import gate_for
+    from lakehouse.storage.store import WriteResult, _load
 
     if create is not None:
         create_table(df.sparkSession, path, create)
     dt = _load(path, own=True)
-    if _applied(dt, txn):
-        return WriteResult(False, dt.version())
     before = int(dt.version())
-    write_id = uuid.uuid4().hex
-    user = {**(metadata or {}), WRITE_ID_KEY: write_id}
-    writer = df.write.format("delta").mode("append")
-    if txn is not None:
-        writer = writer.option("txnAppId", txn.app_id).option("txnVersion", txn.version)
+    gate, verdict = gate_for(path, at_commit=True), None
+    if gate is not None and _plan(path, dt, txn, {}) is not None:
+        whole = None
+        if gate.needs_whole_table and mode == "append":
+            current = df.sparkSession.read.format("delta").load(str(path))
+            whole = current.unionByName(df, allowMissingColumns=True)
+        elif gate.needs_whole_table:
+            whole = df
+        position = (metadata or {}).get("lakehouse.source")
+        verdict = gate.check(df, whole=whole, source=position)
+        metadata = {**(metadata or {}), **gate.commit_metadata(verdict)}
+    plan = _plan(path, dt, txn, metadata)
+    if plan is None:
+        return WriteResult(False, before)
+    writer = df.write.format("delta").mode(mode).option("userMetadata", _json(plan.metadata))
+    if plan.app is not None:
+        writer = writer.option("txnAppId", plan.app[0]).option("txnVersion", plan.app[1])
     if schema_mode == "add_columns":
         writer = writer.option("mergeSchema", "true")
     try:
-        writer.option("userMetadata", _json(user)).save(str(path))
+        writer.save(str(path))
     except Exception as exc:
-        if "ConcurrentTransactionException" in f"{type(exc).__name__} {exc}":
-            raise ConcurrentWriteError(str(path), str(exc).splitlines()[0]) from None
+        _raise_if_conflict(exc, path)
         raise
-    return _outcome(path, before, write_id)
+    result = _outcome(path, before, plan.write_id)
+    if gate is not None:
+        gate.record(verdict, table_version=result.table_version, published=result.committed)
+    return result
+
+
+def record_positions(
+    spark: SparkSession, path: Path, txn: Txn | Sequence[Txn], metadata: Mapping[str, Any]
+) -> WriteResult:
+    """Commit positions with no rows (a batch with nothing to write still moves its reader on).
+    The caller holds :func:`table_lock`."""
+    schema = spark.read.format("delta").load(str(path)).schema
+    return append(spark.createDataFrame([], schema), path, txn=txn, metadata=metadata)
+
+
+# -- positions ------------------------------------------------------------------------------------
+
+POSITIONS_KEY = "lakehouse.positions"
+# The app transaction of a table that keeps its positions in commit metadata: its version counts
+# those commits and fences them (a second writer of the same commit is skipped by Delta).
+FENCE_APP = "lakehouse.commit"
+
+
+def position(path: Path, app_id: str) -> int | None:
+    """The last input version ``app_id`` consumed into the table (its position), or None.
+
+    A table keeps its readers' positions as Delta app transactions (``txnAppId`` /
+    ``txnVersion``, one per commit) until a commit needs more: several positions at once (a
+    join reads two inputs) or one moving back (a rebuild). Delta records one app transaction per
+    command and never lowers one, so from then on every commit carries all the table's positions
+    as ``lakehouse.positions`` in its metadata, and the app transaction :data:`FENCE_APP`
+    counting those commits, which makes each commit happen at most once."""
+    from lakehouse.storage.store import _load
+
+    if not is_table(path):
+        return None
+    dt = _load(path)
+    kept = _kept_positions(dt, path)
+    if kept is not None:
+        return kept.get(app_id)
+    v = dt.transaction_version(app_id)
+    return None if v is None else int(v)
+
+
+def positions_commit(path: Path) -> int | None:
+    """The version of the commit holding a table's positions, if it keeps them in commit
+    metadata (see :func:`position`); log cleanup must not delete it."""
+    from lakehouse.storage.store import _load
+
+    kept = _kept(_load(path), path) if is_table(path) else None
+    return None if kept is None else kept[0]
+
+
+def _kept_positions(dt: DeltaTable, path: Path) -> dict[str, int] | None:
+    kept = _kept(dt, path)
+    return None if kept is None else kept[1]
+
+
+def _kept(dt: DeltaTable, path: Path) -> tuple[int, dict[str, int]] | None:
+    """The newest commit carrying a table's positions, with them; None if the table does not
+    keep them in commit metadata."""
+    from lakehouse.errors import LakehouseError
+
+    if dt.transaction_version(FENCE_APP) is None:
+        return None
+    for limit in (16, None):
+        for commit in dt.history(limit):  # newest first
+            value = commit_metadata(commit, POSITIONS_KEY)
+            if value is not None:
+                return int(commit["version"]), {str(k): int(v) for k, v in value.items()}
+    raise LakehouseError(f"{path}: the commit holding its readers' positions is gone from the log")
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """How one commit records its positions: the app transaction it carries, and its metadata
+    (the caller's, the write id, and the positions kept in metadata)."""
+
+    app: tuple[str, int] | None
+    metadata: dict[str, Any]
+    write_id: str
+
+
+def _plan(
+    path: Path, dt: DeltaTable, txn: Txn | Sequence[Txn] | None, metadata: Mapping[str, Any] | None
+) -> _Plan | None:
+    """The commit's plan, or None when every position of ``txn`` is already recorded (the
+    batch is in; a rewind never is)."""
+    from lakehouse.storage.store import _txns
+
+    txns = _txns(txn)
+    kept = _kept_positions(dt, path)
+
+    def current(app: str) -> int | None:
+        v = kept.get(app) if kept is not None else dt.transaction_version(app)
+        return None if v is None else int(v)
+
+    def done(t: Txn) -> bool:
+        v = current(t.app_id)
+        return v is not None and v >= t.version
+
+    forward = not any(t.rewind for t in txns)
+    if txns and forward and all(done(t) for t in txns):
+        return None
+    write_id = uuid.uuid4().hex
+    user = {**(metadata or {}), WRITE_ID_KEY: write_id}
+    if not txns:
+        return _Plan(None, user, write_id)
+    if kept is None and len(txns) == 1 and forward:
+        return _Plan((txns[0].app_id, txns[0].version), user, write_id)
+    user[POSITIONS_KEY] = {**(kept or {}), **{t.app_id: t.version for t in txns}}
+    fence = dt.transaction_version(FENCE_APP)
+    return _Plan((FENCE_APP, 0 if fence is None else int(fence) + 1), user, write_id)
+
+
+def _raise_if_conflict(exc: BaseException, path: Path) -> None:
+    """Delta's report that another commit won the race, as :class:`ConcurrentWriteError`."""
+    if "ConcurrentTransactionException" in f"{type(exc).__name__} {exc}":
+        raise ConcurrentWriteError(str(path), str(exc).splitlines()[0]) from None
 
 
 def delete_matching(
@@ -165,6 +295,145 @@ def delete_matching(
         merge = DeltaTable.forPath(spark, str(path)).alias("t").merge(keys.alias("s"), match)
         metrics = merge.whenMatchedDelete().execute().first()
     return 0 if metrics is None else int(metrics["num_deleted_rows"])
+
+
+def merge(
+    source: DataFrame,
+    path: Path,
+    *,
+    on: Sequence[str],
+    update: Mapping[str, str],
+    insert: Mapping[str, str],
+    delete_when: str | None = None,
+    update_when: str | None = None,
+    insert_when: str | None = None,
+    delete_unmatched: bool = False,
+    txn: Txn | Sequence[Txn] | None = None,
+    metadata: Mapping[str, Any] | None = None,
+) -> WriteResult:
+    """Upsert ``source`` (at most one row per ``on`` key) into the table in one MERGE commit
+    that records the positions ``txn`` and ``metadata``; with ``txn``, at most once.
+
+    ``update`` and ``insert`` map the table's columns to SQL expressions over ``s`` (the source)
+    and ``t`` (the table); a column ``update`` leaves out keeps its value, one ``insert`` leaves
+    out is null. Clauses, in Delta's order: ``delete_when`` deletes matched rows where it holds
+    (tombstones); other matched rows are updated where ``update_when`` holds (always if None);
+    unmatched source rows are inserted where ``insert_when`` holds; ``delete_unmatched`` deletes
+    the table's rows the source lacks (the source is then the whole table). The commit is made
+    even when no row changes, so the position always advances.
+
+    A gate registered for the table (:mod:`lakehouse.storage.gates`) judges the rows the merge
+    would publish, computed by Spark from the same clauses, before anything is written. The
+    caller holds :func:`table_lock`."""
+    from delta.tables import DeltaTable
+
+    from lakehouse.storage.gates import gate_for
+    from lakehouse.storage.store import WriteResult, _load
+
+    dt = _load(path, own=True)
+    before = int(dt.version())
+    if _plan(path, dt, txn, metadata) is None:
+        return WriteResult(False, before)
+    spark = source.sparkSession
+    table = DeltaTable.forPath(spark, str(path))
+    gate, verdict = gate_for(path, at_commit=True), None
+    if gate is not None:
+        target = table.toDF()
+        rules = MergePlan(list(on), update, insert, delete_when, update_when, insert_when)
+        post, gone = rules.outcome(source, target)
+        whole = None
+        if gate.needs_whole_table:
+            whole = rules.table_after(source, target, post, gone, delete_unmatched)
+        position = (metadata or {}).get("lakehouse.source")
+        verdict = gate.check(post, whole=whole, source=position)
+        metadata = {**(metadata or {}), **gate.commit_metadata(verdict)}
+    plan = _plan(path, dt, txn, metadata)
+    assert plan is not None
+    conf = {"spark.databricks.delta.commitInfo.userMetadata": _json(plan.metadata)}
+    if plan.app is not None:
+        conf["spark.databricks.delta.write.txnAppId"] = plan.app[0]
+        conf["spark.databricks.delta.write.txnVersion"] = str(plan.app[1])
+    match = " AND ".join(f"t.`{k}` = s.`{k}`" for k in on)
+    builder = table.alias("t").merge(source.alias("s"), match)
+    if delete_when:
+        builder = builder.whenMatchedDelete(delete_when)
+    builder = builder.whenMatchedUpdate(update_when, set=dict(update))
+    if insert_when:
+        builder = builder.whenNotMatchedInsert(insert_when, values=dict(insert))
+    else:
+        builder = builder.whenNotMatchedInsert(values=dict(insert))
+    if delete_unmatched:
+        builder = builder.whenNotMatchedBySourceDelete()
+    with session_settings(spark, conf):
+        try:
+            metrics = builder.execute().first()
+        except Exception as exc:
+            _raise_if_conflict(exc, path)
+            raise
+    result = _outcome(path, before, plan.write_id)
+    changed = 0 if metrics is None else int(metrics["num_affected_rows"])
+    if gate is not None:
+        gate.record(verdict, table_version=result.table_version, published=result.committed)
+    return WriteResult(result.committed, result.table_version, changed)
+
+
+@dataclass(frozen=True)
+class MergePlan:
+    """A MERGE's clauses, evaluated by Spark without writing: what a gate judges."""
+
+    on: list[str]
+    update: Mapping[str, str]
+    insert: Mapping[str, str]
+    delete_when: str | None
+    update_when: str | None
+    insert_when: str | None
+
+    def outcome(self, source: DataFrame, target: DataFrame) -> tuple[DataFrame, DataFrame]:
+        """The rows the merge would insert or update, as they would be stored, and the keys of
+        the rows it would delete."""
+        from pyspark.sql import functions as F
+
+        matched = F.col("t.__matched").isNotNull()
+        joined = source.alias("s").join(
+            target.withColumn("__matched", F.lit(True)).alias("t"),
+            [F.col(f"s.`{k}`") == F.col(f"t.`{k}`") for k in self.on],
+            "left",
+        )
+        deleted = matched & _holds(self.delete_when)
+        updated = matched & ~deleted & _holds(self.update_when, default=True)
+        inserted = ~matched & _holds(self.insert_when, default=True)
+        columns = []
+        for f in target.schema.fields:
+            new = F.expr(self.update[f.name]) if f.name in self.update else F.col(f"t.`{f.name}`")
+            fresh = F.expr(self.insert[f.name]) if f.name in self.insert else F.lit(None)
+            value = F.when(matched, new).otherwise(fresh)
+            columns.append(value.cast(f.dataType).alias(f.name))
+        post = joined.filter(updated | inserted).select(*columns)
+        gone = joined.filter(deleted).select(*(F.col(f"t.`{k}`").alias(k) for k in self.on))
+        return post, gone
+
+    def table_after(
+        self,
+        source: DataFrame,
+        target: DataFrame,
+        post: DataFrame,
+        gone: DataFrame,
+        delete_unmatched: bool,
+    ) -> DataFrame:
+        """The whole table as the merge would leave it (for table-level checks)."""
+        kept = target.join(post.select(*self.on).unionByName(gone), self.on, "left_anti")
+        if delete_unmatched:
+            kept = kept.join(source.select(*self.on), self.on, "left_semi")
+        return kept.unionByName(post)
+
+
+def _holds(condition: str | None, *, default: bool = False) -> Column:
+    """A clause's SQL condition as a column, null counting as false; ``default`` if None."""
+    from pyspark.sql import functions as F
+
+    if condition is None:
+        return F.lit(default)
+    return F.coalesce(F.expr(condition), F.lit(False))
 
 
 # MERGE, UPDATE and DELETE take their commit's metadata and app transaction only from session
@@ -193,7 +462,7 @@ def _outcome(path: Path, before: int, write_id: str) -> WriteResult:
     after = _load(path, own=True)
     newer = int(after.version()) - before
     commits = after.history(newer) if newer > 0 else []
-    ours = [c for c in commits if _user_metadata(c).get(WRITE_ID_KEY) == write_id]
+    ours = [c for c in commits if user_metadata(c).get(WRITE_ID_KEY) == write_id]
     if not ours:
         return WriteResult(False, int(after.version()))
     return WriteResult(True, int(ours[0]["version"]))
@@ -210,7 +479,7 @@ def arrow_frame(spark: SparkSession, data: pa.Table) -> DataFrame:
     return spark.createDataFrame(data, schema=from_arrow_schema(data.schema))
 
 
-def _user_metadata(commit: Mapping[str, Any]) -> dict[str, Any]:
+def user_metadata(commit: Mapping[str, Any]) -> dict[str, Any]:
     """A commit's ``userMetadata`` as the JSON object the platform writes there ({} if none)."""
     raw = commit.get("userMetadata")
     if not isinstance(raw, str):
@@ -225,7 +494,7 @@ def _user_metadata(commit: Mapping[str, Any]) -> dict[str, Any]:
 def commit_metadata(commit: Mapping[str, Any], key: str) -> Any:
     """A commit's value for the platform's metadata ``key``: in its ``userMetadata`` (written by
     delta-spark) or a top-level commit field (written by delta-rs); ``None`` if neither."""
-    user = _user_metadata(commit)
+    user = user_metadata(commit)
     if key in user:
         return user[key]
     if key in commit:

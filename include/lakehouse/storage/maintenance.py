@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lakehouse.errors import ConfigError
-from lakehouse.storage.delta_spark import is_table
+from lakehouse.storage.delta_spark import position, positions_commit
 
 DEFAULT_RETENTION_HOURS = 168  # Delta's default deletedFileRetentionDuration: 7 days
 # Vacuum also deletes files no commit references (left by crashed writers); a write still in
@@ -31,12 +31,7 @@ class Consumer:
     app_id: str
 
     def position(self) -> int | None:
-        from deltalake import DeltaTable
-
-        if not is_table(self.table):
-            return None
-        v = DeltaTable(str(self.table)).transaction_version(self.app_id)
-        return None if v is None else int(v)
+        return position(self.table, self.app_id)
 
 
 @dataclass
@@ -122,12 +117,16 @@ def maintain(
             for c, p in zip(consumers, positions, strict=True)
             if p is None or p < report.checkpoint
         ]
+        held = positions_commit(path)
         if lagging:
             # Cleanup may delete commits older than the checkpoint: consumers behind it still
             # read those commits for the change feed.
             report.log_cleanup = (
                 f"postponed: {', '.join(lagging)} behind version {report.checkpoint}"
             )
+        elif held is not None and held < report.checkpoint:
+            # Nor the commit holding the table's own readers' positions (in its metadata).
+            report.log_cleanup = f"postponed: the table's positions are in version {held}"
         else:
             dt.cleanup_metadata()
             report.log_cleanup = "done"

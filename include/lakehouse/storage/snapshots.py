@@ -28,8 +28,6 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from lakehouse.storage.log import commit_file
-
 if TYPE_CHECKING:
     from deltalake import DeltaTable
 
@@ -47,6 +45,10 @@ class _Cache(threading.local):
 
 
 _cache = _Cache()
+
+
+def commit_file(table_root: Path, version: int) -> Path:
+    return table_root / "_delta_log" / f"{version:020d}.json"
 
 
 def _identity(root: str, version: int) -> _Identity | None:
