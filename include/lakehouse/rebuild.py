@@ -126,8 +126,17 @@ def _fold(
     store: DeltaStore, scratch: Path, real: Path, keys: tuple[str, ...], apps: list[str]
 ) -> None:
     """Make ``real`` equal ``scratch`` in one merge: rows only in ``real`` are deleted, rows
-    that differ updated, new ones inserted; the positions become the scratch build's."""
+    that differ updated, new ones inserted; the positions become the scratch build's. A table
+    that already holds exactly the rebuilt rows at the rebuilt positions gets no commit, so its
+    changelog shows nothing happened."""
     rebuilt = store.read(scratch)
+    rewinds = _rewinds(store, scratch, apps)
+    if DeltaStore.exists(real) and all(
+        store.transaction_version(real, t.app_id) == t.version for t in rewinds
+    ):
+        current = store.read(real).select(*rebuilt.columns)
+        if rebuilt.exceptAll(current).isEmpty() and current.exceptAll(rebuilt).isEmpty():
+            return
     delta_spark.create_table(store.spark, real, store.spark_schema(scratch))
     values = [c for c in rebuilt.columns if c not in keys]
     delta_spark.merge(
@@ -138,7 +147,7 @@ def _fold(
         update_when=" OR ".join(f"(t.{c} IS DISTINCT FROM s.{c})" for c in values) or "false",
         insert={c: f"s.{c}" for c in rebuilt.columns},
         delete_unmatched=True,
-        txn=_rewinds(store, scratch, apps),
+        txn=rewinds,
         metadata={**_carried_metadata(scratch), "lakehouse.refresh": {"rebuilt": True}},
     )
 
