@@ -128,8 +128,11 @@ def append(
         create_table(df.sparkSession, path, create)
     dt = _load(path, own=True)
     before = int(dt.version())
+    plan = _plan(path, dt, txn, metadata)
+    if plan is None:
+        return WriteResult(False, before)
     gate, verdict = gate_for(path, at_commit=True), None
-    if gate is not None and _plan(path, dt, txn, {}) is not None:
+    if gate is not None:
         whole = None
         if gate.needs_whole_table and mode == "append":
             current = df.sparkSession.read.format("delta").load(str(path))
@@ -138,10 +141,7 @@ def append(
             whole = df
         position = (metadata or {}).get("lakehouse.source")
         verdict = gate.check(df, whole=whole, source=position)
-        metadata = {**(metadata or {}), **gate.commit_metadata(verdict)}
-    plan = _plan(path, dt, txn, metadata)
-    if plan is None:
-        return WriteResult(False, before)
+        plan = plan.with_metadata(gate.commit_metadata(verdict))
     writer = df.write.format("delta").mode(mode).option("userMetadata", _json(plan.metadata))
     if plan.app is not None:
         writer = writer.option("txnAppId", plan.app[0]).option("txnVersion", plan.app[1])
@@ -233,6 +233,10 @@ class _Plan:
     app: tuple[str, int] | None
     metadata: dict[str, Any]
     write_id: str
+
+    def with_metadata(self, more: Mapping[str, Any]) -> _Plan:
+        """The same commit carrying ``more`` metadata too (a gate's verdict)."""
+        return _Plan(self.app, {**more, **self.metadata}, self.write_id)
 
 
 def _plan(
@@ -332,7 +336,8 @@ def merge(
 
     dt = _load(path, own=True)
     before = int(dt.version())
-    if _plan(path, dt, txn, metadata) is None:
+    plan = _plan(path, dt, txn, metadata)
+    if plan is None:
         return WriteResult(False, before)
     spark = source.sparkSession
     table = DeltaTable.forPath(spark, str(path))
@@ -346,9 +351,7 @@ def merge(
             whole = rules.table_after(source, target, post, gone, delete_unmatched)
         position = (metadata or {}).get("lakehouse.source")
         verdict = gate.check(post, whole=whole, source=position)
-        metadata = {**(metadata or {}), **gate.commit_metadata(verdict)}
-    plan = _plan(path, dt, txn, metadata)
-    assert plan is not None
+        plan = plan.with_metadata(gate.commit_metadata(verdict))
     conf = {"spark.databricks.delta.commitInfo.userMetadata": _json(plan.metadata)}
     if plan.app is not None:
         conf["spark.databricks.delta.write.txnAppId"] = plan.app[0]
