@@ -146,7 +146,7 @@ browser: ## Install headless Chromium and its WebDriver if missing (Debian packa
 # process (its module fixtures are shared).
 TEST_PROCESSES ?= 2
 test: java lint browser ## Run the whole test suite (unit, integration, Airflow end to end)
-	$(BIN)/pytest -n $(TEST_PROCESSES) --dist loadfile
+	$(BIN)/pytest -n $(TEST_PROCESSES) --dist loadfile --durations=30
 
 .PHONY: unit
 unit: $(STAMP) ## Run the fast unit tests only

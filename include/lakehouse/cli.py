@@ -636,8 +636,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             return changes(settings, catalog, args.table, args.from_version, args.format)
         if args.command == "maintain":
             from lakehouse.pipeline import maintain_topics
+            from lakehouse.spark import lazy_session
 
+            if args.topic:
+                catalog.topic(args.topic)  # an unknown topic is refused before Spark is set up
             maintain_topics(
+                # Started at the first table to maintain: none, no JVM.
+                lazy_session(settings.spark_master, app_name="lakehouse-maintain"),
                 settings,
                 catalog,
                 topics=[args.topic] if args.topic else [],

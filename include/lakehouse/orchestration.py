@@ -563,8 +563,9 @@ MAINTENANCE_DAG = "lakehouse__maintenance"
 def maintenance_dag(settings: Settings, catalog: Catalog) -> DAG:
     """Daily upkeep of every table: compaction, vacuum that keeps what a consumer still needs,
     checkpoints and log cleanup; one task per topic, and one for the quality ledger. Each task
-    is a `lakehouse maintain` process (delta-rs only, no Spark), so deltalake never loads in a
-    process that forks afterwards."""
+    is a `lakehouse maintain` process (OPTIMIZE, VACUUM and a checkpoint through delta-spark, in
+    its own Spark session), so neither a JVM nor deltalake loads in a process that forks
+    afterwards."""
     cli = str(Path(sys.executable).parent / "lakehouse")
     env = {
         "LAKEHOUSE_HOME": str(settings.home),

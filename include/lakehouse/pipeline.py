@@ -71,7 +71,7 @@ def run_layer(
     # A bad setting fails here, before any data moves.
     pandas_max_rows()
     run = run or RunInfo.from_env()
-    ledger = LedgerBuffer(settings)
+    ledger = LedgerBuffer(spark, settings)
     names = None if specs is None else {s.name for s in specs}
     gates = {
         path: Gate(settings, contract, layer, name, run, path, ledger, echo=echo)
@@ -342,6 +342,7 @@ def topic_tables(
 
 
 def maintain_topics(
+    spark: SparkSession,
     settings: Settings,
     catalog: Catalog,
     *,
@@ -367,7 +368,12 @@ def maintain_topics(
         if not is_table(path):
             continue
         report = maintain(
-            path, consumers, retention_hours=retention_hours, compact=compact, dry_run=dry_run
+            spark,
+            path,
+            consumers,
+            retention_hours=retention_hours,
+            compact=compact,
+            dry_run=dry_run,
         )
         echo(report.summary())
         reports.append(report)

@@ -48,7 +48,6 @@ from lakehouse.storage.delta_spark import commit_metadata
 
 if TYPE_CHECKING:
     import pyarrow as pa
-    from deltalake import DeltaTable
     from pyspark.sql import Column, DataFrame, SparkSession
 
 # Expectations judged per row: they can quarantine rows and become Delta CHECK constraints.
@@ -534,32 +533,37 @@ def ledger_rows(
     ]
 
 
-def write_ledger(settings: Settings, rows: Sequence[Mapping[str, Any]]) -> None:
-    """Append rows to the ledger in one commit. The commit also records, per gated table, the
-    newest table version whose published verdict it holds (an app transaction of the ledger,
-    see :func:`restore_ledger`)."""
+def write_ledger(
+    spark: SparkSession, settings: Settings, rows: Sequence[Mapping[str, Any]]
+) -> None:
+    """Append rows to the ledger in one commit, written by delta-spark. The commit also records,
+    per gated table, the newest table version whose published verdict it holds (a position of
+    the ledger, see :func:`restore_ledger`). Those positions are set, not only moved forward: a
+    table that was dropped and created again starts its versions over, and its verdicts are
+    still written."""
     if not rows:
         return
     import pyarrow as pa
-    from deltalake import CommitProperties, Transaction, write_deltalake
 
-    from lakehouse.storage import snapshots
+    from lakehouse.storage import Txn, delta_spark
 
     held: dict[str, int] = {}
     for row in rows:
         if row["published"] and row["table_version"] is not None:
             app = _ledger_app(row["layer"], row["table"])
             held[app] = max(held.get(app, -1), int(row["table_version"]))
+    schema = ledger_schema()
+    # A job's verdicts are a few rows: one file per commit.
+    data = delta_spark.arrow_frame(spark, pa.Table.from_pylist(list(rows), schema=schema))
+    data = data.coalesce(1)
     ledger = settings.ledger_path
-    ledger.mkdir(parents=True, exist_ok=True)
-    write_deltalake(
-        snapshots.latest(ledger) if is_table(ledger) else str(ledger),
-        pa.Table.from_pylist(list(rows), schema=ledger_schema()),
-        mode="append",
-        commit_properties=CommitProperties(
-            app_transactions=[Transaction(app, version) for app, version in held.items()] or None
-        ),
-    )
+    with delta_spark.table_lock(ledger):
+        delta_spark.append(
+            data,
+            ledger,
+            txn=[Txn(app, version, rewind=True) for app, version in sorted(held.items())],
+            create=schema,
+        )
 
 
 @dataclass
@@ -567,12 +571,13 @@ class LedgerBuffer:
     """The ledger rows of one job, written in one commit when the job's layer is done (or has
     failed): a commit per check would leave the ledger a heap of tiny files."""
 
+    spark: SparkSession
     settings: Settings
     rows: list[dict[str, Any]] = field(default_factory=list)
 
     def flush(self) -> None:
         rows, self.rows = self.rows, []
-        write_ledger(self.settings, rows)
+        write_ledger(self.spark, self.settings, rows)
 
 
 def read_ledger(
@@ -635,11 +640,10 @@ def restore_ledger(settings: Settings, paths: Sequence[Path]) -> list[dict[str, 
     if the ledger lacks them (its job died between the two commits: they cannot be one
     transaction), with the version of the commit they judged. Every job runs this before it
     commits, so only a table's newest gated commit can lack them. Whether the ledger has them
-    is its app transaction for the table (:func:`write_ledger`), read from the ledger's log:
+    is the ledger's position for the table (:func:`write_ledger`), read from the ledger's log:
     the ledger's rows are not scanned."""
-    from lakehouse.storage import snapshots
+    from lakehouse.storage import delta_spark, snapshots
 
-    ledger: DeltaTable | None = None
     restored: list[dict[str, Any]] = []
     for path in paths:
         if not is_table(path):
@@ -650,10 +654,8 @@ def restore_ledger(settings: Settings, paths: Sequence[Path]) -> list[dict[str, 
                 continue
             version = int(commit["version"])
             if rows:
-                if ledger is None and is_table(settings.ledger_path):
-                    ledger = snapshots.latest(settings.ledger_path)
                 app = _ledger_app(rows[0]["layer"], rows[0]["table"])
-                held = None if ledger is None else ledger.transaction_version(app)
+                held = delta_spark.position(settings.ledger_path, app)
                 if held is None or held < version:
                     restored += [
                         {

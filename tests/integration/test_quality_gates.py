@@ -125,7 +125,7 @@ def test_a_verdict_lost_with_its_job_is_written_by_the_next_run(
     _send(lake, [*GOOD, ("o3", {"city": "Paris", "amount": 500})])
     _run(spark, lake, "bronze")
 
-    def killed(settings: Settings, rows: Any) -> None:
+    def killed(spark: Any, settings: Settings, rows: Any) -> None:
         raise RuntimeError("killed")
 
     monkeypatch.setattr(quality, "write_ledger", killed)
@@ -365,7 +365,7 @@ def test_volume_and_freshness_warn_and_the_dq_report_shows_trends(
     # One ledger commit per job; maintenance compacts them (the rows stay the same).
     before = sorted(map(str, read_ledger(lake).to_pylist()))
     (report,) = maintain_topics(
-        lake, Catalog.load(lake.contracts_dir), retention_hours=168, ledger=True, echo=print
+        spark, lake, Catalog.load(lake.contracts_dir), retention_hours=168, ledger=True, echo=print
     )
     assert report.files_compacted == 3 and report.files_written == 1
     assert sorted(map(str, read_ledger(lake).to_pylist())) == before

@@ -4,8 +4,10 @@ positions kept in commit metadata), merge, change feed and maintenance."""
 
 from __future__ import annotations
 
+import os
 import random
 import threading
+import time
 from datetime import UTC, date, datetime
 from decimal import Decimal
 from pathlib import Path
@@ -16,7 +18,7 @@ import pytest
 from delta_log import added_files
 
 from lakehouse.errors import ConcurrentWriteError, TableNotFoundError
-from lakehouse.storage import DeltaStore, Txn, changes_arrow, delta_spark, read_arrow
+from lakehouse.storage import DeltaStore, Txn, changes_arrow, delta_spark, maintenance, read_arrow
 from lakehouse.storage.maintenance import Consumer, maintain
 
 pytestmark = pytest.mark.integration
@@ -415,7 +417,7 @@ def test_maintenance_during_appends_keeps_exact_rows(spark: Any, tmp_path: Path)
     def keep_maintaining() -> None:
         while not stop.is_set():
             try:
-                maintain(path, retention_hours=1)
+                maintain(spark, path, retention_hours=1)
             except ConcurrentWriteError:
                 pass  # compaction lost a race with an append: retried on the next round
             except BaseException as exc:
@@ -431,7 +433,7 @@ def test_maintenance_during_appends_keeps_exact_rows(spark: Any, tmp_path: Path)
         stop.set()
         worker.join()
     assert failures == []
-    report = maintain(path, retention_hours=1)
+    report = maintain(spark, path, retention_hours=1)
     assert report.checkpoint == store.version(path)
     rows = sorted(r.n for r in store.read(path).collect())
     assert rows == list(range(90))
@@ -448,38 +450,106 @@ def test_vacuum_keeps_what_consumers_still_need(spark: Any, tmp_path: Path) -> N
     _write(spark.createDataFrame([(1,)], "x long"), sink, txn=Txn("source", consumer_position))
     delta_spark.append(_ints(spark, 10, 5), source, mode="overwrite")  # v3: removes v2's file
     consumer = Consumer("sink", sink, "source")
-    first_files = added_files(source, 1)
+    first_files, second_files = added_files(source, 1), added_files(source, 2)
     report = maintain(
-        source, [consumer], retention_hours=0, allow_unsafe_retention=True, compact=False
+        spark, source, [consumer], retention_hours=0, allow_unsafe_retention=True, compact=False
     )
-    assert report.kept_from_version == consumer_position
-    # Only version 1's files go: no consumer needs them any more.
-    assert {Path(p).name for p in report.vacuumed} == first_files
-    assert all(not (source / name).exists() for name in first_files)
+    # VACUUM's retention reaches past the consumer's position commit (whole hours, plus one).
+    assert report.kept_from_version == consumer_position and report.retain_hours == 2
+    assert report.vacuumed == []
+    assert all((source / name).exists() for name in first_files | second_files)
     # The consumer can still read what it has not consumed: v3 deletes v2's rows.
     feed = store.changes(source, consumer_position + 1).collect()
     assert sorted((r._change_type, r.n) for r in feed) == sorted(
         [("delete", n) for n in range(5, 10)] + [("insert", n) for n in range(10, 15)]
     )
+    # Once the consumer has read it all, the removed files go.
+    _write(spark.createDataFrame([(2,)], "x long"), sink, txn=Txn("source", 3))
+    report = maintain(
+        spark, source, [consumer], retention_hours=0, allow_unsafe_retention=True, compact=False
+    )
+    assert report.retain_hours == 0
+    assert {Path(p).name for p in report.vacuumed} == first_files | second_files
+    assert not any((source / name).exists() for name in first_files | second_files)
+    assert sorted(r.n for r in store.read(source).collect()) == list(range(10, 15))
     with pytest.raises(Exception, match="below 1 h"):
-        maintain(source, retention_hours=0)
+        maintain(spark, source, retention_hours=0)
 
 
-def test_log_cleanup_waits_while_the_positions_commit_is_behind_the_checkpoint(
-    spark: Any, tmp_path: Path
-) -> None:
-    """A table keeping its positions in commit metadata: a compaction after its last batch puts
-    the checkpoint past that commit, so log cleanup (which may delete it) waits."""
+def _age_log(path: Path, days: float) -> None:
+    """Make every commit of the table look ``days`` old to Delta's log cleanup (it goes by the
+    log files' modification times)."""
+    then = time.time() - days * 86400
+    for commit in (path / "_delta_log").glob("*.json"):
+        os.utime(commit, (then, then))
+
+
+def test_log_cleanup_waits_while_a_needed_commit_has_expired(spark: Any, tmp_path: Path) -> None:
+    """Log cleanup deletes commits older than the log retention (30 days) that a checkpoint
+    covers. A table keeping its positions in commit metadata whose last such commit is that old
+    (a compaction came after it) keeps its log until a new batch commits its positions again. A
+    consumer that old raises the table's retentions past its position."""
     path = tmp_path / "t"
     for i in range(3):  # three small files for compaction
         _write(_ints(spark, i, 1), path, txn=[Txn("left", i), Txn("right", 0)])
-    report = maintain(path, retention_hours=1)
-    assert report.files_compacted == 3
-    assert report.log_cleanup == "postponed: the table's positions are in version 3"
+    _age_log(path, 40)
+    report = maintain(spark, path, retention_hours=1)
+    assert report.files_compacted == 3 and report.checkpoint == 4
+    assert report.log_cleanup == (
+        "postponed: version 3 is still needed and older than the log retention"
+    )
+    assert (path / "_delta_log" / f"{0:020d}.json").exists()
     assert DeltaStore(spark).transaction_version(path, "left") == 2
     _write(_ints(spark, 9, 1), path, txn=[Txn("left", 3), Txn("right", 0)])
-    report = maintain(path, retention_hours=1, compact=False)
+    report = maintain(spark, path, retention_hours=1, compact=False)
     assert report.log_cleanup == "done"
+    assert DeltaStore(spark).transaction_version(path, "left") == 3
+    assert sorted(r.n for r in DeltaStore(spark).read(path).collect()) == [0, 1, 2, 9]
+
+    # A consumer whose position commit is that old: its commits stay, and so do the files its
+    # versions removed (VACUUM's window, and the tombstones' retention, reach past it).
+    sink = tmp_path / "sink"
+    behind = DeltaStore(spark).version(path) - 1
+    _write(spark.createDataFrame([(1,)], "x long"), sink, txn=Txn("t", behind))
+    _age_log(path, 40)
+    report = maintain(spark, path, [Consumer("sink", sink, "t")], retention_hours=1)
+    assert report.retain_hours is not None and report.retain_hours >= 40 * 24
+    properties = spark.sql(f"DESCRIBE DETAIL delta.`{path}`").collect()[0]["properties"]
+    assert properties["delta.deletedFileRetentionDuration"] == (
+        f"interval {report.retain_hours} hours"
+    )
+    # Delta wants the log kept as long as removed files: the consumer's commits are inside it.
+    assert (
+        properties["delta.logRetentionDuration"] == properties["delta.deletedFileRetentionDuration"]
+    )
+    assert report.log_cleanup == "done"
+    assert (path / "_delta_log" / f"{behind + 1:020d}.json").exists()
+    feed = DeltaStore(spark).changes(path, behind + 1).collect()
+    assert sorted(r.n for r in feed if r._change_type == "insert") == [9]
+
+
+def test_log_retention_is_read_in_deltas_interval_syntax(spark: Any, tmp_path: Path) -> None:
+    path = tmp_path / "t"
+    _write(_ints(spark, 0, 1), path)
+
+    def seconds_kept() -> float:
+        return maintenance._interval_seconds(
+            spark, path, "delta.logRetentionDuration", maintenance.DEFAULT_LOG_RETENTION
+        )
+
+    assert seconds_kept() == 30 * 86400  # Delta's default
+    for value, seconds in (
+        ("interval 2 days", 172800),
+        ("1 week 3 hours", 615600),
+        ("interval 90 seconds 500 milliseconds", 90.5),
+    ):
+        # Delta wants the log kept at least as long as removed files.
+        spark.sql(
+            f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES "
+            f"('delta.deletedFileRetentionDuration' = 'interval 1 second', "
+            f"'delta.logRetentionDuration' = '{value}')"
+        )
+        assert seconds_kept() == seconds
 
 
 def test_missing_table_is_a_typed_error(spark: Any, tmp_path: Path) -> None:

@@ -35,6 +35,7 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 from faults import (
@@ -378,6 +379,7 @@ class Maintainer:
     shows is that vacuum leaves the files of writes in flight alone.)"""
 
     lake: Lake
+    spark: Any
     passes: int = 0
     compacted: Counter[str] = field(default_factory=Counter)  # files, per table
     while_writing: Counter[str] = field(default_factory=Counter)  # of which during a job
@@ -397,8 +399,6 @@ class Maintainer:
             self.thread.join(timeout=600)
 
     def run(self) -> None:
-        from deltalake.exceptions import CommitFailedError
-
         from lakehouse.contracts import Catalog
         from lakehouse.errors import ConcurrentWriteError
         from lakehouse.pipeline import maintain_topics
@@ -410,9 +410,14 @@ class Maintainer:
                 writing = self.writing.is_set()
                 try:
                     reports = maintain_topics(
-                        self.lake.settings, catalog, retention_hours=1, ledger=ledger, echo=_quiet
+                        self.spark,
+                        self.lake.settings,
+                        catalog,
+                        retention_hours=1,
+                        ledger=ledger,
+                        echo=_quiet,
                     )
-                except (ConcurrentWriteError, CommitFailedError) as exc:  # lost a race
+                except ConcurrentWriteError as exc:  # lost a race
                     self.conflicts.append(f"{type(exc).__name__}: {str(exc)[:200]}")
                     continue
                 except Exception as exc:
@@ -432,8 +437,8 @@ def _quiet(_: str) -> None:
 
 
 @pytest.fixture
-def maintainer(tmp_path: Path) -> Iterator[Maintainer]:
-    worker = Maintainer(make_lake(tmp_path / "maintained"))
+def maintainer(spark: Any, tmp_path: Path) -> Iterator[Maintainer]:
+    worker = Maintainer(make_lake(tmp_path / "maintained"), spark)
     worker.start()
     yield worker
     worker.finish()

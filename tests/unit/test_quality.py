@@ -201,13 +201,14 @@ def test_contract_refuses_checks_that_cannot_work(tmp_path: Path, block: str, pr
     assert problem in str(refused.value)
 
 
-def test_ledger_round_trip_and_saved_result(tmp_path: Path) -> None:
+def test_ledger_round_trip_and_saved_result(spark: Any, tmp_path: Path) -> None:
     settings = Settings.from_env(tmp_path / "home", tmp_path)
     exp = _e("in_set", values=["a"])
     outcomes, engine, result = run_suite("silver.t", [exp], pa.table({"x": ["a", "b"]}), 2)
     verdict = Verdict("silver", "t", outcomes, 2, engine, result)
     run = RunInfo(dag_id="pipeline__t", dag_run_id="manual__1")
     write_ledger(
+        spark,
         settings,
         ledger_rows(run, verdict, table_version=4, published=True, source={"versions": [1, 2]}),
     )

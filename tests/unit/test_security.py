@@ -12,7 +12,6 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-import pyarrow as pa
 import pytest
 import yaml
 
@@ -22,7 +21,7 @@ from lakehouse.config import REPO_ROOT, Settings
 from lakehouse.contracts import Catalog, Expectation, load_contract, parse_contract
 from lakehouse.control import LayerRequest, RunRequest, own
 from lakehouse.errors import CONFIG_ERROR_EXIT, ConfigError, ContractError
-from lakehouse.quality import check_constraint, ledger_schema, read_ledger
+from lakehouse.quality import check_constraint, ledger_schema, read_ledger, write_ledger
 from lakehouse.registry import SchemaRegistry
 
 # Each is refused wherever a name goes: traversal, absolute paths, SQL quotes and comments,
@@ -570,18 +569,15 @@ LEDGER_VALUES = [
 ]
 
 
-def test_ledger_filters_match_hostile_values_exactly(tmp_path: Path) -> None:
+def test_ledger_filters_match_hostile_values_exactly(spark: Any, tmp_path: Path) -> None:
     """The table, DAG run id (typed in the trigger form) and layer are quoted into delta-rs's
     SQL: each matches its own rows only, and a quote cannot widen the filter."""
-    from deltalake import write_deltalake
-
     s = _settings(tmp_path)
     rows = [
-        {"table": v, "dag_run_id": v, "layer": v, "expectation": str(i)}
+        {"table": v, "dag_run_id": v, "layer": v, "expectation": str(i), "published": False}
         for i, v in enumerate(LEDGER_VALUES)
     ]
-    s.ledger_path.mkdir(parents=True)
-    write_deltalake(str(s.ledger_path), pa.Table.from_pylist(rows, schema=ledger_schema()))
+    write_ledger(spark, s, [{**dict.fromkeys(ledger_schema().names), **r} for r in rows])
     for i, value in enumerate(LEDGER_VALUES):
         for column in ("table", "dag_run_id", "layer"):
             found = read_ledger(s, **{column: value}).column("expectation").to_pylist()

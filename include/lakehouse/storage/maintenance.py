@@ -1,25 +1,54 @@
-"""Table maintenance: compaction, consumer-aware vacuum, checkpoints and log cleanup.
+"""Table maintenance with delta-spark: ``OPTIMIZE``, a consumer-aware ``VACUUM``, a checkpoint and
+log cleanup.
 
 A *consumer* is a downstream job that reads a table's change feed, and its position is the last
-source version it consumed, recorded in its own output table as an app transaction. Vacuum never
-deletes a file that a consumer still needs to read the versions after its position, nor one
-inside the retention window; log cleanup waits until every consumer has moved past the commits
-it would delete. Runs on delta-rs alone (no Spark).
+source version it consumed, recorded in its own output table (see
+:func:`~lakehouse.storage.delta_spark.position`). A consumer at position ``p`` still reads the
+versions after ``p``: the files those versions removed, and their commits.
+
+* ``VACUUM`` deletes a removed file once its removal is older than the retention. Its retention
+  is whole hours (Delta rounds it), so vacuum reaches back to an hour before the oldest
+  consumer's position commit, rounded up: every file removed after that commit stays.
+* Log cleanup (Delta's own, which the platform's tables turn off at checkpoints, see
+  :data:`~lakehouse.storage.delta_spark.TABLE_PROPERTIES`) deletes commits older than the table's
+  ``delta.logRetentionDuration`` that a checkpoint covers. It runs only while every commit a
+  consumer still reads, and the commit holding the table's own positions, are younger than
+  that retention.
+
+Every step runs under the table's commit lock: OPTIMIZE and VACUUM commit, and one driver
+commits to a table at a time.
 """
 
 from __future__ import annotations
 
+import math
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from lakehouse.errors import ConfigError
-from lakehouse.storage.delta_spark import position, positions_commit
+from lakehouse.storage.delta_spark import position, positions_commit, session_settings, table_lock
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 DEFAULT_RETENTION_HOURS = 168  # Delta's default deletedFileRetentionDuration: 7 days
 # Vacuum also deletes files no commit references (left by crashed writers); a write still in
 # flight has such files too, so the window must outlast the longest write.
 MIN_SAFE_RETENTION_HOURS = 1
+# Delta's default delta.logRetentionDuration.
+DEFAULT_LOG_RETENTION = "interval 30 days"
+_UNIT_SECONDS = {
+    "microsecond": 1e-6,
+    "millisecond": 1e-3,
+    "second": 1,
+    "minute": 60,
+    "hour": 3600,
+    "day": 86400,
+    "week": 7 * 86400,
+}
 
 
 @dataclass(frozen=True)
@@ -43,6 +72,7 @@ class MaintenanceReport:
     files_written: int = 0
     vacuumed: list[str] = field(default_factory=list)
     kept_from_version: int | None = None
+    retain_hours: int | None = None
     checkpoint: int | None = None
     log_cleanup: str = "skipped"
 
@@ -54,12 +84,13 @@ class MaintenanceReport:
         )
         return (
             f"{self.table}: compacted {self.files_compacted} file(s) into {self.files_written}; "
-            f"vacuumed {len(self.vacuumed)} file(s) ({keep}); checkpoint at "
-            f"{self.checkpoint}; log cleanup {self.log_cleanup}"
+            f"vacuumed {len(self.vacuumed)} file(s) ({keep}; retained {self.retain_hours} h); "
+            f"checkpoint at {self.checkpoint}; log cleanup {self.log_cleanup}"
         )
 
 
 def maintain(
+    spark: SparkSession,
     path: Path,
     consumers: Sequence[Consumer] = (),
     *,
@@ -71,64 +102,148 @@ def maintain(
     allow_unsafe_retention: bool = False,
 ) -> MaintenanceReport:
     """Maintain one table. ``dry_run`` reports what vacuum would delete and changes nothing."""
-    from deltalake import DeltaTable
-
     if retention_hours < MIN_SAFE_RETENTION_HOURS and not allow_unsafe_retention:
         raise ConfigError(
             f"retention of {retention_hours} h is below {MIN_SAFE_RETENTION_HOURS} h: vacuum "
             "could delete the files of a write still in flight"
         )
-    dt = DeltaTable(str(path))
-    report = MaintenanceReport(table=str(path), version_before=int(dt.version()))
-
-    if compact and not dry_run:
-        metrics = dt.optimize.compact()
-        report.files_compacted = int(metrics.get("numFilesRemoved", 0))
-        report.files_written = int(metrics.get("numFilesAdded", 0))
-        dt = DeltaTable(str(path))
-
-    latest = int(dt.version())
-    positions = [c.position() for c in consumers]
-    keep: list[int] | None = None
-    if consumers:
-        # A consumer at position p reads versions p+1.. next: it needs the files added there
-        # (in snapshots p+1..) and those removed there (still in snapshot p).
-        oldest = (
-            0 if any(p is None for p in positions) else min(p for p in positions if p is not None)
-        )
-        report.kept_from_version = oldest
-        keep = list(range(oldest, latest + 1))
-    if vacuum:
-        report.vacuumed = list(
-            dt.vacuum(
-                retention_hours=int(retention_hours),
-                dry_run=dry_run,
-                enforce_retention_duration=False,
-                full=True,
-                keep_versions=keep,
-            )
-        )
-    if checkpoint and not dry_run:
-        dt = DeltaTable(str(path))
-        dt.create_checkpoint()
-        report.checkpoint = int(dt.version())
-        lagging = [
-            c.name
-            for c, p in zip(consumers, positions, strict=True)
-            if p is None or p < report.checkpoint
-        ]
-        held = positions_commit(path)
-        if lagging:
-            # Cleanup may delete commits older than the checkpoint: consumers behind it still
-            # read those commits for the change feed.
-            report.log_cleanup = (
-                f"postponed: {', '.join(lagging)} behind version {report.checkpoint}"
-            )
-        elif held is not None and held < report.checkpoint:
-            # Nor the commit holding the table's own readers' positions (in its metadata).
-            report.log_cleanup = f"postponed: the table's positions are in version {held}"
-        else:
-            dt.cleanup_metadata()
-            report.log_cleanup = "done"
-    report.version_after = int(DeltaTable(str(path)).version())
+    table = f"delta.`{path}`"
+    with table_lock(path):
+        report = MaintenanceReport(table=str(path), version_before=_version(spark, path))
+        if compact and not dry_run:
+            metrics = spark.sql(f"OPTIMIZE {table}").collect()[0]["metrics"]
+            report.files_compacted = int(metrics["numFilesRemoved"])
+            report.files_written = int(metrics["numFilesAdded"])
+        latest = _version(spark, path)
+        positions = [c.position() for c in consumers]
+        # The oldest consumer's position: it reads the versions after it (one without a
+        # position reads them all).
+        oldest: int | None = None
+        if consumers:
+            oldest = 0 if None in positions else min(p for p in positions if p is not None)
+            report.kept_from_version = oldest
+        if vacuum:
+            report.retain_hours = _retain_hours(path, retention_hours, oldest, latest)
+            report.vacuumed = _vacuum(spark, path, report.retain_hours, dry_run)
+        if checkpoint and not dry_run:
+            report.checkpoint, report.log_cleanup = _checkpoint(spark, path, oldest)
+        report.version_after = _version(spark, path)
     return report
+
+
+def _version(spark: SparkSession, path: Path) -> int:
+    from delta.tables import DeltaTable
+
+    row = DeltaTable.forPath(spark, str(path)).history(1).select("version").collect()[0]
+    return int(row["version"])
+
+
+def _commit_time(path: Path, version: int) -> float:
+    """When ``version`` was committed, as Delta's log cleanup sees it: its log file's mtime (or
+    the oldest commit's, if cleanup has deleted it)."""
+    log = path / "_delta_log"
+    commit = log / f"{version:020d}.json"
+    if commit.exists():
+        return commit.stat().st_mtime
+    return min(p.stat().st_mtime for p in log.glob("*.json"))
+
+
+def _retain_hours(path: Path, retention_hours: float, oldest: int | None, latest: int) -> int:
+    """VACUUM's retention in whole hours: ``retention_hours``, or longer, reaching an hour past
+    the commit of the oldest consumer's position (every file removed after it stays)."""
+    hours = math.ceil(retention_hours)
+    if oldest is not None and oldest < latest:
+        since = time.time() - _commit_time(path, oldest)
+        hours = max(hours, math.ceil(since / 3600) + 1)
+    return hours
+
+
+def _vacuum(spark: SparkSession, path: Path, hours: int, dry_run: bool) -> list[str]:
+    """The files VACUUM deletes with ``hours`` of retention, deleted unless ``dry_run``.
+
+    Delta's defaults would override ``hours``: it refuses less than the table's
+    ``delta.deletedFileRetentionDuration`` (the platform checks the retention itself, see
+    :data:`MIN_SAFE_RETENTION_HOURS`), and it ignores a retention other than 0 in favour of that
+    property. Both are turned off for this command. The property also bounds how long a
+    snapshot keeps removed files' tombstones (an older removed file looks unreferenced to
+    VACUUM), so it is raised, never lowered, to cover ``hours``."""
+    table = f"delta.`{path}`"
+    raise_to = {
+        key: f"interval {hours} hours"
+        for key, default in (
+            ("delta.deletedFileRetentionDuration", "interval 1 week"),
+            # Delta wants the log kept at least as long (cleanup waits for consumers anyway).
+            ("delta.logRetentionDuration", DEFAULT_LOG_RETENTION),
+        )
+        if hours * 3600 > _interval_seconds(spark, path, key, default)
+    }
+    if not dry_run and "delta.deletedFileRetentionDuration" in raise_to:
+        pairs = ", ".join(f"'{k}' = '{v}'" for k, v in raise_to.items())
+        spark.sql(f"ALTER TABLE {table} SET TBLPROPERTIES ({pairs})")
+    honour = {
+        "spark.databricks.delta.retentionDurationCheck.enabled": "false",
+        "spark.databricks.delta.vacuum.retentionWindowIgnore.enabled": "false",
+        # VACUUM lists and deletes files in as many tasks as this (10,000 by default: minutes
+        # of tasks on a small table); the session's shuffle partitions instead.
+        "spark.sql.sources.parallelPartitionDiscovery.parallelism": str(
+            spark.conf.get("spark.sql.shuffle.partitions")
+        ),
+    }
+    with session_settings(spark, honour):
+        listed = spark.sql(f"VACUUM {table} RETAIN {hours} HOURS DRY RUN").collect()
+        if not dry_run and listed:
+            spark.sql(f"VACUUM {table} RETAIN {hours} HOURS")
+    return [str(row["path"]) for row in listed]
+
+
+def _checkpoint(spark: SparkSession, path: Path, oldest: int | None) -> tuple[int, str]:
+    """Write a checkpoint of the newest version; then clean the log, unless a commit that
+    cleanup could delete is still needed (by a consumer, or as the one holding the table's
+    positions). Returns the checkpoint's version and what happened to the log."""
+    jvm: Any = spark._jvm
+    log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, str(path))
+    snapshot = log.update(
+        False, getattr(log, "update$default$2")(), getattr(log, "update$default$3")()
+    )
+    log.checkpoint(snapshot, getattr(log, "checkpoint$default$2")())
+    version = int(snapshot.version())
+    keep = [v for v in (oldest, positions_commit(path)) if v is not None and v <= version]
+    if keep:
+        first = min(keep)
+        retention = _interval_seconds(
+            spark, path, "delta.logRetentionDuration", DEFAULT_LOG_RETENTION
+        )
+        cutoff = time.time() - retention
+        if _commit_time(path, first) < cutoff:
+            return (
+                version,
+                f"postponed: version {first} is still needed and older than the log retention",
+            )
+    log.cleanUpExpiredLogs(
+        snapshot,
+        getattr(log, "cleanUpExpiredLogs$default$2")(),
+        getattr(log, "cleanUpExpiredLogs$default$3")(),
+        getattr(log, "cleanUpExpiredLogs$default$4")(),
+    )
+    return version, "done"
+
+
+def _interval_seconds(spark: SparkSession, path: Path, key: str, default: str) -> float:
+    """The table property ``key`` (an interval in Delta's syntax, ``default`` if unset) in
+    seconds."""
+    from delta.tables import DeltaTable
+
+    properties = DeltaTable.forPath(spark, str(path)).detail().collect()[0]["properties"]
+    raw = (properties or {}).get(key, default)
+    words = raw.strip().lower().split()
+    words = words[1:] if words[:1] == ["interval"] else words
+    seconds = 0.0
+    for number, unit in zip(words[::2], words[1::2], strict=False):
+        unit = unit.removesuffix("s")
+        if not number.isdigit() or unit not in _UNIT_SECONDS:
+            break
+        seconds += int(number) * _UNIT_SECONDS[unit]
+    else:
+        if words and len(words) % 2 == 0:
+            return seconds
+    raise ConfigError(f"{path}: {key} {raw!r} is not an interval of weeks to microseconds")
