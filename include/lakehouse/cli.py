@@ -407,7 +407,7 @@ def run_pipeline(
         for name, request in requests.items()
     )
     gx_worker.keep(validates)  # imports GX on the other core while the layers start
-    # Started by the first batch that needs Spark: small ones are done in the driver.
+    # Started when the first layer runs (the requests above are checked without it).
     spark = lazy_session(settings.spark_master, app_name="lakehouse-run", short_lived=True)
     try:
         run(

@@ -209,11 +209,9 @@ def _check_submitted_jars(jars: str) -> None:
 class LazySession:
     """Stands in for a SparkSession that is started only when something first uses it.
 
-    A layer job whose micro-batch is small does its work in the driver (bronze's segment
-    reader, silver's Arrow decoder, gold's driver fold, the gates' pandas engine) and never
-    needs Spark; starting the SparkContext anyway costs seconds of a job that takes a few
-    (``bench/airflow_trigger.py``). Every attribute is the started session's; :meth:`stop`
-    stops it only if it was started."""
+    A command that may find nothing to do (``lakehouse maintain`` on a lakehouse without
+    tables) does not pay the seconds a SparkContext takes to start. Every attribute is the started session's; :meth:`stop` stops
+    it only if it was started."""
 
     def __init__(self, start: Callable[[], SparkSession]) -> None:
         self._start = start
