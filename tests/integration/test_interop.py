@@ -100,6 +100,7 @@ def test_a_plain_delta_spark_session_reads_what_the_pipeline_wrote(
         "bronze_quarantine": lake.quarantine_path("bronze", "orders"),
         "silver": lake.silver_path("orders_stream"),
         "silver_quarantine": lake.quarantine_path("silver", "orders_stream"),
+        "ledger": lake.ledger_path,  # the gates' verdicts
     }
     seen = subprocess.run(
         [
@@ -120,9 +121,16 @@ def test_a_plain_delta_spark_session_reads_what_the_pipeline_wrote(
 
     # The same rows as the platform's own reader (delta-rs) finds, table by table.
     assert out["rows"] == {name: read_arrow(path).num_rows for name, path in tables.items()}
-    assert out["rows"] == {"bronze": 6, "bronze_quarantine": 1, "silver": 5, "silver_quarantine": 1}
-    # Every commit of every table was made by Delta Lake's own connector: creation, appends and
-    # the constraint the contract's `fail` expectation made.
+    assert out["rows"] | {"ledger": 0} == {
+        "bronze": 6,
+        "bronze_quarantine": 1,
+        "silver": 5,
+        "silver_quarantine": 1,
+        "ledger": 0,
+    }
+    assert out["rows"]["ledger"] > 0
+    # Every commit of every table, the quality ledger's too, was made by Delta Lake's own
+    # connector: creation, appends and the constraint the contract's `fail` expectation made.
     for name, history in out["history"].items():
         assert {op for op, _ in history} >= {"CREATE TABLE", "WRITE"}, (name, history)
         assert all(engine.startswith("Apache-Spark/4.2.0 Delta-Lake/") for _, engine in history)
