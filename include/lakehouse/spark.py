@@ -210,8 +210,8 @@ class LazySession:
     """Stands in for a SparkSession that is started only when something first uses it.
 
     A command that may find nothing to do (``lakehouse maintain`` on a lakehouse without
-    tables) does not pay the seconds a SparkContext takes to start. Every attribute is the started session's; :meth:`stop` stops
-    it only if it was started."""
+    tables) does not pay the seconds a SparkContext takes to start. Every attribute is the
+    started session's; :meth:`stop` stops it only if it was started."""
 
     def __init__(self, start: Callable[[], SparkSession]) -> None:
         self._start = start

@@ -534,7 +534,7 @@ def test_log_retention_is_read_in_deltas_interval_syntax(spark: Any, tmp_path: P
 
     def seconds_kept() -> float:
         return maintenance._interval_seconds(
-            spark, path, "delta.logRetentionDuration", maintenance.DEFAULT_LOG_RETENTION
+            path, "delta.logRetentionDuration", maintenance.DEFAULT_LOG_RETENTION
         )
 
     assert seconds_kept() == 30 * 86400  # Delta's default

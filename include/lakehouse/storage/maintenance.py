@@ -109,12 +109,12 @@ def maintain(
         )
     table = f"delta.`{path}`"
     with table_lock(path):
-        report = MaintenanceReport(table=str(path), version_before=_version(spark, path))
+        report = MaintenanceReport(table=str(path), version_before=_version(path))
         if compact and not dry_run:
             metrics = spark.sql(f"OPTIMIZE {table}").collect()[0]["metrics"]
             report.files_compacted = int(metrics["numFilesRemoved"])
             report.files_written = int(metrics["numFilesAdded"])
-        latest = _version(spark, path)
+        latest = _version(path)
         positions = [c.position() for c in consumers]
         # The oldest consumer's position: it reads the versions after it (one without a
         # position reads them all).
@@ -127,15 +127,14 @@ def maintain(
             report.vacuumed = _vacuum(spark, path, report.retain_hours, dry_run)
         if checkpoint and not dry_run:
             report.checkpoint, report.log_cleanup = _checkpoint(spark, path, oldest)
-        report.version_after = _version(spark, path)
+        report.version_after = _version(path)
     return report
 
 
-def _version(spark: SparkSession, path: Path) -> int:
-    from delta.tables import DeltaTable
+def _version(path: Path) -> int:
+    from lakehouse.storage.store import _load
 
-    row = DeltaTable.forPath(spark, str(path)).history(1).select("version").collect()[0]
-    return int(row["version"])
+    return int(_load(path).version())
 
 
 def _commit_time(path: Path, version: int) -> float:
@@ -175,7 +174,7 @@ def _vacuum(spark: SparkSession, path: Path, hours: int, dry_run: bool) -> list[
             # Delta wants the log kept at least as long (cleanup waits for consumers anyway).
             ("delta.logRetentionDuration", DEFAULT_LOG_RETENTION),
         )
-        if hours * 3600 > _interval_seconds(spark, path, key, default)
+        if hours * 3600 > _interval_seconds(path, key, default)
     }
     if not dry_run and "delta.deletedFileRetentionDuration" in raise_to:
         pairs = ", ".join(f"'{k}' = '{v}'" for k, v in raise_to.items())
@@ -210,9 +209,7 @@ def _checkpoint(spark: SparkSession, path: Path, oldest: int | None) -> tuple[in
     keep = [v for v in (oldest, positions_commit(path)) if v is not None and v <= version]
     if keep:
         first = min(keep)
-        retention = _interval_seconds(
-            spark, path, "delta.logRetentionDuration", DEFAULT_LOG_RETENTION
-        )
+        retention = _interval_seconds(path, "delta.logRetentionDuration", DEFAULT_LOG_RETENTION)
         cutoff = time.time() - retention
         if _commit_time(path, first) < cutoff:
             return (
@@ -228,13 +225,12 @@ def _checkpoint(spark: SparkSession, path: Path, oldest: int | None) -> tuple[in
     return version, "done"
 
 
-def _interval_seconds(spark: SparkSession, path: Path, key: str, default: str) -> float:
+def _interval_seconds(path: Path, key: str, default: str) -> float:
     """The table property ``key`` (an interval in Delta's syntax, ``default`` if unset) in
-    seconds."""
-    from delta.tables import DeltaTable
+    seconds, read from the table's log."""
+    from lakehouse.storage.store import _load
 
-    properties = DeltaTable.forPath(spark, str(path)).detail().collect()[0]["properties"]
-    raw = (properties or {}).get(key, default)
+    raw = _load(path).metadata().configuration.get(key, default)
     words = raw.strip().lower().split()
     words = words[1:] if words[:1] == ["interval"] else words
     seconds = 0.0
