@@ -864,11 +864,10 @@ def collect_if_small(
 
     if isinstance(batch, pa.Table):
         return batch, batch.num_rows
-    most = pandas_max_rows()
-    first = batch.select(*(columns or batch.columns[:1])).limit(most + 1).toArrow()
-    if first.num_rows <= most:
-        return first, first.num_rows
-    return batch, batch.count()
+    rows = batch.count()
+    if rows > pandas_max_rows():
+        return batch, rows
+    return batch.select(*(columns or batch.columns[:1])).toArrow(), rows
 
 
 def _rows(batch: DataFrame | pa.Table) -> int:

@@ -342,42 +342,49 @@ def merge(
     spark = source.sparkSession
     table = DeltaTable.forPath(spark, str(path))
     gate, verdict = gate_for(path, at_commit=True), None
-    if gate is not None:
-        target = table.toDF()
-        rules = MergePlan(list(on), update, insert, delete_when, update_when, insert_when)
-        post, gone = rules.outcome(source, target)
-        whole = None
-        if gate.needs_whole_table:
-            whole = rules.table_after(source, target, post, gone, delete_unmatched)
-        position = (metadata or {}).get("lakehouse.source")
-        verdict = gate.check(post, whole=whole, source=position)
-        plan = plan.with_metadata(gate.commit_metadata(verdict))
-    conf = {"spark.databricks.delta.commitInfo.userMetadata": _json(plan.metadata)}
-    if plan.app is not None:
-        conf["spark.databricks.delta.write.txnAppId"] = plan.app[0]
-        conf["spark.databricks.delta.write.txnVersion"] = str(plan.app[1])
-    match = " AND ".join(f"t.`{k}` = s.`{k}`" for k in on)
-    builder = table.alias("t").merge(source.alias("s"), match)
-    if delete_when:
-        builder = builder.whenMatchedDelete(delete_when)
-    builder = builder.whenMatchedUpdate(update_when, set=dict(update))
-    if insert_when:
-        builder = builder.whenNotMatchedInsert(insert_when, values=dict(insert))
-    else:
-        builder = builder.whenNotMatchedInsert(values=dict(insert))
-    if delete_unmatched:
-        builder = builder.whenNotMatchedBySourceDelete()
-    with session_settings(spark, conf):
-        try:
-            metrics = builder.execute().first()
-        except Exception as exc:
-            _raise_if_conflict(exc, path)
-            raise
-    result = _outcome(path, before, plan.write_id)
-    changed = 0 if metrics is None else int(metrics["num_affected_rows"])
-    if gate is not None:
-        gate.record(verdict, table_version=result.table_version, published=result.committed)
-    return WriteResult(result.committed, result.table_version, changed)
+    # The gate and the MERGE read the same source (a change feed read and folded per key): it
+    # is computed once for both, not once per reader.
+    source = source.persist() if gate is not None else source
+    try:
+        if gate is not None:
+            target = table.toDF()
+            rules = MergePlan(list(on), update, insert, delete_when, update_when, insert_when)
+            post, gone = rules.outcome(source, target)
+            whole = None
+            if gate.needs_whole_table:
+                whole = rules.table_after(source, target, post, gone, delete_unmatched)
+            position = (metadata or {}).get("lakehouse.source")
+            verdict = gate.check(post, whole=whole, source=position)
+            plan = plan.with_metadata(gate.commit_metadata(verdict))
+        conf = {"spark.databricks.delta.commitInfo.userMetadata": _json(plan.metadata)}
+        if plan.app is not None:
+            conf["spark.databricks.delta.write.txnAppId"] = plan.app[0]
+            conf["spark.databricks.delta.write.txnVersion"] = str(plan.app[1])
+        match = " AND ".join(f"t.`{k}` = s.`{k}`" for k in on)
+        builder = table.alias("t").merge(source.alias("s"), match)
+        if delete_when:
+            builder = builder.whenMatchedDelete(delete_when)
+        builder = builder.whenMatchedUpdate(update_when, set=dict(update))
+        if insert_when:
+            builder = builder.whenNotMatchedInsert(insert_when, values=dict(insert))
+        else:
+            builder = builder.whenNotMatchedInsert(values=dict(insert))
+        if delete_unmatched:
+            builder = builder.whenNotMatchedBySourceDelete()
+        with session_settings(spark, conf):
+            try:
+                metrics = builder.execute().first()
+            except Exception as exc:
+                _raise_if_conflict(exc, path)
+                raise
+        result = _outcome(path, before, plan.write_id)
+        changed = 0 if metrics is None else int(metrics["num_affected_rows"])
+        if gate is not None:
+            gate.record(verdict, table_version=result.table_version, published=result.committed)
+        return WriteResult(result.committed, result.table_version, changed)
+    finally:
+        if gate is not None:
+            source.unpersist()
 
 
 @dataclass(frozen=True)
