@@ -858,8 +858,9 @@ class Gate:
 def collect_if_small(
     batch: DataFrame | pa.Table, columns: Sequence[str] | None
 ) -> tuple[DataFrame | pa.Table, int]:
-    """A batch and its size from one Spark job when it is small: the named columns (or any
-    one, for a count) as Arrow if at most ``pandas_max_rows()``, else the DataFrame, counted."""
+    """A batch and its size: the named columns (or any one) as Arrow if it has at most
+    ``pandas_max_rows()`` rows, else the DataFrame. Counted first: a ``limit`` would bring the
+    rows through one partition, and a batch too big for the driver is not collected at all."""
     import pyarrow as pa
 
     if isinstance(batch, pa.Table):
