@@ -786,7 +786,7 @@ class Gate:
     ) -> Verdict:
         """Validate a batch before it is published; on a failed ``fail`` expectation, record
         it and raise. ``rows`` is the batch's size if known; a Spark batch small enough for
-        GX's pandas engine is brought to Arrow in the same job that counts it. ``whole`` is what
+        GX's pandas engine is brought to Arrow (:func:`collect_if_small`). ``whole`` is what
         table-level gold expectations judge (the table as it would be after the batch)."""
         if rows is None:
             batch, rows = collect_if_small(batch, self.columns)
