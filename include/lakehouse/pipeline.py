@@ -80,9 +80,10 @@ def run_layer(
     }
     # The verdicts of commits whose job died before writing them to the ledger.
     ledger.rows += restore_ledger(settings, [path for path, gate in gates.items() if gate.active])
-    existed = {path for path in gates if is_table(path)}
-    for path in existed:
-        _constrain(spark, path, gates[path], echo)
+    # A table this run creates gets its constraints when it is created (Gate.created).
+    for path, gate in gates.items():
+        if is_table(path):
+            _constrain(spark, path, gate, echo)
     # A reprocess or a refresh is judged by the same expectations, but it is not a micro-batch:
     # its size is no sign of an unusual volume (``Gate.regular``).
     resets = {p: replace(g, regular=False, verdicts=g.verdicts) for p, g in gates.items()}
@@ -105,9 +106,7 @@ def run_layer(
         if layer == "silver" and request.reprocesses:
             with gating({p: g for p, g in resets.items() if g.active}):
                 lines.append(_reprocess_silver(spark, settings, contract, request))
-        for path, gate in gates.items():
-            if path not in existed and is_table(path):
-                _constrain(spark, path, gate, echo)  # a table this run created
+        for gate in gates.values():
             check_freshness(gate)
     finally:
         ledger.flush()  # failed checks too: a failed gate is recorded, then raised

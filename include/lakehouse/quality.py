@@ -830,6 +830,12 @@ class Gate:
             F.lit(None).cast("string"),
         )
 
+    def created(self, spark: SparkSession, path: Path) -> None:
+        """The table was just created: add the contract's CHECK constraints now, while it is
+        empty (see :func:`sync_constraints`)."""
+        for note in sync_constraints(spark, path, self.expectations):
+            self.echo(f"quality {self.layer}.{self.table}: {note}")
+
     def commit_metadata(self, verdict: Verdict) -> dict[str, Any]:
         """What a gated commit carries: the batch's size, the volume check's history; and the
         verdict's ledger rows, as published (:data:`LEDGER_KEY`)."""

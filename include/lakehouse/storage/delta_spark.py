@@ -82,9 +82,14 @@ def create_table(
     properties: Mapping[str, str] = TABLE_PROPERTIES,
 ) -> None:
     """Create an empty table with ``schema`` (its non-nullable fields NOT NULL) and table
-    ``properties`` (by default :data:`TABLE_PROPERTIES`), unless one is there."""
+    ``properties`` (by default :data:`TABLE_PROPERTIES`), unless one is there. A gate registered
+    for the table then adds its CHECK constraints while the table is still empty (see
+    :meth:`~lakehouse.storage.gates.PublishGate.created`): the first batch is held to them by
+    Delta like every later one, and adding them reads no rows."""
     from pyspark.sql.pandas.types import from_arrow_schema
     from pyspark.sql.types import StructType
+
+    from lakehouse.storage.gates import gate_for
 
     if is_table(path):
         return
@@ -102,6 +107,9 @@ def create_table(
         f"CREATE TABLE IF NOT EXISTS delta.`{path}` ({columns}) USING delta"
         + (f" TBLPROPERTIES ({props})" if props else "")
     )
+    gate = gate_for(path)
+    if gate is not None:
+        gate.created(spark, path)
 
 
 def append(

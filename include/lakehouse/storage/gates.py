@@ -38,6 +38,10 @@ class PublishGate(Protocol):
     ) -> Any:
         """Judge a batch (the rows a write is about to publish); raise to stop the write."""
 
+    def created(self, spark: Any, path: Path) -> None:
+        """The table was just created, and is empty: give it what every write to it must meet
+        (the contract's CHECK constraints), before the first rows arrive."""
+
     def commit_metadata(self, verdict: Any) -> dict[str, Any]:
         """Commit metadata the gated commit carries (merged into the write's own)."""
 
