@@ -29,6 +29,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -158,6 +159,69 @@ def evolution_problems(mode: str, new: SchemaState, history: list[RegisteredVers
     return list(dict.fromkeys(problems))
 
 
+def subject_change(
+    contract: Contract, subject: Subject, history: Sequence[RegisteredVersion]
+) -> SchemaState | None:
+    """The contract's schema of ``subject`` if it would become a new version after ``history``
+    (oldest first), None if it is the latest version's; raises SchemaEvolutionError (naming the
+    contract, the subject, the latest version and every problem) if it is refused."""
+    state = SchemaState.of(contract, subject)
+    if history and state.same_as(history[-1].state):
+        return None
+    problems = evolution_problems(contract.compatibility, state, list(history))
+    if problems:
+        raise SchemaEvolutionError(
+            contract.source,
+            subject,
+            f"the {subject} schema of topic {contract.topic!r} cannot be registered after "
+            f"version {history[-1].version} under compatibility {contract.compatibility}: "
+            + "; ".join(problems),
+        )
+    return state
+
+
+def check_contract(
+    contract: Contract, history: Mapping[Subject, Sequence[RegisteredVersion]]
+) -> dict[Subject, SchemaState]:
+    """The subjects whose schema would be registered as a new version after ``history`` (each
+    subject's versions, oldest first); raises SchemaEvolutionError if any is refused."""
+    pending: dict[Subject, SchemaState] = {}
+    for subject in SUBJECTS:
+        state = subject_change(contract, subject, history.get(subject, ()))
+        if state is not None:
+            pending[subject] = state
+    return pending
+
+
+def new_version(
+    contract: Contract,
+    subject: Subject,
+    state: SchemaState,
+    history: Sequence[RegisteredVersion],
+    text: str,
+) -> RegisteredVersion:
+    """The version that registers ``state`` after ``history``: the next number, now, with the
+    contract's ``text``."""
+    return RegisteredVersion(
+        topic=contract.topic,
+        subject=subject,
+        version=history[-1].version + 1 if history else 1,
+        state=state,
+        compatibility=contract.compatibility,
+        registered_at=datetime.now(UTC).isoformat(timespec="milliseconds"),
+        contract_source=contract.source,
+        contract_text=text,
+    )
+
+
+def contract_text(contract: Contract) -> str:
+    """The text of the contract's file ("" for a contract made in code)."""
+    try:
+        return Path(contract.source).read_text(encoding="utf-8")
+    except OSError:
+        return ""
+
+
 class SchemaRegistry:
     """The registered schema versions of every topic, kept under ``root``."""
 
@@ -180,24 +244,9 @@ class SchemaRegistry:
     def check(self, contract: Contract) -> dict[Subject, SchemaState]:
         """The subjects whose schema would be registered as a new version; raises
         SchemaEvolutionError (naming the contract and every problem) if any is refused."""
-        pending: dict[Subject, SchemaState] = {}
-        for subject in SUBJECTS:
-            state = SchemaState.of(contract, subject)
-            history = self.versions(contract.topic, subject)
-            if history and state.same_as(history[-1].state):
-                continue
-            problems = evolution_problems(contract.compatibility, state, history)
-            if problems:
-                latest = history[-1].version
-                raise SchemaEvolutionError(
-                    contract.source,
-                    subject,
-                    f"the {subject} schema of topic {contract.topic!r} cannot be registered after "
-                    f"version {latest} under compatibility {contract.compatibility}: "
-                    + "; ".join(problems),
-                )
-            pending[subject] = state
-        return pending
+        return check_contract(
+            contract, {subject: self.versions(contract.topic, subject) for subject in SUBJECTS}
+        )
 
     def register(self, contract: Contract) -> list[RegisteredVersion]:
         """Check the contract and register what changed; return the new versions (often none)."""
@@ -209,26 +258,13 @@ class SchemaRegistry:
     def _write(self, contract: Contract, subject: Subject, state: SchemaState) -> RegisteredVersion:
         folder = self._dir(contract.topic, subject)
         folder.mkdir(parents=True, exist_ok=True)
-        try:
-            text = Path(contract.source).read_text(encoding="utf-8")
-        except OSError:
-            text = ""
+        text = contract_text(contract)
         while True:
             history = self.versions(contract.topic, subject)
             if history and state.same_as(history[-1].state):
                 return history[-1]  # another job registered the same schema meanwhile
-            number = history[-1].version + 1 if history else 1
-            version = RegisteredVersion(
-                topic=contract.topic,
-                subject=subject,
-                version=number,
-                state=state,
-                compatibility=contract.compatibility,
-                registered_at=datetime.now(UTC).isoformat(timespec="milliseconds"),
-                contract_source=contract.source,
-                contract_text=text,
-            )
-            target = folder / f"v{number:06d}.json"
+            version = new_version(contract, subject, state, history, text)
+            target = folder / f"v{version.version:06d}.json"
             fd, name = tempfile.mkstemp(dir=folder, prefix=".tmp-")
             tmp = Path(name)
             with os.fdopen(fd, "w", encoding="utf-8") as out:
