@@ -483,7 +483,7 @@ def main() -> None:
         notes: list[str] = []
         for fmt in formats:
             topic = TOPICS[fmt]
-            stale = [settings.registry_root, work / f"peer_{fmt}"]
+            stale = [settings.registry_path, work / f"peer_{fmt}"]
             for name in _topics(fmt):  # the warm-up must decode its topic again too
                 stale += [
                     settings.silver_path(_stream(name)),

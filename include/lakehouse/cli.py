@@ -137,7 +137,7 @@ def schemas(settings: Settings, catalog: Catalog, topic: str | None, check: bool
     contracts be accepted (nothing is registered)?"""
     from lakehouse.registry import SUBJECTS, SchemaRegistry
 
-    registry = SchemaRegistry(settings.registry_root)
+    registry = SchemaRegistry(settings.registry_path)
     contracts = [catalog.topic(topic)] if topic else list(catalog)
     for contract in contracts:
         pending = registry.check(contract) if check else {}

@@ -104,9 +104,10 @@ class Settings:
         return self.home / "airflow"
 
     @property
-    def registry_root(self) -> Path:
-        """Every registered version of every topic's key and value schema."""
-        return self.home / "registry"
+    def registry_path(self) -> Path:
+        """The schema registry: every registered version of every topic's key and value schema,
+        one row each, a Delta table."""
+        return self.home / "schemas"
 
     @property
     def reports_root(self) -> Path:

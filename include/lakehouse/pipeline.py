@@ -64,10 +64,11 @@ def run_layer(
     """
     request = request or LayerRequest()
     specs = _selected(contract, layer, request)
+    registry = SchemaRegistry(settings.registry_path)
     if request.dry_run:
-        SchemaRegistry(settings.registry_root).check(contract)
+        registry.check(contract)
         return plan_layer(spark, settings, contract, layer, catalog, request)
-    SchemaRegistry(settings.registry_root).register(contract)
+    registry.register(contract, spark)
     # A bad setting fails here, before any data moves.
     pandas_max_rows()
     run = run or RunInfo.from_env()

@@ -16,28 +16,37 @@ Three more rules protect the data already written:
 * the wire format of a key or value (string, json, avro) does not change under a mode other
   than NONE, since records already in bronze would no longer decode.
 
-Every version keeps the contract text it came from, so each contract version is kept. Versions
-are files ``<root>/<topic>/<subject>/v000001.json``, written whole and then hard-linked into place
-(which fails if the name exists), so two jobs registering at once cannot take the same number
-and a reader never sees half a file.
+Every version keeps the contract text it came from, so each contract version is kept. The
+versions of every topic are the rows of one Delta table (``Settings.registry_path``), one row
+per version, as Confluent's registry keeps its state in one log (the ``_schemas`` topic). Rows
+are appended by delta-spark, so registering needs a SparkSession; they are read from delta-rs
+snapshots, so a job whose contract is unchanged, ``lakehouse schemas`` and a dry run pay no Spark
+job. A version's commit carries the app transaction ``lakehouse.registry/<topic>/<subject>``
+at the version's number, and Delta skips a commit of a number already recorded: two jobs
+registering at once cannot both take a number. The one that finds its commit skipped reads the
+versions again and decides again.
 
-Pure Python: imported by jobs and the CLI, not by Spark workers.
+The rules are pure Python (:func:`check_contract`): imported by jobs and the CLI, not by Spark
+workers.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from lakehouse.config import validate_topic_name
 from lakehouse.contracts import Contract, canonical_json
-from lakehouse.errors import SchemaEvolutionError
+from lakehouse.errors import ConcurrentWriteError, SchemaEvolutionError
+from lakehouse.storage import is_table
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark.sql import SparkSession
 
 Subject = Literal["key", "value"]
 SUBJECTS: tuple[Subject, ...] = ("key", "value")
@@ -88,33 +97,66 @@ class RegisteredVersion:
     contract_source: str
     contract_text: str
 
-    def to_json(self) -> dict[str, Any]:
+    def to_row(self) -> dict[str, Any]:
+        """The version as a row of the registry's table (:func:`registry_schema`)."""
         return {
             "topic": self.topic,
             "subject": self.subject,
             "version": self.version,
             "format": self.state.format,
-            "schema": self.state.schema,
-            "ids": self.state.ids,
-            "columns": self.state.columns,
+            "schema": json.dumps(self.state.schema),
+            "ids": json.dumps(self.state.ids),
+            "columns": json.dumps(self.state.columns),
             "compatibility": self.compatibility,
-            "registered_at": self.registered_at,
+            "registered_at": datetime.fromisoformat(self.registered_at),
             "contract_source": self.contract_source,
             "contract_text": self.contract_text,
         }
 
     @classmethod
-    def from_json(cls, doc: dict[str, Any]) -> RegisteredVersion:
-        return cls(
-            topic=doc["topic"],
-            subject=doc["subject"],
-            version=doc["version"],
-            state=SchemaState(doc["format"], doc["schema"], doc["ids"], doc["columns"]),
-            compatibility=doc["compatibility"],
-            registered_at=doc["registered_at"],
-            contract_source=doc["contract_source"],
-            contract_text=doc["contract_text"],
+    def from_row(cls, row: dict[str, Any]) -> RegisteredVersion:
+        state = SchemaState(
+            row["format"],
+            json.loads(row["schema"]),
+            json.loads(row["ids"]),
+            json.loads(row["columns"]),
         )
+        registered_at = row["registered_at"].astimezone(UTC)
+        return cls(
+            topic=row["topic"],
+            subject=row["subject"],
+            version=int(row["version"]),
+            state=state,
+            compatibility=row["compatibility"],
+            registered_at=registered_at.isoformat(timespec="milliseconds"),
+            contract_source=row["contract_source"],
+            contract_text=row["contract_text"],
+        )
+
+
+def registry_schema() -> pa.Schema:
+    """The registry's table: one row per registered version; the schema, its ids and columns
+    as JSON text."""
+    import pyarrow as pa
+
+    def column(name: str, kind: pa.DataType) -> pa.Field:
+        return pa.field(name, kind, nullable=False)
+
+    return pa.schema(
+        [
+            column("topic", pa.string()),
+            column("subject", pa.string()),
+            column("version", pa.int64()),
+            column("format", pa.string()),
+            column("schema", pa.string()),
+            column("ids", pa.string()),
+            column("columns", pa.string()),
+            column("compatibility", pa.string()),
+            column("registered_at", pa.timestamp("us", tz="UTC")),
+            column("contract_source", pa.string()),
+            column("contract_text", pa.string()),
+        ]
+    )
 
 
 def evolution_problems(mode: str, new: SchemaState, history: list[RegisteredVersion]) -> list[str]:
@@ -223,58 +265,73 @@ def contract_text(contract: Contract) -> str:
 
 
 class SchemaRegistry:
-    """The registered schema versions of every topic, kept under ``root``."""
+    """The registered schema versions of every topic: the Delta table at ``path``."""
 
-    def __init__(self, root: Path) -> None:
-        self.root = root
+    def __init__(self, path: Path) -> None:
+        self.path = path
 
-    def _dir(self, topic: str, subject: Subject) -> Path:
-        return self.root / validate_topic_name(topic) / subject
+    def history(self, topic: str) -> dict[Subject, list[RegisteredVersion]]:
+        """Each subject's registered versions of ``topic``, oldest first (a delta-rs read)."""
+        from lakehouse.storage import snapshots
+        from lakehouse.storage.store import snapshot_arrow
+
+        topic = validate_topic_name(topic)  # no quote can reach the predicate
+        out: dict[Subject, list[RegisteredVersion]] = {subject: [] for subject in SUBJECTS}
+        if not is_table(self.path):
+            return out
+        rows = snapshot_arrow(snapshots.latest(self.path), f"\"topic\" = '{topic}'")
+        for row in rows.to_pylist():
+            version = RegisteredVersion.from_row(row)
+            out[version.subject].append(version)
+        for versions in out.values():
+            versions.sort(key=lambda v: v.version)
+        return out
 
     def versions(self, topic: str, subject: Subject) -> list[RegisteredVersion]:
-        folder = self._dir(topic, subject)
-        if not folder.is_dir():
-            return []
-        out = [
-            RegisteredVersion.from_json(json.loads(p.read_text(encoding="utf-8")))
-            for p in sorted(folder.glob("v*.json"))
-        ]
-        return sorted(out, key=lambda v: v.version)
+        return self.history(topic)[subject]
 
     def check(self, contract: Contract) -> dict[Subject, SchemaState]:
         """The subjects whose schema would be registered as a new version; raises
         SchemaEvolutionError (naming the contract and every problem) if any is refused."""
-        return check_contract(
-            contract, {subject: self.versions(contract.topic, subject) for subject in SUBJECTS}
-        )
+        return check_contract(contract, self.history(contract.topic))
 
-    def register(self, contract: Contract) -> list[RegisteredVersion]:
-        """Check the contract and register what changed; return the new versions (often none)."""
-        added: list[RegisteredVersion] = []
-        for subject, state in self.check(contract).items():
-            added.append(self._write(contract, subject, state))
-        return added
-
-    def _write(self, contract: Contract, subject: Subject, state: SchemaState) -> RegisteredVersion:
-        folder = self._dir(contract.topic, subject)
-        folder.mkdir(parents=True, exist_ok=True)
+    def register(self, contract: Contract, spark: SparkSession) -> list[RegisteredVersion]:
+        """Check the contract and register what changed, with ``spark``; return the new
+        versions (often none, which costs no Spark job). Every subject is checked before any
+        is registered."""
+        pending = self.check(contract)
+        if not pending:
+            return []
         text = contract_text(contract)
+        return [self._add(spark, contract, subject, text) for subject in pending]
+
+    def _add(
+        self, spark: SparkSession, contract: Contract, subject: Subject, text: str
+    ) -> RegisteredVersion:
         while True:
             history = self.versions(contract.topic, subject)
-            if history and state.same_as(history[-1].state):
+            state = subject_change(contract, subject, history)
+            if state is None:
                 return history[-1]  # another job registered the same schema meanwhile
             version = new_version(contract, subject, state, history, text)
-            target = folder / f"v{version.version:06d}.json"
-            fd, name = tempfile.mkstemp(dir=folder, prefix=".tmp-")
-            tmp = Path(name)
-            with os.fdopen(fd, "w", encoding="utf-8") as out:
-                out.write(json.dumps(version.to_json(), indent=2, sort_keys=True))
-            try:
-                os.link(tmp, target)
-            except FileExistsError:
-                # Someone took this number first: re-check against what they registered.
-                self.check(contract)
-                continue
-            finally:
-                tmp.unlink()
-            return version
+            if self._append(spark, version):
+                return version
+            # Another job took this number first: decide again after what it registered.
+
+    def _append(self, spark: SparkSession, version: RegisteredVersion) -> bool:
+        """Append one version's row, unless its number is taken; whether it was."""
+        import pyarrow as pa
+
+        from lakehouse.storage import Txn, delta_spark
+
+        schema = registry_schema()
+        row = delta_spark.arrow_frame(spark, pa.Table.from_pylist([version.to_row()], schema))
+        app = f"lakehouse.registry/{version.topic}/{version.subject}"
+        try:
+            with delta_spark.table_lock(self.path):
+                result = delta_spark.append(
+                    row.coalesce(1), self.path, txn=Txn(app, version.version), create=schema
+                )
+        except ConcurrentWriteError:
+            return False  # a driver without this machine's lock committed the number first
+        return result.committed

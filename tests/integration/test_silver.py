@@ -16,6 +16,7 @@ from lakehouse.contracts import Catalog
 from lakehouse.errors import SchemaEvolutionError
 from lakehouse.landing import Producer, Record
 from lakehouse.pipeline import run
+from lakehouse.registry import SchemaRegistry
 from lakehouse.storage import read_arrow
 from lakehouse.storage.delta_spark import commit_metadata
 
@@ -180,9 +181,10 @@ def test_an_added_optional_field_adds_a_column_without_rewriting_history(
     assert files_before <= set(dt.file_uris())  # the old files are still the old rows
     operations = [c["operation"] for c in dt.history()]
     assert "DELETE" not in operations and "MERGE" not in operations
-    registered = json.loads((lake.registry_root / "orders" / "value" / "v000002.json").read_text())
-    assert registered["columns"] == {"customer": "string", "amount": "long", "coupon": "string"}
-    assert "coupon" in registered["contract_text"]
+    registered = SchemaRegistry(lake.registry_path).versions("orders", "value")[1]
+    assert registered.version == 2
+    assert registered.state.columns == {"customer": "string", "amount": "long", "coupon": "string"}
+    assert "coupon" in registered.contract_text
 
     # A field dropped later stays as a column (null from then on); history keeps its values.
     contract.write_text(

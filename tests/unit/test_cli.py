@@ -170,8 +170,12 @@ def test_sample_covers_both_shipped_topics(
     assert ids == [b"\x00\x00\x00\x01", b"\x00\x00\x00\x02"]  # old and new producers
 
 
+@pytest.mark.integration
 def test_schemas_lists_versions_and_checks_contracts(
-    settings: Settings, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    spark: Any,
+    settings: Settings,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     assert _run(monkeypatch, ["schemas", "--check", "--topic", "user-profiles"]) == 0
     out = capsys.readouterr().out
@@ -179,8 +183,8 @@ def test_schemas_lists_versions_and_checks_contracts(
     from lakehouse.contracts import Catalog
     from lakehouse.registry import SchemaRegistry
 
-    SchemaRegistry(settings.registry_root).register(
-        Catalog.load(settings.contracts_dir).topic("user-profiles")
+    SchemaRegistry(settings.registry_path).register(
+        Catalog.load(settings.contracts_dir).topic("user-profiles"), spark
     )
     assert _run(monkeypatch, ["schemas", "--check", "--topic", "user-profiles"]) == 0
     out = capsys.readouterr().out

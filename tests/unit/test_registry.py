@@ -1,5 +1,8 @@
 """The schema registry: each contract version kept, compatibility modes enforced before data
-moves, schema ids immutable, column types and wire formats fixed."""
+moves, schema ids immutable, column types and wire formats fixed.
+
+The rules are tested on versions kept in memory (no Spark); registering into the registry's
+Delta table, by delta-spark, is tested with Spark (``integration``)."""
 
 from __future__ import annotations
 
@@ -13,7 +16,15 @@ import yaml
 
 from lakehouse.contracts import Contract, parse_contract
 from lakehouse.errors import ContractError, SchemaEvolutionError
-from lakehouse.registry import SchemaRegistry
+from lakehouse.registry import (
+    SUBJECTS,
+    RegisteredVersion,
+    SchemaRegistry,
+    Subject,
+    check_contract,
+    contract_text,
+    new_version,
+)
 
 
 def _json_contract(fields: list[dict[str, Any]], mode: str = "BACKWARD", **extra: Any) -> Contract:
@@ -47,25 +58,60 @@ A = {"name": "a", "type": "long"}
 B_OPTIONAL = {"name": "b", "type": ["null", "string"], "default": None}
 
 
+class Kept:
+    """Versions kept in memory, registered by the registry's own rules (:func:`check_contract`,
+    :func:`new_version`): the rules, tested without a table or Spark."""
+
+    def __init__(self) -> None:
+        self.kept: dict[tuple[str, Subject], list[RegisteredVersion]] = {}
+
+    def versions(self, topic: str, subject: Subject) -> list[RegisteredVersion]:
+        return list(self.kept.get((topic, subject), []))
+
+    def register(self, contract: Contract) -> list[RegisteredVersion]:
+        history = {s: self.versions(contract.topic, s) for s in SUBJECTS}
+        added = [
+            new_version(contract, subject, state, history[subject], contract_text(contract))
+            for subject, state in check_contract(contract, history).items()
+        ]
+        for version in added:
+            self.kept.setdefault((version.topic, version.subject), []).append(version)
+        return added
+
+
+class NoSpark:
+    """A SparkSession stand-in that fails when used."""
+
+    def __getattr__(self, name: str) -> Any:
+        raise AssertionError(f"Spark was used: {name}")
+
+
+NO_SPARK: Any = NoSpark()
+
+
 @pytest.fixture
-def registry(tmp_path: Path) -> SchemaRegistry:
-    return SchemaRegistry(tmp_path / "registry")
+def registry() -> Kept:
+    return Kept()
 
 
+@pytest.mark.integration
 def test_first_contract_registers_version_one_then_nothing_changes(
-    registry: SchemaRegistry,
+    spark: Any, tmp_path: Path
 ) -> None:
+    registry = SchemaRegistry(tmp_path / "schemas")
     c = _json_contract([{"name": "a", "type": "long"}])
-    added = registry.register(c)
+    added = registry.register(c, spark)
     assert [(v.subject, v.version) for v in added] == [("key", 1), ("value", 1)]
-    assert registry.register(c) == []
+    assert registry.register(c, spark) == []
+    assert registry.register(c, NO_SPARK) == []  # an unchanged contract costs no Spark job
     (value,) = registry.versions("t", "value")
     assert value.state.columns == {"a": "long"}
     assert value.compatibility == "BACKWARD"
 
 
-def test_each_contract_version_is_kept_with_its_text(tmp_path: Path) -> None:
-    registry = SchemaRegistry(tmp_path / "registry")
+@pytest.mark.integration
+def test_each_contract_version_is_kept_with_its_text(spark: Any, tmp_path: Path) -> None:
+    registry = SchemaRegistry(tmp_path / "schemas")
     path = tmp_path / "t.yaml"
     v1 = dedent(
         """\
@@ -78,10 +124,10 @@ def test_each_contract_version_is_kept_with_its_text(tmp_path: Path) -> None:
     path.write_text(v1)
     from lakehouse.contracts import load_contract
 
-    registry.register(load_contract(path))
+    registry.register(load_contract(path), spark)
     v2 = v1.replace("{name: a, type: long}", "{name: a, type: long}, {name: b, type: string}")
     path.write_text(v2)
-    registry.register(load_contract(path))
+    registry.register(load_contract(path), spark)
     versions = registry.versions("t", "value")
     assert [v.version for v in versions] == [1, 2]
     assert [v.contract_text for v in versions] == [v1, v2]
@@ -108,7 +154,7 @@ def test_each_contract_version_is_kept_with_its_text(tmp_path: Path) -> None:
     ],
 )
 def test_json_contract_evolution_by_mode(
-    registry: SchemaRegistry, mode: str, change: str, accepted: bool
+    registry: Kept, mode: str, change: str, accepted: bool
 ) -> None:
     base = [{"name": "a", "type": "long", "nullable": False}, {"name": "z", "type": "string"}]
     registry.register(_json_contract(base, mode))
@@ -129,7 +175,7 @@ def test_json_contract_evolution_by_mode(
         assert [v.version for v in registry.versions("t", "value")] == [1]
 
 
-def test_transitive_modes_check_every_older_version(registry: SchemaRegistry) -> None:
+def test_transitive_modes_check_every_older_version(registry: Kept) -> None:
     # v1 writes colours RED and GREEN; v2 drops the field; v3 brings it back, optional, with
     # RED only. v3 reads v2's data (the field defaults to null) but not v1's (GREEN).
     colour = {"type": "enum", "name": "Colour", "symbols": ["RED", "GREEN"]}
@@ -138,7 +184,7 @@ def test_transitive_modes_check_every_older_version(registry: SchemaRegistry) ->
     red_only = {"type": "enum", "name": "Colour", "symbols": ["RED"]}
     v3 = _record(A, {"name": "colour", "type": ["null", red_only], "default": None})
 
-    plain = SchemaRegistry(registry.root / "plain")
+    plain = Kept()
     plain.register(_avro_contract([(1, v1)]))
     plain.register(_avro_contract([(2, v2)]))
     assert [v.version for v in plain.register(_avro_contract([(3, v3)]))] == [3]
@@ -156,7 +202,7 @@ def test_transitive_modes_check_every_older_version(registry: SchemaRegistry) ->
     assert _avro_contract([(1, v1), (2, v2), (3, v3)], "BACKWARD").value_schemas[-1].id == 3
 
 
-def test_schema_ids_are_immutable(registry: SchemaRegistry) -> None:
+def test_schema_ids_are_immutable(registry: Kept) -> None:
     registry.register(_avro_contract([(1, _record(A))]))
     changed = _record(A, B_OPTIONAL)  # compatible, but under the same id
     with pytest.raises(SchemaEvolutionError, match="schema id 1 was registered in version 1"):
@@ -167,7 +213,7 @@ def test_schema_ids_are_immutable(registry: SchemaRegistry) -> None:
 
 
 def test_column_type_change_is_refused_even_when_avro_allows_it(
-    registry: SchemaRegistry,
+    registry: Kept,
 ) -> None:
     registry.register(_avro_contract([(1, _record({"name": "a", "type": "int"}))]))
     with pytest.raises(SchemaEvolutionError, match="column 'a' would change type from int to long"):
@@ -176,14 +222,14 @@ def test_column_type_change_is_refused_even_when_avro_allows_it(
         )
 
 
-def test_format_change_needs_mode_none(registry: SchemaRegistry) -> None:
+def test_format_change_needs_mode_none(registry: Kept) -> None:
     registry.register(_json_contract([{"name": "a", "type": "long", "nullable": False}]))
     with pytest.raises(SchemaEvolutionError, match="format changes from json to avro"):
         registry.register(_avro_contract([(1, _record(A))]))
     assert [v.version for v in registry.register(_avro_contract([(1, _record(A))], "NONE"))] == [2]
 
 
-def test_key_schema_is_a_subject_too(registry: SchemaRegistry) -> None:
+def test_key_schema_is_a_subject_too(registry: Kept) -> None:
     doc: dict[str, Any] = yaml.safe_load(
         dedent(
             """\
@@ -202,14 +248,16 @@ def test_key_schema_is_a_subject_too(registry: SchemaRegistry) -> None:
     assert "column 'id' would change type from long to string" in info.value.problem
 
 
-def test_concurrent_registration_takes_one_version(registry: SchemaRegistry) -> None:
-    registry.register(_json_contract([{"name": "a", "type": "long"}]))
+@pytest.mark.integration
+def test_concurrent_registration_takes_one_version(spark: Any, tmp_path: Path) -> None:
+    registry = SchemaRegistry(tmp_path / "schemas")
+    registry.register(_json_contract([{"name": "a", "type": "long"}]), spark)
     new = _json_contract([{"name": "a", "type": "long"}, {"name": "b", "type": "string"}])
     errors: list[BaseException] = []
 
     def go() -> None:
         try:
-            registry.register(new)
+            registry.register(new, spark)
         except BaseException as exc:  # pragma: no cover - reported below
             errors.append(exc)
 

@@ -361,7 +361,6 @@ def _paths(s: Settings) -> dict[str, Callable[[str], Path]]:
         "late_path": s.late_path,
         "quarantine bronze": lambda n: s.quarantine_path("bronze", n),
         "quarantine silver": lambda n: s.quarantine_path("silver", n),
-        "registry": lambda n: SchemaRegistry(s.registry_root)._dir(n, "value"),
     }
 
 
@@ -375,11 +374,23 @@ def test_no_path_is_made_from_a_hostile_name(tmp_path: Path, hostile: str) -> No
     assert list(tmp_path.iterdir()) == []  # nothing was created
 
 
+@pytest.mark.parametrize("hostile", [*HOSTILE, ".."], ids=repr)
+def test_the_registry_reads_no_hostile_topic_name(tmp_path: Path, hostile: str) -> None:
+    """The registry is one table: a topic name becomes part of a query on it, not a path."""
+    s = _settings(tmp_path)
+    with pytest.raises(ConfigError, match=r"invalid topic name") as caught:
+        SchemaRegistry(s.registry_path).versions(hostile, "value")
+    assert repr(hostile) in str(caught.value)
+    assert list(tmp_path.iterdir()) == []  # nothing was created
+
+
 def test_legitimate_names_make_paths_inside_the_root(tmp_path: Path) -> None:
     s = _settings(tmp_path)
     for what, path in _paths(s).items():
-        name = "user-locations" if "bronze" in what or what in {"topic_dir", "registry"} else "t_1"
+        name = "user-locations" if "bronze" in what or what == "topic_dir" else "t_1"
         assert path(name).is_relative_to(s.home), what
+    assert s.registry_path.is_relative_to(s.home)
+    assert SchemaRegistry(s.registry_path).versions("user-locations", "value") == []
 
 
 def test_a_symlink_out_of_the_root_is_refused(tmp_path: Path) -> None:
