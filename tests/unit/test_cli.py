@@ -183,12 +183,30 @@ def test_schemas_lists_versions_and_checks_contracts(
     from lakehouse.contracts import Catalog
     from lakehouse.registry import SchemaRegistry
 
-    SchemaRegistry(settings.registry_path).register(
+    (key, value) = SchemaRegistry(settings.registry_path).register(
         Catalog.load(settings.contracts_dir).topic("user-profiles"), spark
     )
     assert _run(monkeypatch, ["schemas", "--check", "--topic", "user-profiles"]) == 0
     out = capsys.readouterr().out
     assert "user-profiles value [BACKWARD]: v1 (avro, " in out and "-> unchanged" in out
+    # The listing is the registry table's rows, as registered.
+    assert _run(monkeypatch, ["schemas", "--topic", "user-profiles"]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        f"user-profiles key [BACKWARD]: v1 (string, {key.registered_at})",
+        f"user-profiles value [BACKWARD]: v1 (avro, {value.registered_at})",
+    ]
+
+
+def test_schemas_ignores_the_version_files_of_the_registry_before_its_table(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    old = settings.home / "registry" / "user-profiles" / "value" / "v000001.json"
+    old.parent.mkdir(parents=True)
+    old.write_text(json.dumps({"topic": "user-profiles", "subject": "value", "version": 1}))
+    assert _run(monkeypatch, ["schemas", "--check", "--topic", "user-profiles"]) == 0
+    out = capsys.readouterr().out
+    assert "user-profiles value [BACKWARD]: no versions yet  -> new version accepted" in out
+    assert old.exists()  # left as it was
 
 
 @pytest.mark.parametrize(

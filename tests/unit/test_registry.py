@@ -6,7 +6,13 @@ Delta table, by delta-spark, is tested with Spark (``integration``)."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from textwrap import dedent
 from typing import Any
@@ -268,3 +274,88 @@ def test_concurrent_registration_takes_one_version(spark: Any, tmp_path: Path) -
         t.join()
     assert errors == []
     assert [v.version for v in registry.versions("t", "value")] == [1, 2]
+
+
+@pytest.mark.integration
+def test_two_registrants_of_one_version_cannot_both_land(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two jobs decide on version 2 at once with different schemas: one lands, the other finds
+    the number taken, decides again after it, and is refused by what it registered."""
+    from lakehouse.storage import delta_spark, read_arrow
+
+    registry = SchemaRegistry(tmp_path / "schemas")
+    registry.register(_json_contract([{"name": "a", "type": "long"}]), spark)
+    contracts = [
+        _json_contract([{"name": "a", "type": "long"}, {"name": "b", "type": kind}])
+        for kind in ("string", "long")
+    ]
+    both_decided = threading.Barrier(len(contracts), timeout=300)
+    real_lock = delta_spark.table_lock
+
+    @contextmanager
+    def lock_once_both_decided(path: Path) -> Iterator[None]:
+        both_decided.wait()  # each has read version 1 and chosen number 2
+        with real_lock(path):
+            yield
+
+    monkeypatch.setattr(delta_spark, "table_lock", lock_once_both_decided)
+    added: list[RegisteredVersion] = []
+    refused: list[SchemaEvolutionError] = []
+
+    def go(contract: Contract) -> None:
+        try:
+            added.extend(registry.register(contract, spark))
+        except SchemaEvolutionError as exc:
+            refused.append(exc)
+
+    threads = [threading.Thread(target=go, args=(c,)) for c in contracts]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert [(v.subject, v.version) for v in added] == [("value", 2)]
+    (error,) = refused
+    assert error.path == "value"
+    assert "cannot be registered after version 2 under compatibility BACKWARD" in error.problem
+    assert "column 'b' would change type" in error.problem
+    versions = registry.versions("t", "value")
+    assert [v.version for v in versions] == [1, 2]
+    assert versions[1].state.columns == added[0].state.columns
+    rows = read_arrow(registry.path).to_pylist()
+    assert sorted((r["subject"], r["version"]) for r in rows) == [
+        ("key", 1),
+        ("value", 1),
+        ("value", 2),
+    ]
+
+
+@pytest.mark.integration
+def test_registered_versions_are_read_back_by_a_new_process(spark: Any, tmp_path: Path) -> None:
+    registry = SchemaRegistry(tmp_path / "schemas")
+    registry.register(_avro_contract([(1, _record(A))]), spark)
+    added = registry.register(_avro_contract([(1, _record(A)), (2, _record(A, B_OPTIONAL))]), spark)
+    reader = dedent(
+        f"""\
+        import json, sys
+        from pathlib import Path
+        from lakehouse.registry import SchemaRegistry
+        registry = SchemaRegistry(Path({str(registry.path)!r}))
+        print(json.dumps([v.to_row() for v in registry.versions("t", "value")], default=str))
+        print("spark imported:", "pyspark" in sys.modules)
+        """
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", reader],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=os.environ.copy(),
+        timeout=120,
+    ).stdout.splitlines()
+    rows = json.loads(out[0])
+    assert [r["version"] for r in rows] == [1, 2]
+    expected = json.loads(json.dumps([v.to_row() for v in added], default=str))
+    assert rows[1] == expected[0]  # every field, the registration time and schemas included
+    assert sorted(json.loads(rows[1]["ids"])) == ["1", "2"]
+    assert out[1] == "spark imported: False"
