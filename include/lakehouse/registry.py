@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from lakehouse.config import validate_topic_name
 from lakehouse.contracts import Contract, canonical_json
-from lakehouse.errors import ConcurrentWriteError, SchemaEvolutionError
+from lakehouse.errors import ConcurrentWriteError, LakehouseError, SchemaEvolutionError
 from lakehouse.storage import is_table
 
 if TYPE_CHECKING:
@@ -308,8 +308,15 @@ class SchemaRegistry:
     def _add(
         self, spark: SparkSession, contract: Contract, subject: Subject, text: str
     ) -> RegisteredVersion:
+        taken = 0  # the number another job took first
         while True:
             history = self.versions(contract.topic, subject)
+            if (history[-1].version if history else 0) < taken:
+                raise LakehouseError(
+                    f"{self.path}: version {taken} of the {subject} schema of topic "
+                    f"{contract.topic!r} is recorded as taken (app transaction), but the table "
+                    "has no row for it"
+                )
             state = subject_change(contract, subject, history)
             if state is None:
                 return history[-1]  # another job registered the same schema meanwhile
@@ -317,9 +324,11 @@ class SchemaRegistry:
             if self._append(spark, version):
                 return version
             # Another job took this number first: decide again after what it registered.
+            taken = version.version
 
     def _append(self, spark: SparkSession, version: RegisteredVersion) -> bool:
-        """Append one version's row, unless its number is taken; whether it was."""
+        """Append one version's row in a commit fenced by its number (the app transaction of
+        its topic and subject); False if the number was taken first, and nothing written."""
         import pyarrow as pa
 
         from lakehouse.storage import Txn, delta_spark

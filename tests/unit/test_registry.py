@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 from lakehouse.contracts import Contract, parse_contract
-from lakehouse.errors import ContractError, SchemaEvolutionError
+from lakehouse.errors import ContractError, LakehouseError, SchemaEvolutionError
 from lakehouse.registry import (
     SUBJECTS,
     RegisteredVersion,
@@ -359,3 +359,17 @@ def test_registered_versions_are_read_back_by_a_new_process(spark: Any, tmp_path
     assert rows[1] == expected[0]  # every field, the registration time and schemas included
     assert sorted(json.loads(rows[1]["ids"])) == ["1", "2"]
     assert out[1] == "spark imported: False"
+
+
+@pytest.mark.integration
+def test_a_number_recorded_as_taken_without_its_row_is_an_error_not_a_loop(
+    spark: Any, tmp_path: Path
+) -> None:
+    registry = SchemaRegistry(tmp_path / "schemas")
+    registry.register(_json_contract([{"name": "a", "type": "long"}]), spark)
+    # Rows deleted behind the registry's back: the value subject's app transaction stays at 1.
+    spark.sql(f"DELETE FROM delta.`{registry.path}` WHERE subject = 'value'")
+    with pytest.raises(
+        LakehouseError, match="version 1 of the value schema of topic 't' is recorded"
+    ):
+        registry.register(_json_contract([{"name": "b", "type": "long"}]), spark)
