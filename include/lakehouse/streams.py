@@ -437,10 +437,16 @@ def stream_rows(decoded: DataFrame, contract: Contract) -> DataFrame:
     return decoded.filter(F.col("_reason").isNull()).select(*cols)
 
 
-def quarantine_rows(decoded: DataFrame) -> DataFrame:
+def quarantine_rows(
+    decoded: DataFrame, records: DataFrame | None = None, verdict: quality.Verdict | None = None
+) -> DataFrame:
+    """The rows for the quarantine table: the records that did not decode, and those a
+    quarantine expectation of ``verdict`` routed, with their raw key and value. The decoded
+    batch keeps raw bytes only for records that did not decode; routed records take theirs from
+    ``records`` (the bronze rows decoded), by partition and offset."""
     from pyspark.sql import functions as F
 
-    return decoded.filter(F.col("_reason").isNotNull()).select(
+    bad = decoded.filter(F.col("_reason").isNotNull()).select(
         "topic",
         "partition",
         "offset",
@@ -449,6 +455,11 @@ def quarantine_rows(decoded: DataFrame) -> DataFrame:
         "value",
         F.col("_reason").alias("reason"),
     )
+    if verdict is None or not verdict.to_quarantine:
+        return bad
+    assert records is not None, "routed records take their raw bytes from the bronze rows"
+    raw = records.select(*RECORD_KEY, "key", "value")
+    return bad.drop("key", "value").join(raw, RECORD_KEY).select(*bad.columns)
 
 
 @dataclass
@@ -500,13 +511,13 @@ def _build(
 
     gate = quality.gate_for(silver_path)
     changes = store.changes(bronze_path, start, head).filter(F.col("_change_type") == "insert")
-    decoded = _decoded(changes, contract, gate)
+    decoded = _decoded(changes, contract)
     txn = Txn(source_app(contract), head)
     source = {"table": f"bronze.{contract.topic}", "versions": [start, head]}
     meta: dict[str, Any] = {"lakehouse.source": source}
     decoded, verdict = _judge(decoded, contract, gate, source)
     good = stream_rows(decoded, contract)
-    bad = quarantine_rows(decoded)
+    bad = quarantine_rows(decoded, changes, verdict)
     n_good, n_bad = _split_counts(decoded)
     quarantined = store.transaction_version(quarantine_path, source_app(contract))
     if n_bad and quarantined is not None and quarantined >= start:
@@ -548,15 +559,15 @@ def _split_counts(decoded: DataFrame) -> tuple[int, int]:
     return (0, 0) if row is None else (int(row["good"]), int(row["bad"]))
 
 
-def _decoded(changes: DataFrame, contract: Contract, gate: quality.Gate | None) -> DataFrame:
+def _decoded(changes: DataFrame, contract: Contract) -> DataFrame:
     """Bronze records decoded by the contract, cached once for both outputs. The raw bytes are
-    kept for quarantined records only, since they are most of a record's size and good records
-    do not need them (unless a quarantine expectation may yet route a decoded record)."""
+    kept for records that did not decode only: they are most of a record's size, and the rest
+    do not need them (the few that a quarantine expectation routes get theirs from bronze, see
+    :func:`quarantine_rows`)."""
     from pyspark.sql import functions as F
 
     decoded = decode(changes, contract)
-    keep_raw = F.lit(gate is not None and bool(gate.quarantines))
-    bad_row = F.col("_reason").isNotNull() | keep_raw
+    bad_row = F.col("_reason").isNotNull()
     return decoded.select(
         *(c for c in decoded.columns if c not in {"key", "value"}),
         F.when(bad_row, F.col("key")).alias("key"),
@@ -688,14 +699,14 @@ def _reprocess(
         return planned
 
     gate = quality.gate_for(silver_path)
-    decoded = _decoded(todo, contract, gate)
+    decoded = _decoded(todo, contract)
     source: dict[str, Any] = {"table": f"bronze.{contract.topic}", "versions": [start, consumed]}
     if from_offsets:
         source["offsets"] = {str(p): o for p, o in sorted(from_offsets.items())}
     decoded, verdict = _judge(decoded, contract, gate, source)
     meta: dict[str, Any] = {"lakehouse.reprocess": source}
     good = stream_rows(decoded, contract)
-    bad = quarantine_rows(decoded)
+    bad = quarantine_rows(decoded, todo, verdict)
     if held is not None:
         bad = bad.join(held, RECORD_KEY, "left_anti")
     n_todo, n_good, n_bad = decoded.count(), good.count(), bad.count()
