@@ -7,7 +7,8 @@ command line.
 * **the log** (versions, positions, commit metadata, schemas) is read by delta-rs, which needs no
   JVM and keeps a process's snapshots warm (:mod:`lakehouse.storage.snapshots`);
 * **the command line** (``lakehouse show`` / ``changes``) reads small tables with delta-rs
-  (:func:`read_arrow`, :func:`changes_arrow`), where starting a JVM would be the wrong price.
+  (:func:`read_arrow`, :func:`changes_arrow`), where starting a JVM would be the wrong price,
+  dating commits as delta-spark does (:func:`commit_times`), so that it prints what Spark reads.
 
 Every write goes through :mod:`lakehouse.storage.delta_spark`.
 """
@@ -16,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -68,14 +69,58 @@ def _load(path: Path, version: int | None = None, *, own: bool = False) -> Delta
         raise TableNotFoundError(str(path)) from None
 
 
-def _check_existed(path: Path, as_of: datetime) -> None:
-    """A time before the table's first commit is an error that says so."""
+# Spark makes commit times increase over this many commits before the first it reports (Delta's
+# DeltaHistoryManager.POTENTIALLY_UNMONOTONIZED_TIMESTAMPS).
+_MONOTONIZED_BEFORE = 100
+
+
+def commit_times(path: Path, start: int = 0, end: int | None = None) -> dict[int, int]:
+    """The time (epoch ms) of each commit ``start..end`` (default: the latest) as delta-spark
+    dates it in ``DESCRIBE HISTORY``, a change feed's ``_commit_timestamp`` and
+    ``timestampAsOf``: the modification time of the commit's file, raised to 1 ms after the
+    commit before it where it is not later, counted from 100 commits before ``start`` as
+    Delta's ``CDCReader.getTimestampsByVersion`` does. delta-rs gives the ``timestamp`` of the
+    commit's ``commitInfo`` instead, taken before the file is written: tens of milliseconds
+    earlier. (A table with in-commit timestamps would be dated by those; the platform's tables
+    do not enable them.)"""
+    first = max(start - _MONOTONIZED_BEFORE, 0)
+    commits = sorted(
+        (int(f.name[:20]), f)
+        for f in (path / "_delta_log").iterdir()
+        if len(f.name) == 25 and f.name.endswith(".json") and f.name[:20].isdigit()
+    )
+    times: dict[int, int] = {}
+    previous: int | None = None
+    for v, f in commits:
+        if v < first or (end is not None and v > end):
+            continue
+        try:
+            ms = f.stat().st_mtime_ns // 1_000_000
+        except FileNotFoundError:  # cleaned up meanwhile
+            continue
+        if previous is not None and ms <= previous:
+            ms = previous + 1
+        times[v] = previous = ms
+    return {v: ms for v, ms in times.items() if v >= start}
+
+
+def _version_at(path: Path, as_of: datetime) -> int:
+    """The version a read ``timestampAsOf`` ``as_of`` gets from delta-spark: the last commit at
+    or before it (by :func:`commit_times`). A time before the table's first commit is an error
+    that says so; one after its last commit gets the latest version (Spark refuses it, since a
+    commit could still come dated before it)."""
     if as_of.tzinfo is None:
         raise ValueError("as_of must carry a time zone")
-    history = _load(path).history()
-    first_ms = min(int(c["timestamp"]) for c in history) if history else None
-    if first_ms is None or as_of.timestamp() * 1000 < first_ms:
+    wanted = (as_of - datetime(1970, 1, 1, tzinfo=UTC)) // timedelta(milliseconds=1)
+    before = [v for v, ms in commit_times(path).items() if ms <= wanted]
+    if not before:
         raise LakehouseError(f"{path}: the table did not exist yet at {as_of.isoformat()}")
+    return max(before)
+
+
+def _check_existed(path: Path, as_of: datetime) -> None:
+    """A time before the table's first commit is an error that says so."""
+    _version_at(path, as_of)
 
 
 def _txns(txn: Txn | Sequence[Txn] | None) -> list[Txn]:
@@ -187,8 +232,6 @@ def table_version(path: Path) -> int | None:
 
 def last_commit_time(path: Path) -> datetime | None:
     """When the table's latest commit was made, or None if there is no table."""
-    from datetime import UTC
-
     if not is_table(path):
         return None
     (commit,) = _load(path).history(1)
@@ -216,19 +259,28 @@ def latest_metadata(path: Path, key: str) -> Any:
 
 def read_arrow(path: Path, version: int | None = None, as_of: datetime | None = None) -> pa.Table:
     """A snapshot as an Arrow table, read by delta-rs on this process (small tables, the CLI),
-    through its query engine (see :func:`snapshot_arrow`)."""
-    dt = _load(path, version, own=as_of is not None)
+    through its query engine (see :func:`snapshot_arrow`); ``as_of`` a time, the version
+    delta-spark would read then (:func:`_version_at`)."""
     if as_of is not None:
-        _check_existed(path, as_of)
-        dt.load_as_version(as_of)
-    return snapshot_arrow(dt)
+        version = _version_at(path, as_of)
+    return snapshot_arrow(_load(path, version))
 
 
 def changes_arrow(path: Path, start_version: int = 0, end_version: int | None = None) -> pa.Table:
-    """Change data feed of versions ``start_version..end_version`` as an Arrow table."""
+    """Change data feed of versions ``start_version..end_version`` as an Arrow table, as
+    delta-spark's ``readChangeFeed`` reads it: each commit dated by :func:`commit_times`."""
     import pyarrow as pa
+    import pyarrow.compute as pc
 
     dt = _load(path)
     end = dt.version() if end_version is None else end_version
     reader = dt.load_cdf(starting_version=start_version, ending_version=end)
-    return normalize_table(pa.table(reader.read_all()))
+    feed = normalize_table(pa.table(reader.read_all()))
+    times = commit_times(path, start_version, end)
+    ms = pa.timestamp("ms", tz="UTC")
+    given = pc.cast(feed.column("_commit_timestamp"), ms, safe=False).cast(pa.int64())
+    versions = feed.column("_commit_version").to_pylist()
+    # (delta-rs's date for a commit whose file went meanwhile)
+    dated = [times.get(v, t) for v, t in zip(versions, given.to_pylist(), strict=True)]
+    column = feed.column_names.index("_commit_timestamp")
+    return feed.set_column(column, "_commit_timestamp", pa.array(dated, ms))
