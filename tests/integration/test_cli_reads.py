@@ -1,0 +1,297 @@
+"""``lakehouse show`` and ``lakehouse changes`` read with delta-rs (no JVM for a one-off command):
+they must print exactly what Spark reads. The pipeline writes a small topic's tables with
+delta-spark (strings, longs, doubles, booleans, timestamps given with time zones, nulls, arrays,
+updates and deletes over several commits); the CLI's printed text is compared, character for
+character and in both formats, with Spark's rows of the same table (``spark.read`` with
+``versionAsOf`` / ``timestampAsOf``, ``readChangeFeed``) put through the CLI's own formatter,
+``cli.render``. Spark's side chooses its columns and orders its rows itself, as the CLI
+promises: by the table's key (partition and offset for a stream), and the changelog by commit,
+then key, a pre-image before its post-image."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from lakehouse import cli
+from lakehouse.config import Settings
+from lakehouse.contracts import Catalog
+from lakehouse.landing import Producer, Record
+from lakehouse.pipeline import run
+from lakehouse.storage.store import table_version
+
+pytestmark = pytest.mark.integration
+
+CONTRACT = """\
+topic: rides
+partitions: 2
+event_time: at
+key: {format: string, name: rider}
+value:
+  format: json
+  fields:
+    - {name: city, type: string}
+    - {name: km, type: long}
+    - {name: fare, type: double}
+    - {name: paid, type: boolean}
+    - {name: at, type: timestamp}
+stream: {name: rides_stream}
+tables:
+  - name: last_ride
+    kind: latest
+  - name: rider_totals
+    kind: aggregate
+    aggregations:
+      - {name: rides, fn: count}
+      - {name: km_total, fn: sum, field: km}
+      - {name: mean_fare, fn: avg, field: fare}
+      - {name: top_fare, fn: max, field: fare}
+      - {name: first_at, fn: earliest, field: at}
+      - {name: last_paid, fn: latest, field: paid}
+      - {name: cities, fn: collect, field: city}
+  - name: city_5m
+    kind: aggregate
+    group_by: city
+    window: {type: tumbling, size: 5m, grace: 1m}
+    aggregations:
+      - {name: rides, fn: count}
+      - {name: fares, fn: collect, field: fare}
+"""
+
+
+def _ride(
+    city: str | None, km: int | None, fare: float | None, paid: bool | None, at: str | None
+) -> dict[str, Any]:
+    return {"city": city, "km": km, "fare": fare, "paid": paid, "at": at}
+
+
+# (key, value or None for a tombstone, partition), one list per micro-batch.
+BATCHES: list[list[tuple[str, dict[str, Any] | None, int]]] = [
+    [
+        ("ann", _ride("Oslo", 3, 12.5, True, "2026-01-01T10:00:00Z"), 0),
+        ("bob", _ride("Rome", None, 7.25, False, "2026-01-01T11:01:30.123456+01:00"), 1),
+        ("cy", _ride(None, 10, 0.1, None, None), 0),
+        ("dee", _ride("Lima", 9007199254740993, 1e-7, True, "2026-01-01T10:02:00.5Z"), 1),
+        ("zoë", _ride("Zürich", 1, 2.0, True, "2026-01-01T05:01:00-05:00"), 1),
+    ],
+    [
+        ("ann", _ride("Rome", 5, 1 / 3, True, "2026-01-01T10:03:00Z"), 0),  # an update
+        ("bob", None, 1),  # a delete
+        ("eve", _ride("Oslo", -4, -0.0, False, "2026-01-01T10:04:59.999Z"), 0),
+    ],
+    [
+        ("ann", _ride("Lima", 7, 2.5e20, False, "2026-01-01T10:09:00Z"), 0),
+        ("dee", None, 1),
+        ("cy", _ride("Oslo", None, None, True, "2026-01-01T10:09:30Z"), 0),
+        ("eve", _ride("Oslo", 1, 3.0, None, "2026-01-01T09:00:00Z"), 0),  # late for city_5m
+    ],
+]
+
+# Every table the CLI can show for the topic, with the order it promises for its rows.
+TABLES = {
+    "last_ride": ["rider"],
+    "rider_totals": ["rider"],
+    "city_5m": ["city", "window_start", "window_end"],
+    "late.city_5m": ["partition", "offset"],
+    "silver.rides_stream": ["partition", "offset"],
+    "bronze.rides": ["partition", "offset"],
+}
+FORMATS = ("table", "json")
+
+
+@pytest.fixture(scope="module")
+def lake(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> Settings:
+    """The topic's tables after three micro-batches of the real pipeline."""
+    root = tmp_path_factory.mktemp("cli_reads")
+    (root / "contracts").mkdir()
+    (root / "contracts" / "rides.yaml").write_text(CONTRACT)
+    lake = Settings.from_env(root / "home", root / "contracts")
+    catalog = Catalog.load(lake.contracts_dir)
+    for batch in BATCHES:
+        Producer(lake, "rides", 2).send_batch(
+            Record(k.encode(), None if v is None else json.dumps(v).encode(), partition=p)
+            for k, v, p in batch
+        )
+        run(spark, lake, catalog, echo=lambda _line: None)
+    return lake
+
+
+def _path(lake: Settings, name: str) -> Path:
+    if name.startswith("late."):
+        return lake.late_path(name.removeprefix("late."))
+    if name.startswith("silver."):
+        return lake.silver_path(name.removeprefix("silver."))
+    if name.startswith("bronze."):
+        return lake.bronze_path(name.removeprefix("bronze."))
+    return lake.gold_path(name)
+
+
+def _cli(lake: Settings, *argv: str) -> int:
+    """``lakehouse ARGV`` on this lake, run in this process as the ``lakehouse`` script runs it."""
+    return cli.main(["--home", str(lake.home), "--contracts", str(lake.contracts_dir), *argv])
+
+
+def _rendered(table: pa.Table, fmt: str) -> str:
+    out = io.StringIO()
+    cli.render(table, fmt, out)
+    return out.getvalue()
+
+
+def _same(
+    lake: Settings, capsys: pytest.CaptureFixture[str], expected: pa.Table, *argv: str
+) -> None:
+    """``lakehouse ARGV --format F`` prints Spark's rows ``expected`` exactly, for each format."""
+    for fmt in FORMATS:
+        want = _rendered(expected, fmt)
+        assert _cli(lake, *argv, "--format", fmt) == 0, capsys.readouterr().err
+        got = capsys.readouterr().out
+        assert got == want, (
+            f"lakehouse {' '.join(argv)} --format {fmt} printed\n{got}\nSpark reads\n{want}"
+        )
+
+
+def _spark_snapshot(spark: Any, path: Path, order: list[str], **options: Any) -> pa.Table:
+    """The table as Spark reads it (``versionAsOf`` / ``timestampAsOf`` if given), without the
+    hidden aggregation state, ordered by ``order``."""
+    reader = spark.read.format("delta")
+    for key, value in options.items():
+        reader = reader.option(key, value)
+    df = reader.load(str(path))
+    df = df.select(*(f"`{c}`" for c in df.columns if not c.startswith("__")))
+    return df.orderBy(*order).toArrow()
+
+
+def _spark_changes(spark: Any, path: Path, order: list[str], start: int, end: int) -> pa.Table:
+    """Spark's change feed of versions ``start..end``, by commit, then key, with a row's
+    pre-image before its post-image."""
+    from pyspark.sql import functions as F
+
+    kind = F.col("_change_type")
+    rank = (
+        F.when(kind == "delete", 0)
+        .when(kind == "update_preimage", 1)
+        .when(kind == "update_postimage", 2)
+        .when(kind == "insert", 3)
+    )
+    df = (
+        spark.read.format("delta")
+        .option("readChangeFeed", "true")
+        .option("startingVersion", start)
+        .option("endingVersion", end)
+        .load(str(path))
+    )
+    return df.orderBy("_commit_version", *order, rank).toArrow()
+
+
+def _iso(instant: datetime) -> str:
+    return instant.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def test_the_tables_hold_what_the_comparison_must_cover(spark: Any, lake: Settings) -> None:
+    """Not vacuous: the compared tables have every kind of value and of change."""
+    kinds: set[str] = set()
+    for name in TABLES:
+        schema = spark.read.format("delta").load(str(_path(lake, name))).schema
+        kinds |= {f.dataType.simpleString() for f in schema.fields}
+    assert {"string", "bigint", "double", "boolean", "timestamp", "binary"} <= kinds
+    assert {"array<string>", "array<double>"} <= kinds
+    path = _path(lake, "last_ride")
+    feed = _spark_changes(spark, path, ["rider"], 0, table_version(path) or 0)
+    changes = set(feed.column("_change_type").to_pylist())
+    assert changes == {"insert", "update_preimage", "update_postimage", "delete"}
+    assert all(feed.column(c).null_count for c in ("city", "km", "fare", "paid", "at"))
+    assert _spark_snapshot(spark, _path(lake, "late.city_5m"), ["offset"]).num_rows == 1
+
+
+@pytest.mark.parametrize("name", list(TABLES))
+def test_show_prints_what_spark_reads_at_every_version(
+    spark: Any, lake: Settings, capsys: pytest.CaptureFixture[str], name: str
+) -> None:
+    path, order = _path(lake, name), TABLES[name]
+    latest = table_version(path)
+    assert latest is not None and latest >= 3
+    for version in range(latest + 1):
+        expected = _spark_snapshot(spark, path, order, versionAsOf=version)
+        _same(lake, capsys, expected, "show", name, "--version", str(version))
+    _same(lake, capsys, expected, "show", name)  # the latest
+
+
+@pytest.mark.parametrize("name", list(TABLES))
+def test_changes_prints_what_spark_reads(
+    spark: Any, lake: Settings, capsys: pytest.CaptureFixture[str], name: str
+) -> None:
+    path, order = _path(lake, name), TABLES[name]
+    latest = table_version(path)
+    assert latest is not None
+    for start in (0, latest - 1):
+        expected = _spark_changes(spark, path, order, start, latest)
+        assert expected.num_rows > 0
+        _same(lake, capsys, expected, "changes", name, "--from-version", str(start))
+
+
+def test_show_as_of_a_time_prints_what_spark_reads(
+    spark: Any, lake: Settings, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """At each commit's time as Spark dates it (its history), and a millisecond before: the
+    version before, or, before the first commit, no table for either."""
+    name, order = "last_ride", TABLES["last_ride"]
+    path = _path(lake, name)
+    history = spark.sql(f"DESCRIBE HISTORY delta.`{path}`")
+    for version, ms in sorted(history.selectExpr("version", "unix_millis(timestamp)").collect()):
+        when = datetime.fromtimestamp(ms / 1000, UTC)
+        for instant in (when, when - timedelta(milliseconds=1)):
+            if version == 0 and instant < when:
+                with pytest.raises(Exception, match="DELTA_TIMESTAMP_EARLIER_THAN_COMMIT"):
+                    _spark_snapshot(spark, path, order, timestampAsOf=_iso(instant))
+                assert _cli(lake, "show", name, "--as-of", _iso(instant)) == 1
+                assert "did not exist yet" in capsys.readouterr().err
+                continue
+            expected = _spark_snapshot(spark, path, order, timestampAsOf=_iso(instant))
+            _same(lake, capsys, expected, "show", name, "--as-of", _iso(instant))
+
+
+def test_commits_dated_out_of_order_are_read_as_spark_reads_them(
+    spark: Any, lake: Settings, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A commit file whose time is not after the one before (a copied or restored log, a
+    clock set back) is dated 1 ms after it, by the CLI as by Spark: in the changelog and in
+    time travel. The files' times are put back afterwards."""
+    name, order = "rider_totals", TABLES["rider_totals"]
+    path = _path(lake, name)
+    log = path / "_delta_log"
+    files = {v: log / f"{v:020d}.json" for v in range(1, (table_version(path) or 0) + 1)}
+    kept = {v: f.stat().st_mtime_ns for v, f in files.items()}
+    one = kept[1] // 1_000_000 * 1_000_000  # commit 1's time, in whole ms
+    try:
+        os.utime(files[2], ns=(one - 5_000_000_000, one - 5_000_000_000))  # 5 s before commit 1
+        os.utime(files[3], ns=(one, one))  # the same millisecond as commit 1
+        expected = _spark_changes(spark, path, order, 0, max(files))
+        _same(lake, capsys, expected, "changes", name)
+        first = datetime.fromtimestamp(one // 1_000_000 / 1000, UTC)
+        for ms in (0, 1, 2):  # commits 1, 2 and 3 as both date them
+            instant = _iso(first + timedelta(milliseconds=ms))
+            expected = _spark_snapshot(spark, path, order, timestampAsOf=instant)
+            _same(lake, capsys, expected, "show", name, "--as-of", instant)
+    finally:
+        for v, ns in kept.items():
+            os.utime(files[v], ns=(ns, ns))
+
+
+def test_a_time_after_the_last_commit_shows_the_latest_where_spark_refuses(
+    spark: Any, lake: Settings, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The one difference kept on purpose: Spark refuses a time after the table's last commit
+    (a commit could still come dated before it); the CLI shows the latest version."""
+    name, order = "last_ride", TABLES["last_ride"]
+    path = _path(lake, name)
+    later = "2999-01-01T00:00:00Z"
+    with pytest.raises(Exception, match="DELTA_TIMESTAMP_GREATER_THAN_COMMIT"):
+        _spark_snapshot(spark, path, order, timestampAsOf=later)
+    _same(lake, capsys, _spark_snapshot(spark, path, order), "show", name, "--as-of", later)
