@@ -284,20 +284,6 @@ def _work_items(
     return items
 
 
-# Landing bytes per task, as far as the partitions allow: a task's rows are one block of the
-# batch's cache and one file of the commit. Blocks of gigabytes do not fit in memory at all.
-_TASK_BYTES = 128 * 1024 * 1024
-
-
-def _slices(spark: SparkSession, segments: list[Segment], partitions: int) -> int:
-    """How many tasks parse a batch: Spark's parallelism for a small batch, and for a large one
-    enough that each task reads about :data:`_TASK_BYTES` (a partition's files stay in one task,
-    in offset order)."""
-    size = sum(s.path.stat().st_size for s in segments)
-    wanted = max(spark.sparkContext.defaultParallelism, -(-size // _TASK_BYTES))
-    return min(partitions, wanted)
-
-
 def _write_quarantine(
     spark: SparkSession,
     settings: Settings,
@@ -374,11 +360,7 @@ def _ingest(
         return BronzeResult(topic, None, next_offsets=pos.next)
 
     items = _work_items(contract, segments, pos, batch_id)
-    slices = _slices(spark, segments, len(items))
-    with rows_from_tasks(spark, items, _partition_task, BRONZE_SCHEMA, parallelism=slices) as (
-        records,
-        side,
-    ):
+    with rows_from_tasks(spark, items, _partition_task, BRONZE_SCHEMA) as (records, side):
         files = [s for s in side if "file" in s]
         bad = [s["bad_line"] for s in side if "bad_line" in s]
         new_pos = advance(pos, files, listed_at)
