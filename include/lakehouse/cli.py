@@ -579,6 +579,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="write the JVM class archive and Python bytecode that shorten every Spark job's "
         "start (make does)",
     )
+    sk = sub.add_parser(
+        "spark",
+        help="the long-lived Spark server (Spark Connect) that jobs run on: start, stop, status",
+    )
+    sk.add_argument("action", choices=("start", "stop", "status"), nargs="?", default="status")
     sa = sub.add_parser("airflow", help="run the airflow CLI with the lakehouse's environment")
     sa.add_argument("args", nargs=argparse.REMAINDER)
     return p
@@ -590,6 +595,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         settings = Settings.from_env(args.home, args.contracts)
         if args.command == "airflow":
             return run_airflow(settings, args.args)
+        if args.command == "spark":
+            from lakehouse import server
+
+            return server.main(settings, args.action)
         if args.command == "spark-archive":
             from lakehouse.spark import build_class_archive, compile_python_zip, python_zips
 

@@ -134,6 +134,24 @@ def spark_conf(
     }
 
 
+def task_slots(spark: SparkSession) -> int:
+    """How many tasks Spark runs at once: ``spark.default.parallelism`` if set, else the cores of
+    a ``local[N]`` master, else the shuffle partitions. Read from settings, so it works on a
+    Spark Connect session too (which has no SparkContext)."""
+    import re
+
+    given = spark.conf.get("spark.default.parallelism", None)
+    if given and given.isdigit():
+        return int(given)
+    local = re.fullmatch(
+        r"local(?:\[(\d+|\*)(?:,\d+)?\])?", spark.conf.get("spark.master", "") or ""
+    )
+    if local:
+        cores = local.group(1) or "1"
+        return (os.cpu_count() or 1) if cores == "*" else int(cores)
+    return int(spark.conf.get("spark.sql.shuffle.partitions", "8") or 8)
+
+
 def codegen_conf() -> dict[str, str]:
     """``LAKEHOUSE_SPARK_CODEGEN=off``: Spark evaluates expressions without generating and
     compiling code for them. For micro-batches of a few thousand rows, compiling a plan's code

@@ -295,17 +295,13 @@ def delete_matching(
     """Delete the rows of ``path`` whose ``on`` columns equal those of a row of ``keys``, in one
     commit (a MERGE) carrying ``metadata``; return how many went. No commit when none match.
     The caller holds :func:`table_lock`."""
-    from delta.tables import DeltaTable
-
     keys = keys.select(*on).distinct()
     if keys.isEmpty():
         return 0
     spark = keys.sparkSession
     user = {**(metadata or {}), WRITE_ID_KEY: uuid.uuid4().hex}
-    match = " AND ".join(f"t.`{k}` = s.`{k}`" for k in on)
     with session_settings(spark, {"spark.databricks.delta.commitInfo.userMetadata": _json(user)}):
-        merge = DeltaTable.forPath(spark, str(path)).alias("t").merge(keys.alias("s"), match)
-        metrics = merge.whenMatchedDelete().execute().first()
+        metrics = _merge_into(path, keys, on, ["WHEN MATCHED THEN DELETE"])
     return 0 if metrics is None else int(metrics["num_deleted_rows"])
 
 
@@ -337,8 +333,6 @@ def merge(
     A gate registered for the table (:mod:`lakehouse.storage.gates`) judges the rows the merge
     would publish, computed by Spark from the same clauses, before anything is written. The
     caller holds :func:`table_lock`."""
-    from delta.tables import DeltaTable
-
     from lakehouse.storage.gates import gate_for
     from lakehouse.storage.store import WriteResult, _load
 
@@ -348,14 +342,13 @@ def merge(
     if plan is None:
         return WriteResult(False, before)
     spark = source.sparkSession
-    table = DeltaTable.forPath(spark, str(path))
     gate, verdict = gate_for(path, at_commit=True), None
     # The gate and the MERGE read the same source (a change feed read and folded per key): it
     # is computed once for both, not once per reader.
     source = source.persist() if gate is not None else source
     try:
         if gate is not None:
-            target = table.toDF()
+            target = spark.read.format("delta").load(str(path))
             rules = MergePlan(list(on), update, insert, delete_when, update_when, insert_when)
             post, gone = rules.outcome(source, target)
             whole = None
@@ -368,20 +361,21 @@ def merge(
         if plan.app is not None:
             conf["spark.databricks.delta.write.txnAppId"] = plan.app[0]
             conf["spark.databricks.delta.write.txnVersion"] = str(plan.app[1])
-        match = " AND ".join(f"t.`{k}` = s.`{k}`" for k in on)
-        builder = table.alias("t").merge(source.alias("s"), match)
+        clauses = []
         if delete_when:
-            builder = builder.whenMatchedDelete(delete_when)
-        builder = builder.whenMatchedUpdate(update_when, set=dict(update))
-        if insert_when:
-            builder = builder.whenNotMatchedInsert(insert_when, values=dict(insert))
-        else:
-            builder = builder.whenNotMatchedInsert(values=dict(insert))
+            clauses.append(f"WHEN MATCHED AND ({delete_when}) THEN DELETE")
+        sets = ", ".join(f"`{c}` = {e}" for c, e in update.items())
+        clauses.append(f"WHEN MATCHED{_and(update_when)} THEN UPDATE SET {sets}")
+        names = ", ".join(f"`{c}`" for c in insert)
+        values = ", ".join(insert.values())
+        clauses.append(
+            f"WHEN NOT MATCHED{_and(insert_when)} THEN INSERT ({names}) VALUES ({values})"
+        )
         if delete_unmatched:
-            builder = builder.whenNotMatchedBySourceDelete()
+            clauses.append("WHEN NOT MATCHED BY SOURCE THEN DELETE")
         with session_settings(spark, conf):
             try:
-                metrics = builder.execute().first()
+                metrics = _merge_into(path, source, on, clauses)
             except Exception as exc:
                 _raise_if_conflict(exc, path)
                 raise
@@ -393,6 +387,27 @@ def merge(
     finally:
         if gate is not None:
             source.unpersist()
+
+
+def _and(condition: str | None) -> str:
+    return "" if condition is None else f" AND ({condition})"
+
+
+def _merge_into(path: Path, source: DataFrame, on: Sequence[str], clauses: Sequence[str]) -> Any:
+    """Run Delta's ``MERGE INTO`` the table at ``path`` ``USING`` ``source`` (as ``s``; the table
+    as ``t``) matched on the ``on`` columns, with ``clauses`` in order; return its metrics row
+    (None when Delta skipped the commit). SQL rather than delta-spark's Python ``DeltaTable``,
+    which needs Delta's Spark Connect plugin on a Connect session."""
+    spark = source.sparkSession
+    view = f"lakehouse_merge_{uuid.uuid4().hex}"
+    source.createOrReplaceTempView(view)
+    match = " AND ".join(f"t.`{k}` = s.`{k}`" for k in on)
+    try:
+        return spark.sql(
+            f"MERGE INTO delta.`{path}` AS t USING {view} AS s ON {match} " + " ".join(clauses)
+        ).first()
+    finally:
+        spark.catalog.dropTempView(view)
 
 
 @dataclass(frozen=True)

@@ -34,15 +34,20 @@ def rows_from_tasks(
     *,
     parallelism: int | None = None,
 ) -> Iterator[tuple[DataFrame, list[dict[str, Any]]]]:
-    """Run ``fn`` over ``items`` in Spark tasks, ``parallelism`` of them (default: Spark's, the
-    cores it has), each taking a contiguous slice of the items in order; give the ``with`` block
+    """Run ``fn`` over ``items`` in Spark tasks, ``parallelism`` of them (default: the task slots
+    Spark has), each taking a contiguous slice of the items in order; give the ``with`` block
     the rows they yield, with ``schema``, as a DataFrame, and their side output, collected.
 
     Not one task per item: a Python task costs tens of milliseconds to start. One Spark job runs
     the tasks; the rows are kept (``persist``) for what the block does with them (a gate, a
-    write), so nothing is computed twice, and released after it."""
+    write), so nothing is computed twice, and released after it. The tasks are the partitions
+    of a ``range`` over the items' indexes (contiguous by construction), and each finds its
+    items in the list the function carries: no SparkContext, so a Spark Connect session works
+    too."""
     from pyspark.sql import functions as F
     from pyspark.sql.pandas.types import from_arrow_schema
+
+    from lakehouse.spark import task_slots
 
     loose = pa.schema([f.with_nullable(True) for f in schema])
     out = loose.append(pa.field(SIDE, pa.string()))
@@ -50,12 +55,13 @@ def rows_from_tasks(
     if not items:
         yield spark.createDataFrame([], from_arrow_schema(loose)), []
         return
+    work = [json.dumps(i) for i in items]
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         side: list[dict[str, Any]] = []
         for batch in batches:
-            for raw in batch.column("item").to_pylist():
-                for table in fn(json.loads(raw), side.append):
+            for index in batch.column("id").to_pylist():
+                for table in fn(json.loads(work[index]), side.append):
                     rows = table.select(loose.names).cast(loose)
                     nulls = pa.nulls(rows.num_rows, pa.string())
                     yield from rows.append_column(SIDE, nulls).to_batches()
@@ -65,9 +71,8 @@ def rows_from_tasks(
             facts = pa.array([json.dumps(s) for s in side], pa.string())
             yield pa.RecordBatch.from_arrays([*columns, facts], schema=out)
 
-    slices = min(len(items), parallelism or spark.sparkContext.defaultParallelism)
-    work = spark.sparkContext.parallelize([(json.dumps(i),) for i in items], slices)
-    done = spark.createDataFrame(work, "item string").mapInArrow(run, spark_schema).persist()
+    slices = min(len(items), parallelism or task_slots(spark))
+    done = spark.range(0, len(items), 1, slices).mapInArrow(run, spark_schema).persist()
     try:
         facts = done.filter(F.col(SIDE).isNotNull()).select(SIDE).collect()
         yield done.filter(F.col(SIDE).isNull()).drop(SIDE), [json.loads(r[0]) for r in facts]

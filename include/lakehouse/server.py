@@ -1,0 +1,356 @@
+"""The platform's long-lived Spark: one Spark Connect server that holds the JVM, the jars, the
+caches and every commit, and the thin clients (Airflow tasks, the CLI) that hand it their work.
+
+    lakehouse spark start | stop | status
+
+The server is ``org.apache.spark.sql.connect.service.SparkConnectServer`` from the jars pyspark
+ships, started by pyspark's own ``spark-submit`` with the platform's Spark settings and JVM jars
+(:func:`lakehouse.spark.spark_conf`). Delta has no Connect plugin for this Spark line, so clients
+use Delta through SQL and the DataFrame reader and writer, which Delta's session extension
+serves on the server (``MERGE INTO``, ``readChangeFeed``, ``txnAppId`` ...).
+
+* It listens on 127.0.0.1 only: the Connect port, and Spark's own driver and block manager
+  ports, which have no authentication of their own.
+* Clients must present the platform's token (a pre-shared bearer token Spark Connect checks on
+  every call). It is generated on the first start and kept at ``<home>/spark/token``, mode 0600,
+  outside the repository; the server gets it through its environment, so it is not on a command
+  line. Spark's client sends a token over plain TCP only to the host named ``localhost`` (to any
+  other it insists on TLS), so clients connect to ``sc://localhost:<port>``.
+* Its pid, its settings and its log live under ``<home>/spark/``; ``status`` reads them and
+  checks that the process is alive and the port answers.
+* ``LAKEHOUSE_SPARK_MASTER`` chooses local mode (``local[2]``, the default) or a standalone
+  cluster (``spark://host:7077``); ``LAKEHOUSE_SPARK_PORT`` the port (default 15002).
+
+The server is the platform's single committing driver: Delta's log store excludes concurrent
+commits only inside one JVM on a local filesystem, and assumes one driver on S3.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from lakehouse.config import Settings
+from lakehouse.errors import ConfigError, LakehouseError
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
+PORT_ENV = "LAKEHOUSE_SPARK_PORT"
+DEFAULT_PORT = 15002
+TOKEN_ENV = "SPARK_CONNECT_AUTHENTICATE_TOKEN"  # read by both Spark's server and its client
+LOOPBACK = "127.0.0.1"
+START_TIMEOUT_S = 180.0
+
+
+class ServerError(LakehouseError):
+    """The Spark server could not be started, stopped or reached."""
+
+
+class ServerDown(ServerError):
+    """No Spark server answers: the message says how to start one."""
+
+
+def port() -> int:
+    """The Connect port (``LAKEHOUSE_SPARK_PORT``, default 15002); anything but a port number
+    is a ConfigError naming the variable."""
+    raw = os.environ.get(PORT_ENV, str(DEFAULT_PORT)).strip()
+    if not raw.isdigit() or not 0 < int(raw) < 65536:
+        raise ConfigError(f"{PORT_ENV} must be a TCP port number (1-65535), not {raw!r}")
+    return int(raw)
+
+
+def state_dir(settings: Settings) -> Path:
+    """Where the server keeps its pid, settings, log and token: local state, never data."""
+    return settings.home / "spark"
+
+
+def token(settings: Settings, *, create: bool = False) -> str:
+    """The clients' token: read from ``<home>/spark/token``; with ``create``, generated there
+    first if missing (mode 0600, written whole before it is visible)."""
+    path = state_dir(settings) / "token"
+    if path.is_file():
+        return path.read_text(encoding="ascii").strip()
+    if not create:
+        raise ServerDown(
+            f"no Spark server token at {path}: start the server with `lakehouse spark start`"
+        )
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(f".token.{os.getpid()}")
+    fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w", encoding="ascii") as out:
+        out.write(secrets.token_urlsafe(32))
+    try:
+        os.link(partial, path)  # a second starter keeps the first one's token
+    except FileExistsError:
+        pass
+    finally:
+        partial.unlink()
+    return path.read_text(encoding="ascii").strip()
+
+
+@dataclass(frozen=True)
+class Status:
+    """What ``lakehouse spark status`` reports."""
+
+    running: bool
+    port: int
+    master: str | None = None
+    pid: int | None = None
+    started_at: str | None = None
+    log: str | None = None
+
+    def describe(self) -> str:
+        if not self.running:
+            return (
+                f"Spark server: not running (port {self.port}); start it with "
+                "`lakehouse spark start`"
+            )
+        return (
+            f"Spark server: running, pid {self.pid}, sc://localhost:{self.port}, master "
+            f"{self.master}, since {self.started_at} (log: {self.log})"
+        )
+
+
+def _listening(at: int, timeout: float = 0.5) -> bool:
+    try:
+        with socket.create_connection((LOOPBACK, at), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    stat = Path(f"/proc/{pid}/stat")
+    # A zombie is dead for our purposes (its parent has not reaped it yet).
+    return not (stat.is_file() and stat.read_text().split(")")[-1].split()[0] == "Z")
+
+
+def _recorded(settings: Settings) -> dict[str, object] | None:
+    path = state_dir(settings) / "server.json"
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def status(settings: Settings) -> Status:
+    """Whether this lakehouse's server is up: its recorded process is alive and its port
+    answers."""
+    rec = _recorded(settings) or {}
+    recorded_port, pid = rec.get("port"), rec.get("pid")
+    at = recorded_port if isinstance(recorded_port, int) else port()
+    if not isinstance(pid, int) or not _alive(pid) or not _listening(at):
+        return Status(False, at)
+    return Status(
+        True,
+        at,
+        master=str(rec.get("master")),
+        pid=pid,
+        started_at=str(rec.get("started_at")),
+        log=str(state_dir(settings) / "server.log"),
+    )
+
+
+def server_conf(settings: Settings, at: int) -> dict[str, str]:
+    """Every setting the server starts with: the platform's (:func:`lakehouse.spark.spark_conf`)
+    and the Connect service's, every listener on the loopback address."""
+    from lakehouse.spark import spark_conf
+
+    conf = spark_conf(settings.spark_master, "lakehouse-spark-server")
+    return {
+        **conf,
+        "spark.connect.grpc.binding.address": LOOPBACK,
+        "spark.connect.grpc.binding.port": str(at),
+        "spark.driver.bindAddress": LOOPBACK,
+        "spark.driver.host": LOOPBACK,
+    }
+
+
+def command(settings: Settings, at: int) -> list[str]:
+    """The ``spark-submit`` that runs the server."""
+    import pyspark
+
+    from lakehouse.spark import conf_args
+
+    submit = Path(pyspark.__file__).parent / "bin" / "spark-submit"
+    conf = server_conf(settings, at)
+    master = conf.pop("spark.master")
+    name = conf.pop("spark.app.name")
+    memory = conf.pop("spark.driver.memory")
+    return [
+        str(submit),
+        "--class",
+        SERVER_CLASS,
+        "--master",
+        master,
+        "--name",
+        name,
+        "--driver-memory",
+        memory,
+        *conf_args(conf),
+        "spark-internal",
+    ]
+
+
+def start(settings: Settings, *, timeout: float = START_TIMEOUT_S) -> Status:
+    """Start the server unless it runs; return once it accepts connections. Raises
+    :class:`ServerError` with the end of its log if it exits or does not listen in time."""
+    import pyspark
+
+    from lakehouse.runtime import ensure_java
+
+    current = status(settings)
+    if current.running:
+        return current
+    at = port()
+    if _listening(at):
+        raise ServerError(
+            f"port {at} on {LOOPBACK} is taken by another process: stop it, or choose another "
+            f"port with {PORT_ENV}"
+        )
+    ensure_java()
+    folder = state_dir(settings)
+    folder.mkdir(parents=True, exist_ok=True)
+    secret = token(settings, create=True)
+    spark_home = Path(pyspark.__file__).parent
+    env = {
+        **os.environ,
+        "SPARK_HOME": str(spark_home),
+        # Spark Connect runs Python work (UDFs, mapInArrow) with this interpreter, which has the
+        # platform's package; it reads this variable, not spark.pyspark.python.
+        "PYSPARK_PYTHON": sys.executable,
+        "PYSPARK_DRIVER_PYTHON": sys.executable,
+        TOKEN_ENV: secret,
+    }
+    log_path = folder / "server.log"
+    with log_path.open("ab") as log:
+        log.write(f"\n--- starting at {time.strftime('%Y-%m-%dT%H:%M:%S%z')}\n".encode())
+        log.flush()
+        proc = subprocess.Popen(
+            command(settings, at),
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # its own process group: stop() ends it whole
+            cwd=folder,
+        )
+    record = {
+        "pid": proc.pid,
+        "port": at,
+        "master": settings.spark_master,
+        "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+    partial = folder / f".server.json.{os.getpid()}"
+    partial.write_text(json.dumps(record), encoding="utf-8")
+    partial.replace(folder / "server.json")
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise ServerError(
+                f"the Spark server exited with code {proc.returncode} while starting; its log "
+                f"({log_path}) ends with:\n{_tail(log_path)}"
+            )
+        if _listening(at):
+            return status(settings)
+        time.sleep(0.25)
+    stop(settings)
+    raise ServerError(
+        f"the Spark server did not listen on port {at} within {timeout:.0f} s; its log "
+        f"({log_path}) ends with:\n{_tail(log_path)}"
+    )
+
+
+def _tail(path: Path, lines: int = 30) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+def _descendants(pid: int) -> list[int]:
+    """``pid``'s descendant processes (Python workers leave the server's process group)."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def stop(settings: Settings, *, timeout: float = 30.0) -> bool:
+    """Stop the server and its Python workers; False if none was running."""
+    rec = _recorded(settings)
+    pid = rec.get("pid") if rec else None
+    if not isinstance(pid, int) or not _alive(pid):
+        (state_dir(settings) / "server.json").unlink(missing_ok=True)
+        return False
+    family = [pid, *_descendants(pid)]
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and _alive(pid):
+        time.sleep(0.2)
+    for member in family:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(member, signal.SIGKILL)
+    (state_dir(settings) / "server.json").unlink(missing_ok=True)
+    return True
+
+
+def remote(settings: Settings) -> str:
+    """The Connect address of this lakehouse's server, token included (``sc://localhost``: the
+    only host Spark's client sends a token to without TLS)."""
+    return f"sc://localhost:{status(settings).port}/;token={token(settings)}"
+
+
+def connect(settings: Settings) -> SparkSession:
+    """A Spark Connect session on this lakehouse's server. Raises :class:`ServerDown`, saying how
+    to start it, when no server answers (instead of the client's minutes of retries)."""
+    from pyspark.sql import SparkSession
+
+    current = status(settings)
+    if not current.running:
+        raise ServerDown(current.describe())
+    return SparkSession.builder.remote(remote(settings)).getOrCreate()
+
+
+def main(settings: Settings, action: str) -> int:
+    """``lakehouse spark start | stop | status`` (status: exit code 1 when it is down)."""
+    if action == "start":
+        print(start(settings).describe())
+        return 0
+    if action == "stop":
+        print("Spark server: stopped" if stop(settings) else "Spark server: was not running")
+        return 0
+    if action == "status":
+        current = status(settings)
+        print(current.describe())
+        return 0 if current.running else 1
+    raise ConfigError(f"lakehouse spark {action}: expected start, stop or status")

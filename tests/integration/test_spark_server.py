@@ -1,0 +1,166 @@
+"""The long-lived Spark server (`lakehouse spark start | stop | status`) and its clients.
+
+Clients run in their own processes, as Airflow tasks and the CLI do: a Spark Connect session
+switches pyspark's column functions of its whole process to Connect, which would break the
+classic session the other tests of this process share."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from lakehouse import server
+from lakehouse.config import REPO_ROOT, Settings
+
+pytestmark = pytest.mark.integration
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Settings]:
+    """A lakehouse with the shipped contracts and sample records, and its server running."""
+    home = tmp_path_factory.mktemp("served") / "lakehouse"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("LAKEHOUSE_HOME", str(home))
+        mp.setenv("LAKEHOUSE_CONTRACTS", str(REPO_ROOT / "contracts"))
+        mp.setenv(server.PORT_ENV, str(_free_port()))
+        settings = Settings.from_env()
+        subprocess.run(
+            [sys.executable, "-m", "lakehouse.cli", "sample"], check=True, capture_output=True
+        )
+        server.start(settings)
+        try:
+            yield settings
+        finally:
+            server.stop(settings)
+
+
+def _client(settings: Settings, code: str) -> subprocess.CompletedProcess[str]:
+    """Run ``code`` in a fresh interpreter (a thin client), with this lakehouse's settings and no
+    token but what ``code`` gives."""
+    env = {k: v for k, v in os.environ.items() if k != server.TOKEN_ENV}
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        env={**env, "LAKEHOUSE_HOME": str(settings.home)},
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+
+
+def _listening_addresses(pid: int) -> set[str]:
+    """The local addresses of the TCP sockets ``pid`` listens on (from /proc)."""
+    inodes = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            target = os.readlink(fd)
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[8:-1])
+    found = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            if fields[3] == "0A" and fields[9] in inodes:  # LISTEN
+                address = fields[1].split(":")[0]
+                # IPv4 (or IPv4-mapped IPv6) in /proc's little-endian hex
+                found.add(socket.inet_ntoa(bytes.fromhex(address[-8:])[::-1]))
+    return found
+
+
+def test_status_says_where_it_runs_and_every_port_is_on_loopback(served: Settings) -> None:
+    status = server.status(served)
+    assert status.running and status.pid is not None
+    assert status.port == int(os.environ[server.PORT_ENV])
+    assert status.master == served.spark_master
+    assert f"sc://localhost:{status.port}" in status.describe()
+    token = server.state_dir(served) / "token"
+    assert token.stat().st_mode & 0o777 == 0o600
+    # The JVM listens for Connect clients, and for Spark's own driver and block manager: all on
+    # the loopback address, none of them reachable from another machine.
+    jvm = [p for p in [status.pid, *server._descendants(status.pid)] if _listening_addresses(p)]
+    assert jvm, "found no listening process"
+    assert {a for p in jvm for a in _listening_addresses(p)} == {"127.0.0.1"}
+    assert server.token(served) not in Path(f"/proc/{status.pid}/cmdline").read_text()
+
+
+@pytest.mark.parametrize("token", ["", ";token=not-the-token"])
+def test_a_client_without_the_token_is_refused(served: Settings, token: str) -> None:
+    port = server.status(served).port
+    done = _client(
+        served,
+        "from pyspark.sql import SparkSession\n"
+        f"s = SparkSession.builder.remote('sc://localhost:{port}/{token}').getOrCreate()\n"
+        "s.sql('SELECT 1').collect()\n",
+    )
+    assert done.returncode != 0
+    assert "UNAUTHENTICATED" in done.stderr
+
+
+def test_the_pipeline_runs_on_the_server(served: Settings) -> None:
+    """The shipped sample through bronze, silver and gold, every layer a client of the server:
+    the gold tables `make demo` prints."""
+    done = _client(
+        served,
+        "import json\n"
+        "from lakehouse import pipeline, server\n"
+        "from lakehouse.config import Settings\n"
+        "from lakehouse.contracts import Catalog\n"
+        "from lakehouse.storage import read_arrow\n"
+        "settings = Settings.from_env()\n"
+        "spark = server.connect(settings)\n"
+        "print(type(spark).__module__)\n"
+        "catalog = Catalog.load(settings.contracts_dir)\n"
+        "pipeline.run(spark, settings, catalog, topics=['user-profiles', 'user-locations'])\n"
+        "for name in ('user_latest_location', 'user_location_counts'):\n"
+        "    rows = read_arrow(settings.gold_path(name)).to_pylist()\n"
+        "    print(json.dumps({name: sorted(rows, key=lambda r: r['username'])}))\n",
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.splitlines()
+    assert lines[0] == "pyspark.sql.connect.session"
+    gold = {k: v for line in lines if line.startswith("{") for k, v in json.loads(line).items()}
+    assert [(r["username"], r["location"]) for r in gold["user_latest_location"]] == [
+        ("alice", "Berlin"),
+        ("bob", "Lima"),
+    ]
+    assert [(r["username"], r["count"]) for r in gold["user_location_counts"]] == [
+        ("alice", 3),
+        ("bob", 2),
+    ]
+    assert "bronze user-locations: batch 0 committed: 5 records" in done.stdout
+    # The Avro topic's values were decoded by Python workers of the server.
+    silver = [line for line in lines if line.startswith("silver user_profile_changes")]
+    assert any(re.search(r"committed: \d+ records, 0 quarantined", line) for line in silver), silver
+
+
+def test_a_client_whose_server_is_down_is_told_how_to_start_it(tmp_path: Path) -> None:
+    settings = Settings.from_env(tmp_path / "lakehouse", REPO_ROOT / "contracts")
+    assert not server.status(settings).running
+    with pytest.raises(server.ServerDown, match="lakehouse spark start"):
+        server.connect(settings)
+
+
+def test_stop_ends_the_server_and_its_python_workers(served: Settings) -> None:
+    status = server.status(served)
+    assert status.pid is not None
+    family = [status.pid, *server._descendants(status.pid)]
+    assert server.stop(served)
+    assert not server.status(served).running
+    assert not any(server._alive(p) for p in family)
+    assert not server.stop(served)  # nothing left to stop
