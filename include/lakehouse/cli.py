@@ -407,8 +407,17 @@ def run_pipeline(
         for name, request in requests.items()
     )
     gx_worker.keep(validates)  # imports GX on the other core while the layers start
-    # Started when the first layer runs (the requests above are checked without it).
-    spark = lazy_session(settings.spark_master, app_name="lakehouse-run", short_lived=True)
+    # On this lakehouse's Spark server when it runs (`lakehouse spark start`): no JVM to start.
+    # Otherwise a Spark of this process's own, started when the first layer runs (the requests
+    # above are checked without it).
+    from lakehouse import server
+
+    status = server.status(settings)
+    if status.running:
+        print(f"on the Spark server at sc://localhost:{status.port}", file=sys.stderr)
+        spark = server.connect(settings)
+    else:
+        spark = lazy_session(settings.spark_master, app_name="lakehouse-run", short_lived=True)
     try:
         run(
             spark,

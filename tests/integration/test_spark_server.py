@@ -149,6 +149,24 @@ def test_the_pipeline_runs_on_the_server(served: Settings) -> None:
     assert any(re.search(r"committed: \d+ records, 0 quarantined", line) for line in silver), silver
 
 
+def test_lakehouse_run_is_a_client_of_the_running_server(served: Settings) -> None:
+    env = {k: v for k, v in os.environ.items() if k != server.TOKEN_ENV}
+    cli = [sys.executable, "-m", "lakehouse.cli"]
+    subprocess.run([*cli, "sample", "--records", "100"], check=True, env=env, capture_output=True)
+    done = subprocess.run(
+        [*cli, "run", "--topic", "user-locations"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    port = server.status(served).port
+    assert f"on the Spark server at sc://localhost:{port}" in done.stderr
+    assert "bronze user-locations: batch 1 committed: 100 records" in done.stdout
+
+
 def test_a_client_whose_server_is_down_is_told_how_to_start_it(tmp_path: Path) -> None:
     settings = Settings.from_env(tmp_path / "lakehouse", REPO_ROOT / "contracts")
     assert not server.status(settings).running
