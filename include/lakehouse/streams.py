@@ -564,6 +564,7 @@ def _decoded(changes: DataFrame, contract: Contract) -> DataFrame:
     kept for records that did not decode only: they are most of a record's size, and the rest
     do not need them (the few that a quarantine expectation routes get theirs from bronze, see
     :func:`quarantine_rows`)."""
+    from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
     decoded = decode(changes, contract)
@@ -572,7 +573,7 @@ def _decoded(changes: DataFrame, contract: Contract) -> DataFrame:
         *(c for c in decoded.columns if c not in {"key", "value"}),
         F.when(bad_row, F.col("key")).alias("key"),
         F.when(bad_row, F.col("value")).alias("value"),
-    ).cache()
+    ).persist(StorageLevel.DISK_ONLY)  # on disk: see lakehouse.storage.tasks
 
 
 def _judge(

@@ -39,11 +39,12 @@ def rows_from_tasks(
     the rows they yield, with ``schema``, as a DataFrame, and their side output, collected.
 
     Not one task per item: a Python task costs tens of milliseconds to start. One Spark job runs
-    the tasks; the rows are kept (``persist``) for what the block does with them (a gate, a
-    write), so nothing is computed twice, and released after it. The tasks are the partitions
-    of a ``range`` over the items' indexes (contiguous by construction), and each finds its
-    items in the list the function carries: no SparkContext, so a Spark Connect session works
-    too."""
+    the tasks; the rows are kept (``persist``, on disk) for what the block does with them (a
+    gate, a write), so nothing is computed twice, and released after it. The tasks are the
+    partitions of a ``range`` over the items' indexes (contiguous by construction), and each
+    finds its items in the list the function carries: no SparkContext, so a Spark Connect
+    session works too."""
+    from pyspark import StorageLevel
     from pyspark.sql import functions as F
     from pyspark.sql.pandas.types import from_arrow_schema
 
@@ -72,7 +73,14 @@ def rows_from_tasks(
             yield pa.RecordBatch.from_arrays([*columns, facts], schema=out)
 
     slices = min(len(items), parallelism or task_slots(spark))
-    done = spark.range(0, len(items), 1, slices).mapInArrow(run, spark_schema).persist()
+    # On disk, not in memory first: Spark's memory store keeps what it has unrolled of a block
+    # while it spills the rest, and a batch of millions of records (gigabytes) then ran a 2 GiB
+    # driver out of heap. Local disk reads come from the page cache when they fit.
+    done = (
+        spark.range(0, len(items), 1, slices)
+        .mapInArrow(run, spark_schema)
+        .persist(StorageLevel.DISK_ONLY)
+    )
     try:
         facts = done.filter(F.col(SIDE).isNotNull()).select(SIDE).collect()
         yield done.filter(F.col(SIDE).isNull()).drop(SIDE), [json.loads(r[0]) for r in facts]
