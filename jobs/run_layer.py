@@ -2,7 +2,7 @@
 
     spark-submit jobs/run_layer.py --topic user-locations --layer silver
 
-Airflow's SparkSubmitOperator runs this with the ``spark_default`` connection's master; the
+Airflow runs this with the master of a ``lakehouse_spark`` connection of type ``spark``; the
 flags after ``--layer`` come from the run's Params (see ``lakehouse.control``).
 """
 

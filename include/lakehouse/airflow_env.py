@@ -1,8 +1,10 @@
 """The environment Airflow runs in: repo-local AIRFLOW_HOME under the lakehouse root, SQLite,
-the project's DAG folder, a ``spark_default`` connection in local mode, and login required.
+the project's DAG folder, the ``lakehouse_spark`` connection to this lakehouse's Spark server
+(`lakehouse spark start`), and login required.
 
-Anything the user already set wins, so pointing ``AIRFLOW_CONN_SPARK_DEFAULT`` at a Spark
-standalone master runs the same DAGs on a cluster.
+Anything the user already set wins: setting ``AIRFLOW_CONN_LAKEHOUSE_SPARK`` to a connection of
+type ``spark`` (a standalone master, ``{"conn_type": "spark", "host": "spark://host:7077"}``)
+runs the same DAGs' layers as ``spark-submit`` jobs on that cluster instead.
 
 Secrets are generated, never shipped: the Fernet key (encrypts connections and variables), the API
 server's secret key and the JWT signing secret are made on first use and kept in
@@ -20,6 +22,7 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
+from lakehouse import server
 from lakehouse.config import REPO_ROOT, Settings
 
 
@@ -41,9 +44,6 @@ def airflow_environment(
         # eight such hand-offs). Airflow's default is 1 s; 0.5 s took about half a second off
         # each hand-off for 1.7% more of one core when idle (4.5% in all, measured here).
         "AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME": "0.5",
-        "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps(
-            {"conn_type": "spark", "host": settings.spark_master}
-        ),
         # Executors and the driver run the project's interpreter.
         "PYSPARK_PYTHON": sys.executable,
         "PYSPARK_DRIVER_PYTHON": sys.executable,
@@ -59,6 +59,18 @@ def airflow_environment(
     }
     for key, value in defaults.items():
         env.setdefault(key, value)
+    # The layer tasks are clients of this lakehouse's Spark server (`lakehouse spark start`;
+    # lakehouse.orchestration.SPARK_CONN_ID), its token as the password. `localhost`, not
+    # 127.0.0.1: Spark's client sends a token without TLS to that name only.
+    if SPARK_CONN_ENV not in env:
+        env[SPARK_CONN_ENV] = json.dumps(
+            {
+                "conn_type": "spark_connect",
+                "host": "localhost",
+                "port": server.port(),
+                "password": server.token(settings, create=True),
+            }
+        )
     # spark-submit and airflow live beside this interpreter.
     path = env.get("PATH", "")
     if bin_dir not in path.split(os.pathsep):
@@ -66,6 +78,7 @@ def airflow_environment(
     return env
 
 
+SPARK_CONN_ENV = "AIRFLOW_CONN_LAKEHOUSE_SPARK"
 SIMPLE_AUTH_MANAGER = (
     "airflow.api_fastapi.auth.managers.simple.simple_auth_manager.SimpleAuthManager"
 )

@@ -101,24 +101,105 @@ def _asset(name: str, path: Path) -> Asset:
     return Asset(name=name, uri=path.as_uri(), group="delta")
 
 
+# The Airflow connection the layer tasks get their Spark from. Its type decides how a task runs:
+# ``spark_connect`` (the default `make airflow` sets up: this lakehouse's Spark server, its token
+# as the password) runs the layer in the task's own process as a thin client of the server;
+# ``spark`` (a master such as ``spark://host:7077`` or ``local[2]``) spark-submits the layer's
+# job, for a cluster deployment or a large backfill.
+SPARK_CONN_ID = "lakehouse_spark"
+
+
 class LayerJobOperator(SparkSubmitOperator):
-    """spark-submit of one layer's job, with the flags the run's Params ask for.
+    """One micro-batch of one layer, on the Spark of the Airflow connection ``conn_id``: as a
+    Spark Connect client of a long-lived server, or as a ``spark-submit`` of jobs/run_layer.py,
+    depending on the connection's type (see :data:`SPARK_CONN_ID`). The same layer code runs
+    either way.
 
     A layer the run's Params leave out is skipped (the next layer still runs: its trigger rule
     is ``none_failed``). A failed quality gate fails the task at once: the same batch would fail
-    again, so retrying it only delays the run's failure and its report."""
+    again, so retrying it only delays the run's failure and its report. A Spark server that does
+    not answer fails the try at once, saying how to start it; Airflow's retries take the batch
+    again once it is back."""
 
     def __init__(
-        self, *, layer: Layer, contract: Contract, tables: Sequence[str] | None, **kwargs: Any
+        self,
+        *,
+        layer: Layer,
+        contract: Contract,
+        tables: Sequence[str] | None,
+        settings: Settings,
+        **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.layer, self.contract, self.tables = layer, contract, tables
+        self.settings = settings
         self.base_args = list(self.application_args or [])
         self.base_conf = dict(self.conf or {})
 
     def execute(self, context: Any) -> None:
         _skip_if_left_out(context["params"], self.contract.topic, self.layer)
         request = _request(context, self.contract, self.tables)
+        from airflow.providers.apache.spark.hooks.spark_connect import SparkConnectHook
+        from airflow.sdk import BaseHook
+
+        connection = BaseHook.get_connection(self._conn_id)
+        if connection.conn_type == SparkConnectHook.conn_type:
+            url = SparkConnectHook(self._conn_id).get_connection_url()
+            self._run_connected(context, request, url, connection.host, connection.port)
+        else:
+            self._submit(context, request)
+
+    def _run_connected(
+        self, context: Any, request: RunRequest, url: str, host: str | None, port: int | None
+    ) -> None:
+        """The layer in this task's process, on a Spark Connect session of the server."""
+        where = f"{host}:{port or DEFAULT_CONNECT_PORT}"
+        if not _answers(host or "localhost", port or DEFAULT_CONNECT_PORT):
+            # Retried by Airflow: the batch is taken again once the server is back.
+            raise AirflowException(
+                f"no Spark server answers at {where} (Airflow connection {self._conn_id!r}): "
+                "start it with `lakehouse spark start`"
+            )
+        from pyspark.sql import SparkSession
+
+        from lakehouse.errors import QualityGateError
+        from lakehouse.pipeline import run_layer
+        from lakehouse.quality import RunInfo
+
+        catalog = Catalog.load(self.settings.contracts_dir)
+        layer_request = request.for_layer(self.layer)
+        try:
+            layer_request.check(self.contract)
+        except ConfigError as exc:
+            raise AirflowFailException(str(exc)) from None
+        print(f"on the Spark server at {where}", flush=True)
+        spark = SparkSession.builder.remote(url).getOrCreate()
+        run = RunInfo.from_env(dag_run_id=context["run_id"])
+        try:
+            for line in run_layer(
+                spark,
+                self.settings,
+                catalog.topic(self.contract.topic),
+                self.layer,
+                catalog,
+                run=run,
+                echo=_say,
+                request=layer_request,
+            ):
+                _say(line)
+        except QualityGateError as exc:
+            raise AirflowFailException(
+                f"a `fail` expectation stopped the batch: {exc}; nothing was published"
+            ) from None
+        except ConfigError as exc:
+            raise AirflowFailException(
+                f"the job refused its configuration: {exc}; nothing moved"
+            ) from None
+        finally:
+            spark.stop()
+
+    def _submit(self, context: Any, request: RunRequest) -> None:
+        """spark-submit of the layer's job, with the flags the run's Params ask for."""
         # Set afresh on each try (never appended to: a retry in the same process adds nothing).
         self.application_args = [
             *self.base_args,
@@ -146,6 +227,25 @@ class LayerJobOperator(SparkSubmitOperator):
                     "the job refused its configuration (see the error above); nothing moved"
                 ) from exc
             raise
+
+
+DEFAULT_CONNECT_PORT = 15002  # Spark Connect's own default
+
+
+def _answers(host: str, port: int, timeout: float = 2.0) -> bool:
+    """Whether something accepts TCP connections at ``host:port`` (a Spark Connect client
+    would otherwise retry a server that is down for minutes before it fails)."""
+    import socket
+
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def _say(line: str) -> None:
+    print(line, flush=True)
 
 
 def _chosen(params: Any, topic: str) -> bool:
@@ -261,7 +361,8 @@ def _layer_task(
         application_args=[
             *("--topic", contract.topic, "--layer", layer),
         ],  # the run's id and Params add the rest (``--tables`` for gold, ...) at execution
-        conn_id="spark_default",
+        settings=settings,
+        conn_id=SPARK_CONN_ID,
         name=f"lakehouse-{layer}-{contract.topic}",
         env_vars={
             "LAKEHOUSE_HOME": str(settings.home),

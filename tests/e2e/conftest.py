@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
+import json
+import socket
 from collections.abc import Iterator
 
 import pytest
 from browser import Browser
+
+from lakehouse import server
+from lakehouse.config import Settings
+
+# The Airflow connection the layer tasks take their Spark from (lakehouse.orchestration).
+SPARK_CONN_ENV = "AIRFLOW_CONN_LAKEHOUSE_SPARK"
 
 
 @pytest.fixture(scope="module")
@@ -15,3 +23,33 @@ def chrome(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Browser]:
         yield holder
     finally:
         holder.quit()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="session")
+def spark_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """One Spark server (`lakehouse spark start`) for the Airflow tests of this test process,
+    stopped at its end. Yields the ``lakehouse_spark`` connection (JSON, for
+    :data:`SPARK_CONN_ENV`) that makes the layer tasks its clients: the server holds no
+    lakehouse of its own, every task names its tables' paths."""
+    home = tmp_path_factory.mktemp("spark-server") / "lakehouse"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("LAKEHOUSE_HOME", str(home))
+        mp.setenv(server.PORT_ENV, str(_free_port()))
+        settings = Settings.from_env()
+        running = server.start(settings)
+        connection = {
+            "conn_type": "spark_connect",
+            "host": "localhost",
+            "port": running.port,
+            "password": server.token(settings),
+        }
+    try:
+        yield json.dumps(connection)
+    finally:
+        server.stop(settings)

@@ -1,5 +1,7 @@
 """Airflow itself: the DAG folder parses cleanly and cheaply, and the pipeline DAG runs end to end
-through `airflow dags test` (SparkSubmitOperator -> spark-submit -> jobs/run_layer.py)."""
+through `airflow dags test`: its layer tasks as clients of a Spark server (the ``lakehouse_spark``
+connection of type ``spark_connect``), and, with that connection of type ``spark``, as
+spark-submits of jobs/run_layer.py."""
 
 from __future__ import annotations
 
@@ -7,12 +9,15 @@ import itertools
 import json
 import re
 import shutil
+import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from conftest import SPARK_CONN_ENV
+from lakehouse import server
 from lakehouse.airflow_env import airflow_environment, airflow_secrets
 from lakehouse.config import REPO_ROOT, Settings
 from lakehouse.storage import changes_arrow, read_arrow
@@ -39,6 +44,13 @@ def _lakehouse(
         timeout=timeout,
         check=False,
     )
+
+
+@pytest.fixture
+def served(spark_server: str, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The layer tasks are clients of the test process's Spark server; the connection's JSON."""
+    monkeypatch.setenv(SPARK_CONN_ENV, spark_server)
+    return spark_server
 
 
 def test_dag_folder_parses_without_heavy_imports(settings: Settings) -> None:
@@ -157,7 +169,7 @@ def test_dag_folder_parses_without_heavy_imports(settings: Settings) -> None:
     ]
 
 
-def test_pipeline_dag_runs_through_airflow(settings: Settings) -> None:
+def test_pipeline_dag_runs_through_airflow(settings: Settings, served: str) -> None:
     assert _lakehouse(settings, "sample").returncode == 0
     migrate = _lakehouse(settings, "airflow", "db", "migrate")
     assert migrate.returncode == 0, migrate.stderr[-3000:]
@@ -165,6 +177,8 @@ def test_pipeline_dag_runs_through_airflow(settings: Settings) -> None:
     log = run.stdout + run.stderr
     assert run.returncode == 0, log[-5000:]
     assert "state=success" in log
+    port = json.loads(served)["port"]
+    assert log.count(f"on the Spark server at localhost:{port}") == 3  # each layer's task
     for layer in (
         "bronze user-locations: batch 0 committed",
         "silver user_locations:",
@@ -208,11 +222,11 @@ def test_pipeline_dag_runs_through_airflow(settings: Settings) -> None:
 
     # No secret of the deployment reaches the tasks' output (`dags test` prints every task's
     # log; the browser test checks the log files a scheduler writes).
-    secrets = airflow_secrets(settings.airflow_home)
+    secrets = airflow_secrets(settings.airflow_home) | {"spark": json.loads(served)["password"]}
     assert [name for name, value in secrets.items() if value in run.stdout + log] == []
 
 
-def test_params_dry_run_changes_nothing_and_layers_skip(settings: Settings) -> None:
+def test_params_dry_run_changes_nothing_and_layers_skip(settings: Settings, served: str) -> None:
     """Params given to a run (as the UI's trigger form sends them): a dry run says what each
     layer would read and creates or changes no table; a run limited to bronze skips the other
     layers and their gates; bad Params fail the plan task before any job starts."""
@@ -286,7 +300,7 @@ def _run_id(log: str) -> str:
 
 
 def test_failed_gate_fails_the_dag_run_and_publishes_nothing(
-    settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, served: str
 ) -> None:
     """A `fail` expectation on silver: the silver task fails naming the table, the expectation
     and the observed value; silver publishes nothing, gold does not run, the report is still
@@ -322,8 +336,13 @@ def test_failed_gate_fails_the_dag_run_and_publishes_nothing(
     assert (settings.data_docs_root / "index.html").is_file()
 
 
-def test_avro_pipeline_dag_runs_through_airflow(settings: Settings) -> None:
-    """The Avro topic under spark-submit: fastavro decodes in Spark's Python workers."""
+def test_avro_pipeline_dag_runs_through_airflow(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The Avro topic with the ``lakehouse_spark`` connection of type ``spark``: each layer is a
+    spark-submit of jobs/run_layer.py (SparkSubmitOperator), for a cluster or a big backfill;
+    fastavro decodes in Spark's Python workers."""
+    monkeypatch.setenv(SPARK_CONN_ENV, json.dumps({"conn_type": "spark", "host": "local[2]"}))
     assert _lakehouse(settings, "sample", "--topic", "user-profiles").returncode == 0
     migrate = _lakehouse(settings, "airflow", "db", "migrate")
     assert migrate.returncode == 0, migrate.stderr[-3000:]
@@ -331,6 +350,8 @@ def test_avro_pipeline_dag_runs_through_airflow(settings: Settings) -> None:
     log = run.stdout + run.stderr
     (settings.home / "dags-test.log").write_text(log)  # the whole log, for a failing assert
     assert run.returncode == 0, log[-5000:]
+    assert "on the Spark server" not in log
+    assert log.count("Spark-Submit cmd:") == 3, log[-5000:]
     summary = r"silver user_profile_changes: bronze versions \d+\.\.\d+ committed: 6 records"
     assert re.search(summary + ", 0 quarantined", log), log[-5000:]
     shown = _lakehouse(settings, "show", "user_profiles", "--format", "json")
@@ -340,3 +361,49 @@ def test_avro_pipeline_dag_runs_through_airflow(settings: Settings) -> None:
         ("alice", "Berlin", "alice@example.org"),
         ("bob", "Lima", None),
     ]
+
+
+def test_a_task_whose_server_is_down_fails_at_once_and_its_retry_succeeds(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No Spark server answers the ``lakehouse_spark`` connection: the bronze task's try fails
+    at once (no minutes of client retries) saying how to start the server; once the server is
+    started, Airflow's retry takes the batch and the run succeeds."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = int(s.getsockname()[1])
+    monkeypatch.setenv(server.PORT_ENV, str(port))
+    assert _lakehouse(settings, "sample", "--topic", "user-profiles").returncode == 0
+    assert _lakehouse(settings, "airflow", "db", "migrate").returncode == 0
+    env = _env(settings)  # the connection to this lakehouse's own server, which is not running
+    cli = str(Path(sys.executable).parent / "lakehouse")
+    run = subprocess.Popen(
+        [cli, "airflow", "dags", "test", "pipeline__user-profiles"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    down = f"no Spark server answers at localhost:{port}"
+    lines: list[str] = []
+    try:
+        assert run.stdout is not None
+        for line in run.stdout:
+            lines.append(line)
+            if down in line:
+                break
+        else:
+            pytest.fail("the run ended before its bronze task failed:\n" + "".join(lines[-80:]))
+        assert "start it with `lakehouse spark start`" in lines[-1]
+        server.start(settings)
+        rest, _ = run.communicate(timeout=900)
+    finally:
+        if run.poll() is None:
+            run.kill()
+        server.stop(settings)
+    log = "".join(lines) + rest
+    (settings.home / "dags-test.log").write_text(log)
+    assert run.returncode == 0 and re.search(r"DagRun Finished: .*state=success", log), log[-5000:]
+    assert "bronze user-profiles: batch 0 committed" in log
+    assert f"on the Spark server at localhost:{port}" in log
+    assert read_arrow(settings.gold_path("user_profiles")).num_rows == 2

@@ -162,7 +162,7 @@ def test_the_ui_shows_nothing_without_a_login(api_server: tuple[str, Settings]) 
         "/api/v2/dags/pipeline__user-locations/dagRuns",
         "/api/v2/connections",
         "/api/v2/variables",
-        "/execution/connections/spark_default",
+        "/execution/connections/lakehouse_spark",
         "/execution/variables/anything",
     ):
         assert _call(base + path)[0] == 401, path

@@ -25,6 +25,7 @@ import pytest
 from airflow_stack import Airflow, clean_environment, running_airflow
 from browser import ARTIFACTS, Browser, screenshot
 
+from conftest import SPARK_CONN_ENV
 from lakehouse.airflow_env import airflow_secrets
 from lakehouse.config import Settings
 
@@ -96,9 +97,9 @@ class Lakehouse:
 
 
 @pytest.fixture(scope="module")
-def lakehouse(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lakehouse]:
+def lakehouse(tmp_path_factory: pytest.TempPathFactory, spark_server: str) -> Iterator[Lakehouse]:
     """A first batch already through the pipeline (``lakehouse run``, no Airflow), a second
-    one waiting in landing, and Airflow running."""
+    one waiting in landing, and Airflow running, its layer tasks clients of a Spark server."""
     root = tmp_path_factory.mktemp("ui-trigger")
     contracts = root / "contracts"
     contracts.mkdir()
@@ -108,7 +109,8 @@ def lakehouse(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lakehouse]:
     _lakehouse(settings, "run", "--topic", TOPIC)
     before = {t: _version(settings, t) for t in (LATEST, COUNTS)}
     _produce(settings, SECOND, len(FIRST))
-    with running_airflow(settings, root / "airflow-logs", extra_env=NO_SCHEDULE) as airflow:
+    extra = NO_SCHEDULE | {SPARK_CONN_ENV: spark_server}
+    with running_airflow(settings, root / "airflow-logs", extra_env=extra) as airflow:
         airflow.wait_for_dag(DAG_ID)
         yield Lakehouse(settings, airflow, before)
 

@@ -174,8 +174,8 @@ def produce(lake: Lake, batch: int) -> None:
 
 
 def job_command(layer: str, dag_run_id: str) -> list[str]:
-    """The command LayerJobOperator has SparkSubmitOperator run (the ``spark_default``
-    connection is ``local[2]``; no Params, so no flags after the run id)."""
+    """The command LayerJobOperator has SparkSubmitOperator run (a ``lakehouse_spark``
+    connection of type ``spark`` at ``local[2]``; no Params, so no flags after the run id)."""
     python = sys.executable
     return [
         str(Path(python).parent / "spark-submit"),

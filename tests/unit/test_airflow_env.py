@@ -6,10 +6,13 @@ import stat
 import subprocess
 from pathlib import Path
 
+import pytest
 from cryptography.fernet import Fernet
 
-from lakehouse.airflow_env import SECRETS_FILE, airflow_environment, airflow_secrets
+from lakehouse import server
+from lakehouse.airflow_env import SECRETS_FILE, SPARK_CONN_ENV, airflow_environment, airflow_secrets
 from lakehouse.config import REPO_ROOT, Settings
+from lakehouse.orchestration import SPARK_CONN_ID
 
 
 def test_secrets_are_generated_once_private_and_per_lakehouse(tmp_path: Path) -> None:
@@ -40,6 +43,33 @@ def test_environment_requires_login_with_generated_keys(tmp_path: Path) -> None:
         ]
         == "mine"
     )
+
+
+def test_layer_tasks_connect_to_the_spark_server_with_its_token(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The ``lakehouse_spark`` connection is of the provider's Spark Connect type, at
+    ``localhost`` (the only host Spark's client sends a token to without TLS) on the server's
+    port, with the server's token; the provider's hook makes the URL a client connects with. A
+    connection the user set wins (e.g. a ``spark`` master, for spark-submit)."""
+    from airflow.models import Connection
+    from airflow.providers.apache.spark.hooks.spark_connect import SparkConnectHook
+
+    monkeypatch.setenv(server.PORT_ENV, "15123")
+    settings = Settings.from_env(tmp_path / "home", REPO_ROOT / "contracts")
+    env = airflow_environment(settings, base={})
+    connection = Connection.from_json(env[SPARK_CONN_ENV], conn_id=SPARK_CONN_ID)
+    assert connection.conn_type == SparkConnectHook.conn_type
+    token = server.token(settings)  # generated with the environment, before any server ran
+    assert (connection.host, connection.port, connection.password) == ("localhost", 15123, token)
+    stat_mode = stat.S_IMODE((server.state_dir(settings) / "token").stat().st_mode)
+    assert stat_mode == 0o600
+    monkeypatch.setenv(f"AIRFLOW_CONN_{SPARK_CONN_ID.upper()}", env[SPARK_CONN_ENV])
+    assert SparkConnectHook(SPARK_CONN_ID).get_connection_url() == (
+        f"sc://localhost:15123/;token={token}"
+    )
+    mine = '{"conn_type": "spark", "host": "spark://cluster:7077"}'
+    assert airflow_environment(settings, base={SPARK_CONN_ENV: mine})[SPARK_CONN_ENV] == mine
 
 
 def test_no_secret_is_committed() -> None:

@@ -251,7 +251,7 @@ def test_airflow_spark_connection_points_at_the_master() -> None:
         f"spark://spark-master:{option(command(services()['spark-master']), '--port', '7077')}"
     )
     for name, svc in project_services(("airflow-",)).items():
-        conn = json.loads(environment(svc)["AIRFLOW_CONN_SPARK_DEFAULT"] or "{}")
+        conn = json.loads(environment(svc)["AIRFLOW_CONN_LAKEHOUSE_SPARK"] or "{}")
         assert (conn["conn_type"], f"{conn['host']}:{conn['port']}") == ("spark", master_url), name
 
 
