@@ -1,39 +1,43 @@
-"""Trigger-to-gold benchmark: a 10K-record micro-batch through a running Airflow, against the
-same three layer jobs run directly; the difference is Airflow's overhead.
+"""Trigger-to-gold benchmark: a 10K-record micro-batch through a running Airflow whose layer
+tasks are clients of the lakehouse's Spark server, against the same three layers run directly as
+clients of the same server; the difference is Airflow's overhead.
 
-    python bench/airflow_trigger.py [--records 10000] [--repeats 3] [--workdir DIR]
+    python bench/airflow_trigger.py [--records 10000] [--repeats 3] [--workdir DIR] [--no-submit]
 
 One topic (``bench-trigger``: JSON values with a ``location``, key = username, 3 partitions)
 with two gold tables, ``bench_trigger_latest`` (latest location per user) and
 ``bench_trigger_counts`` (check-ins per user), plus a silver ``warn`` and a gold ``fail``
-expectation, so the quality gates run as in the shipped contracts. Both paths share one
-lakehouse root. Before anything is timed, a first batch goes through ``lakehouse run`` (one
-Spark session, no Airflow), so the measured batches are incremental micro-batches into existing
-tables, not table creation. Each measured batch is ``--records`` fresh records (a new seed each,
-over the same 500 users) written to landing before the clock starts.
+expectation, so the quality gates run as in the shipped contracts. Every path shares one
+lakehouse root and one Spark server (`lakehouse spark start`, local[2], started before anything
+is timed and left running). Before anything is timed, a first batch goes through ``lakehouse
+run`` (a client of the server), so the measured batches are incremental micro-batches into
+existing tables, not table creation. Each measured batch is ``--records`` fresh records (a new
+seed each, over the same 500 users) written to landing before the clock starts.
 
 * ours, Airflow: Airflow 3 as tests/e2e/airflow_stack.py runs it (scheduler, DAG processor and
-  API server as three processes; LocalExecutor on SQLite; the lakehouse's environment), started
-  once and left running; the topic's pipeline DAG unpaused; interval runs off
-  (``[scheduler] use_job_schedule``), so only the triggered runs run. The clock starts at
-  ``POST /api/v2/dags/pipeline__bench-trigger/dagRuns`` with an empty conf (the call the UI's
-  Trigger button makes) and stops when both gold tables' Delta logs hold this run's last
-  commit: **trigger-to-gold**. The DAG run's own duration (its start to end date, from the
-  API; it also holds the gate tasks and the Data Docs report after gold) and the wait until the
-  API reports it finished are kept as well.
-* peer, direct: ``spark-submit jobs/run_layer.py --topic bench-trigger --layer L`` for bronze,
-  silver and gold, one after another, with the command line the DAG's operator builds (master
-  ``local[2]``, ``spark.pyspark.python`` and ``spark.pyspark.driver.python`` set to this
-  interpreter, ``LAKEHOUSE_HOME`` and ``LAKEHOUSE_CONTRACTS``). The clock starts before the
-  first spark-submit; trigger-to-gold stops the same way; wall time is until the gold job exits.
+  API server as three processes; LocalExecutor on SQLite; the lakehouse's environment, so the
+  ``lakehouse_spark`` connection is the server's), started once and left running; the topic's
+  pipeline DAG unpaused; interval runs off (``[scheduler] use_job_schedule``), so only the
+  triggered runs run. The clock starts at ``POST /api/v2/dags/pipeline__bench-trigger/dagRuns``
+  with an empty conf (the call the UI's Trigger button makes) and stops when both gold tables'
+  Delta logs hold this run's last commit: **trigger-to-gold**. The DAG run's own duration (its
+  start to end date, from the API; it also holds the gate tasks and the Data Docs report after
+  gold) and the wait until the API reports it finished are kept as well.
+* direct, on the server: ``lakehouse run --topic bench-trigger --layer L`` for bronze, silver
+  and gold, one process after another, each a client of the server as the Airflow tasks are.
+  The clock starts before the first; trigger-to-gold stops the same way; wall time is until the
+  gold process exits.
+* direct, spark-submit (unless ``--no-submit``): what each task was before the server, and what
+  a ``lakehouse_spark`` connection of type ``spark`` still does: ``spark-submit
+  jobs/run_layer.py --topic bench-trigger --layer L`` three times, a JVM each, with the command
+  line the operator builds.
 
 The gold tables are watched by listing their ``_delta_log`` every 0.1 s (a new
-``<version>.json`` is a new Delta version; negligible load), in the measuring process for both
-paths; their versions before and after are read with ``deltalake``. Rounds alternate which path
-goes first (``--repeats`` rounds, one batch per path each; the first round is not set apart as a
-warm-up: each run starts its JVMs afresh either way). Figures are p50s (numpy, linear
+``<version>.json`` is a new Delta version; negligible load), in the measuring process for every
+path; their versions before and after are read with ``deltalake``. Rounds rotate which path goes
+first (``--repeats`` rounds, one batch per path each). Figures are p50s (numpy, linear
 interpolation); Airflow's overhead = p50 trigger-to-gold (Airflow) - p50 trigger-to-gold
-(direct). Goal from the issue: trigger-to-gold <= 20 s for a 10K batch.
+(direct, on the server). Goal from issue 28: trigger-to-gold <= 10 s for a 10K batch.
 """
 
 from __future__ import annotations
@@ -56,7 +60,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 # The running Airflow of the end-to-end tests (no pytest in it).
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "e2e"))
 
-from airflow_stack import Airflow, clean_environment, running_airflow
+from airflow_stack import Airflow, clean_environment, free_port, running_airflow
 
 from common import Figure, report
 from lakehouse.spark import conf_args, submit_conf
@@ -68,7 +72,7 @@ TABLES = ("bench_trigger_latest", "bench_trigger_counts")
 PARTITIONS = 3
 USERS = 500
 SPARK_MASTER = "local[2]"
-GOAL_S = 20.0
+GOAL_S = 10.0
 POLL_S = 0.1
 LAYER_TASKS = ("bronze", "silver", "gold")
 CONTRACT = f"""\
@@ -264,11 +268,38 @@ def run_jobs(
     return seconds
 
 
-def run_direct(settings: Any, paths: list[Path], logs: Path) -> dict[str, Any]:
-    """One batch, the three layer jobs one after another."""
+def run_clients(settings: Any, logs: Path, label: str) -> dict[str, float]:
+    """The three layers, one ``lakehouse run --layer`` client of the server after another, each
+    logged to ``logs/<label>-<layer>.log``: the seconds each took."""
+    env = clean_environment(settings)
+    lakehouse = str(Path(sys.executable).parent / "lakehouse")
+    seconds: dict[str, float] = {}
+    for layer in LAYER_TASKS:
+        log = logs / f"{label}-{layer}.log"
+        started = time.perf_counter()
+        with log.open("w") as out:
+            proc = subprocess.run(
+                [lakehouse, "run", "--topic", TOPIC, "--layer", layer],
+                env=env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                timeout=900,
+                check=False,
+            )
+        seconds[layer] = time.perf_counter() - started
+        text = log.read_text()
+        if proc.returncode != 0 or "on the Spark server" not in text:
+            raise RuntimeError(
+                f"{label}: lakehouse run {layer} ({proc.returncode}):\n{text[-3000:]}"
+            )
+    return seconds
+
+
+def run_direct(settings: Any, paths: list[Path], logs: Path, *, submit: bool) -> dict[str, Any]:
+    """One batch, the three layers one after another: clients of the server, or spark-submits."""
     watch = GoldWatch(paths)
     watch.begin()
-    jobs = run_jobs(settings, logs, "direct")
+    jobs = run_jobs(settings, logs, "submit") if submit else run_clients(settings, logs, "direct")
     wall = time.perf_counter() - watch.start
     return {
         "trigger_to_gold_s": watch.finish(),
@@ -290,7 +321,6 @@ def _setup(work: Path, records: int) -> Any:
     contracts.mkdir(parents=True, exist_ok=True)
     (contracts / f"{TOPIC}.yaml").write_text(CONTRACT)
     settings = _settings(work)
-    shutil.rmtree(settings.home, ignore_errors=True)
     _produce(settings, records, seed=0)
     proc = subprocess.run(
         [str(Path(sys.executable).parent / "lakehouse"), "run", "--topic", TOPIC],
@@ -327,6 +357,9 @@ def batch_command_line(
     parser.add_argument("--records", type=int, default=10_000, help="records per batch")
     parser.add_argument("--repeats", type=int, default=3, help=repeats)
     parser.add_argument("--workdir", type=Path, help="keep the lakehouse and logs here")
+    parser.add_argument(
+        "--no-submit", action="store_true", help="leave out the spark-submit path (a JVM per layer)"
+    )
     args = parser.parse_args()
     if args.records < 1 or args.repeats < 1:
         parser.error("--records and --repeats must be positive")
@@ -341,9 +374,18 @@ def main() -> None:
         __doc__, "measured batches per path", "bench-airflow-trigger-"
     )
     _stop_on_sigterm()
+    from lakehouse import server
+
+    settings = None
     try:
         started = time.perf_counter()
-        settings = _setup(work, args.records)
+        os.environ[server.PORT_ENV] = str(free_port())
+        settings = _settings(work)
+        shutil.rmtree(settings.home, ignore_errors=True)
+        server.start(settings)
+        print(f"(Spark server up in {time.perf_counter() - started:.1f} s, not counted)")
+        started = time.perf_counter()
+        _setup(work, args.records)
         paths = [settings.gold_path(t) for t in TABLES]
         print(
             f"(setup: first batch through `lakehouse run` in {time.perf_counter() - started:.1f} s)"
@@ -355,33 +397,28 @@ def main() -> None:
             print(f"(Airflow up in {time.perf_counter() - started:.1f} s, not counted)")
             airflow.wait_for_dag(DAG_ID)
             airflow.set_paused(DAG_ID, False)
-            ours: list[dict[str, Any]] = []
-            peer: list[dict[str, Any]] = []
+            runs: dict[str, list[dict[str, Any]]] = {"airflow": [], "direct": [], "submit": []}
+            kinds = ["airflow", "direct"] + ([] if args.no_submit else ["submit"])
             seed = 1
             for round_ in range(args.repeats):
-                order = ("airflow", "direct") if round_ % 2 == 0 else ("direct", "airflow")
+                order = kinds[round_ % len(kinds) :] + kinds[: round_ % len(kinds)]
                 for path in order:
                     _produce(settings, args.records, seed=seed)
                     seed += 1
                     if path == "airflow":
-                        ours.append(run_airflow(airflow, paths))
-                        r = ours[-1]
-                        print(
-                            f"(round {round_ + 1} airflow: trigger-to-gold "
-                            f"{r['trigger_to_gold_s']:.1f} s, run {r['run_duration_s']:.1f} s, "
-                            f"finished after {r['trigger_to_finished_s']:.1f} s)",
-                            flush=True,
-                        )
+                        r = run_airflow(airflow, paths)
+                        said = f"run {r['run_duration_s']:.1f} s, finished after {r['trigger_to_finished_s']:.1f} s"
                     else:
-                        peer.append(run_direct(settings, paths, logs))
-                        r = peer[-1]
-                        print(
-                            f"(round {round_ + 1} direct: trigger-to-gold "
-                            f"{r['trigger_to_gold_s']:.1f} s, wall {r['wall_s']:.1f} s)",
-                            flush=True,
-                        )
+                        r = run_direct(settings, paths, logs, submit=path == "submit")
+                        said = f"wall {r['wall_s']:.1f} s"
+                    runs[path].append(r)
+                    print(
+                        f"(round {round_ + 1} {path}: trigger-to-gold "
+                        f"{r['trigger_to_gold_s']:.1f} s, {said})",
+                        flush=True,
+                    )
         load_after = os.getloadavg()
-        figures, context, notes = summarize(ours, peer, args)
+        figures, context, notes = summarize(runs, args)
         context["load_average_1_5_15"] = {
             "before": [round(x, 2) for x in load_before],
             "after": [round(x, 2) for x in load_after],
@@ -390,17 +427,21 @@ def main() -> None:
         for line in notes:
             print(line)
     finally:
+        if settings is not None:
+            server.stop(settings)
         if not args.workdir:
             shutil.rmtree(work, ignore_errors=True)
 
 
 def summarize(
-    ours: list[dict[str, Any]], peer: list[dict[str, Any]], args: argparse.Namespace
+    runs: dict[str, list[dict[str, Any]]], args: argparse.Namespace
 ) -> tuple[list[Figure], dict[str, Any], list[str]]:
     def col(rows: list[dict[str, Any]], key: str) -> list[float]:
         return [float(r[key]) for r in rows]
 
-    peer_name = "spark-submit x3, no Airflow"
+    ours, peer, submit = runs["airflow"], runs["direct"], runs["submit"]
+    peer_name = "lakehouse run x3 on the server, no Airflow"
+    submit_name = "spark-submit x3, no Airflow"
     to_gold = _p50(col(ours, "trigger_to_gold_s"))
     peer_to_gold = _p50(col(peer, "trigger_to_gold_s"))
     peer_wall = _p50(col(peer, "wall_s"))
@@ -423,6 +464,17 @@ def summarize(
             False,
         ),
     ]
+    if submit:
+        figures.append(
+            Figure(
+                "airflow_trigger.trigger_to_gold_vs_spark_submit.p50",
+                to_gold,
+                "s",
+                submit_name,
+                _p50(col(submit, "trigger_to_gold_s")),
+                False,
+            )
+        )
     overhead = to_gold - peer_to_gold
     in_tasks = {layer: _p50([r["layer_task_s"][layer] for r in ours]) for layer in LAYER_TASKS}
     direct_jobs = {layer: _p50([r["job_s"][layer] for r in peer]) for layer in LAYER_TASKS}
@@ -438,25 +490,28 @@ def summarize(
         "goal_met": met,
         "airflow_overhead_p50_s": round(overhead, 2),
         "airflow_layer_task_p50_s": {k: round(v, 2) for k, v in in_tasks.items()},
-        "direct_job_p50_s": {k: round(v, 2) for k, v in direct_jobs.items()},
+        "direct_layer_p50_s": {k: round(v, 2) for k, v in direct_jobs.items()},
         "airflow_runs": ours,
         "direct_runs": peer,
-        "schedule": "one batch per path per round, alternating which path goes first",
+        "spark_submit_runs": submit,
+        "schedule": "one batch per path per round, rotating which path goes first",
     }
 
     def fmt(values: list[float]) -> str:
         return " ".join(f"{v:.1f}" for v in values)
 
     notes = [
-        f"(airflow trigger-to-gold per run s: {fmt(col(ours, 'trigger_to_gold_s'))}; "
-        f"direct: {fmt(col(peer, 'trigger_to_gold_s'))})",
+        f"(trigger-to-gold per run s: airflow {fmt(col(ours, 'trigger_to_gold_s'))}; "
+        f"direct on the server {fmt(col(peer, 'trigger_to_gold_s'))}"
+        + (f"; spark-submit {fmt(col(submit, 'trigger_to_gold_s'))}" if submit else "")
+        + ")",
         f"(airflow queued before start p50: {_p50(col(ours, 'queued_s')):.1f} s; layer tasks "
         f"p50 s: "
         + ", ".join(f"{k} {v:.1f}" for k, v in in_tasks.items())
-        + "; direct jobs p50 s: "
+        + "; direct layers p50 s: "
         + ", ".join(f"{k} {v:.1f}" for k, v in direct_jobs.items())
         + ")",
-        f"Airflow overhead (p50 trigger-to-gold, Airflow - direct): {overhead:.1f} s",
+        f"Airflow overhead (p50 trigger-to-gold, Airflow - direct on the server): {overhead:.1f} s",
         f"goal trigger-to-gold <= {GOAL_S:.0f} s for a {args.records}-record batch: "
         f"{'met' if met else 'NOT met'} (p50 {to_gold:.1f} s)",
     ]

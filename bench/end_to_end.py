@@ -44,6 +44,9 @@ Figures:
    of the time from "records are in landing" to "gold committed and gated".
    * warm: in one process (ours and the peer: one Spark session; the reference: one
      interpreter);
+   * served: the same batches into another root, with the lakehouse's Spark server running and
+     each batch a fresh ``lakehouse run --topic`` process that is its client, as Airflow's
+     tasks are (against the peer's warm figures);
    * cold: ``--cold`` batches, each from a fresh process (ours: ``lakehouse run --topic``,
      which starts Python, the JVM and the Spark session; the peer: a fresh interpreter that
      starts its session and runs one pass of its three queries; the reference: a fresh
@@ -69,6 +72,8 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+# free_port, from the running Airflow of the end-to-end tests (no pytest in it).
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "e2e"))
 
 from common import Figure, report, run_worker, tree_peak_rss_mib
 
@@ -80,6 +85,8 @@ BATCHED = "bench-e2e-batches"
 BASE_RECORDS = 100_000  # already in the micro-batch topic before the first batch
 RATE_GOAL = 100_000  # records/s per core
 LATENCY_GOAL = 3.0  # seconds, p50
+SERVED_GOAL = 1.0  # seconds, p50 of a batch on the Spark server (issue 28)
+SERVED_PEER_GOAL = 3.0  # the peer's warm p50 / ours on the server (issue 28)
 PEER = "Structured Streaming AvailableNow+delta-spark"
 PEER_GOAL = 1.5  # ours / peer, records/s
 REFERENCE = "polars+deltalake"
@@ -657,6 +664,40 @@ def cold_batches(roots: dict[str, Path], batch: int, count: int, first: int) -> 
     return out
 
 
+def served_batches(root: Path, batch: int, batches: int, warmup: int) -> dict[str, Any]:
+    """Ours as the platform runs a scheduled micro-batch: the lakehouse's Spark server (`lakehouse
+    spark start`) running, and each batch a fresh ``lakehouse run --topic`` process that is its
+    client (Python's start and imports included, no JVM start). The same batches as the warm
+    workers'; the server is started (not timed) and stopped here."""
+    from airflow_stack import free_port
+
+    from lakehouse import server
+
+    shutil.rmtree(root, ignore_errors=True)
+    prepare(root, {BATCHED: BASE_RECORDS})
+    env = _env(root) | {server.PORT_ENV: str(free_port())}
+    settings = _settings(root)
+    before = os.environ.get(server.PORT_ENV)
+    os.environ[server.PORT_ENV] = env[server.PORT_ENV]
+    lakehouse = str(Path(sys.executable).with_name("lakehouse"))
+    command = [lakehouse, "run", "--topic", BATCHED]
+    try:
+        server.start(settings)
+
+        def run() -> None:
+            proc = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
+            if proc.returncode != 0 or "on the Spark server" not in proc.stderr:
+                raise RuntimeError(f"lakehouse run ({proc.returncode}):\n{proc.stderr[-3000:]}")
+
+        return _batches(root, run, batch, batches, warmup)
+    finally:
+        server.stop(settings)
+        if before is None:
+            os.environ.pop(server.PORT_ENV, None)
+        else:
+            os.environ[server.PORT_ENV] = before
+
+
 def _agree(ours: dict[str, Any], other: dict[str, Any], what: str) -> None:
     if ours != other:
         raise RuntimeError(f"{what}: the pipelines disagree:\n ours {ours}\n other {other}")
@@ -730,6 +771,12 @@ def latency(work: Path, args: argparse.Namespace) -> tuple[list[Figure], dict[st
         _agree(ours, reference_facts(roots["reference"], BATCHED), f"{what} (reference)")
 
     agree("warm batches")
+    served = served_batches(work / "batches-served", args.batch, args.batches, args.warmup)
+    _agree(
+        our_facts(roots["ours"], BATCHED),
+        our_facts(work / "batches-served", BATCHED),
+        "served batches (against ours in one process)",
+    )
     cold = cold_batches(roots, args.batch, args.cold, first=args.warmup + args.batches)
     agree("cold batches")
     tag = f"e2e.batch_{_size(args.batch)}"
@@ -753,16 +800,32 @@ def latency(work: Path, args: argparse.Namespace) -> tuple[list[Figure], dict[st
                         higher_is_better=False,
                     )
                 )
+    for q in (50, 95):
+        figures.append(
+            Figure(
+                f"{tag}.served.p{q}_latency",
+                _percentile(served["batch_s"], q),
+                "s",
+                f"{PEER}, warm",
+                _percentile(warm["peer"]["batch_s"], q),
+                higher_is_better=False,
+            )
+        )
     context = {
         "batch": args.batch,
         "base_records": BASE_RECORDS,
+        "served_ours_s": [round(t, 3) for t in served["batch_s"]],
+        "served_warmup_s": [round(t, 3) for t in served["warmup_s"]],
         "warm_batches": args.batches,
         "cold_batches": args.cold,
         **{f"warm_{k}_s": [round(t, 3) for t in v["batch_s"]] for k, v in warm.items()},
         **{f"cold_{k}_s": [round(t, 2) for t in v] for k, v in cold.items()},
         "latency_goal_met": _percentile(warm["ours"]["batch_s"], 50) <= LATENCY_GOAL,
+        "served_goal_met": _percentile(served["batch_s"], 50) <= SERVED_GOAL,
+        "served_peer_goal_met": _percentile(served["batch_s"], 50) * SERVED_PEER_GOAL
+        <= _percentile(warm["peer"]["batch_s"], 50),
     }
-    for root in roots.values():
+    for root in [*roots.values(), work / "batches-served"]:
         shutil.rmtree(root, ignore_errors=True)
     return figures, context
 
