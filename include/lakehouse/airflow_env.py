@@ -1,6 +1,12 @@
 """The environment Airflow runs in: repo-local AIRFLOW_HOME under the lakehouse root, SQLite,
 the project's DAG folder, a ``spark_default`` connection in local mode, and login required.
 
+``LAKEHOUSE_AIRFLOW_DB=postgres`` (``make airflow`` sets it) puts the metadata database on the
+lakehouse's own PostgreSQL instead (:mod:`lakehouse.postgres`, started with ``lakehouse postgres
+start``), with the LocalExecutor running up to four tasks at once. SQLite, the default, is what
+``make demo`` and ``airflow dags test`` use: one writer at a time, which a test run in one
+process never notices.
+
 Anything the user already set wins, so pointing ``AIRFLOW_CONN_SPARK_DEFAULT`` at a Spark
 standalone master runs the same DAGs on a cluster.
 
@@ -21,6 +27,14 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from lakehouse.config import REPO_ROOT, Settings
+from lakehouse.errors import ConfigError
+
+DB_ENV = "LAKEHOUSE_AIRFLOW_DB"
+DATABASES = ("sqlite", "postgres")
+# Task processes the LocalExecutor runs at once on PostgreSQL. Each layer task is a spark-submit
+# with a JVM of its own: four keep a laptop responsive, and are more than any DAG here has side
+# by side at one time but for the run DAG's layers with many topics.
+PARALLELISM = 4
 
 
 def airflow_environment(
@@ -57,6 +71,7 @@ def airflow_environment(
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin",
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "False",
     }
+    defaults |= _database(settings, env.get(DB_ENV) or "sqlite")
     for key, value in defaults.items():
         env.setdefault(key, value)
     # spark-submit and airflow live beside this interpreter.
@@ -64,6 +79,22 @@ def airflow_environment(
     if bin_dir not in path.split(os.pathsep):
         env["PATH"] = os.pathsep.join([bin_dir, path]) if path else bin_dir
     return env
+
+
+def _database(settings: Settings, database: str) -> dict[str, str]:
+    """The metadata database's settings: none for SQLite (Airflow's default, a file in
+    AIRFLOW_HOME); the running cluster's URL for PostgreSQL."""
+    if database not in DATABASES:
+        raise ConfigError(f"{DB_ENV} must be one of {', '.join(DATABASES)}, not {database!r}")
+    if database == "sqlite":
+        return {}
+    from lakehouse.postgres import Cluster
+
+    return {
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": Cluster.of(settings).url(),
+        "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+        "AIRFLOW__CORE__PARALLELISM": str(PARALLELISM),
+    }
 
 
 SIMPLE_AUTH_MANAGER = (
