@@ -27,9 +27,6 @@ WORKDIR /opt/lakehouse
 # Dependencies first: this layer is rebuilt only when the lock or pyproject.toml changes.
 COPY requirements.lock pyproject.toml ./
 RUN pip install --no-cache-dir -r requirements.lock
-# Airflow's metadata database is Postgres in docker-compose.yml; its driver is not in
-# requirements.lock (the local demo runs Airflow on SQLite), so it gets its own line here.
-RUN pip install --no-cache-dir "psycopg2-binary==2.9.13"
 
 # The JVM jars Spark gets on top of pyspark's (Delta Lake, Spark's Avro source: include/jvm/pom.xml,
 # see lakehouse.jvm), copied from Maven Central by the same step as `make install`, into the

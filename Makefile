@@ -118,14 +118,43 @@ demo: java ## Produce the sample events, run both sample pipeline DAGs once thro
 	@echo; echo "data quality (lakehouse dq; Data Docs in $(LAKEHOUSE_HOME)/reports/data_docs/index.html):"
 	@$(LAKEHOUSE) dq --last 5
 
+# Airflow's metadata database for `make airflow` and the end-to-end tests: Debian's PostgreSQL
+# server programs, running a cluster of the lakehouse's own (lakehouse.postgres). Debian keeps
+# them in /usr/lib/postgresql/<version>/bin, off PATH.
+POSTGRES_PACKAGE := postgresql
+POSTGRES_BIN = $(firstword $(shell command -v pg_ctl 2> /dev/null) $(wildcard /usr/lib/postgresql/*/bin/pg_ctl))
+# Installs the server programs if missing, as `browser` does Chromium. (Debian's package also
+# makes a cluster of its own, 15/main on port 5432, and starts it where services may start;
+# the lakehouse does not use it.)
+.PHONY: postgres-server
+postgres-server:
+	@if [ -n "$(POSTGRES_BIN)" ]; then \
+		echo "postgres: $$($(POSTGRES_BIN) --version)"; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get > /dev/null; then \
+		echo "installing $(POSTGRES_PACKAGE) with apt-get"; \
+		apt-get update -qq; \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(POSTGRES_PACKAGE) > /dev/null; \
+		ls /usr/lib/postgresql/*/bin/pg_ctl > /dev/null 2>&1 \
+			|| { echo "apt-get ran, but PostgreSQL's pg_ctl is still missing"; exit 1; }; \
+	else \
+		echo "Airflow's metadata database needs PostgreSQL's server programs: install the Debian"; \
+		echo "package '$(POSTGRES_PACKAGE)' as root (sudo apt-get install $(POSTGRES_PACKAGE)), then run make again."; \
+		exit 1; \
+	fi
+
+.PHONY: postgres
+postgres: $(STAMP) postgres-server ## Start the lakehouse's PostgreSQL for Airflow (installs Debian's postgresql if missing; needs root then)
+	$(LAKEHOUSE) postgres start
+
 .PHONY: airflow
-airflow: java ## Start Airflow 3 locally (login required; admin's password is generated, shown once)
-	$(LAKEHOUSE) airflow db migrate > /dev/null
+airflow: java postgres ## Start Airflow 3 locally on PostgreSQL (login required; admin's password is generated, shown once)
+	LAKEHOUSE_AIRFLOW_DB=postgres $(LAKEHOUSE) airflow db migrate > /dev/null
 	@echo "Airflow UI: http://localhost:8080 (user admin; the password is printed below on the"
 	@echo "first start only, and kept in $(LAKEHOUSE_HOME)/airflow/simple_auth_manager_passwords.json.generated)"
+	@echo "Metadata database: PostgreSQL (stop it with: $(LAKEHOUSE) postgres stop)"
 	@# The layer tasks are clients of the Spark server; it stops when Airflow does.
 	$(LAKEHOUSE) spark start
-	trap '$(LAKEHOUSE) spark stop' EXIT; $(LAKEHOUSE) airflow standalone
+	trap '$(LAKEHOUSE) spark stop' EXIT; LAKEHOUSE_AIRFLOW_DB=postgres $(LAKEHOUSE) airflow standalone
 
 # The browser tests (Data Docs in the Airflow UI) drive Debian's headless Chromium.
 BROWSER_PACKAGES := chromium chromium-driver
@@ -152,7 +181,7 @@ browser: ## Install headless Chromium and its WebDriver if missing (Debian packa
 # test's time is a JVM or an Airflow component waiting on another. A test file stays in one
 # process (its module fixtures are shared).
 TEST_PROCESSES ?= 2
-test: java lint browser ## Run the whole test suite (unit, integration, Airflow end to end)
+test: java lint browser postgres-server ## Run the whole test suite (unit, integration, Airflow end to end)
 	$(BIN)/pytest -n $(TEST_PROCESSES) --dist loadfile --durations=30
 
 .PHONY: unit

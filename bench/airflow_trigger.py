@@ -15,7 +15,8 @@ existing tables, not table creation. Each measured batch is ``--records`` fresh 
 seed each, over the same 500 users) written to landing before the clock starts.
 
 * ours, Airflow: Airflow 3 as tests/e2e/airflow_stack.py runs it (scheduler, DAG processor and
-  API server as three processes; LocalExecutor on SQLite; the lakehouse's environment, so the
+  API server as three processes; LocalExecutor on a PostgreSQL cluster started for the
+  benchmark; the lakehouse's environment, so the
   ``lakehouse_spark`` connection is the server's), started once and left running; the topic's
   pipeline DAG unpaused; interval runs off (``[scheduler] use_job_schedule``), so only the
   triggered runs run. The clock starts at ``POST /api/v2/dags/pipeline__bench-trigger/dagRuns``
@@ -484,7 +485,7 @@ def summarize(
         "repeats": args.repeats,
         "cores": os.cpu_count(),
         "spark_master": SPARK_MASTER,
-        "executor": "LocalExecutor (SQLite)",
+        "executor": "LocalExecutor (PostgreSQL)",
         "gold_tables": list(TABLES),
         "goal_trigger_to_gold_s": GOAL_S,
         "goal_met": met,

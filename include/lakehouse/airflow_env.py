@@ -6,6 +6,12 @@ Anything the user already set wins: setting ``AIRFLOW_CONN_LAKEHOUSE_SPARK`` to 
 type ``spark`` (a standalone master, ``{"conn_type": "spark", "host": "spark://host:7077"}``)
 runs the same DAGs' layers as ``spark-submit`` jobs on that cluster instead.
 
+``LAKEHOUSE_AIRFLOW_DB=postgres`` (``make airflow`` sets it) puts the metadata database on the
+lakehouse's own PostgreSQL instead (:mod:`lakehouse.postgres`, started with ``lakehouse postgres
+start``), with the LocalExecutor running up to four tasks at once. SQLite, the default, is what
+``make demo`` and ``airflow dags test`` use: one writer at a time, which a test run in one
+process never notices.
+
 Secrets are generated, never shipped: the Fernet key (encrypts connections and variables), the API
 server's secret key and the JWT signing secret are made on first use and kept in
 ``$AIRFLOW_HOME/lakehouse-secrets.json`` (mode 0600, under the lakehouse root, outside the
@@ -24,6 +30,15 @@ from pathlib import Path
 
 from lakehouse import server
 from lakehouse.config import REPO_ROOT, Settings
+from lakehouse.errors import ConfigError
+
+DB_ENV = "LAKEHOUSE_AIRFLOW_DB"
+DATABASES = ("sqlite", "postgres")
+# Task processes the LocalExecutor runs at once on PostgreSQL. A layer task is a client of the
+# Spark server (or, with a `spark` connection, a spark-submit with a JVM of its own): four are
+# more than any DAG here has side by side at one time but for the run DAG's layers with many
+# topics.
+PARALLELISM = 4
 
 
 def airflow_environment(
@@ -57,6 +72,7 @@ def airflow_environment(
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin",
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "False",
     }
+    defaults |= _database(settings, env.get(DB_ENV) or "sqlite")
     for key, value in defaults.items():
         env.setdefault(key, value)
     # The layer tasks are clients of this lakehouse's Spark server (`lakehouse spark start`;
@@ -79,6 +95,24 @@ def airflow_environment(
 
 
 SPARK_CONN_ENV = "AIRFLOW_CONN_LAKEHOUSE_SPARK"
+
+
+def _database(settings: Settings, database: str) -> dict[str, str]:
+    """The metadata database's settings: none for SQLite (Airflow's default, a file in
+    AIRFLOW_HOME); the running cluster's URL for PostgreSQL."""
+    if database not in DATABASES:
+        raise ConfigError(f"{DB_ENV} must be one of {', '.join(DATABASES)}, not {database!r}")
+    if database == "sqlite":
+        return {}
+    from lakehouse.postgres import Cluster
+
+    return {
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": Cluster.of(settings).url(),
+        "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+        "AIRFLOW__CORE__PARALLELISM": str(PARALLELISM),
+    }
+
+
 SIMPLE_AUTH_MANAGER = (
     "airflow.api_fastapi.auth.managers.simple.simple_auth_manager.SimpleAuthManager"
 )

@@ -10,6 +10,8 @@ Commands::
     lakehouse maintain [--topic T] [--retention-hours H] [--no-compact] [--dry-run]
     lakehouse sample [--topic T] [--records N [--value-bytes B]]   (fixed samples, or N random)
     lakehouse schemas [--topic T] [--check]   (registered schema versions; check contracts)
+    lakehouse spark start|stop|status       (the Spark server jobs run on)
+    lakehouse postgres start|stop|status    (Airflow's PostgreSQL metadata database)
     lakehouse airflow ARGS    (Airflow with the lakehouse's environment)
 """
 
@@ -593,6 +595,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="the long-lived Spark server (Spark Connect) that jobs run on: start, stop, status",
     )
     sk.add_argument("action", choices=("start", "stop", "status"), nargs="?", default="status")
+    sg = sub.add_parser(
+        "postgres",
+        help="the lakehouse's PostgreSQL (Airflow's metadata database): start, stop, status",
+    )
+    sg.add_argument("action", choices=("start", "stop", "status"), nargs="?", default="status")
     sa = sub.add_parser("airflow", help="run the airflow CLI with the lakehouse's environment")
     sa.add_argument("args", nargs=argparse.REMAINDER)
     return p
@@ -608,6 +615,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from lakehouse import server
 
             return server.main(settings, args.action)
+        if args.command == "postgres":
+            from lakehouse import postgres
+
+            return postgres.main(settings, args.action)
         if args.command == "spark-archive":
             from lakehouse.spark import build_class_archive, compile_python_zip, python_zips
 

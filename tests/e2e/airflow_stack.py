@@ -1,12 +1,14 @@
 """A running Airflow 3, as `make airflow` runs it but on a free port: the scheduler, the DAG
 processor and the API server (UI, REST API and the workers' execution API) as three processes,
-with the lakehouse's environment (``airflow_environment``: SQLite, generated secrets, the simple
-auth manager with a generated admin password, login required).
+with the lakehouse's environment (``airflow_environment``: generated secrets, the simple auth
+manager with a generated admin password, login required) and its metadata database on
+PostgreSQL (:mod:`lakehouse.postgres`), so the LocalExecutor runs independent tasks side by
+side.
 
-The executor is the LocalExecutor: Airflow 3's task workers reach the metadata database only
-through the API server's execution API, so it runs on SQLite (Airflow 3 has no
-SequentialExecutor). Used by tests/e2e/test_ui_trigger.py and bench/airflow_trigger.py, so it
-depends on neither pytest nor the test fixtures.
+Each stack gets a database of its own in a PostgreSQL cluster: the caller's (the end-to-end
+tests share one per session, see conftest.py), or one started for the stack in a temporary
+folder and removed with it. Used by tests/e2e/test_ui_trigger.py, test_airflow_postgres.py and
+bench/airflow_trigger.py, so it depends on neither pytest nor the test fixtures.
 """
 
 from __future__ import annotations
@@ -14,10 +16,13 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import secrets
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.parse
@@ -29,6 +34,7 @@ from typing import Any
 
 from lakehouse.airflow_env import airflow_environment
 from lakehouse.config import Settings
+from lakehouse.postgres import Cluster
 
 AIRFLOW = Path(sys.executable).parent / "airflow"
 COMPONENTS = ("api-server", "scheduler", "dag-processor")
@@ -84,7 +90,8 @@ def stack_environment(
     base_url = f"http://127.0.0.1:{port}"
     env |= {
         "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
-        # Worker processes the LocalExecutor forks up front; a pipeline runs one task at a time.
+        # Worker processes the LocalExecutor forks up front: the run DAG's topics run side by
+        # side; a pipeline DAG runs one task at a time.
         "AIRFLOW__CORE__PARALLELISM": "4",
         "AIRFLOW__API__BASE_URL": base_url,
         "AIRFLOW__API__HOST": "127.0.0.1",
@@ -253,16 +260,49 @@ def _airflow(env: Mapping[str, str], *args: str, timeout: float = 300) -> None:
 
 
 @contextlib.contextmanager
+def temporary_postgres() -> Iterator[Cluster]:
+    """A PostgreSQL cluster on a free port in a new temporary folder; stopped and removed at
+    the end. The folder is not under pytest's (mode 0700): run as root, the server runs as the
+    user ``postgres``, which must be able to enter it."""
+    folder = Path(tempfile.mkdtemp(prefix="lakehouse-postgres-"))
+    folder.chmod(0o711)
+    cluster = Cluster(folder / "postgres")
+    try:
+        cluster.start(free_port())
+        yield cluster
+    finally:
+        try:
+            cluster.stop()
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+@contextlib.contextmanager
 def running_airflow(
     settings: Settings,
     logs: Path,
     *,
+    postgres: Cluster | None = None,
     extra_env: Mapping[str, str] | None = None,
     start_timeout: float = 300,
 ) -> Iterator[Airflow]:
-    """Migrate the metadata DB, store the DAGs, start the three components and wait until the
-    API server answers and the scheduler and DAG processor report healthy. Logs go to
-    ``logs/<component>.log``."""
+    """Make a new metadata database (in ``postgres``, or in a cluster started for this stack),
+    store the DAGs, start the three components and wait until the API server answers and the
+    scheduler and DAG processor report healthy. Logs go to ``logs/<component>.log``."""
+    with contextlib.ExitStack() as stack:
+        cluster = postgres or stack.enter_context(temporary_postgres())
+        database = f"airflow_{secrets.token_hex(4)}"
+        cluster.create_database(database)
+        extra = {"AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": cluster.url(database)}
+        yield stack.enter_context(
+            _running_airflow(settings, logs, extra | dict(extra_env or {}), start_timeout)
+        )
+
+
+@contextlib.contextmanager
+def _running_airflow(
+    settings: Settings, logs: Path, extra_env: Mapping[str, str], start_timeout: float
+) -> Iterator[Airflow]:
     port = free_port()
     env = stack_environment(settings, port, extra_env)
     settings.airflow_home.mkdir(parents=True, exist_ok=True)

@@ -7,10 +7,12 @@ import socket
 from collections.abc import Iterator
 
 import pytest
+from airflow_stack import temporary_postgres
 from browser import Browser
 
 from lakehouse import server
 from lakehouse.config import Settings
+from lakehouse.postgres import Cluster
 
 # The Airflow connection the layer tasks take their Spark from (lakehouse.orchestration).
 SPARK_CONN_ENV = "AIRFLOW_CONN_LAKEHOUSE_SPARK"
@@ -53,3 +55,11 @@ def spark_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         yield json.dumps(connection)
     finally:
         server.stop(settings)
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[Cluster]:
+    """One PostgreSQL cluster for the session's running Airflows (a database each), on a free
+    port; stopped and removed when the session ends."""
+    with temporary_postgres() as cluster:
+        yield cluster

@@ -2,8 +2,8 @@
 Trigger, ask for a full refresh of one gold table in the Params form, submit; the run succeeds
 and the gold tables move on.
 
-Airflow 3 runs for real (scheduler, DAG processor and API server; LocalExecutor on SQLite; see
-airflow_stack.py) under a temporary lakehouse root, with a small test contract. The scheduler
+Airflow 3 runs for real (scheduler, DAG processor and API server; LocalExecutor on PostgreSQL;
+see airflow_stack.py) under a temporary lakehouse root, with a small test contract. The scheduler
 does not start interval runs here ([scheduler] use_job_schedule off), so the run the test
 triggers is the only one. Headless Chromium drives the UI; screenshots of the filled-in trigger
 form and of the succeeded run go to tests/artifacts/.
@@ -28,6 +28,7 @@ from browser import ARTIFACTS, Browser, screenshot
 from conftest import SPARK_CONN_ENV
 from lakehouse.airflow_env import airflow_secrets
 from lakehouse.config import Settings
+from lakehouse.postgres import Cluster
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
 
@@ -97,7 +98,9 @@ class Lakehouse:
 
 
 @pytest.fixture(scope="module")
-def lakehouse(tmp_path_factory: pytest.TempPathFactory, spark_server: str) -> Iterator[Lakehouse]:
+def lakehouse(
+    tmp_path_factory: pytest.TempPathFactory, postgres: Cluster, spark_server: str
+) -> Iterator[Lakehouse]:
     """A first batch already through the pipeline (``lakehouse run``, no Airflow), a second
     one waiting in landing, and Airflow running, its layer tasks clients of a Spark server."""
     root = tmp_path_factory.mktemp("ui-trigger")
@@ -110,7 +113,9 @@ def lakehouse(tmp_path_factory: pytest.TempPathFactory, spark_server: str) -> It
     before = {t: _version(settings, t) for t in (LATEST, COUNTS)}
     _produce(settings, SECOND, len(FIRST))
     extra = NO_SCHEDULE | {SPARK_CONN_ENV: spark_server}
-    with running_airflow(settings, root / "airflow-logs", extra_env=extra) as airflow:
+    with running_airflow(
+        settings, root / "airflow-logs", postgres=postgres, extra_env=extra
+    ) as airflow:
         airflow.wait_for_dag(DAG_ID)
         yield Lakehouse(settings, airflow, before)
 
@@ -236,7 +241,9 @@ def _failure_report(airflow: Airflow, run_id: str) -> str:
 
 
 # -- the test ----------------------------------------------------------------------------------
-def test_trigger_with_params_from_the_ui(lakehouse: Lakehouse, chrome: Browser) -> None:
+def test_trigger_with_params_from_the_ui(
+    lakehouse: Lakehouse, chrome: Browser, postgres: Cluster
+) -> None:
     airflow, settings = lakehouse.airflow, lakehouse.settings
     driver = chrome.driver
     assert airflow.dag(DAG_ID)["is_paused"], "a new DAG starts paused"
@@ -298,10 +305,15 @@ def test_trigger_with_params_from_the_ui(lakehouse: Lakehouse, chrome: Browser) 
     ]
 
     # No secret of the deployment is in any task log the run wrote (the admin password is
-    # printed once by the API server, at its first start, and nowhere else).
+    # printed once by the API server, at its first start, and nowhere else; the metadata
+    # database's is in the components' environment only).
     task_logs = [
         p.read_text(errors="replace") for p in (settings.airflow_home / "logs").rglob("*.log")
     ]
     assert len(task_logs) >= 9, "a log per task of the run"
-    secrets = {**airflow_secrets(settings.airflow_home), "admin password": airflow.password}
+    secrets = {
+        **airflow_secrets(settings.airflow_home),
+        "admin password": airflow.password,
+        "metadata database password": postgres.password(),
+    }
     assert [name for name, value in secrets.items() if any(value in t for t in task_logs)] == []

@@ -12,7 +12,9 @@ from cryptography.fernet import Fernet
 from lakehouse import server
 from lakehouse.airflow_env import SECRETS_FILE, SPARK_CONN_ENV, airflow_environment, airflow_secrets
 from lakehouse.config import REPO_ROOT, Settings
+from lakehouse.errors import ConfigError
 from lakehouse.orchestration import SPARK_CONN_ID
+from lakehouse.postgres import PostgresError
 
 
 def test_secrets_are_generated_once_private_and_per_lakehouse(tmp_path: Path) -> None:
@@ -80,3 +82,12 @@ def test_no_secret_is_committed() -> None:
     assert tracked, "not a git checkout"
     names = {Path(p).name for p in tracked}
     assert not names & {SECRETS_FILE, "simple_auth_manager_passwords.json.generated", "airflow.cfg"}
+
+
+def test_metadata_database_choice_is_checked(tmp_path: Path) -> None:
+    settings = Settings.from_env(tmp_path / "home", REPO_ROOT / "contracts")
+    with pytest.raises(ConfigError, match="LAKEHOUSE_AIRFLOW_DB must be one of sqlite, postgres"):
+        airflow_environment(settings, base={"LAKEHOUSE_AIRFLOW_DB": "mysql"})
+    # PostgreSQL is used only when its cluster runs: no silent fallback to SQLite.
+    with pytest.raises(PostgresError, match="not running: start it with `lakehouse postgres"):
+        airflow_environment(settings, base={"LAKEHOUSE_AIRFLOW_DB": "postgres"})
