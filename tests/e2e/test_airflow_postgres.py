@@ -21,6 +21,7 @@ import psycopg
 import pytest
 from airflow_stack import AIRFLOW, Airflow, clean_environment, running_airflow
 
+from conftest import SPARK_CONN_ENV
 from lakehouse.config import Settings
 from lakehouse.postgres import Cluster
 
@@ -74,8 +75,11 @@ class Run:
 
 
 @pytest.fixture(scope="module")
-def run(tmp_path_factory: pytest.TempPathFactory, postgres: Cluster) -> Iterator[Run]:
-    """The run DAG triggered once for bronze, on a running Airflow, and finished."""
+def run(
+    tmp_path_factory: pytest.TempPathFactory, postgres: Cluster, spark_server: str
+) -> Iterator[Run]:
+    """The run DAG triggered once for bronze, on a running Airflow whose layer tasks are clients
+    of a Spark server, and finished."""
     root = tmp_path_factory.mktemp("airflow-postgres")
     contracts = root / "contracts"
     contracts.mkdir()
@@ -84,8 +88,9 @@ def run(tmp_path_factory: pytest.TempPathFactory, postgres: Cluster) -> Iterator
     settings = Settings.from_env(home=root / "lakehouse", contracts_dir=contracts)
     for topic in TOPICS:
         _produce(settings, topic)
+    extra = NO_SCHEDULE | {SPARK_CONN_ENV: spark_server}
     with running_airflow(
-        settings, root / "airflow-logs", postgres=postgres, extra_env=NO_SCHEDULE
+        settings, root / "airflow-logs", postgres=postgres, extra_env=extra
     ) as airflow:
         airflow.wait_for_dag(RUN_DAG)
         airflow.set_paused(RUN_DAG, False)
