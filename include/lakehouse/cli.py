@@ -36,6 +36,7 @@ from lakehouse.storage.maintenance import DEFAULT_RETENTION_HOURS
 
 if TYPE_CHECKING:
     import pyarrow as pa
+    from pyspark.sql import SparkSession
 
     from lakehouse.control import RunRequest
 
@@ -385,6 +386,20 @@ def run_requests(
     return {c.topic: RunRequest.from_params(params, c, flags=True) for c in contracts}
 
 
+def _spark(settings: Settings, app_name: str, *, short_lived: bool = False) -> SparkSession:
+    """A session on this lakehouse's Spark server when it runs (`lakehouse spark start`): no JVM
+    to start. Otherwise a Spark of this process's own, started when it is first used (a command
+    with nothing to do starts none); ``short_lived``: see :func:`lakehouse.spark.get_session`."""
+    from lakehouse import server
+    from lakehouse.spark import lazy_session
+
+    status = server.status(settings)
+    if status.running:
+        print(f"on the Spark server at sc://localhost:{status.port}", file=sys.stderr)
+        return server.connect(settings)
+    return lazy_session(settings.spark_master, app_name=app_name, short_lived=short_lived)
+
+
 def run_pipeline(
     settings: Settings,
     catalog: Catalog,
@@ -396,7 +411,6 @@ def run_pipeline(
     keys of a triggered run's Params). Every request is checked before Spark starts."""
     from lakehouse import gx_worker
     from lakehouse.pipeline import run
-    from lakehouse.spark import lazy_session
 
     requests = run_requests(catalog, topic, layer, asked)
     if any(v for v in (asked or {}).values()):
@@ -409,17 +423,8 @@ def run_pipeline(
         for name, request in requests.items()
     )
     gx_worker.keep(validates)  # imports GX on the other core while the layers start
-    # On this lakehouse's Spark server when it runs (`lakehouse spark start`): no JVM to start.
-    # Otherwise a Spark of this process's own, started when the first layer runs (the requests
-    # above are checked without it).
-    from lakehouse import server
-
-    status = server.status(settings)
-    if status.running:
-        print(f"on the Spark server at sc://localhost:{status.port}", file=sys.stderr)
-        spark = server.connect(settings)
-    else:
-        spark = lazy_session(settings.spark_master, app_name="lakehouse-run", short_lived=True)
+    # The requests above are checked before Spark is set up.
+    spark = _spark(settings, "lakehouse-run", short_lived=True)
     try:
         run(
             spark,
@@ -665,13 +670,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             return changes(settings, catalog, args.table, args.from_version, args.format)
         if args.command == "maintain":
             from lakehouse.pipeline import maintain_topics
-            from lakehouse.spark import lazy_session
 
             if args.topic:
                 catalog.topic(args.topic)  # an unknown topic is refused before Spark is set up
             maintain_topics(
-                # Started at the first table to maintain: none, no JVM.
-                lazy_session(settings.spark_master, app_name="lakehouse-maintain"),
+                _spark(settings, "lakehouse-maintain"),
                 settings,
                 catalog,
                 topics=[args.topic] if args.topic else [],

@@ -16,3 +16,22 @@ def added_files(table: Path, version: int | None = None) -> set[str]:
             if "add" in action:
                 names.add(Path(action["add"]["path"]).name)
     return names
+
+
+def operations(table: Path, start: int = 0) -> dict[int, str]:
+    """The operation of each commit from ``start`` on (``WRITE``, ``SET TBLPROPERTIES``, ...)."""
+    found = {}
+    for commit in (table / "_delta_log").glob("*.json"):
+        version = int(commit.name.split(".")[0])
+        if version < start:
+            continue
+        for line in commit.read_text().splitlines():
+            action = json.loads(line)
+            if "commitInfo" in action:
+                found[version] = str(action["commitInfo"]["operation"])
+    return dict(sorted(found.items()))
+
+
+def checkpoints(table: Path) -> list[int]:
+    """The versions the log holds a checkpoint of."""
+    return sorted({int(p.name[:20]) for p in (table / "_delta_log").glob("*.checkpoint.*parquet")})

@@ -16,9 +16,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from delta_log import checkpoints, operations
 
 from lakehouse import server
 from lakehouse.config import REPO_ROOT, Settings
+from lakehouse.storage import delta_spark, read_arrow
+from lakehouse.storage.store import _load
 
 pytestmark = pytest.mark.integration
 
@@ -165,6 +168,105 @@ def test_lakehouse_run_is_a_client_of_the_running_server(served: Settings) -> No
     port = server.status(served).port
     assert f"on the Spark server at sc://localhost:{port}" in done.stderr
     assert "bronze user-locations: batch 1 committed: 100 records" in done.stdout
+
+
+def test_maintain_runs_on_the_server(served: Settings) -> None:
+    """`maintain` as a client of the server (no JVM of its own to call Delta's log on): it
+    compacts, vacuums, checkpoints the table and gives it back its own properties, and the rows
+    and the positions kept in commit metadata stay what they were."""
+    path = served.home / "maintained" / "t"
+    setup = (
+        "from pathlib import Path\n"
+        "from lakehouse import server\n"
+        "from lakehouse.config import Settings\n"
+        "from lakehouse.storage import Txn, delta_spark\n"
+        "spark = server.connect(Settings.from_env())\n"
+        f"path = Path({str(path)!r})\n"
+        "for i in range(4):\n"
+        "    rows = spark.range(i * 3, i * 3 + 3, 1, 1).withColumnRenamed('id', 'n')\n"
+        "    txn = [Txn('left', i), Txn('right', 0)]\n"
+        "    delta_spark.append(rows, path, txn=txn, create=rows.schema)\n"
+    )
+    done = _client(served, setup)
+    assert done.returncode == 0, done.stderr[-3000:]
+    before = _load(path)
+    version, properties = int(before.version()), dict(before.metadata().configuration)
+    files = {p.name for p in path.glob("*.parquet")}
+    rows = sorted(r["n"] for r in read_arrow(path).to_pylist())
+    assert version == 4 and len(files) == 4 and rows == list(range(12))
+
+    done = _client(
+        served,
+        "import dataclasses, json\n"
+        "from pathlib import Path\n"
+        "from lakehouse import server\n"
+        "from lakehouse.config import Settings\n"
+        "from lakehouse.storage.maintenance import maintain\n"
+        "spark = server.connect(Settings.from_env())\n"
+        "print(type(spark).__module__)\n"
+        f"report = maintain(spark, Path({str(path)!r}), retention_hours=0, "
+        "allow_unsafe_retention=True)\n"
+        "print(json.dumps(dataclasses.asdict(report)))\n",
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    module, line = done.stdout.splitlines()[-2:]
+    assert module == "pyspark.sql.connect.session"
+    report = json.loads(line)
+    assert report["version_before"] == version
+    assert report["files_compacted"] == 4 and report["files_written"] == 1
+    # Vacuum deleted the four files compaction replaced, and nothing else.
+    assert {Path(p).name for p in report["vacuumed"]} == files
+    assert not any((path / name).exists() for name in files)
+    assert len(list(path.glob("*.parquet"))) == 1
+    # Maintenance's commits: compaction, vacuum, then one setting Delta's checkpoint interval to
+    # 1 (and its log cleanup on), which Delta checkpointed, and two putting the table's own
+    # properties back (the last is version 10, a multiple of Delta's default interval: Delta
+    # checkpointed it too, its cleanup off again).
+    assert list(operations(path, version + 1).values()) == [
+        "OPTIMIZE",
+        "VACUUM START",
+        "VACUUM END",
+        "SET TBLPROPERTIES",
+        "UNSET TBLPROPERTIES",
+        "SET TBLPROPERTIES",
+    ]
+    assert report["checkpoint"] == version + 4 and report["version_after"] == version + 6
+    assert checkpoints(path) == [version + 4, version + 6]
+    assert report["log_cleanup"] == "done"
+    maintained = _load(path)
+    assert dict(maintained.metadata().configuration) == properties
+    assert sorted(r["n"] for r in read_arrow(path).to_pylist()) == rows
+    # The positions live in an older commit now; they are still found.
+    assert delta_spark.position(path, "left") == 3
+    assert delta_spark.position(path, "right") == 0
+    assert delta_spark.positions_commit(path) == version
+
+
+def test_lakehouse_maintain_is_a_client_of_the_running_server(served: Settings) -> None:
+    env = {k: v for k, v in os.environ.items() if k != server.TOKEN_ENV}
+    cli = [sys.executable, "-m", "lakehouse.cli"]
+    subprocess.run(
+        [*cli, "run", "--topic", "user-locations", "--layer", "bronze"],
+        check=True,
+        env=env,
+        capture_output=True,
+        timeout=600,
+    )
+    done = subprocess.run(
+        [*cli, "maintain", "--topic", "user-locations"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    port = server.status(served).port
+    assert f"on the Spark server at sc://localhost:{port}" in done.stderr
+    bronze = served.bronze_path("user-locations")
+    summary = next(line for line in done.stdout.splitlines() if line.startswith(f"{bronze}:"))
+    checkpoint = int(re.search(r"checkpoint at (\d+);", summary).group(1))
+    assert checkpoint in checkpoints(bronze)
 
 
 def test_a_client_whose_server_is_down_is_told_how_to_start_it(tmp_path: Path) -> None:

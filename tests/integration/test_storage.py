@@ -15,11 +15,12 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from delta_log import added_files
+from delta_log import added_files, checkpoints, operations
 
-from lakehouse.errors import ConcurrentWriteError, TableNotFoundError
+from lakehouse.errors import TableNotFoundError
 from lakehouse.storage import DeltaStore, Txn, changes_arrow, delta_spark, maintenance, read_arrow
 from lakehouse.storage.maintenance import Consumer, maintain
+from lakehouse.storage.store import _load
 
 pytestmark = pytest.mark.integration
 
@@ -255,7 +256,6 @@ def test_two_appends_planned_on_one_snapshot_commit_once(spark: Any, tmp_path: P
     """Two writers of a table that keeps positions in metadata plan the same commit (no lock:
     as on S3 with two drivers): Delta's fence lets the first in and skips the second."""
     from lakehouse.storage.delta_spark import _plan
-    from lakehouse.storage.store import _load
 
     path = tmp_path / "t"
     df = spark.createDataFrame([("a", 1)], "k string, n long")
@@ -418,8 +418,6 @@ def test_maintenance_during_appends_keeps_exact_rows(spark: Any, tmp_path: Path)
         while not stop.is_set():
             try:
                 maintain(spark, path, retention_hours=1)
-            except ConcurrentWriteError:
-                pass  # compaction lost a race with an append: retried on the next round
             except BaseException as exc:
                 failures.append(exc)
                 return
@@ -428,13 +426,24 @@ def test_maintenance_during_appends_keeps_exact_rows(spark: Any, tmp_path: Path)
     worker.start()
     try:
         for i in range(1, 9):
-            delta_spark.append(_ints(spark, i * 10, 10), path)
+            # Appends hold the commit lock, as every writer does: a commit of maintenance's
+            # (one changing table properties) fails a write committed beside it.
+            with delta_spark.table_lock(path):
+                delta_spark.append(_ints(spark, i * 10, 10), path)
     finally:
         stop.set()
         worker.join()
     assert failures == []
+    properties = dict(_load(path).metadata().configuration)
     report = maintain(spark, path, retention_hours=1)
-    assert report.checkpoint == store.version(path)
+    # The checkpoint is of maintenance's commit setting Delta's checkpoint interval to 1; the
+    # commits after it only put the table's own properties back.
+    assert report.checkpoint in checkpoints(path)
+    assert operations(path, report.checkpoint)[report.checkpoint] == "SET TBLPROPERTIES"
+    later = operations(path, report.checkpoint + 1)
+    assert set(later) == set(range(report.checkpoint + 1, store.version(path) + 1))
+    assert set(later.values()) <= {"SET TBLPROPERTIES", "UNSET TBLPROPERTIES"}
+    assert dict(_load(path).metadata().configuration) == properties
     rows = sorted(r.n for r in store.read(path).collect())
     assert rows == list(range(90))
 
@@ -477,39 +486,49 @@ def test_vacuum_keeps_what_consumers_still_need(spark: Any, tmp_path: Path) -> N
 
 
 def _age_log(path: Path, days: float) -> None:
-    """Make every commit of the table look ``days`` old to Delta's log cleanup (it goes by the
-    log files' modification times)."""
+    """Make every commit and checkpoint of the table look ``days`` old to Delta's log cleanup (it
+    goes by the log files' modification times)."""
     then = time.time() - days * 86400
-    for commit in (path / "_delta_log").glob("*.json"):
-        os.utime(commit, (then, then))
+    for entry in (path / "_delta_log").iterdir():
+        if entry.name[:20].isdigit():
+            os.utime(entry, (then, then))
 
 
 def test_log_cleanup_waits_while_a_needed_commit_has_expired(spark: Any, tmp_path: Path) -> None:
-    """Log cleanup deletes commits older than the log retention (30 days) that a checkpoint
-    covers. A table keeping its positions in commit metadata whose last such commit is that old
-    (a compaction came after it) keeps its log until a new batch commits its positions again. A
-    consumer that old raises the table's retentions past its position."""
+    """Log cleanup deletes commits older than the log retention (30 days) that an expired
+    checkpoint covers. A table keeping its positions in commit metadata whose last such commit is
+    that old (a compaction came after it) keeps its log until a new batch commits its positions
+    again. A consumer that old raises the table's retentions past its position."""
     path = tmp_path / "t"
     for i in range(3):  # three small files for compaction
         _write(_ints(spark, i, 1), path, txn=[Txn("left", i), Txn("right", 0)])
     _age_log(path, 40)
     report = maintain(spark, path, retention_hours=1)
-    assert report.files_compacted == 3 and report.checkpoint == 4
+    # Compaction's commit is 4; the checkpoint is of the commit after it (maintenance's own).
+    assert report.files_compacted == 3 and report.checkpoint == 5
     assert report.log_cleanup == (
         "postponed: version 3 is still needed and older than the log retention"
     )
+    # Now the checkpoint has expired too: cleanup could delete the commits before it, and
+    # Delta does not, as its log cleanup is off in the commit it checkpoints.
+    _age_log(path, 40)
+    report = maintain(spark, path, retention_hours=1, compact=False)
+    assert report.checkpoint == 7 and report.log_cleanup.startswith("postponed: version 3 ")
     assert (path / "_delta_log" / f"{0:020d}.json").exists()
     assert DeltaStore(spark).transaction_version(path, "left") == 2
     _write(_ints(spark, 9, 1), path, txn=[Txn("left", 3), Txn("right", 0)])
+    written = DeltaStore(spark).version(path)
     report = maintain(spark, path, retention_hours=1, compact=False)
     assert report.log_cleanup == "done"
+    # The commits before the expired checkpoint (5) are gone; the table reads the same.
+    assert min(operations(path)) >= 5
     assert DeltaStore(spark).transaction_version(path, "left") == 3
     assert sorted(r.n for r in DeltaStore(spark).read(path).collect()) == [0, 1, 2, 9]
 
     # A consumer whose position commit is that old: its commits stay, and so do the files its
     # versions removed (VACUUM's window, and the tombstones' retention, reach past it).
     sink = tmp_path / "sink"
-    behind = DeltaStore(spark).version(path) - 1
+    behind = written - 1  # compaction will remove the file written after it
     _write(spark.createDataFrame([(1,)], "x long"), sink, txn=Txn("t", behind))
     _age_log(path, 40)
     report = maintain(spark, path, [Consumer("sink", sink, "t")], retention_hours=1)

@@ -11,24 +11,26 @@ versions after ``p``: the files those versions removed, and their commits.
   consumer's position commit, rounded up: every file removed after that commit stays.
 * Log cleanup (Delta's own, which the platform's tables turn off at checkpoints, see
   :data:`~lakehouse.storage.delta_spark.TABLE_PROPERTIES`) deletes commits older than the table's
-  ``delta.logRetentionDuration`` that a checkpoint covers. It runs only while every commit a
-  consumer still reads, and the commit holding the table's own positions, are younger than
-  that retention.
+  ``delta.logRetentionDuration`` that a checkpoint covers. Maintenance turns it on for its own
+  checkpoint only while every commit a consumer still reads, and the commit holding the table's
+  own positions, are younger than that retention.
 
-Every step runs under the table's commit lock: OPTIMIZE and VACUUM commit, and one driver
-commits to a table at a time.
+Every step is SQL, so a Spark Connect session runs it as a classic one does (see
+:func:`_checkpoint` for the checkpoint), and runs under the table's commit lock: OPTIMIZE,
+VACUUM and the checkpoint commit, and one driver commits to a table at a time.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from lakehouse.errors import ConfigError
+from lakehouse.errors import ConfigError, LakehouseError
 from lakehouse.storage.delta_spark import position, positions_commit, session_settings, table_lock
 
 if TYPE_CHECKING:
@@ -40,6 +42,10 @@ DEFAULT_RETENTION_HOURS = 168  # Delta's default deletedFileRetentionDuration: 7
 MIN_SAFE_RETENTION_HOURS = 1
 # Delta's default delta.logRetentionDuration.
 DEFAULT_LOG_RETENTION = "interval 30 days"
+# The table properties by which Delta checkpoints a commit and cleans the log after it (see
+# :func:`_checkpoint`).
+CHECKPOINT_INTERVAL = "delta.checkpointInterval"
+LOG_CLEANUP = "delta.enableExpiredLogCleanup"
 _UNIT_SECONDS = {
     "microsecond": 1e-6,
     "millisecond": 1e-3,
@@ -149,12 +155,28 @@ def _commit_time(path: Path, version: int) -> float:
 
 def _retain_hours(path: Path, retention_hours: float, oldest: int | None, latest: int) -> int:
     """VACUUM's retention in whole hours: ``retention_hours``, or longer, reaching an hour past
-    the commit of the oldest consumer's position (every file removed after it stays)."""
+    the commit of the oldest consumer's position when a later commit removed files (every file
+    removed after it stays)."""
     hours = math.ceil(retention_hours)
-    if oldest is not None and oldest < latest:
+    if oldest is not None and _removes_files(path, oldest + 1, latest):
         since = time.time() - _commit_time(path, oldest)
         hours = max(hours, math.ceil(since / 3600) + 1)
     return hours
+
+
+def _removes_files(path: Path, start: int, end: int) -> bool:
+    """Whether a commit from ``start`` to ``end`` removed a data file (one whose commit file is
+    gone counts as one that did). Maintenance's own metadata commits (its checkpoint's, vacuum's)
+    remove none: a consumer up to date but for them needs no file kept."""
+    log = path / "_delta_log"
+    for version in range(start, end + 1):
+        try:
+            lines = (log / f"{version:020d}.json").read_text().splitlines()
+        except FileNotFoundError:
+            return True
+        if any("remove" in json.loads(line) for line in lines if line.strip()):
+            return True
+    return False
 
 
 def _vacuum(spark: SparkSession, path: Path, hours: int, dry_run: bool) -> list[str]:
@@ -196,33 +218,70 @@ def _vacuum(spark: SparkSession, path: Path, hours: int, dry_run: bool) -> list[
 
 
 def _checkpoint(spark: SparkSession, path: Path, oldest: int | None) -> tuple[int, str]:
-    """Write a checkpoint of the newest version; then clean the log, unless a commit that
-    cleanup could delete is still needed (by a consumer, or as the one holding the table's
-    positions). Returns the checkpoint's version and what happened to the log."""
-    jvm: Any = spark._jvm
-    log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, str(path))
-    snapshot = log.update(
-        False, getattr(log, "update$default$2")(), getattr(log, "update$default$3")()
-    )
-    log.checkpoint(snapshot, getattr(log, "checkpoint$default$2")())
-    version = int(snapshot.version())
-    keep = [v for v in (oldest, positions_commit(path)) if v is not None and v <= version]
-    if keep:
-        first = min(keep)
-        retention = _interval_seconds(path, "delta.logRetentionDuration", DEFAULT_LOG_RETENTION)
-        cutoff = time.time() - retention
-        if _commit_time(path, first) < cutoff:
-            return (
-                version,
-                f"postponed: version {first} is still needed and older than the log retention",
+    """Write a checkpoint of the table; clean its log then, unless a commit that cleanup could
+    delete is still needed (by a consumer, or as the one holding the table's positions) and
+    older than the log retention. Returns the checkpoint's version and what happened to the log.
+
+    delta-spark has no command for a checkpoint, and Spark Connect no JVM to call ``DeltaLog``
+    on, so Delta is led to write one itself: after a commit whose version is a multiple of the
+    ``delta.checkpointInterval`` in its metadata, Delta checkpoints that version, then cleans the
+    log if ``delta.enableExpiredLogCleanup`` holds in the table's newest metadata (Delta 4.4's
+    ``CheckpointHook`` and ``MetadataCleanup.doLogCleanup``). So one ``ALTER TABLE`` commit sets
+    the interval to 1 and the cleanup switch as decided above, and is checkpointed; one or two
+    more put the table's own values back (the checkpoint is the version before them). They run
+    under the table's commit lock the caller holds, so no other commit comes between."""
+    from lakehouse.storage.store import _load
+
+    own = dict(_load(path).metadata().configuration)
+    held = _held_back(path, oldest)
+    wanted = {CHECKPOINT_INTERVAL: "1", LOG_CLEANUP: "false" if held is not None else "true"}
+    table = f"delta.`{path}`"
+    spark.sql(f"ALTER TABLE {table} SET TBLPROPERTIES ({_pairs(wanted)})")
+    changed = [k for k, v in wanted.items() if own.get(k) != v]
+    try:
+        version = _version(path)  # the commit Delta checkpointed
+        if not _checkpointed(path, version):
+            raise LakehouseError(
+                f"{path}: Delta wrote no checkpoint at version {version} (see the Spark log)"
             )
-    log.cleanUpExpiredLogs(
-        snapshot,
-        getattr(log, "cleanUpExpiredLogs$default$2")(),
-        getattr(log, "cleanUpExpiredLogs$default$3")(),
-        getattr(log, "cleanUpExpiredLogs$default$4")(),
-    )
+    finally:
+        # Back to the table's own values: unset what it did not set, then the rest, the
+        # interval first (a commit under interval 1 would be checkpointed too).
+        unset = [k for k in changed if k not in own]
+        if unset:
+            keys = ", ".join(f"'{k}'" for k in unset)
+            spark.sql(f"ALTER TABLE {table} UNSET TBLPROPERTIES ({keys})")
+        reset = {k: own[k] for k in changed if k in own}
+        if reset:
+            spark.sql(f"ALTER TABLE {table} SET TBLPROPERTIES ({_pairs(reset)})")
+    if held is not None:
+        return (
+            version,
+            f"postponed: version {held} is still needed and older than the log retention",
+        )
     return version, "done"
+
+
+def _held_back(path: Path, oldest: int | None) -> int | None:
+    """The oldest commit that log cleanup must not delete (the oldest consumer's position, or
+    the commit holding the table's positions) when it is older than the table's log retention,
+    and cleanup would delete it; None when cleanup may run."""
+    keep = [v for v in (oldest, positions_commit(path)) if v is not None]
+    if not keep:
+        return None
+    first = min(keep)
+    retention = _interval_seconds(path, "delta.logRetentionDuration", DEFAULT_LOG_RETENTION)
+    return first if _commit_time(path, first) < time.time() - retention else None
+
+
+def _checkpointed(path: Path, version: int) -> bool:
+    """Whether the log holds a checkpoint of ``version`` (one file, or every part of one)."""
+    prefix = f"{version:020d}.checkpoint."
+    return any(p.name.startswith(prefix) for p in (path / "_delta_log").iterdir())
+
+
+def _pairs(properties: Mapping[str, str]) -> str:
+    return ", ".join(f"'{k}' = '{v}'" for k, v in properties.items())
 
 
 def _interval_seconds(path: Path, key: str, default: str) -> float:
