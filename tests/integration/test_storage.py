@@ -448,6 +448,29 @@ def test_maintenance_during_appends_keeps_exact_rows(spark: Any, tmp_path: Path)
     assert rows == list(range(90))
 
 
+def test_maintenance_killed_mid_checkpoint_is_undone_by_the_next_run(
+    spark: Any, tmp_path: Path
+) -> None:
+    """A maintain run killed after its checkpoint commit (interval 1, log cleanup on) and before
+    it put the table's values back: the commit recorded them, and the next run restores them
+    before it decides anything, so Delta's cleanup is not left on for ordinary commits."""
+    path = tmp_path / "t"
+    _write(_ints(spark, 0, 10), path)
+    own = dict(_load(path).metadata().configuration)
+    assert own[maintenance.LOG_CLEANUP] == "false"
+    assert maintenance.CHECKPOINT_INTERVAL not in own
+    # What the first ALTER of a run that decided to clean commits, and nothing after it.
+    saved = '{"delta.checkpointInterval": null, "delta.enableExpiredLogCleanup": "false"}'
+    spark.sql(
+        f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES ('delta.checkpointInterval' = '1', "
+        f"'delta.enableExpiredLogCleanup' = 'true', '{maintenance.RESTORE}' = '{saved}')"
+    )
+    report = maintain(spark, path, retention_hours=1)
+    assert report.checkpoint in checkpoints(path)
+    assert dict(_load(path).metadata().configuration) == own
+    assert sorted(r.n for r in DeltaStore(spark).read(path).collect()) == list(range(10))
+
+
 def test_vacuum_keeps_what_consumers_still_need(spark: Any, tmp_path: Path) -> None:
     store = DeltaStore(spark)
     source = tmp_path / "source"

@@ -46,6 +46,8 @@ DEFAULT_LOG_RETENTION = "interval 30 days"
 # :func:`_checkpoint`).
 CHECKPOINT_INTERVAL = "delta.checkpointInterval"
 LOG_CLEANUP = "delta.enableExpiredLogCleanup"
+# While a checkpoint has changed the two above: the table's own values (JSON, null for unset).
+RESTORE = "lakehouse.maintenance.restore"
 _UNIT_SECONDS = {
     "microsecond": 1e-6,
     "millisecond": 1e-3,
@@ -227,17 +229,28 @@ def _checkpoint(spark: SparkSession, path: Path, oldest: int | None) -> tuple[in
     ``delta.checkpointInterval`` in its metadata, Delta checkpoints that version, then cleans the
     log if ``delta.enableExpiredLogCleanup`` holds in the table's newest metadata (Delta 4.4's
     ``CheckpointHook`` and ``MetadataCleanup.doLogCleanup``). So one ``ALTER TABLE`` commit sets
-    the interval to 1 and the cleanup switch as decided above, and is checkpointed; one or two
-    more put the table's own values back (the checkpoint is the version before them). They run
-    under the table's commit lock the caller holds, so no other commit comes between."""
+    the interval to 1 and the cleanup switch as decided above, and records the table's own values
+    (:data:`RESTORE`); it is checkpointed. One or two more put the table's own values back (a
+    first one that sets a value the table had is checkpointed too, with cleanup as the table
+    has it), and drop the record last: a run killed before that leaves the record, and the next
+    run restores from it first. They run under the table's commit lock the caller holds, so no
+    other commit comes between."""
     from lakehouse.storage.store import _load
 
+    table = f"delta.`{path}`"
     own = dict(_load(path).metadata().configuration)
+    if RESTORE in own:  # a maintain run died before it put the table's values back
+        _restore(spark, table, json.loads(own[RESTORE]))
+        own = dict(_load(path).metadata().configuration)
     held = _held_back(path, oldest)
     wanted = {CHECKPOINT_INTERVAL: "1", LOG_CLEANUP: "false" if held is not None else "true"}
-    table = f"delta.`{path}`"
-    spark.sql(f"ALTER TABLE {table} SET TBLPROPERTIES ({_pairs(wanted)})")
     changed = [k for k, v in wanted.items() if own.get(k) != v]
+    # The table's own values ride in the same commit, so a run killed before it put them back
+    # leaves them for the next run to restore (above).
+    saved = {k: own.get(k) for k in changed}
+    spark.sql(
+        f"ALTER TABLE {table} SET TBLPROPERTIES ({_pairs({**wanted, RESTORE: json.dumps(saved)})})"
+    )
     try:
         version = _version(path)  # the commit Delta checkpointed
         if not _checkpointed(path, version):
@@ -245,21 +258,25 @@ def _checkpoint(spark: SparkSession, path: Path, oldest: int | None) -> tuple[in
                 f"{path}: Delta wrote no checkpoint at version {version} (see the Spark log)"
             )
     finally:
-        # Back to the table's own values: unset what it did not set, then the rest, the
-        # interval first (a commit under interval 1 would be checkpointed too).
-        unset = [k for k in changed if k not in own]
-        if unset:
-            keys = ", ".join(f"'{k}'" for k in unset)
-            spark.sql(f"ALTER TABLE {table} UNSET TBLPROPERTIES ({keys})")
-        reset = {k: own[k] for k in changed if k in own}
-        if reset:
-            spark.sql(f"ALTER TABLE {table} SET TBLPROPERTIES ({_pairs(reset)})")
+        _restore(spark, table, saved)
     if held is not None:
         return (
             version,
             f"postponed: version {held} is still needed and older than the log retention",
         )
     return version, "done"
+
+
+def _restore(spark: SparkSession, table: str, saved: Mapping[str, str | None]) -> None:
+    """Put back the table's own values of the properties a checkpoint changed (``None``: the
+    table had none), and drop the record of them last: the values the table had are set first,
+    then the ones it did not have are unset with the record, so a run killed in between leaves
+    the record for the next one."""
+    reset = {k: v for k, v in saved.items() if v is not None}
+    if reset:
+        spark.sql(f"ALTER TABLE {table} SET TBLPROPERTIES ({_pairs(reset)})")
+    keys = ", ".join(f"'{k}'" for k in [*(k for k, v in saved.items() if v is None), RESTORE])
+    spark.sql(f"ALTER TABLE {table} UNSET TBLPROPERTIES ({keys})")
 
 
 def _held_back(path: Path, oldest: int | None) -> int | None:
