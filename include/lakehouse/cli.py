@@ -392,7 +392,6 @@ def run_pipeline(
 ) -> int:
     """One micro-batch of the given layers and topics, plus what the flags ask (``asked``: the
     keys of a triggered run's Params). Every request is checked before Spark starts."""
-    from lakehouse import gx_worker
     from lakehouse.pipeline import run
     from lakehouse.spark import lazy_session
 
@@ -402,11 +401,6 @@ def run_pipeline(
             for line in request.describe(catalog.topic(name)):
                 print(line)
     layers: tuple[Layer, ...] = (layer,) if layer else LAYERS
-    validates = any(
-        not request.dry_run and any(catalog.topic(name).expectations_of(x) for x in layers)
-        for name, request in requests.items()
-    )
-    gx_worker.keep(validates)  # imports GX on the other core while the layers start
     # On this lakehouse's Spark server when it runs (`lakehouse spark start`): no JVM to start.
     # Otherwise a Spark of this process's own, started when the first layer runs (the requests
     # above are checked without it).
@@ -418,17 +412,7 @@ def run_pipeline(
         spark = server.connect(settings)
     else:
         spark = lazy_session(settings.spark_master, app_name="lakehouse-run", short_lived=True)
-    try:
-        run(
-            spark,
-            settings,
-            catalog,
-            topics=[topic] if topic else [],
-            layers=layers,
-            requests=requests,
-        )
-    finally:
-        gx_worker.stop()
+    run(spark, settings, catalog, topics=[topic] if topic else [], layers=layers, requests=requests)
     return 0
 
 
