@@ -107,9 +107,9 @@ def answers(path: Path) -> bool:
         return False
 
 
-def spawn(settings: Settings, *, process_group: int) -> subprocess.Popen[bytes]:
-    """Start the service for ``settings``' lakehouse in ``process_group`` (the Spark server's:
-    whatever ends the server's group ends the service too); its output goes to
+def spawn(settings: Settings) -> subprocess.Popen[bytes]:
+    """Start the service for ``settings``' lakehouse, in a process group of its own (its pid:
+    ending the group ends the children it forked too); its output goes to
     ``<home>/spark/gx.log``."""
     path = address(settings)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -119,7 +119,7 @@ def spawn(settings: Settings, *, process_group: int) -> subprocess.Popen[bytes]:
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
-            process_group=process_group,
+            start_new_session=True,
             cwd=path.parent,
         )
 

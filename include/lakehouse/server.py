@@ -19,7 +19,7 @@ serves on the server (``MERGE INTO``, ``readChangeFeed``, ``txnAppId`` ...).
 * Its pid, its settings and its log live under ``<home>/spark/``; ``status`` reads them and
   checks that the process is alive and the port answers.
 * Great Expectations' validation service (:mod:`lakehouse.gx_service`) starts and stops with
-  it, in its process group: clients validate their pandas-sized batches there, so no client
+  it: clients validate their pandas-sized batches there, so no client
   imports GX.
 * ``LAKEHOUSE_SPARK_MASTER`` chooses local mode (``local[2]``, the default) or a standalone
   cluster (``spark://host:7077``); ``LAKEHOUSE_SPARK_PORT`` the port (default 15002).
@@ -257,11 +257,11 @@ def start(settings: Settings, *, timeout: float = START_TIMEOUT_S) -> Status:
             start_new_session=True,  # its own process group: stop() ends it whole
             cwd=folder,
         )
-    # Great Expectations' validation service (lakehouse.gx_service), in the server's process
-    # group: it imports GX while the JVM starts, and stop() ends it with the server.
+    # Great Expectations' validation service (lakehouse.gx_service): it imports GX while the
+    # JVM starts, and stop() ends it with the server.
     from lakehouse import gx_service
 
-    service = gx_service.spawn(settings, process_group=proc.pid)
+    service = gx_service.spawn(settings)
     record = {
         "pid": proc.pid,
         "validation_pid": service.pid,
@@ -275,6 +275,8 @@ def start(settings: Settings, *, timeout: float = START_TIMEOUT_S) -> Status:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(service.pid, signal.SIGTERM)
             raise ServerError(
                 f"the Spark server exited with code {proc.returncode} while starting; its log "
                 f"({log_path}) ends with:\n{_tail(log_path)}"
@@ -334,7 +336,10 @@ def stop(settings: Settings, *, timeout: float = 30.0) -> bool:
     if isinstance(service, int) and _alive(service):
         family += [service, *_descendants(service)]
     with contextlib.suppress(ProcessLookupError):
-        os.killpg(pid, signal.SIGTERM)  # the server's group: the service is in it too
+        os.killpg(pid, signal.SIGTERM)
+    if isinstance(service, int):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(service, signal.SIGTERM)  # the service and the children it forked
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and _alive(pid):
         time.sleep(0.2)

@@ -77,7 +77,7 @@ def _stable(document: Any) -> Any:
 @pytest.fixture
 def service(settings: Settings) -> Iterator[subprocess.Popen[bytes]]:
     """The validation service of this test's lakehouse, in a process group of its own."""
-    proc = gx_service.spawn(settings, process_group=0)
+    proc = gx_service.spawn(settings)
     path = gx_service.address(settings)
     deadline = time.monotonic() + 180
     while not gx_service.answers(path):
