@@ -190,13 +190,18 @@ def _trim_imports() -> None:
 
 
 def _answer(conn: socket.socket) -> None:
-    """Validate one request (in a forked child) and send the verdict, or the error."""
+    """Validate one request (in a forked child) and send the verdict, or the error; nothing
+    for a connection closed before its request."""
     import pyarrow as pa
 
     from lakehouse.quality import run_suite
 
     try:
-        (size,) = _HEADER.unpack(_read_exactly(conn, _HEADER.size))
+        first = _read_exactly(conn, _HEADER.size)
+    except EOFError:
+        return  # a connection that only checked the service is up (:func:`answers`)
+    try:
+        (size,) = _HEADER.unpack(first)
         header = json.loads(_read_exactly(conn, size))
         batch = pa.ipc.open_stream(_receive(conn)).read_all()
         expectations = [_expectation(e) for e in header["expectations"]]

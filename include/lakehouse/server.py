@@ -261,7 +261,12 @@ def start(settings: Settings, *, timeout: float = START_TIMEOUT_S) -> Status:
     # JVM starts, and stop() ends it with the server.
     from lakehouse import gx_service
 
-    service = gx_service.spawn(settings)
+    try:
+        service = gx_service.spawn(settings)
+    except BaseException:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)  # no server without its service
+        raise
     record = {
         "pid": proc.pid,
         "validation_pid": service.pid,
