@@ -34,14 +34,6 @@ def _prefer_installed_pyspark() -> None:
 
 _prefer_installed_pyspark()
 
-from lakehouse import gx_worker
-from lakehouse.launch import quiet_exit
-
-if __name__ == "__main__":
-    # Before this job imports the rest and reads its contract (about 0.3 s): GX's import is what
-    # a micro-batch waits for. ``main`` stops the worker if the layer has nothing to validate.
-    gx_worker.start_early(sys.argv[1:])
-
 from lakehouse.config import LAYERS, Settings
 from lakehouse.contracts import Catalog
 from lakehouse.control import LayerRequest, parse_offsets
@@ -52,6 +44,7 @@ from lakehouse.errors import (
     LakehouseError,
     QualityGateError,
 )
+from lakehouse.launch import quiet_exit
 
 
 def parse(argv: list[str] | None = None) -> tuple[argparse.Namespace, LayerRequest]:
@@ -90,13 +83,8 @@ def main(argv: list[str] | None = None) -> int:
         catalog = Catalog.load(settings.contracts_dir)
         contract = catalog.topic(args.topic)
         request.check(contract)
-        # Importing Great Expectations takes seconds of pure Python: a child process does it on
-        # another core while this one imports the rest and reads the batch (stopped if it was
-        # started early for nothing).
-        gx_worker.keep(bool(contract.expectations_of(args.layer)) and not request.dry_run)
     except LakehouseError as exc:  # bad configuration fails before Spark starts
         print(f"error: {exc}", file=sys.stderr)
-        gx_worker.stop()
         return CONFIG_ERROR_EXIT
     from lakehouse.pipeline import run_layer
     from lakehouse.quality import RunInfo
@@ -118,7 +106,6 @@ def main(argv: list[str] | None = None) -> int:
         return CONFIG_ERROR_EXIT
     finally:
         spark.stop()
-        gx_worker.stop()
     return 0
 
 

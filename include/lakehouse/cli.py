@@ -409,7 +409,6 @@ def run_pipeline(
 ) -> int:
     """One micro-batch of the given layers and topics, plus what the flags ask (``asked``: the
     keys of a triggered run's Params). Every request is checked before Spark starts."""
-    from lakehouse import gx_worker
     from lakehouse.pipeline import run
 
     requests = run_requests(catalog, topic, layer, asked)
@@ -418,24 +417,9 @@ def run_pipeline(
             for line in request.describe(catalog.topic(name)):
                 print(line)
     layers: tuple[Layer, ...] = (layer,) if layer else LAYERS
-    validates = any(
-        not request.dry_run and any(catalog.topic(name).expectations_of(x) for x in layers)
-        for name, request in requests.items()
-    )
-    gx_worker.keep(validates)  # imports GX on the other core while the layers start
     # The requests above are checked before Spark is set up.
     spark = _spark(settings, "lakehouse-run", short_lived=True)
-    try:
-        run(
-            spark,
-            settings,
-            catalog,
-            topics=[topic] if topic else [],
-            layers=layers,
-            requests=requests,
-        )
-    finally:
-        gx_worker.stop()
+    run(spark, settings, catalog, topics=[topic] if topic else [], layers=layers, requests=requests)
     return 0
 
 

@@ -1,16 +1,5 @@
-"""The ``lakehouse`` command's entry point: what has to happen before the command line module and
-its imports load, and how a command leaves.
-
-* ``lakehouse run`` starts the Great Expectations worker (:mod:`lakehouse.gx_worker`) before
-  anything else. Timed on a cold 10K-record micro-batch, the job waited about two seconds at
-  bronze's gate for the worker's GX import, and the worker started only after ``lakehouse.cli``
-  and its imports had loaded (about half a second). Here it starts before them. The command still
-  decides: ``run_pipeline`` stops the worker when no chosen layer validates. A dry run, ``--help``
-  or another command never starts it here.
-* Every command skips the interpreter's last garbage collections (:func:`quiet_exit`).
-
-Only the standard library and :mod:`lakehouse.gx_worker` (which imports nothing heavy) load
-before the command line.
+"""The ``lakehouse`` command's entry point: every command skips the interpreter's last garbage
+collections (:func:`quiet_exit`). Only the standard library loads before the command line.
 """
 
 from __future__ import annotations
@@ -35,14 +24,6 @@ def command_of(argv: Sequence[str]) -> str | None:
     return None
 
 
-def start_validation_early(argv: Sequence[str]) -> None:
-    """Start the GX worker if ``argv`` is a ``lakehouse run`` (:func:`gx_worker.start_early`)."""
-    if command_of(argv) == "run":
-        from lakehouse import gx_worker
-
-        gx_worker.start_early(argv)
-
-
 def quiet_exit() -> None:
     """Leave the last garbage collections out of this process's exit.
 
@@ -50,7 +31,7 @@ def quiet_exit() -> None:
     micro-batch that loaded pyarrow, pandas, polars and deltalake that took 0.25-0.3 s (measured
     on ``lakehouse run``), every time. Frozen objects are not collected; reference counting
     still frees what it frees, and the ``atexit`` handlers and ``weakref.finalize`` callbacks
-    still run (the GX worker is stopped, Spark's session ends). Only reference cycles are left
+    still run (Spark's session ends). Only reference cycles are left
     for the operating system to reclaim with the rest of the process. Call it last.
     """
     gc.disable()
@@ -59,7 +40,6 @@ def quiet_exit() -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
-    start_validation_early(args)
     from lakehouse.cli import main as command
 
     code = command(args)

@@ -19,8 +19,10 @@ Delta table) and its full GX result to ``quality/validations`` for Data Docs.
 Batches up to ``LAKEHOUSE_GX_PANDAS_MAX_ROWS`` rows (default 2,000,000) are validated by GX's
 pandas engine on an Arrow copy of the columns the expectations read; bigger ones by GX's Spark
 engine where they are. On a million rows the pandas engine took 0.4-0.5 s where the Spark engine
-took 1.7-2.0 s, and a few narrow columns of two million rows fit in the driver. GX is imported
-only when a gate runs, never when DAGs are parsed.
+took 1.7-2.0 s, and a few narrow columns of two million rows fit in the driver. Where the
+lakehouse's Spark server runs, the pandas engine runs in its validation service
+(:mod:`lakehouse.gx_service`), which imported GX once: a job then never imports GX for a
+pandas-sized batch. GX is imported only when a gate runs, never when DAGs are parsed.
 """
 
 from __future__ import annotations
@@ -395,14 +397,14 @@ def run_suite(
     expectations: Sequence[Expectation],
     batch: DataFrame | pa.Table,
     rows: int,
-    in_process: bool = False,
+    *,
+    service: Path | None = None,
 ) -> tuple[list[Outcome], str, dict[str, Any]]:
     """Run the expectations on a batch with GX; return the outcomes, the engine used and the
-    GX result as JSON. A batch for the pandas engine goes to this process's validation worker
-    (:mod:`lakehouse.gx_worker`) if one was started, unless ``in_process``."""
+    GX result as JSON. A batch for the pandas engine goes to the validation service listening
+    at ``service`` (:mod:`lakehouse.gx_service`), if given and it answers: then this process
+    does not import GX."""
     import pyarrow as pa
-
-    from lakehouse import gx_worker
 
     # GX reads only the columns the expectations name (any one keeps the row count).
     names = batch.column_names if isinstance(batch, pa.Table) else batch.columns
@@ -410,11 +412,12 @@ def run_suite(
     if isinstance(batch, pa.Table) or rows <= pandas_max_rows():
         engine = "pandas"
         table = batch.select(used) if isinstance(batch, pa.Table) else batch.select(*used).toArrow()
-        worker = None if in_process else gx_worker.current()
-        if worker is not None:
+        if service is not None:
+            from lakehouse import gx_service
+
             try:
-                return worker.validate(name, expectations, table)
-            except gx_worker.WorkerUnavailable as exc:
+                return gx_service.validate(service, name, expectations, table)
+            except gx_service.ServiceUnavailable as exc:
                 print(f"quality: {exc}; validating in this process", file=sys.stderr, flush=True)
         data: Any = pandas_frame(table)
     else:
@@ -803,11 +806,14 @@ class Gate:
         engine, result = "none", None
         batch_level = [e for e in exps if not (self.layer == "gold" and e.expect in TABLE_LEVEL)]
         table_level = [e for e in exps if e not in batch_level]
+        service = self.validation_service()
         if batch_level:
-            outcomes, engine, result = run_suite(name, batch_level, batch, rows)
+            outcomes, engine, result = run_suite(name, batch_level, batch, rows, service=service)
         if table_level:
             assert whole is not None, "table-level expectations need the would-be table"
-            more, engine2, result2 = run_suite(name, table_level, whole, _rows(whole))
+            more, engine2, result2 = run_suite(
+                name, table_level, whole, _rows(whole), service=service
+            )
             outcomes += more
             engine = engine2 if engine == "none" else engine
             result = _merge_results(result, result2)
@@ -823,6 +829,14 @@ class Gate:
             self.record(verdict, table_version=None, published=False)
             raise QualityGateError(self.layer, self.table, [o.describe() for o in verdict.failed])
         return verdict
+
+    def validation_service(self) -> Path | None:
+        """The lakehouse's validation service, if its socket is there (it runs with the Spark
+        server, :mod:`lakehouse.gx_service`): pandas-sized batches are validated there."""
+        from lakehouse import gx_service
+
+        path = gx_service.address(self.settings)
+        return path if path.exists() else None
 
     def quarantine_reason(self, names: Sequence[str]) -> Column:
         """The first of the named quarantine expectations a row fails, or null."""

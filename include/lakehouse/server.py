@@ -18,6 +18,9 @@ serves on the server (``MERGE INTO``, ``readChangeFeed``, ``txnAppId`` ...).
   other it insists on TLS), so clients connect to ``sc://localhost:<port>``.
 * Its pid, its settings and its log live under ``<home>/spark/``; ``status`` reads them and
   checks that the process is alive and the port answers.
+* Great Expectations' validation service (:mod:`lakehouse.gx_service`) starts and stops with
+  it: clients validate their pandas-sized batches there, so no client
+  imports GX.
 * ``LAKEHOUSE_SPARK_MASTER`` chooses local mode (``local[2]``, the default) or a standalone
   cluster (``spark://host:7077``); ``LAKEHOUSE_SPARK_PORT`` the port (default 15002).
 
@@ -254,8 +257,19 @@ def start(settings: Settings, *, timeout: float = START_TIMEOUT_S) -> Status:
             start_new_session=True,  # its own process group: stop() ends it whole
             cwd=folder,
         )
+    # Great Expectations' validation service (lakehouse.gx_service): it imports GX while the
+    # JVM starts, and stop() ends it with the server.
+    from lakehouse import gx_service
+
+    try:
+        service = gx_service.spawn(settings)
+    except BaseException:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)  # no server without its service
+        raise
     record = {
         "pid": proc.pid,
+        "validation_pid": service.pid,
         "port": at,
         "master": settings.spark_master,
         "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
@@ -266,11 +280,20 @@ def start(settings: Settings, *, timeout: float = START_TIMEOUT_S) -> Status:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(service.pid, signal.SIGTERM)
             raise ServerError(
                 f"the Spark server exited with code {proc.returncode} while starting; its log "
                 f"({log_path}) ends with:\n{_tail(log_path)}"
             )
-        if _listening(at):
+        if service.poll() is not None:
+            stop(settings)
+            service_log = state_dir(settings) / "gx.log"
+            raise ServerError(
+                f"the validation service exited with code {service.returncode} while starting; "
+                f"its log ({service_log}) ends with:\n{_tail(service_log)}"
+            )
+        if _listening(at) and gx_service.answers(gx_service.address(settings)):
             return status(settings)
         time.sleep(0.25)
     stop(settings)
@@ -305,15 +328,23 @@ def _descendants(pid: int) -> list[int]:
 
 
 def stop(settings: Settings, *, timeout: float = 30.0) -> bool:
-    """Stop the server and its Python workers; False if none was running."""
+    """Stop the server, its Python workers and its validation service; False if none was
+    running."""
     rec = _recorded(settings)
     pid = rec.get("pid") if rec else None
     if not isinstance(pid, int) or not _alive(pid):
         (state_dir(settings) / "server.json").unlink(missing_ok=True)
+        (state_dir(settings) / "gx.sock").unlink(missing_ok=True)
         return False
+    service = rec.get("validation_pid") if rec else None
     family = [pid, *_descendants(pid)]
+    if isinstance(service, int) and _alive(service):
+        family += [service, *_descendants(service)]
     with contextlib.suppress(ProcessLookupError):
         os.killpg(pid, signal.SIGTERM)
+    if isinstance(service, int):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(service, signal.SIGTERM)  # the service and the children it forked
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and _alive(pid):
         time.sleep(0.2)
@@ -321,6 +352,7 @@ def stop(settings: Settings, *, timeout: float = 30.0) -> bool:
         with contextlib.suppress(ProcessLookupError):
             os.kill(member, signal.SIGKILL)
     (state_dir(settings) / "server.json").unlink(missing_ok=True)
+    (state_dir(settings) / "gx.sock").unlink(missing_ok=True)
     return True
 
 

@@ -168,6 +168,9 @@ def test_lakehouse_run_is_a_client_of_the_running_server(served: Settings) -> No
     port = server.status(served).port
     assert f"on the Spark server at sc://localhost:{port}" in done.stderr
     assert "bronze user-locations: batch 1 committed: 100 records" in done.stdout
+    # Its gates were judged by the server's validation service, not in the client.
+    assert "quality bronze.user-locations:" in done.stdout
+    assert "validating in this process" not in done.stderr
 
 
 def test_maintain_runs_on_the_server(served: Settings) -> None:
@@ -276,11 +279,16 @@ def test_a_client_whose_server_is_down_is_told_how_to_start_it(tmp_path: Path) -
         server.connect(settings)
 
 
-def test_stop_ends_the_server_and_its_python_workers(served: Settings) -> None:
+def test_stop_ends_the_server_its_python_workers_and_its_validation_service(
+    served: Settings,
+) -> None:
     status = server.status(served)
     assert status.pid is not None
-    family = [status.pid, *server._descendants(status.pid)]
+    service = json.loads((server.state_dir(served) / "server.json").read_text())["validation_pid"]
+    assert server._alive(service)
+    family = [status.pid, *server._descendants(status.pid), service]
     assert server.stop(served)
     assert not server.status(served).running
     assert not any(server._alive(p) for p in family)
+    assert not (server.state_dir(served) / "gx.sock").exists()
     assert not server.stop(served)  # nothing left to stop

@@ -356,36 +356,3 @@ def test_a_plain_run_asks_nothing_more_of_any_topic(
         assert request.layers == ("silver",)
         assert request.for_layer("silver").args() == []
     assert capsys.readouterr().out == ""
-
-
-@pytest.mark.parametrize(
-    ("argv", "started"),
-    [
-        (["run", "--layer", "silver"], 1),
-        (["run", "--dry-run"], 0),  # nothing is validated
-    ],
-)
-def test_run_starts_the_validation_worker_when_a_layer_validates(
-    settings: Settings,
-    monkeypatch: pytest.MonkeyPatch,
-    pipeline_calls: dict[str, Any],
-    argv: list[str],
-    started: int,
-) -> None:
-    calls: list[str] = []
-    monkeypatch.setattr("lakehouse.gx_worker.start", lambda: calls.append("start"))
-    monkeypatch.setattr("lakehouse.gx_worker.stop", lambda: calls.append("stop"))
-    assert _run(monkeypatch, argv) == 0
-    assert calls == ["start"] * started + ["stop"]
-
-
-def test_a_bad_worker_setting_fails_before_the_pipeline_runs(
-    settings: Settings,
-    monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture[str],
-    pipeline_calls: dict[str, Any],
-) -> None:
-    monkeypatch.setenv("LAKEHOUSE_GX_WORKER", "on")
-    assert _run(monkeypatch, ["run", "--layer", "gold"]) != 0
-    assert "LAKEHOUSE_GX_WORKER must be 0 or 1, not 'on'" in capsys.readouterr().err
-    assert pipeline_calls == {}

@@ -1,6 +1,5 @@
-"""The ``lakehouse`` command's entry point (lakehouse.launch): ``lakehouse run`` starts the GX
-worker before the command line module loads, nothing else does, and a command's quick exit
-still runs its exit handlers."""
+"""The ``lakehouse`` command's entry point (lakehouse.launch): a command's quick exit still runs
+its exit handlers, and the installed command runs a micro-batch."""
 
 from __future__ import annotations
 
@@ -16,7 +15,6 @@ import pytest
 
 from lakehouse import launch
 from lakehouse.config import REPO_ROOT
-from lakehouse.errors import ConfigError
 
 
 @pytest.mark.parametrize(
@@ -39,34 +37,6 @@ def test_the_command_is_the_first_word_that_is_no_option(
     assert launch.command_of(argv) == command
 
 
-def test_only_a_run_that_may_validate_starts_the_worker_early(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    asked: list[bool] = []
-    monkeypatch.setattr("lakehouse.gx_worker.keep", lambda needed: asked.append(needed))
-    for argv in (
-        ["run", "--dry-run"],
-        ["run", "--help"],
-        ["--home", "h", "run", "-h"],
-        ["show", "t"],
-        ["produce", "run"],
-        ["--contracts", "run"],
-    ):
-        launch.start_validation_early(argv)
-    assert asked == []
-    launch.start_validation_early(["run"])
-    launch.start_validation_early(["--home", "h", "run", "--topic", "t", "--layer", "silver"])
-    assert asked == [True, True]
-
-
-def test_a_bad_worker_setting_is_left_for_the_command(monkeypatch: pytest.MonkeyPatch) -> None:
-    def refuse(needed: bool) -> None:
-        raise ConfigError("LAKEHOUSE_GX_WORKER must be 0 or 1, not '2'")
-
-    monkeypatch.setattr("lakehouse.gx_worker.keep", refuse)
-    launch.start_validation_early(["run"])  # no exception: `lakehouse run` reports it
-
-
 def test_the_console_script_is_the_launcher() -> None:
     (script,) = entry_points(group="console_scripts", name="lakehouse")
     assert script.value == "lakehouse.launch:main"
@@ -85,23 +55,6 @@ def _python(code: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
         timeout=120,
         check=False,
     )
-
-
-def test_run_starts_the_worker_before_the_command_line_module_loads(tmp_path: Path) -> None:
-    proc = _python(
-        """
-        import json, sys
-        from lakehouse import gx_worker, launch
-        seen = []
-        gx_worker.keep = lambda needed: seen.append(["lakehouse.cli" in sys.modules, needed])
-        code = launch.main(["run", "--topic", "no-such-topic"])
-        print(json.dumps({"seen": seen, "code": code}))
-        """,
-        tmp_path,
-    )
-    assert proc.returncode == 0, proc.stderr
-    assert json.loads(proc.stdout) == {"seen": [[False, True]], "code": 1}
-    assert "error: unknown topic 'no-such-topic'" in proc.stderr
 
 
 def test_a_quick_exit_still_runs_exit_handlers_and_finalizers(tmp_path: Path) -> None:
@@ -146,16 +99,15 @@ expectations:
 """
 
 
-def test_the_installed_command_runs_a_micro_batch_with_the_early_worker(tmp_path: Path) -> None:
+def test_the_installed_command_runs_a_micro_batch(tmp_path: Path) -> None:
     """``lakehouse produce`` then ``lakehouse run`` through the installed script: every layer
-    validated by the worker (no in-process fallback), the table published."""
+    validated, the table published."""
     contracts = tmp_path / "contracts"
     contracts.mkdir()
     (contracts / "launch-check.yaml").write_text(CONTRACT)
     env = os.environ | {
         "LAKEHOUSE_HOME": str(tmp_path / "lakehouse"),
         "LAKEHOUSE_CONTRACTS": str(contracts),
-        "LAKEHOUSE_GX_WORKER": "1",
     }
     lakehouse = str(Path(sys.executable).with_name("lakehouse"))
     records = "".join(
@@ -178,7 +130,6 @@ def test_the_installed_command_runs_a_micro_batch_with_the_early_worker(tmp_path
     assert produced.returncode == 0, produced.stderr
     ran = command("run", "--topic", "launch-check")
     assert ran.returncode == 0, ran.stderr
-    assert "validating in this process" not in ran.stderr
     verdicts = [line for line in ran.stdout.splitlines() if "checks met" in line]
     assert [line.split(":")[0] for line in verdicts] == [
         "quality bronze.launch-check",
