@@ -48,6 +48,7 @@ from lakehouse.errors import ConfigError, LakehouseError
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+    from pyspark.sql.connect.client.retries import RetryPolicy
 
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 PORT_ENV = "LAKEHOUSE_SPARK_PORT"
@@ -364,13 +365,38 @@ def remote(settings: Settings) -> str:
 
 def connect(settings: Settings) -> SparkSession:
     """A Spark Connect session on this lakehouse's server. Raises :class:`ServerDown`, saying how
-    to start it, when no server answers (instead of the client's minutes of retries)."""
+    to start it, when no server answers, and from any call of the session once the server
+    process it connected to has died (instead of the client's minutes of retries)."""
     from pyspark.sql import SparkSession
 
     current = status(settings)
-    if not current.running:
+    if not current.running or current.pid is None:
         raise ServerDown(current.describe())
-    return SparkSession.builder.remote(remote(settings)).getOrCreate()
+    spark = SparkSession.builder.remote(remote(settings)).getOrCreate()
+    client = spark.client  # a Connect session's
+    client.set_retry_policies([_while_alive(current.pid, current.port)])
+    return spark
+
+
+def _while_alive(pid: int, at: int) -> RetryPolicy:
+    """Spark's retry policy of its Connect client, which retries an unavailable server for at
+    least 10 minutes (its connection drops while the server is busy or its network hiccups),
+    held to the life of the server process: once that process is dead (crashed, killed, or
+    restarted as another process, which knows nothing of this session), a call that fails
+    raises :class:`ServerDown` at once, whatever gRPC status the broken call ended with."""
+    import grpc
+    from pyspark.sql.connect.client.retries import DefaultPolicy
+
+    class WhileAlive(DefaultPolicy):
+        def can_retry(self, e: BaseException) -> bool:
+            if isinstance(e, grpc.RpcError) and not _alive(pid):
+                raise ServerDown(
+                    f"the Spark server (pid {pid}, sc://localhost:{at}) went down while this "
+                    "client used it: start it again with `lakehouse spark start`, then rerun"
+                ) from e
+            return super().can_retry(e)
+
+    return WhileAlive()
 
 
 def main(settings: Settings, action: str) -> int:

@@ -1,6 +1,11 @@
 """Helpers of the fault-injection tests: a lakehouse root with a small contract and deterministic
-landing batches, the layer jobs started the way Airflow's operator starts them, kill -9 of a
-whole job, and every table of a root compared with another root's as multisets of rows."""
+landing batches, the layer jobs started the way Airflow's operator starts them (or as clients of
+the lakehouse's Spark server), kill -9 of a whole job or of the server, and every table of a root
+compared with another root's as multisets of rows.
+
+Size: ``LAKEHOUSE_RELIABILITY_KILLS`` kills (default 3, for CI; ``make reliability`` sets 20);
+``LAKEHOUSE_RELIABILITY_SEED`` replays a run's kill points (the seed is printed, and named in
+every failure)."""
 
 from __future__ import annotations
 
@@ -87,7 +92,19 @@ EXCLUDED: dict[str, tuple[str, ...]] = {
     f"bronze.{TOPIC}": ("_ingested_at",),
     f"quarantine.bronze.{TOPIC}": ("_ingested_at",),
 }
+KILLS = int(os.environ.get("LAKEHOUSE_RELIABILITY_KILLS", "3"))
+SEED = int(
+    os.environ.get("LAKEHOUSE_RELIABILITY_SEED", str(random.SystemRandom().randrange(10**6)))
+)
+# Landing batches: enough for kills over several batches, few enough for CI.
+BATCHES = 2 if KILLS < 10 else 3
 _COMMIT = re.compile(r"^(\d{20})\.json$")
+# What a Delta log holds when nothing went wrong: commits, their checksums, checkpoints, the
+# pointer to the last one, and the local filesystem's hidden checksum of each (``.<name>.crc``).
+_LOG_ENTRY = re.compile(
+    r"^\.?(\d{20}\.(json|crc)|\d{20}\.checkpoint\..*|_last_checkpoint)(\.crc)?$"
+)
+_LOG_FOLDERS = ("_staged_commits", "_commits", "_sidecars")
 _TAG = "LAKEHOUSE_FAULT_TAG"
 _runs = itertools.count()
 
@@ -171,6 +188,29 @@ def produce(lake: Lake, batch: int) -> None:
 
 
 # -- jobs ----------------------------------------------------------------------------------------
+
+
+def run_id(batch: int) -> str:
+    """The id Airflow gives the scheduled run of a batch (passed as --dag-run-id)."""
+    return f"scheduled__2026-01-01T00:{batch:02d}:00+00:00"
+
+
+@dataclass(frozen=True)
+class Kill:
+    kind: str  # "random": at a moment of the run; "commit": right after its first data commit
+    fraction: float = 0.0  # "random": the moment, as a fraction of the job's measured duration
+
+
+def kill_plan(rng: random.Random, kills: int) -> list[Kill]:
+    """``kills`` kills: a third at the job's first data commit (the moment a layer that writes
+    several tables has written one of them), the others at random moments spread over the job's
+    run (one drawn in each of equal slices of its measured duration, in random order), so they
+    land in start-up, reading, writing and committing alike."""
+    n_commit = (kills + 2) // 3
+    n_random = kills - n_commit
+    fractions = [rng.uniform(i / n_random, (i + 1) / n_random) for i in range(n_random)]
+    rng.shuffle(fractions)
+    return [Kill("commit")] * n_commit + [Kill("random", f) for f in fractions]
 
 
 def job_command(layer: str, dag_run_id: str) -> list[str]:
@@ -273,12 +313,25 @@ class Job:
         return f"--- {self.log} ---\n" + self.output()[-chars:]
 
 
-def start_job(lake: Lake, layer: str, dag_run_id: str) -> Job:
+def client_command(layer: str) -> list[str]:
+    """`lakehouse run` of one layer: a Spark Connect client of the lakehouse's server when that
+    runs (it says so: :data:`ON_SERVER`), else a job with a Spark of its own. The DAG run's id
+    comes from Airflow's context variables, as in a task."""
+    return [sys.executable, "-m", "lakehouse.cli", "run", "--topic", TOPIC, "--layer", layer]
+
+
+ON_SERVER = "on the Spark server at sc://localhost:"  # what `lakehouse run` says on the server
+
+
+def start_job(lake: Lake, layer: str, dag_run_id: str, *, client: bool = False) -> Job:
+    """Start a layer's job: spark-submit, as Airflow's operator does; with ``client``,
+    `lakehouse run` (:func:`client_command`)."""
     tag = uuid.uuid4().hex
     log = lake.root / "logs" / f"{next(_runs):04d}-{layer}.log"
+    command = client_command(layer) if client else job_command(layer, dag_run_id)
     with log.open("wb") as out:
         proc = subprocess.Popen(
-            job_command(layer, dag_run_id),
+            command,
             env=_environment(lake, layer, dag_run_id, tag),
             cwd=lake.root,
             stdout=out,
@@ -288,9 +341,10 @@ def start_job(lake: Lake, layer: str, dag_run_id: str) -> Job:
     return Job(layer, proc, log, tag, time.monotonic())
 
 
-def run_job(lake: Lake, layer: str, dag_run_id: str) -> tuple[Job, float]:
-    """Run a job to its end; it must succeed. Returns it and its duration (s)."""
-    job = start_job(lake, layer, dag_run_id)
+def run_job(lake: Lake, layer: str, dag_run_id: str, *, client: bool = False) -> tuple[Job, float]:
+    """Run a job (:func:`start_job`) to its end; it must succeed. Returns it and its duration
+    (s)."""
+    job = start_job(lake, layer, dag_run_id, client=client)
     code = job.wait()
     took = job.elapsed()
     assert code == 0, f"{layer} job exited with {code}:\n{job.tail()}"
@@ -329,6 +383,23 @@ def commit_versions(path: Path) -> set[int]:
     return {int(m.group(1)) for e in os.scandir(log) if (m := _COMMIT.match(e.name))}
 
 
+def log_leftovers(path: Path) -> list[str]:
+    """What a table's ``_delta_log`` holds besides commits, checksums and checkpoints (e.g. a
+    commit's temporary file left by a writer that died while writing it)."""
+    log = path / "_delta_log"
+    if not log.is_dir():
+        return []
+    odd = []
+    for entry in os.scandir(log):
+        if entry.is_dir():
+            inside = os.listdir(entry.path)
+            if entry.name not in _LOG_FOLDERS or inside:
+                odd += [f"{entry.name}/{name}" for name in inside] or [entry.name + "/"]
+        elif not _LOG_ENTRY.match(entry.name):
+            odd.append(entry.name)
+    return sorted(odd)
+
+
 def newest(path: Path) -> int | None:
     return max(commit_versions(path), default=None)
 
@@ -339,15 +410,20 @@ def versions(lake: Lake) -> dict[str, int | None]:
 
 def orphans(path: Path) -> int:
     """Data files on disk that no commit adds (left by writers that died before committing)."""
+    return len(orphan_files(path))
+
+
+def orphan_files(path: Path) -> set[str]:
+    """The names of the data files of :func:`orphans`."""
     if not path.is_dir():
-        return 0
+        return set()
     added: set[str] = set()
     for commit in (path / "_delta_log").glob("*.json"):
         for line in commit.read_text().splitlines():
             action = json.loads(line) if line.strip() else {}
             if "add" in action:
                 added.add(Path(action["add"]["path"]).name)
-    return len({p.name for p in path.rglob("*.parquet")} - added)
+    return {p.name for p in path.rglob("*.parquet")} - added
 
 
 def _freeze(value: Any, home: str) -> Any:
@@ -403,6 +479,22 @@ def differences(
                 f"(e.g. {_sample(extra)}); columns {want_columns or got_columns}"
             )
     return problems, counts
+
+
+def assert_same_tables(
+    reference: Lake, lake: Lake, at: Mapping[str, int | None] | None, context: str
+) -> dict[str, int]:
+    """Every table of ``lake`` equals the clean run's in ``reference`` (as of the versions
+    ``at``, else its last), and so do the ledger's verdicts on the batches published; returns
+    each table's row count."""
+    problems, counts = differences(reference, lake, at)
+    assert not problems, f"{context}: tables differ from the clean run's:\n" + "\n".join(problems)
+    assert all(counts[name] > 0 for name in reference.tables()), counts  # not vacuous
+    want, _ = published_verdicts(reference, None if at is None else at["ledger"])
+    got, twice = published_verdicts(lake)
+    assert got == want and want, f"{context}: published verdicts {got}, expected {want}"
+    assert twice == [], f"{context}: verdicts recorded twice: {twice}"
+    return counts
 
 
 def _sample(rows: Counter[Any]) -> list[Any]:
@@ -497,6 +589,15 @@ def layer_state(lake: Lake, layer: str) -> dict[str, int | None]:
 def advanced(before: Mapping[str, int | None], after: Mapping[str, int | None]) -> list[str]:
     """The tables with commits in ``after`` that ``before`` did not have."""
     return [n for n, v in after.items() if v is not None and ((b := before[n]) is None or v > b)]
+
+
+def wait_for_output(job: Job, text: str) -> bool:
+    """Wait (while the job runs) until its output holds ``text``; True if it came."""
+    while job.running():
+        if text in job.output():
+            return True
+        time.sleep(0.01)
+    return text in job.output()
 
 
 def wait_for_data_commit(job: Job, tables: Iterable[Path], seen: Mapping[Path, set[int]]) -> bool:

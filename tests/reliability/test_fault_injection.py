@@ -11,7 +11,8 @@ must judge the same rows as the clean run's, each recorded once.
 
 Size: ``LAKEHOUSE_RELIABILITY_KILLS`` kills per layer (default 3, for CI; ``make reliability``
 sets 20); ``LAKEHOUSE_RELIABILITY_SEED`` replays a run's kill points (the seed is printed, and
-named in every failure).
+named in every failure). The same kills of the Spark server under the layers' clients:
+test_server_faults.py.
 
 What is proven elsewhere is not repeated here: kill -9 of a storage writer and of the bronze
 ingest in-process (tests/integration/test_crash_safety.py), maintenance during appends at the
@@ -27,7 +28,6 @@ test_failed_gate_fails_the_dag_run_and_publishes_nothing).
 
 from __future__ import annotations
 
-import os
 import random
 import threading
 import time
@@ -39,44 +39,37 @@ from typing import Any
 
 import pytest
 from faults import (
+    BATCHES,
+    KILLS,
     LAYER_TABLES,
     LAYERS,
+    SEED,
     STREAM,
     Job,
+    Kill,
     Lake,
     advanced,
+    assert_same_tables,
     commit_versions,
-    differences,
     invariants,
+    kill_plan,
     layer_state,
     make_lake,
     orphans,
     produce,
-    published_verdicts,
     read_every_version,
+    run_id,
     run_job,
     start_job,
     versions,
     wait_for_data_commit,
 )
 
-KILLS = int(os.environ.get("LAKEHOUSE_RELIABILITY_KILLS", "3"))
-SEED = int(
-    os.environ.get("LAKEHOUSE_RELIABILITY_SEED", str(random.SystemRandom().randrange(10**6)))
-)
-# Landing batches: enough for kills over several batches, few enough for CI.
-BATCHES = 2 if KILLS < 10 else 3
-
 pytestmark = [
     pytest.mark.reliability,
     pytest.mark.integration,  # Spark and Java: not part of `make unit`
     pytest.mark.timeout(1800 + KILLS * len(LAYERS) * 90),
 ]
-
-
-def run_id(batch: int) -> str:
-    """The id Airflow gives the scheduled run of a batch (passed as --dag-run-id)."""
-    return f"scheduled__2026-01-01T00:{batch:02d}:00+00:00"
 
 
 @dataclass
@@ -151,40 +144,7 @@ def _rounded(durations: dict[str, list[float]]) -> dict[str, list[float]]:
     return {k: [round(v, 1) for v in vs] for k, vs in durations.items()}
 
 
-def _assert_same_tables(
-    reference: Reference, lake: Lake, at: dict[str, int | None] | None, context: str
-) -> dict[str, int]:
-    """Every table of ``lake`` equals the clean run's (as of the versions ``at``, else its
-    last), and so do the ledger's verdicts on the batches published."""
-    problems, counts = differences(reference.lake, lake, at)
-    assert not problems, f"{context}: tables differ from the clean run's:\n" + "\n".join(problems)
-    assert all(counts[name] > 0 for name in reference.lake.tables()), counts  # not vacuous
-    want, _ = published_verdicts(reference.lake, None if at is None else at["ledger"])
-    got, twice = published_verdicts(lake)
-    assert got == want and want, f"{context}: published verdicts {got}, expected {want}"
-    assert twice == [], f"{context}: verdicts recorded twice: {twice}"
-    return counts
-
-
 # -- kill -9 of each layer's job --------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Kill:
-    kind: str  # "random": at a moment of the run; "commit": right after its first data commit
-    fraction: float = 0.0  # "random": the moment, as a fraction of the job's measured duration
-
-
-def _kill_plan(rng: random.Random) -> list[Kill]:
-    """KILLS kills of one layer: a third at the job's first data commit (the moment a layer that
-    writes several tables has written one of them), the others at random moments spread over the
-    job's run (one drawn in each of equal slices of its measured duration, in random order), so
-    they land in start-up, reading, writing and committing alike."""
-    n_commit = (KILLS + 2) // 3
-    n_random = KILLS - n_commit
-    fractions = [rng.uniform(i / n_random, (i + 1) / n_random) for i in range(n_random)]
-    rng.shuffle(fractions)
-    return [Kill("commit")] * n_commit + [Kill("random", f) for f in fractions]
 
 
 @dataclass
@@ -267,10 +227,10 @@ def _finishes_in(layer: str, batch: int) -> bool:
 
 def test_kill_9_of_each_layer_job_then_rerun(reference: Reference, tmp_path: Path) -> None:
     """Landing batches arrive one by one; in each, the layers' jobs are started and killed as
-    planned (:func:`_kill_plan`, :func:`_kills_in`), then rerun to success (:func:`_finishes_in`).
-    Every kill that finds the job already ended is made up for by another later. Finally every
-    table equals the clean run's (the stream and the tables do not depend on how their input
-    was cut into batches), and every version of every table reads."""
+    planned (:func:`faults.kill_plan`, :func:`_kills_in`), then rerun to success
+    (:func:`_finishes_in`). Every kill that finds the job already ended is made up for by
+    another later. Finally every table equals the clean run's (the stream and the tables do not
+    depend on how their input was cut into batches), and every version of every table reads."""
     print(f"seed {SEED}: {KILLS} kills per layer over {BATCHES} landing batches")
     rng = random.Random(SEED)
     lake = make_lake(tmp_path / "killed")
@@ -287,7 +247,7 @@ def test_kill_9_of_each_layer_job_then_rerun(reference: Reference, tmp_path: Pat
     for layer in LAYERS:
         batches = [b for b in range(BATCHES) if _kills_in(layer, b)]
         plans[layer] = {b: [] for b in batches}
-        for i, kill in enumerate(_kill_plan(rng)):
+        for i, kill in enumerate(kill_plan(rng, KILLS)):
             plans[layer][batches[i % len(batches)]].append(kill)
         for kills in plans[layer].values():
             kills.sort(key=lambda k: k.kind != "commit")
@@ -320,7 +280,7 @@ def test_kill_9_of_each_layer_job_then_rerun(reference: Reference, tmp_path: Pat
         f"kills per layer {log.kills}, wanted {KILLS} each\n{log.text()}"
     )
     assert log.between_commits >= 1, f"no kill landed between a job's commits\n{log.text()}"
-    counts = _assert_same_tables(reference, lake, None, f"after kill -9 (seed {SEED})")
+    counts = assert_same_tables(reference.lake, lake, None, f"after kill -9 (seed {SEED})")
     assert (problems := invariants(lake)) == [], f"{problems}\n{log.text()}"
     readable = read_every_version(lake)
     print(f"rows per table {counts}; versions read per table {readable}")
@@ -363,7 +323,7 @@ def test_two_copies_of_a_task_at_once_equal_one_run(reference: Reference, tmp_pa
             run_job(lake, layer, run_id(0))
             outcomes.append(f"{layer}: the retry succeeded")
     print("; ".join(outcomes))
-    _assert_same_tables(reference, lake, reference.after[0], "after two copies at once")
+    assert_same_tables(reference.lake, lake, reference.after[0], "after two copies at once")
     assert (problems := invariants(lake)) == [], problems
     read_every_version(lake)
 
@@ -472,6 +432,6 @@ def test_maintenance_while_the_jobs_write(reference: Reference, maintainer: Main
     )
     assert not maintainer.errors, maintainer.errors
     assert maintainer.while_writing.total() > 0, "nothing was compacted while a job ran"
-    _assert_same_tables(reference, lake, None, "with maintenance during the writes")
+    assert_same_tables(reference.lake, lake, None, "with maintenance during the writes")
     assert (problems := invariants(lake, positions=False)) == [], problems
     read_every_version(lake)
