@@ -22,6 +22,7 @@ from airflow.providers.standard.operators.python import PythonOperator
 from airflow.sdk import DAG, Asset, Param, TriggerRule
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSkipException
 
+from lakehouse import server
 from lakehouse.config import LAYERS, REPO_ROOT, Layer, Settings
 from lakehouse.contracts import Catalog, Contract
 from lakehouse.control import OFFSETS_PATTERN, RunRequest, joined, own
@@ -153,8 +154,8 @@ class LayerJobOperator(SparkSubmitOperator):
         self, context: Any, request: RunRequest, url: str, host: str | None, port: int | None
     ) -> None:
         """The layer in this task's process, on a Spark Connect session of the server."""
-        where = f"{host}:{port or DEFAULT_CONNECT_PORT}"
-        if not _answers(host or "localhost", port or DEFAULT_CONNECT_PORT):
+        where = f"{host}:{port or server.DEFAULT_PORT}"
+        if not server.answers(host or "localhost", port or server.DEFAULT_PORT):
             # Retried by Airflow: the batch is taken again once the server is back.
             raise AirflowException(
                 f"no Spark server answers at {where} (Airflow connection {self._conn_id!r}): "
@@ -165,6 +166,7 @@ class LayerJobOperator(SparkSubmitOperator):
         from lakehouse.errors import QualityGateError
         from lakehouse.pipeline import run_layer
         from lakehouse.quality import RunInfo
+        from lakehouse.server import hold_to_address
 
         catalog = Catalog.load(self.settings.contracts_dir)
         layer_request = request.for_layer(self.layer)
@@ -174,6 +176,9 @@ class LayerJobOperator(SparkSubmitOperator):
             raise AirflowFailException(str(exc)) from None
         print(f"on the Spark server at {where}", flush=True)
         spark = SparkSession.builder.remote(url).getOrCreate()
+        # A server that dies under the task fails the try at once (and Airflow's retry takes the
+        # batch again), instead of the client retrying for ten minutes holding the table's lock.
+        hold_to_address(spark, host or "localhost", port or server.DEFAULT_PORT)
         run = RunInfo.from_env(dag_run_id=context["run_id"])
         try:
             for line in run_layer(
@@ -227,21 +232,6 @@ class LayerJobOperator(SparkSubmitOperator):
                     "the job refused its configuration (see the error above); nothing moved"
                 ) from exc
             raise
-
-
-DEFAULT_CONNECT_PORT = 15002  # Spark Connect's own default
-
-
-def _answers(host: str, port: int, timeout: float = 2.0) -> bool:
-    """Whether something accepts TCP connections at ``host:port`` (a Spark Connect client
-    would otherwise retry a server that is down for minutes before it fails)."""
-    import socket
-
-    try:
-        with socket.create_connection((host, port), timeout=timeout):
-            return True
-    except OSError:
-        return False
 
 
 def _say(line: str) -> None:

@@ -399,6 +399,39 @@ def _while_alive(pid: int, at: int) -> RetryPolicy:
     return WhileAlive()
 
 
+def hold_to_address(spark: SparkSession, host: str, at: int) -> None:
+    """Hold a Connect session's retries to its server's port answering (for a server that may
+    be on another machine, where its process cannot be watched, e.g. an Airflow connection's):
+    once nothing accepts connections at ``host:at``, a call that fails raises
+    :class:`ServerDown` at once instead of retrying for minutes."""
+    spark.client.set_retry_policies([_while_answering(host, at)])
+
+
+def _while_answering(host: str, at: int) -> RetryPolicy:
+    import grpc
+    from pyspark.sql.connect.client.retries import DefaultPolicy
+
+    class WhileAnswering(DefaultPolicy):
+        def can_retry(self, e: BaseException) -> bool:
+            if isinstance(e, grpc.RpcError) and not answers(host, at):
+                raise ServerDown(
+                    f"the Spark server at {host}:{at} went down while this client used it: "
+                    "start it again (`lakehouse spark start`), then rerun"
+                ) from e
+            return super().can_retry(e)
+
+    return WhileAnswering()
+
+
+def answers(host: str, at: int, timeout: float = 2.0) -> bool:
+    """Whether something accepts TCP connections at ``host:at``."""
+    try:
+        with socket.create_connection((host, at), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
 def main(settings: Settings, action: str) -> int:
     """``lakehouse spark start | stop | status`` (status: exit code 1 when it is down)."""
     if action == "start":
