@@ -22,7 +22,6 @@ import base64
 import json
 import os
 import sys
-import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, date, datetime
 from pathlib import Path
@@ -396,7 +395,7 @@ def run_pipeline(
     keys of a triggered run's Params). Every request is checked before Spark starts."""
     from lakehouse import gx_worker
     from lakehouse.pipeline import run
-    from lakehouse.spark import lazy_session
+    from lakehouse.spark import get_session
 
     requests = run_requests(catalog, topic, layer, asked)
     if any(v for v in (asked or {}).values()):
@@ -410,8 +409,8 @@ def run_pipeline(
     )
     gx_worker.keep(validates)  # imports GX on the other core while the layers start
     # On this lakehouse's Spark server when it runs (`lakehouse spark start`): no JVM to start.
-    # Otherwise a Spark of this process's own, started when the first layer runs (the requests
-    # above are checked without it).
+    # Otherwise a Spark of this process's own. Either way only once the requests above are
+    # checked: a refused command starts none.
     from lakehouse import server
 
     status = server.status(settings)
@@ -419,7 +418,7 @@ def run_pipeline(
         print(f"on the Spark server at sc://localhost:{status.port}", file=sys.stderr)
         spark = server.connect(settings)
     else:
-        spark = lazy_session(settings.spark_master, app_name="lakehouse-run", short_lived=True)
+        spark = get_session(settings.spark_master, app_name="lakehouse-run")
     try:
         run(
             spark,
@@ -585,11 +584,6 @@ def build_parser() -> argparse.ArgumentParser:
     sq.add_argument("--last", type=int, default=10, help="validations per table in the trend")
     sq.add_argument("--format", choices=("table", "json"), default="table")
     sub.add_parser("report", help="rebuild the Data Docs (HTML) from the saved validations")
-    sub.add_parser(
-        "spark-archive",
-        help="write the JVM class archive and Python bytecode that shorten every Spark job's "
-        "start (make does)",
-    )
     sk = sub.add_parser(
         "spark",
         help="the long-lived Spark server (Spark Connect) that jobs run on: start, stop, status",
@@ -619,24 +613,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             from lakehouse import postgres
 
             return postgres.main(settings, args.action)
-        if args.command == "spark-archive":
-            from lakehouse.spark import build_class_archive, compile_python_zip, python_zips
-
-            for zipped in python_zips():
-                try:
-                    if compile_python_zip(zipped):
-                        print(f"Spark's Python zip compiled for this interpreter: {zipped}")
-                except OSError as exc:  # e.g. a read-only install: its processes compile it
-                    print(f"warning: {zipped} left without bytecode: {exc}", file=sys.stderr)
-            started = time.monotonic()
-            try:
-                path = build_class_archive()
-            except RuntimeError as exc:  # the workload's own output says why
-                print(f"error: no Spark class archive: {exc}", file=sys.stderr)
-                return 1
-            took = time.monotonic() - started
-            print(f"Spark class archive: {path} ({path.stat().st_size >> 20} MiB, {took:.0f} s)")
-            return 0
         catalog = Catalog.load(settings.contracts_dir)
         if args.command == "produce":
             return produce(
@@ -664,17 +640,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "changes":
             return changes(settings, catalog, args.table, args.from_version, args.format)
         if args.command == "maintain":
-            from lakehouse.pipeline import maintain_topics
-            from lakehouse.spark import lazy_session
+            from lakehouse.pipeline import maintain_topics, maintained_tables
+            from lakehouse.spark import get_session
 
-            if args.topic:
-                catalog.topic(args.topic)  # an unknown topic is refused before Spark is set up
+            topics = [args.topic] if args.topic else []
+            # An unknown topic is refused, and a lakehouse without tables done, before Spark
+            # starts.
+            if not maintained_tables(settings, catalog, topics=topics, ledger=args.ledger):
+                print("no tables to maintain")
+                return 0
             maintain_topics(
-                # Started at the first table to maintain: none, no JVM.
-                lazy_session(settings.spark_master, app_name="lakehouse-maintain"),
+                get_session(settings.spark_master, app_name="lakehouse-maintain"),
                 settings,
                 catalog,
-                topics=[args.topic] if args.topic else [],
+                topics=topics,
                 retention_hours=args.retention_hours,
                 compact=not args.no_compact,
                 dry_run=args.dry_run,

@@ -222,7 +222,7 @@ def test_the_job_starts_the_worker_first_and_keeps_it_only_if_the_layer_validate
     at once for a layer without expectations, a dry run or a refused command line."""
     monkeypatch.setenv("LAKEHOUSE_HOME", str(tmp_path / "lakehouse"))
     monkeypatch.setenv("LAKEHOUSE_CONTRACTS", str(REPO_ROOT / "contracts"))
-    monkeypatch.setattr("lakehouse.spark.lazy_session", lambda *_a, **_k: _NoSpark())
+    monkeypatch.setattr("lakehouse.spark.get_session", lambda *_a, **_k: _NoSpark())
     during: list[gx_worker.ValidationWorker | None] = []
     monkeypatch.setattr(
         "lakehouse.pipeline.run_layer", lambda *_a, **_k: during.append(gx_worker.current()) or []

@@ -461,7 +461,7 @@ def test_the_job_refuses_unknown_tables_before_spark_starts(
     message: str,
     layer_job: ModuleType,
 ) -> None:
-    monkeypatch.setattr("lakehouse.spark.lazy_session", _no_spark)
+    monkeypatch.setattr("lakehouse.spark.get_session", _no_spark)
     monkeypatch.setenv("LAKEHOUSE_HOME", str(tmp_path / "lakehouse"))
     monkeypatch.setenv("LAKEHOUSE_CONTRACTS", str(REPO_ROOT / "contracts"))
     argv = ["--topic", "user-locations", "--layer", "gold", *flags]
@@ -532,7 +532,6 @@ def test_the_cli_refuses_hostile_table_and_topic_names(
     hostile: str,
 ) -> None:
     monkeypatch.setattr("lakehouse.spark.get_session", _no_spark)
-    monkeypatch.setattr("lakehouse.spark.lazy_session", _no_spark)
     monkeypatch.setattr("sys.stdin", None)  # produce must fail before reading
     home = tmp_path / "lakehouse"
     argv = ["--home", str(home), "--contracts", str(REPO_ROOT / "contracts")]
