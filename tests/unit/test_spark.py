@@ -3,6 +3,7 @@ layer job passes (no Spark here)."""
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -10,7 +11,7 @@ from typing import Any
 import pytest
 
 from lakehouse import jvm, spark
-from lakehouse.config import REPO_ROOT
+from lakehouse.config import REPO_ROOT, Settings
 from lakehouse.contracts import Catalog
 from lakehouse.errors import ConfigError
 
@@ -41,13 +42,17 @@ def test_submit_conf_names_this_interpreter_and_the_jars() -> None:
 def test_the_operator_takes_the_conf_when_it_runs(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The DAG is parsed once and runs for days: the conf is the machine's when the task runs;
-    a conf the DAG sets itself wins; a jar missing then fails the task without a submit (every
-    retry would fail alike)."""
+    """With a ``spark`` connection each layer is a spark-submit. The DAG is parsed once and runs
+    for days: the conf is the machine's when the task runs; a conf the DAG sets itself wins; a
+    jar missing then fails the task without a submit (every retry would fail alike)."""
     from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
     from airflow.sdk.exceptions import AirflowFailException
 
-    from lakehouse.orchestration import LayerJobOperator
+    from lakehouse.orchestration import SPARK_CONN_ID, LayerJobOperator
+
+    monkeypatch.setenv(
+        f"AIRFLOW_CONN_{SPARK_CONN_ID.upper()}", json.dumps({"conn_type": "spark", "host": "local"})
+    )
 
     sent: list[dict[str, Any]] = []
     monkeypatch.setattr(
@@ -61,6 +66,8 @@ def test_the_operator_takes_the_conf_when_it_runs(
         application="run_layer.py",
         application_args=["--topic", LOCATIONS.topic, "--layer", "silver"],
         conf={"spark.sql.shuffle.partitions": "4", "spark.pyspark.python": "/opt/python"},
+        settings=Settings.from_env(tmp_path / "lakehouse", REPO_ROOT / "contracts"),
+        conn_id=SPARK_CONN_ID,
     )
     operator.execute({"params": {}, "run_id": "manual__1"})
     operator.execute({"params": {}, "run_id": "manual__1"})  # a retry: nothing piles up
