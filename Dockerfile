@@ -62,11 +62,6 @@ RUN test -x "$SPARK_HOME/bin/spark-class" \
     && python -c "import pyspark, pyspark.sql.datasource, deltalake, delta, airflow, psycopg2, lakehouse" \
     && python -m lakehouse.jvm
 
-# Spark's class archive (/usr/local/var/lakehouse/spark-classes.jsa, see lakehouse.spark): the
-# sample pipeline runs once with a JVM that records the classes it loads, so that each layer
-# job's driver maps them instead of loading them from the jars. It only shortens start-up.
-RUN lakehouse spark-archive || echo "warning: no Spark class archive: jobs start without it"
-
 # A non-root user with the uid of the official Airflow image (group 0, as there). The folders
 # are created here so that named volumes mounted on them start out owned by that user.
 RUN useradd --uid 50000 --gid 0 --home-dir /opt/airflow --no-create-home --shell /bin/bash airflow \

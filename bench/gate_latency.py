@@ -1,7 +1,7 @@
 """What one gate costs a job: GX's verdict on a 10K-record batch, in a fresh process (a thin
 client's task) and in a warm one.
 
-    python bench/gate_latency.py [--rows 10000] [--runs 5] [--modes in-process,service,worker]
+    python bench/gate_latency.py [--rows 10000] [--runs 5] [--modes in-process,service]
 
 No Spark: the batch is the Arrow table a gate validates (bench/quality.py's silver columns
 and expectations: ``user`` not_null and match_regex, ``amount`` between, ``city`` in_set and
@@ -9,10 +9,7 @@ length_between, row_count_between). Modes, each run in a new interpreter ``--run
 
 * ``in-process``: the job imports GX and validates (a job without a Spark server);
 * ``service``: the job sends the batch to the validation service (``lakehouse.gx_service``),
-  started once by this script for a scratch home, as the Spark server does;
-* ``worker``: the per-job worker that the service replaced (``lakehouse.gx_worker``), asked
-  as soon as it is started, so none of its import overlaps the job's own work (a job overlaps
-  about a second of it): only where that module exists.
+  started once by this script for a scratch home, as the Spark server does.
 
 Figures: the median of the gate's wall time (``run_suite``, from the call to the verdict) and
 of the whole process (``python -c`` start to exit), then the warm figure: five more
@@ -65,9 +62,6 @@ kw = {}
 if mode == "service":
     from pathlib import Path
     kw["service"] = Path(os.environ["BENCH_SOCKET"])
-elif mode == "worker":
-    from lakehouse import gx_worker
-    gx_worker.start()
 times = []
 for i in range(6):
     t = time.perf_counter()

@@ -71,14 +71,6 @@ BENCHES: dict[str, tuple[tuple[str, ...], dict[str, list[list[str]]]]] = {
         ("airflow_trigger",),
         {"small": [["--repeats", "1"]], "large": [["--repeats", "5"]]},
     ),
-    "jvm_start": (
-        ("jvm_start",),
-        {"small": [["--repeats", "2"]], "large": [["--repeats", "5"]]},
-    ),
-    "python_start": (
-        ("python_start",),
-        {"small": [["--repeats", "3"]], "large": [["--repeats", "7"]]},
-    ),
 }
 
 

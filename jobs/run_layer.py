@@ -6,33 +6,10 @@ Airflow runs this with the master of a ``lakehouse_spark`` connection of type ``
 flags after ``--layer`` come from the run's Params (see ``lakehouse.control``).
 """
 
-# ruff: noqa: E402 (the imports that load pyspark follow _prefer_installed_pyspark on purpose)
 from __future__ import annotations
 
 import argparse
-import importlib.machinery
 import sys
-from pathlib import Path
-
-
-def _prefer_installed_pyspark() -> None:
-    """spark-submit puts the ``pyspark.zip`` of the pyspark it belongs to ahead of everything on
-    the path, and Python compiles each module it imports from a zip afresh on every start (about
-    half a second for pyspark's). When that zip lies inside the installed pyspark package, the
-    package itself is the same code with its bytecode cached: import it from there."""
-    plain = [p for p in sys.path if not p.endswith(".zip")]
-    spec = importlib.machinery.PathFinder.find_spec("pyspark", plain)
-    if spec is None or not spec.submodule_search_locations:
-        return
-    installed = Path(next(iter(spec.submodule_search_locations))).resolve()
-    sys.path[:] = [
-        p
-        for p in sys.path
-        if not (p.endswith(".zip") and Path(p).resolve().is_relative_to(installed))
-    ]
-
-
-_prefer_installed_pyspark()
 
 from lakehouse.config import LAYERS, Settings
 from lakehouse.contracts import Catalog
@@ -44,7 +21,6 @@ from lakehouse.errors import (
     LakehouseError,
     QualityGateError,
 )
-from lakehouse.launch import quiet_exit
 
 
 def parse(argv: list[str] | None = None) -> tuple[argparse.Namespace, LayerRequest]:
@@ -88,12 +64,12 @@ def main(argv: list[str] | None = None) -> int:
         return CONFIG_ERROR_EXIT
     from lakehouse.pipeline import run_layer
     from lakehouse.quality import RunInfo
-    from lakehouse.spark import lazy_session
+    from lakehouse.spark import get_session
 
-    # Started only if the batch needs Spark: a small one is done in the driver.
-    spark = lazy_session(app_name=f"lakehouse-{args.layer}-{args.topic}", short_lived=True)
     run = RunInfo.from_env(dag_run_id=args.dag_run_id)
+    spark = None
     try:
+        spark = get_session(app_name=f"lakehouse-{args.layer}-{args.topic}")
         for line in run_layer(
             spark, settings, contract, args.layer, catalog, run=run, echo=_say, request=request
         ):
@@ -101,11 +77,12 @@ def main(argv: list[str] | None = None) -> int:
     except QualityGateError as exc:  # the batch was not published; the task fails
         print(f"error: {exc}", file=sys.stderr, flush=True)
         return GATE_FAILED_EXIT
-    except ConfigError as exc:  # e.g. an incompatible schema: refused before data moved
+    except ConfigError as exc:  # e.g. an incompatible schema, or a jar missing from the submit
         print(f"error: {exc}", file=sys.stderr, flush=True)
         return CONFIG_ERROR_EXIT
     finally:
-        spark.stop()
+        if spark is not None:
+            spark.stop()
     return 0
 
 
@@ -134,6 +111,4 @@ def _say(line: str) -> None:
 
 
 if __name__ == "__main__":
-    code = main()
-    quiet_exit()  # the job's exit without the interpreter's last garbage collections
-    raise SystemExit(code)
+    raise SystemExit(main())

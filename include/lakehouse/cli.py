@@ -22,7 +22,6 @@ import base64
 import json
 import os
 import sys
-import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, date, datetime
 from pathlib import Path
@@ -386,18 +385,17 @@ def run_requests(
     return {c.topic: RunRequest.from_params(params, c, flags=True) for c in contracts}
 
 
-def _spark(settings: Settings, app_name: str, *, short_lived: bool = False) -> SparkSession:
+def _spark(settings: Settings, app_name: str) -> SparkSession:
     """A session on this lakehouse's Spark server when it runs (`lakehouse spark start`): no JVM
-    to start. Otherwise a Spark of this process's own, started when it is first used (a command
-    with nothing to do starts none); ``short_lived``: see :func:`lakehouse.spark.get_session`."""
+    to start. Otherwise a Spark of this process's own."""
     from lakehouse import server
-    from lakehouse.spark import lazy_session
+    from lakehouse.spark import get_session
 
     status = server.status(settings)
     if status.running:
         print(f"on the Spark server at sc://localhost:{status.port}", file=sys.stderr)
         return server.connect(settings)
-    return lazy_session(settings.spark_master, app_name=app_name, short_lived=short_lived)
+    return get_session(settings.spark_master, app_name=app_name)
 
 
 def run_pipeline(
@@ -418,7 +416,7 @@ def run_pipeline(
                 print(line)
     layers: tuple[Layer, ...] = (layer,) if layer else LAYERS
     # The requests above are checked before Spark is set up.
-    spark = _spark(settings, "lakehouse-run", short_lived=True)
+    spark = _spark(settings, "lakehouse-run")
     run(spark, settings, catalog, topics=[topic] if topic else [], layers=layers, requests=requests)
     return 0
 
@@ -574,11 +572,6 @@ def build_parser() -> argparse.ArgumentParser:
     sq.add_argument("--last", type=int, default=10, help="validations per table in the trend")
     sq.add_argument("--format", choices=("table", "json"), default="table")
     sub.add_parser("report", help="rebuild the Data Docs (HTML) from the saved validations")
-    sub.add_parser(
-        "spark-archive",
-        help="write the JVM class archive and Python bytecode that shorten every Spark job's "
-        "start (make does)",
-    )
     sk = sub.add_parser(
         "spark",
         help="the long-lived Spark server (Spark Connect) that jobs run on: start, stop, status",
@@ -608,24 +601,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             from lakehouse import postgres
 
             return postgres.main(settings, args.action)
-        if args.command == "spark-archive":
-            from lakehouse.spark import build_class_archive, compile_python_zip, python_zips
-
-            for zipped in python_zips():
-                try:
-                    if compile_python_zip(zipped):
-                        print(f"Spark's Python zip compiled for this interpreter: {zipped}")
-                except OSError as exc:  # e.g. a read-only install: its processes compile it
-                    print(f"warning: {zipped} left without bytecode: {exc}", file=sys.stderr)
-            started = time.monotonic()
-            try:
-                path = build_class_archive()
-            except RuntimeError as exc:  # the workload's own output says why
-                print(f"error: no Spark class archive: {exc}", file=sys.stderr)
-                return 1
-            took = time.monotonic() - started
-            print(f"Spark class archive: {path} ({path.stat().st_size >> 20} MiB, {took:.0f} s)")
-            return 0
         catalog = Catalog.load(settings.contracts_dir)
         if args.command == "produce":
             return produce(
@@ -653,15 +628,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "changes":
             return changes(settings, catalog, args.table, args.from_version, args.format)
         if args.command == "maintain":
-            from lakehouse.pipeline import maintain_topics
+            from lakehouse.pipeline import maintain_topics, maintained_tables
 
-            if args.topic:
-                catalog.topic(args.topic)  # an unknown topic is refused before Spark is set up
+            topics = [args.topic] if args.topic else []
+            # An unknown topic is refused, and a lakehouse without tables done, before Spark
+            # starts.
+            if not maintained_tables(settings, catalog, topics=topics, ledger=args.ledger):
+                print("no tables to maintain")
+                return 0
             maintain_topics(
                 _spark(settings, "lakehouse-maintain"),
                 settings,
                 catalog,
-                topics=[args.topic] if args.topic else [],
+                topics=topics,
                 retention_hours=args.retention_hours,
                 compact=not args.no_compact,
                 dry_run=args.dry_run,

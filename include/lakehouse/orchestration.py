@@ -213,11 +213,11 @@ class LayerJobOperator(SparkSubmitOperator):
             *request.for_layer(self.layer).args(),
         ]
         # The interpreter Airflow runs with (it has `lakehouse`) for the driver and executors,
-        # and the driver JVM's options, as this machine has them now (the class archive may
-        # have been written after the DAG was parsed); the DAG's own conf wins.
+        # and the JVM jars, as this machine has them now (not when the DAG was parsed); the
+        # DAG's own conf wins.
         try:
-            self.conf = {**submit_conf(short_lived=True), **self.base_conf}
-        except ConfigError as exc:  # the machine's settings would fail every try alike
+            self.conf = {**submit_conf(), **self.base_conf}
+        except ConfigError as exc:  # e.g. a jar missing: every try would fail alike
             raise AirflowFailException(str(exc)) from None
         try:
             super().execute(context)

@@ -341,6 +341,28 @@ def topic_tables(
     ]
 
 
+def maintained_tables(
+    settings: Settings,
+    catalog: Catalog,
+    *,
+    topics: Sequence[str] = (),
+    ledger: bool = False,
+) -> list[tuple[Path, list[Consumer]]]:
+    """The existing tables :func:`maintain_topics` maintains, each with the consumers of its
+    change feed: every table of the topics (all when empty), or with ``ledger`` the data-quality
+    results ledger alone. Read from the filesystem, without Spark; an unknown topic is a
+    ConfigError."""
+    contracts = [catalog.topic(t) for t in topics] if topics else list(catalog)
+    if ledger:  # no consumers: the reports read snapshots
+        return [(settings.ledger_path, [])] if is_table(settings.ledger_path) else []
+    return [
+        (path, consumers)
+        for contract in contracts
+        for path, consumers in topic_tables(settings, contract, catalog)
+        if is_table(path)
+    ]
+
+
 def maintain_topics(
     spark: SparkSession,
     settings: Settings,
@@ -355,18 +377,10 @@ def maintain_topics(
 ) -> list[MaintenanceReport]:
     """Compact, vacuum (consumer-aware), checkpoint and clean the logs of every existing table of
     the topics (all when empty); with ``ledger``, of the data-quality results ledger instead
-    (every job appends one small commit to it: it needs compacting most of all)."""
-    contracts = [catalog.topic(t) for t in topics] if topics else list(catalog)
+    (every job appends one small commit to it: it needs compacting most of all). The tables are
+    :func:`maintained_tables`."""
     reports = []
-    if ledger:  # no consumers: the reports read snapshots
-        tables: list[tuple[Path, list[Consumer]]] = [(settings.ledger_path, [])]
-    else:
-        tables = [
-            (p, c) for contract in contracts for p, c in topic_tables(settings, contract, catalog)
-        ]
-    for path, consumers in tables:
-        if not is_table(path):
-            continue
+    for path, consumers in maintained_tables(settings, catalog, topics=topics, ledger=ledger):
         report = maintain(
             spark,
             path,

@@ -4,12 +4,17 @@ gold, with the changelog, a tombstone, a null key, quarantine and idempotent rer
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from lakehouse import samples
-from lakehouse.config import Settings
+from lakehouse.config import REPO_ROOT, Settings
 from lakehouse.contracts import Catalog
 from lakehouse.landing import Producer, Record
 from lakehouse.pipeline import run
@@ -143,3 +148,75 @@ def test_corrupt_segment_line_is_quarantined_with_its_origin(
     ]
     assert bad[0]["reason"].startswith("not JSON")
     assert _rows(settings, "user_latest_location", "username", "location") == [("alice", "Paris")]
+
+
+CONTRACT = """\
+topic: cli-check
+partitions: 2
+key: {format: string, name: user}
+value:
+  format: json
+  fields:
+    - {name: city, type: string}
+stream: {name: cli_check}
+tables:
+  - {name: cli_check_latest, kind: latest}
+expectations:
+  bronze:
+    - {name: partition_ok, expect: between, column: partition, min: 0, max: 1, severity: fail}
+  silver:
+    - {name: user_present, expect: not_null, column: user, severity: quarantine}
+  gold:
+    - {name: one_row_per_user, table: cli_check_latest, expect: unique, column: user, severity: fail}
+"""
+
+
+def test_the_lakehouse_command_runs_a_micro_batch_validated_by_the_worker(tmp_path: Path) -> None:
+    """``lakehouse produce``, ``run`` and ``show`` through the entry point pyproject.toml
+    declares for the ``lakehouse`` script, each in a new process: every layer validated by
+    the GX worker (no in-process fallback), the table published."""
+    contracts = tmp_path / "contracts"
+    contracts.mkdir()
+    (contracts / "cli-check.yaml").write_text(CONTRACT)
+    env = os.environ | {
+        "LAKEHOUSE_HOME": str(tmp_path / "lakehouse"),
+        "LAKEHOUSE_CONTRACTS": str(contracts),
+        "LAKEHOUSE_GX_WORKER": "1",
+    }
+    declared = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())
+    entry = declared["project"]["scripts"]["lakehouse"]
+    script = (
+        "import sys; from importlib.metadata import EntryPoint; "
+        f"sys.exit(EntryPoint('lakehouse', {entry!r}, 'console_scripts').load()())"
+    )
+    records = "".join(
+        json.dumps({"key": user, "value": {"city": city}}) + "\n"
+        for user, city in [("ana", "Oslo"), ("bo", "Lima"), ("ana", "Rome")]
+    )
+
+    def command(*argv: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-c", script, *argv],
+            input=stdin,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+            check=False,
+        )
+
+    produced = command("produce", "cli-check", stdin=records)
+    assert produced.returncode == 0, produced.stderr
+    ran = command("run", "--topic", "cli-check")
+    assert ran.returncode == 0, ran.stderr
+    assert "validating in this process" not in ran.stderr
+    verdicts = [line for line in ran.stdout.splitlines() if "checks met" in line]
+    assert [line.split(":")[0] for line in verdicts] == [
+        "quality bronze.cli-check",
+        "quality silver.cli_check",
+        "quality gold.cli_check_latest",
+    ]
+    shown = command("show", "cli_check_latest", "--format", "json")
+    assert shown.returncode == 0, shown.stderr
+    rows = sorted((r["user"], r["city"]) for r in map(json.loads, shown.stdout.splitlines()))
+    assert rows == [("ana", "Rome"), ("bo", "Lima")]

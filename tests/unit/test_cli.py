@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import io
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -270,7 +271,6 @@ def test_bad_arguments_are_refused_before_spark_starts(
         raise AssertionError("Spark must not start for a bad argument")
 
     monkeypatch.setattr("lakehouse.spark.get_session", no_spark)
-    monkeypatch.setattr("lakehouse.spark.lazy_session", no_spark)
     assert _run(monkeypatch, argv) == 1
     assert message in capsys.readouterr().err
 
@@ -294,26 +294,43 @@ def test_sample_refuses_counts_that_are_not_counts(
     assert message in capsys.readouterr().err
 
 
-def test_spark_archive_reports_a_failed_workload_as_an_error(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+def test_maintain_starts_spark_only_for_tables_that_exist(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    def failed() -> None:
-        raise RuntimeError("lakehouse run failed:\nJava gateway process exited")
+    """A lakehouse without tables is done at once; with one, maintenance gets a session and
+    that table."""
 
-    monkeypatch.setattr("lakehouse.spark.build_class_archive", failed)
-    monkeypatch.setattr("lakehouse.spark.python_zips", list)  # leave the venv's pyspark alone
-    assert cli.main(["spark-archive"]) == 1
-    err = capsys.readouterr().err
-    assert err.startswith("error: no Spark class archive: lakehouse run failed:")
-    assert "Java gateway process exited" in err
-    assert "Traceback" not in err
+    def no_spark(*_args: object, **_kwargs: object) -> None:
+        raise AssertionError("Spark must not start without a table to maintain")
+
+    monkeypatch.setattr("lakehouse.spark.get_session", no_spark)
+    assert _run(monkeypatch, ["maintain"]) == 0
+    assert _run(monkeypatch, ["maintain", "--ledger", "--dry-run"]) == 0
+    assert capsys.readouterr().out == "no tables to maintain\n" * 2
+
+    log = settings.bronze_path("user-locations") / "_delta_log"
+    log.mkdir(parents=True)
+    (log / f"{0:020d}.json").write_text("{}\n")
+    maintained: list[tuple[object, Path]] = []
+    monkeypatch.setattr("lakehouse.spark.get_session", lambda *_a, **_k: "spark")
+    monkeypatch.setattr(
+        "lakehouse.pipeline.maintain",
+        lambda spark, path, *_a, **_k: maintained.append((spark, path)) or _Report(),
+    )
+    assert _run(monkeypatch, ["maintain", "--topic", "user-locations"]) == 0
+    assert maintained == [("spark", settings.bronze_path("user-locations"))]
+
+
+class _Report:
+    def summary(self) -> str:
+        return "maintained"
 
 
 @pytest.fixture
 def pipeline_calls(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     """What `lakehouse run` hands to the pipeline, which is not run (nor is Spark started)."""
     seen: dict[str, Any] = {}
-    monkeypatch.setattr("lakehouse.spark.lazy_session", lambda *_a, **_k: "spark")
+    monkeypatch.setattr("lakehouse.spark.get_session", lambda *_a, **_k: "spark")
     monkeypatch.setattr("lakehouse.pipeline.run", lambda *_a, **kw: seen.update(kw))
     return seen
 

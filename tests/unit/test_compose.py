@@ -330,20 +330,6 @@ def test_spark_services_run_spark_class_from_the_image() -> None:
         assert command(svc)[0] == "/usr/local/bin/spark-class", name
 
 
-def test_the_image_writes_the_spark_class_archive_where_jobs_look_for_it() -> None:
-    """`lakehouse.spark.class_archive` is under the interpreter's prefix: /usr/local in the
-    image. The archive is written before the image switches to its non-root user (the prefix is
-    root's), and after the project is installed (it runs the sample pipeline)."""
-    instructions = dockerfile_instructions()
-    runs = [i for i, (instruction, args) in enumerate(instructions) if instruction == "RUN"]
-    archive = [i for i in runs if "lakehouse spark-archive" in instructions[i][1]]
-    install = [i for i in runs if "pip install --no-cache-dir --no-deps -e ." in instructions[i][1]]
-    user = [i for i, (instruction, _) in enumerate(instructions) if instruction == "USER"]
-    assert len(archive) == 1 and install and user
-    assert install[0] < archive[0] < user[-1]
-    assert instructions[0][1].startswith("python:")  # the interpreter's prefix is /usr/local
-
-
 def test_the_compose_schedulers_hand_off_tasks_as_soon_as_the_local_airflow(
     tmp_path: Path,
 ) -> None:

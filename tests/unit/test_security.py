@@ -461,7 +461,7 @@ def test_the_job_refuses_unknown_tables_before_spark_starts(
     message: str,
     layer_job: ModuleType,
 ) -> None:
-    monkeypatch.setattr("lakehouse.spark.lazy_session", _no_spark)
+    monkeypatch.setattr("lakehouse.spark.get_session", _no_spark)
     monkeypatch.setenv("LAKEHOUSE_HOME", str(tmp_path / "lakehouse"))
     monkeypatch.setenv("LAKEHOUSE_CONTRACTS", str(REPO_ROOT / "contracts"))
     argv = ["--topic", "user-locations", "--layer", "gold", *flags]
@@ -473,13 +473,17 @@ def test_the_job_refuses_unknown_tables_before_spark_starts(
 
 @pytest.mark.parametrize("run_id", ["--full-refresh", "--tables=x", "-h", "manual__a b;c'd"])
 def test_a_run_id_reaches_the_job_as_one_value(
-    monkeypatch: pytest.MonkeyPatch, run_id: str, layer_job: ModuleType
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, run_id: str, layer_job: ModuleType
 ) -> None:
     """A run id typed into the trigger form may look like a flag; the job still reads it as
-    the run's id, and takes no other flag from it."""
+    the run's id, and takes no other flag from it (a ``spark`` connection: a spark-submit)."""
     from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
-    from lakehouse.orchestration import LayerJobOperator
+    from lakehouse.orchestration import SPARK_CONN_ID, LayerJobOperator
+
+    monkeypatch.setenv(
+        f"AIRFLOW_CONN_{SPARK_CONN_ID.upper()}", json.dumps({"conn_type": "spark", "host": "local"})
+    )
 
     sent: list[list[str]] = []
     monkeypatch.setattr(
@@ -492,6 +496,8 @@ def test_a_run_id_reaches_the_job_as_one_value(
         tables=["user_places"],
         application="run_layer.py",
         application_args=["--topic", LOCATIONS.topic, "--layer", "gold"],
+        settings=Settings.from_env(tmp_path / "lakehouse", REPO_ROOT / "contracts"),
+        conn_id=SPARK_CONN_ID,
     )
     operator.execute({"params": {}, "run_id": run_id})
     args, request = layer_job.parse(sent[0])
@@ -532,7 +538,6 @@ def test_the_cli_refuses_hostile_table_and_topic_names(
     hostile: str,
 ) -> None:
     monkeypatch.setattr("lakehouse.spark.get_session", _no_spark)
-    monkeypatch.setattr("lakehouse.spark.lazy_session", _no_spark)
     monkeypatch.setattr("sys.stdin", None)  # produce must fail before reading
     home = tmp_path / "lakehouse"
     argv = ["--home", str(home), "--contracts", str(REPO_ROOT / "contracts")]

@@ -1,0 +1,99 @@
+"""The settings a job's Spark starts with (lakehouse.spark) and the conf a spark-submit of a
+layer job passes (no Spark here)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lakehouse import jvm, spark
+from lakehouse.config import REPO_ROOT, Settings
+from lakehouse.contracts import Catalog
+from lakehouse.errors import ConfigError
+
+LOCATIONS = Catalog.load(REPO_ROOT / "contracts").topic("user-locations")
+
+
+def _jvm_conf() -> dict[str, str]:
+    """The installed jars as spark.jars, and Delta's session extension and catalog."""
+    jars = ",".join(str(jvm.jars_dir() / name) for name in jvm.read_lock())
+    return {
+        "spark.jars": jars,
+        "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+        "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+    }
+
+
+def test_submit_conf_names_this_interpreter_and_the_jars() -> None:
+    assert spark.submit_conf() == {
+        "spark.pyspark.python": sys.executable,
+        "spark.pyspark.driver.python": sys.executable,
+        **_jvm_conf(),
+    }
+    conf = spark.spark_conf("local[1]", "app")
+    assert conf["spark.master"] == "local[1]" and conf["spark.app.name"] == "app"
+    assert spark.submit_conf().items() <= conf.items()
+
+
+def test_the_operator_takes_the_conf_when_it_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With a ``spark`` connection each layer is a spark-submit. The DAG is parsed once and runs
+    for days: the conf is the machine's when the task runs; a conf the DAG sets itself wins; a
+    jar missing then fails the task without a submit (every retry would fail alike)."""
+    from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from lakehouse.orchestration import SPARK_CONN_ID, LayerJobOperator
+
+    monkeypatch.setenv(
+        f"AIRFLOW_CONN_{SPARK_CONN_ID.upper()}", json.dumps({"conn_type": "spark", "host": "local"})
+    )
+
+    sent: list[dict[str, Any]] = []
+    monkeypatch.setattr(
+        SparkSubmitOperator, "execute", lambda self, context: sent.append(dict(self.conf))
+    )
+    operator = LayerJobOperator(
+        task_id="silver",
+        layer="silver",
+        contract=LOCATIONS,
+        tables=None,
+        application="run_layer.py",
+        application_args=["--topic", LOCATIONS.topic, "--layer", "silver"],
+        conf={"spark.sql.shuffle.partitions": "4", "spark.pyspark.python": "/opt/python"},
+        settings=Settings.from_env(tmp_path / "lakehouse", REPO_ROOT / "contracts"),
+        conn_id=SPARK_CONN_ID,
+    )
+    operator.execute({"params": {}, "run_id": "manual__1"})
+    operator.execute({"params": {}, "run_id": "manual__1"})  # a retry: nothing piles up
+    assert (
+        sent[0]
+        == sent[1]
+        == {
+            "spark.pyspark.python": "/opt/python",
+            "spark.pyspark.driver.python": sys.executable,
+            **_jvm_conf(),
+            "spark.sql.shuffle.partitions": "4",
+        }
+    )
+    monkeypatch.setattr(jvm, "jars_dir", lambda: tmp_path)  # the jars gone since the parse
+    with pytest.raises(AirflowFailException, match="JVM jars missing from"):
+        operator.execute({"params": {}, "run_id": "manual__2"})
+    assert len(sent) == 2  # nothing submitted
+
+
+def test_code_generation_is_a_setting_refused_when_misspelt(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("LAKEHOUSE_SPARK_CODEGEN", "of")
+    with pytest.raises(ConfigError, match="LAKEHOUSE_SPARK_CODEGEN must be 'on' or 'off'"):
+        spark.codegen_conf()
+    monkeypatch.setenv("LAKEHOUSE_SPARK_CODEGEN", "off")
+    assert spark.codegen_conf()["spark.sql.codegen.wholeStage"] == "false"
+    monkeypatch.delenv("LAKEHOUSE_SPARK_CODEGEN")
+    assert spark.codegen_conf() == {}
