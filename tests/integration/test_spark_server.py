@@ -222,19 +222,20 @@ def test_maintain_runs_on_the_server(served: Settings) -> None:
     assert not any((path / name).exists() for name in files)
     assert len(list(path.glob("*.parquet"))) == 1
     # Maintenance's commits: compaction, vacuum, then one setting Delta's checkpoint interval to
-    # 1 (and its log cleanup on), which Delta checkpointed, and two putting the table's own
-    # properties back (the last is version 10, a multiple of Delta's default interval: Delta
-    # checkpointed it too, its cleanup off again).
+    # 1 (and its log cleanup on, recording the table's own values), which Delta checkpointed, and
+    # two putting the table's own properties back: the first sets its log cleanup off again
+    # (still under interval 1: checkpointed), the last unsets the interval and the record (it is
+    # version 10, a multiple of Delta's default interval: checkpointed too).
     assert list(operations(path, version + 1).values()) == [
         "OPTIMIZE",
         "VACUUM START",
         "VACUUM END",
         "SET TBLPROPERTIES",
-        "UNSET TBLPROPERTIES",
         "SET TBLPROPERTIES",
+        "UNSET TBLPROPERTIES",
     ]
     assert report["checkpoint"] == version + 4 and report["version_after"] == version + 6
-    assert checkpoints(path) == [version + 4, version + 6]
+    assert checkpoints(path) == [version + 4, version + 5, version + 6]
     assert report["log_cleanup"] == "done"
     maintained = _load(path)
     assert dict(maintained.metadata().configuration) == properties

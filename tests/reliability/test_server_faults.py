@@ -67,6 +67,7 @@ from lakehouse.config import Settings
 
 pytestmark = [
     pytest.mark.reliability,
+    pytest.mark.heavy,  # 10-18 minutes at 3 kills here: `make reliability`, not `make test`
     pytest.mark.integration,  # Spark and Java: not part of `make unit`
     pytest.mark.timeout(1200 + KILLS * 400),
 ]
