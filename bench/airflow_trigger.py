@@ -53,6 +53,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -242,10 +243,24 @@ def spark_submit(layer: str) -> list[str]:
     ]
 
 
-def run_jobs(settings: Any, logs: Path, label: str) -> dict[str, float]:
-    """The three layer jobs, one spark-submit after another, each logged to
-    ``logs/<label>-<layer>.log``: the seconds each took. A job that fails raises with the end of
-    its log."""
+def client(layer: str) -> list[str]:
+    """A layer as ``lakehouse run --layer``: a client of the server, as the Airflow tasks are."""
+    return [
+        str(Path(sys.executable).parent / "lakehouse"),
+        "run",
+        "--topic",
+        TOPIC,
+        "--layer",
+        layer,
+    ]
+
+
+def run_layers(
+    settings: Any, logs: Path, label: str, command: Callable[[str], list[str]]
+) -> dict[str, float]:
+    """The three layers, one ``command(layer)`` process after another, each logged to
+    ``logs/<label>-<layer>.log``: the seconds each took. One that fails raises with the end of
+    its log; a client that did not run on the server too."""
     env = clean_environment(settings)
     seconds: dict[str, float] = {}
     for layer in LAYER_TASKS:
@@ -253,32 +268,7 @@ def run_jobs(settings: Any, logs: Path, label: str) -> dict[str, float]:
         started = time.perf_counter()
         with log.open("w") as out:
             proc = subprocess.run(
-                spark_submit(layer),
-                env=env,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                timeout=900,
-                check=False,
-            )
-        seconds[layer] = time.perf_counter() - started
-        if proc.returncode != 0:
-            tail = log.read_text()[-3000:]
-            raise RuntimeError(f"{label}: spark-submit {layer} failed ({proc.returncode}):\n{tail}")
-    return seconds
-
-
-def run_clients(settings: Any, logs: Path, label: str) -> dict[str, float]:
-    """The three layers, one ``lakehouse run --layer`` client of the server after another, each
-    logged to ``logs/<label>-<layer>.log``: the seconds each took."""
-    env = clean_environment(settings)
-    lakehouse = str(Path(sys.executable).parent / "lakehouse")
-    seconds: dict[str, float] = {}
-    for layer in LAYER_TASKS:
-        log = logs / f"{label}-{layer}.log"
-        started = time.perf_counter()
-        with log.open("w") as out:
-            proc = subprocess.run(
-                [lakehouse, "run", "--topic", TOPIC, "--layer", layer],
+                command(layer),
                 env=env,
                 stdout=out,
                 stderr=subprocess.STDOUT,
@@ -287,10 +277,8 @@ def run_clients(settings: Any, logs: Path, label: str) -> dict[str, float]:
             )
         seconds[layer] = time.perf_counter() - started
         text = log.read_text()
-        if proc.returncode != 0 or "on the Spark server" not in text:
-            raise RuntimeError(
-                f"{label}: lakehouse run {layer} ({proc.returncode}):\n{text[-3000:]}"
-            )
+        if proc.returncode != 0 or (command is client and "on the Spark server" not in text):
+            raise RuntimeError(f"{label}: {layer} failed ({proc.returncode}):\n{text[-3000:]}")
     return seconds
 
 
@@ -298,7 +286,11 @@ def run_direct(settings: Any, paths: list[Path], logs: Path, *, submit: bool) ->
     """One batch, the three layers one after another: clients of the server, or spark-submits."""
     watch = GoldWatch(paths)
     watch.begin()
-    jobs = run_jobs(settings, logs, "submit") if submit else run_clients(settings, logs, "direct")
+    jobs = (
+        run_layers(settings, logs, "submit", spark_submit)
+        if submit
+        else run_layers(settings, logs, "direct", client)
+    )
     wall = time.perf_counter() - watch.start
     return {
         "trigger_to_gold_s": watch.finish(),

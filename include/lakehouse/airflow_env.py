@@ -31,6 +31,7 @@ from pathlib import Path
 from lakehouse import server
 from lakehouse.config import REPO_ROOT, Settings
 from lakehouse.errors import ConfigError
+from lakehouse.runtime import private_file
 
 DB_ENV = "LAKEHOUSE_AIRFLOW_DB"
 DATABASES = ("sqlite", "postgres")
@@ -121,28 +122,19 @@ SECRETS_FILE = "lakehouse-secrets.json"
 
 def airflow_secrets(airflow_home: Path) -> dict[str, str]:
     """This Airflow's generated secrets, made on first use (file mode 0600)."""
-    path = airflow_home / SECRETS_FILE
-    if path.is_file():
-        return dict(json.loads(path.read_text(encoding="utf-8")))
     import secrets
 
-    from cryptography.fernet import Fernet
+    def made() -> str:
+        from cryptography.fernet import Fernet
 
-    made = {
-        "fernet_key": Fernet.generate_key().decode(),
-        "secret_key": secrets.token_urlsafe(32),
-        # Tokens are signed with HS512, whose key should be 64 bytes at least (RFC 7518 3.2).
-        "jwt_secret": secrets.token_urlsafe(64),
-    }
-    airflow_home.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{SECRETS_FILE}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as out:
-        json.dump(made, out)
-    try:
-        os.link(tmp, path)  # never replace secrets another process made first
-    except FileExistsError:
-        pass
-    finally:
-        tmp.unlink()
-    return dict(json.loads(path.read_text(encoding="utf-8")))
+        return json.dumps(
+            {
+                "fernet_key": Fernet.generate_key().decode(),
+                "secret_key": secrets.token_urlsafe(32),
+                # Tokens are signed with HS512, whose key should be 64 bytes at least (RFC 7518
+                # 3.2).
+                "jwt_secret": secrets.token_urlsafe(64),
+            }
+        )
+
+    return dict(json.loads(private_file(airflow_home / SECRETS_FILE, made)))

@@ -27,6 +27,7 @@ from lakehouse.config import LAYERS, REPO_ROOT, Layer, Settings
 from lakehouse.contracts import Catalog, Contract
 from lakehouse.control import OFFSETS_PATTERN, RunRequest, joined, own
 from lakehouse.errors import CONFIG_ERROR_EXIT, GATE_FAILED_EXIT, ConfigError
+from lakehouse.runtime import answers
 from lakehouse.spark import submit_conf
 
 JOB = str(REPO_ROOT / "jobs" / "run_layer.py")
@@ -155,7 +156,7 @@ class LayerJobOperator(SparkSubmitOperator):
     ) -> None:
         """The layer in this task's process, on a Spark Connect session of the server."""
         where = f"{host}:{port or server.DEFAULT_PORT}"
-        if not server.answers(host or "localhost", port or server.DEFAULT_PORT):
+        if not answers(host or "localhost", port or server.DEFAULT_PORT, timeout=2.0):
             # Retried by Airflow: the batch is taken again once the server is back.
             raise AirflowException(
                 f"no Spark server answers at {where} (Airflow connection {self._conn_id!r}): "

@@ -25,13 +25,13 @@ import pwd
 import re
 import secrets
 import shutil
-import socket
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
 from lakehouse.config import Settings
 from lakehouse.errors import ConfigError, LakehouseError
+from lakehouse.runtime import alive, answers, private_file
 
 PORT_ENV = "LAKEHOUSE_POSTGRES_PORT"
 DEFAULT_PORT = 15432
@@ -117,24 +117,13 @@ class Cluster:
         """The role's password, from ``password``; with ``create``, generated there first if
         missing (mode 0600, written whole before it is visible)."""
         path = self.password_file
-        if not path.is_file():
-            if not create:
-                raise PostgresError(
-                    f"no PostgreSQL password at {path}: start the cluster with "
-                    "`lakehouse postgres start`"
-                )
-            self.root.mkdir(parents=True, exist_ok=True)
-            partial = path.with_name(f".password.{os.getpid()}")
-            fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            with os.fdopen(fd, "w", encoding="ascii") as out:
-                out.write(secrets.token_urlsafe(32))  # URL-safe: it goes into Airflow's URL
-            try:
-                os.link(partial, path)  # a second starter keeps the first one's password
-            except FileExistsError:
-                pass
-            finally:
-                partial.unlink()
-        return path.read_text(encoding="ascii").strip()
+        if not create and not path.is_file():
+            raise PostgresError(
+                f"no PostgreSQL password at {path}: start the cluster with "
+                "`lakehouse postgres start`"
+            )
+        # URL-safe: it goes into Airflow's database URL.
+        return private_file(path, lambda: secrets.token_urlsafe(32)).strip()
 
     def status(self) -> Status:
         """Running when the server's ``postmaster.pid`` names a live process whose port
@@ -144,7 +133,7 @@ class Cluster:
             pid, at = int(lines[0]), int(lines[3])
         except (OSError, ValueError, IndexError):
             return Status(False)
-        if not _alive(pid) or not _listening(at):
+        if not alive(pid) or not answers(LOOPBACK, at):
             return Status(False)
         return Status(True, at, pid, self.log)
 
@@ -167,7 +156,7 @@ class Cluster:
         if current.running:
             return current
         at = port() if at is None else at
-        if _listening(at):
+        if answers(LOOPBACK, at):
             raise PostgresError(
                 f"port {at} on {LOOPBACK} is taken by another process: stop it, or choose "
                 f"another port with {PORT_ENV}"
@@ -314,24 +303,6 @@ def _check_reachable(folder: Path) -> None:
                 "lakehouse (LAKEHOUSE_HOME) under folders it may enter, or run as an "
                 "unprivileged user"
             )
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def _listening(at: int, timeout: float = 0.5) -> bool:
-    try:
-        with socket.create_connection((LOOPBACK, at), timeout=timeout):
-            return True
-    except OSError:
-        return False
 
 
 def _tail(path: Path, lines: int = 30) -> str:

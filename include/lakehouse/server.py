@@ -35,7 +35,6 @@ import json
 import os
 import secrets
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -45,6 +44,7 @@ from typing import TYPE_CHECKING
 
 from lakehouse.config import Settings
 from lakehouse.errors import ConfigError, LakehouseError
+from lakehouse.runtime import alive, answers, private_file
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -84,24 +84,11 @@ def token(settings: Settings, *, create: bool = False) -> str:
     """The clients' token: read from ``<home>/spark/token``; with ``create``, generated there
     first if missing (mode 0600, written whole before it is visible)."""
     path = state_dir(settings) / "token"
-    if path.is_file():
-        return path.read_text(encoding="ascii").strip()
-    if not create:
+    if not create and not path.is_file():
         raise ServerDown(
             f"no Spark server token at {path}: start the server with `lakehouse spark start`"
         )
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(f".token.{os.getpid()}")
-    fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w", encoding="ascii") as out:
-        out.write(secrets.token_urlsafe(32))
-    try:
-        os.link(partial, path)  # a second starter keeps the first one's token
-    except FileExistsError:
-        pass
-    finally:
-        partial.unlink()
-    return path.read_text(encoding="ascii").strip()
+    return private_file(path, lambda: secrets.token_urlsafe(32)).strip()
 
 
 @dataclass(frozen=True)
@@ -127,26 +114,6 @@ class Status:
         )
 
 
-def _listening(at: int, timeout: float = 0.5) -> bool:
-    try:
-        with socket.create_connection((LOOPBACK, at), timeout=timeout):
-            return True
-    except OSError:
-        return False
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    stat = Path(f"/proc/{pid}/stat")
-    # A zombie is dead for our purposes (its parent has not reaped it yet).
-    return not (stat.is_file() and stat.read_text().split(")")[-1].split()[0] == "Z")
-
-
 def _recorded(settings: Settings) -> dict[str, object] | None:
     path = state_dir(settings) / "server.json"
     try:
@@ -162,7 +129,7 @@ def status(settings: Settings) -> Status:
     rec = _recorded(settings) or {}
     recorded_port, pid = rec.get("port"), rec.get("pid")
     at = recorded_port if isinstance(recorded_port, int) else port()
-    if not isinstance(pid, int) or not _alive(pid) or not _listening(at):
+    if not isinstance(pid, int) or not alive(pid) or not answers(LOOPBACK, at):
         return Status(False, at)
     return Status(
         True,
@@ -226,7 +193,7 @@ def start(settings: Settings, *, timeout: float = START_TIMEOUT_S) -> Status:
     if current.running:
         return current
     at = port()
-    if _listening(at):
+    if answers(LOOPBACK, at):
         raise ServerError(
             f"port {at} on {LOOPBACK} is taken by another process: stop it, or choose another "
             f"port with {PORT_ENV}"
@@ -294,7 +261,7 @@ def start(settings: Settings, *, timeout: float = START_TIMEOUT_S) -> Status:
                 f"the validation service exited with code {service.returncode} while starting; "
                 f"its log ({service_log}) ends with:\n{_tail(service_log)}"
             )
-        if _listening(at) and gx_service.answers(gx_service.address(settings)):
+        if answers(LOOPBACK, at) and gx_service.answers(gx_service.address(settings)):
             return status(settings)
         time.sleep(0.25)
     stop(settings)
@@ -333,13 +300,13 @@ def stop(settings: Settings, *, timeout: float = 30.0) -> bool:
     running."""
     rec = _recorded(settings)
     pid = rec.get("pid") if rec else None
-    if not isinstance(pid, int) or not _alive(pid):
+    if not isinstance(pid, int) or not alive(pid):
         (state_dir(settings) / "server.json").unlink(missing_ok=True)
         (state_dir(settings) / "gx.sock").unlink(missing_ok=True)
         return False
     service = rec.get("validation_pid") if rec else None
     family = [pid, *_descendants(pid)]
-    if isinstance(service, int) and _alive(service):
+    if isinstance(service, int) and alive(service):
         family += [service, *_descendants(service)]
     with contextlib.suppress(ProcessLookupError):
         os.killpg(pid, signal.SIGTERM)
@@ -347,7 +314,7 @@ def stop(settings: Settings, *, timeout: float = 30.0) -> bool:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(service, signal.SIGTERM)  # the service and the children it forked
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and _alive(pid):
+    while time.monotonic() < deadline and alive(pid):
         time.sleep(0.2)
     for member in family:
         with contextlib.suppress(ProcessLookupError):
@@ -357,10 +324,10 @@ def stop(settings: Settings, *, timeout: float = 30.0) -> bool:
     return True
 
 
-def remote(settings: Settings) -> str:
-    """The Connect address of this lakehouse's server, token included (``sc://localhost``: the
-    only host Spark's client sends a token to without TLS)."""
-    return f"sc://localhost:{status(settings).port}/;token={token(settings)}"
+def remote(settings: Settings, at: int) -> str:
+    """The Connect address of this lakehouse's server on port ``at``, token included
+    (``sc://localhost``: the only host Spark's client sends a token to without TLS)."""
+    return f"sc://localhost:{at}/;token={token(settings)}"
 
 
 def connect(settings: Settings) -> SparkSession:
@@ -372,7 +339,7 @@ def connect(settings: Settings) -> SparkSession:
     current = status(settings)
     if not current.running or current.pid is None:
         raise ServerDown(current.describe())
-    spark = SparkSession.builder.remote(remote(settings)).getOrCreate()
+    spark = SparkSession.builder.remote(remote(settings, current.port)).getOrCreate()
     client = spark.client  # a Connect session's
     client.set_retry_policies([_while_alive(current.pid, current.port)])
     return spark
@@ -389,7 +356,7 @@ def _while_alive(pid: int, at: int) -> RetryPolicy:
 
     class WhileAlive(DefaultPolicy):
         def can_retry(self, e: BaseException) -> bool:
-            if isinstance(e, grpc.RpcError) and not _alive(pid):
+            if isinstance(e, grpc.RpcError) and not alive(pid):
                 raise ServerDown(
                     f"the Spark server (pid {pid}, sc://localhost:{at}) went down while this "
                     "client used it: start it again with `lakehouse spark start`, then rerun"
@@ -413,7 +380,7 @@ def _while_answering(host: str, at: int) -> RetryPolicy:
 
     class WhileAnswering(DefaultPolicy):
         def can_retry(self, e: BaseException) -> bool:
-            if isinstance(e, grpc.RpcError) and not answers(host, at):
+            if isinstance(e, grpc.RpcError) and not answers(host, at, timeout=2.0):
                 raise ServerDown(
                     f"the Spark server at {host}:{at} went down while this client used it: "
                     "start it again (`lakehouse spark start`), then rerun"
@@ -421,15 +388,6 @@ def _while_answering(host: str, at: int) -> RetryPolicy:
             return super().can_retry(e)
 
     return WhileAnswering()
-
-
-def answers(host: str, at: int, timeout: float = 2.0) -> bool:
-    """Whether something accepts TCP connections at ``host:at``."""
-    try:
-        with socket.create_connection((host, at), timeout=timeout):
-            return True
-    except OSError:
-        return False
 
 
 def main(settings: Settings, action: str) -> int:

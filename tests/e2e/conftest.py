@@ -3,19 +3,15 @@
 from __future__ import annotations
 
 import json
-import socket
 from collections.abc import Iterator
 
 import pytest
-from airflow_stack import temporary_postgres
+from airflow_stack import free_port, temporary_postgres
 from browser import Browser
 
 from lakehouse import server
 from lakehouse.config import Settings
 from lakehouse.postgres import Cluster
-
-# The Airflow connection the layer tasks take their Spark from (lakehouse.orchestration).
-SPARK_CONN_ENV = "AIRFLOW_CONN_LAKEHOUSE_SPARK"
 
 
 @pytest.fixture(scope="module")
@@ -27,12 +23,6 @@ def chrome(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Browser]:
         holder.quit()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture(scope="session")
 def spark_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """One Spark server (`lakehouse spark start`) for the Airflow tests of this test process,
@@ -42,7 +32,7 @@ def spark_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     home = tmp_path_factory.mktemp("spark-server") / "lakehouse"
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("LAKEHOUSE_HOME", str(home))
-        mp.setenv(server.PORT_ENV, str(_free_port()))
+        mp.setenv(server.PORT_ENV, str(free_port()))
         settings = Settings.from_env()
         running = server.start(settings)
         connection = {

@@ -16,9 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import SPARK_CONN_ENV
 from lakehouse import server
-from lakehouse.airflow_env import airflow_environment, airflow_secrets
+from lakehouse.airflow_env import SPARK_CONN_ENV, airflow_environment, airflow_secrets
 from lakehouse.config import REPO_ROOT, Settings
 from lakehouse.storage import changes_arrow, read_arrow
 

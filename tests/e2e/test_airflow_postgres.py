@@ -21,7 +21,7 @@ import psycopg
 import pytest
 from airflow_stack import AIRFLOW, Airflow, clean_environment, running_airflow
 
-from conftest import SPARK_CONN_ENV
+from lakehouse.airflow_env import SPARK_CONN_ENV
 from lakehouse.config import Settings
 from lakehouse.postgres import Cluster
 

@@ -25,8 +25,7 @@ import pytest
 from airflow_stack import Airflow, clean_environment, running_airflow
 from browser import ARTIFACTS, Browser, screenshot
 
-from conftest import SPARK_CONN_ENV
-from lakehouse.airflow_env import airflow_secrets
+from lakehouse.airflow_env import SPARK_CONN_ENV, airflow_secrets
 from lakehouse.config import Settings
 from lakehouse.postgres import Cluster
 

@@ -20,6 +20,7 @@ from delta_log import checkpoints, operations
 
 from lakehouse import server
 from lakehouse.config import REPO_ROOT, Settings
+from lakehouse.runtime import alive
 from lakehouse.storage import delta_spark, read_arrow
 from lakehouse.storage.store import _load
 
@@ -54,9 +55,18 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Settings]:
 def _client(settings: Settings, code: str) -> subprocess.CompletedProcess[str]:
     """Run ``code`` in a fresh interpreter (a thin client), with this lakehouse's settings and no
     token but what ``code`` gives."""
+    return _process(settings, "-c", code)
+
+
+def _lakehouse(settings: Settings, *args: str) -> subprocess.CompletedProcess[str]:
+    """A ``lakehouse`` command of this lakehouse, in its own process."""
+    return _process(settings, "-m", "lakehouse.cli", *args)
+
+
+def _process(settings: Settings, *args: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k != server.TOKEN_ENV}
     return subprocess.run(
-        [sys.executable, "-c", code],
+        [sys.executable, *args],
         env={**env, "LAKEHOUSE_HOME": str(settings.home)},
         capture_output=True,
         text=True,
@@ -153,17 +163,9 @@ def test_the_pipeline_runs_on_the_server(served: Settings) -> None:
 
 
 def test_lakehouse_run_is_a_client_of_the_running_server(served: Settings) -> None:
-    env = {k: v for k, v in os.environ.items() if k != server.TOKEN_ENV}
-    cli = [sys.executable, "-m", "lakehouse.cli"]
-    subprocess.run([*cli, "sample", "--records", "100"], check=True, env=env, capture_output=True)
-    done = subprocess.run(
-        [*cli, "run", "--topic", "user-locations"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
+    sampled = _lakehouse(served, "sample", "--records", "100")
+    assert sampled.returncode == 0, sampled.stderr[-3000:]
+    done = _lakehouse(served, "run", "--topic", "user-locations")
     assert done.returncode == 0, done.stderr[-3000:]
     port = server.status(served).port
     assert f"on the Spark server at sc://localhost:{port}" in done.stderr
@@ -247,23 +249,9 @@ def test_maintain_runs_on_the_server(served: Settings) -> None:
 
 
 def test_lakehouse_maintain_is_a_client_of_the_running_server(served: Settings) -> None:
-    env = {k: v for k, v in os.environ.items() if k != server.TOKEN_ENV}
-    cli = [sys.executable, "-m", "lakehouse.cli"]
-    subprocess.run(
-        [*cli, "run", "--topic", "user-locations", "--layer", "bronze"],
-        check=True,
-        env=env,
-        capture_output=True,
-        timeout=600,
-    )
-    done = subprocess.run(
-        [*cli, "maintain", "--topic", "user-locations"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
+    bronze_run = _lakehouse(served, "run", "--topic", "user-locations", "--layer", "bronze")
+    assert bronze_run.returncode == 0, bronze_run.stderr[-3000:]
+    done = _lakehouse(served, "maintain", "--topic", "user-locations")
     assert done.returncode == 0, done.stderr[-3000:]
     port = server.status(served).port
     assert f"on the Spark server at sc://localhost:{port}" in done.stderr
@@ -286,10 +274,10 @@ def test_stop_ends_the_server_its_python_workers_and_its_validation_service(
     status = server.status(served)
     assert status.pid is not None
     service = json.loads((server.state_dir(served) / "server.json").read_text())["validation_pid"]
-    assert server._alive(service)
+    assert alive(service)
     family = [status.pid, *server._descendants(status.pid), service]
     assert server.stop(served)
     assert not server.status(served).running
-    assert not any(server._alive(p) for p in family)
+    assert not any(alive(p) for p in family)
     assert not (server.state_dir(served) / "gx.sock").exists()
     assert not server.stop(served)  # nothing left to stop

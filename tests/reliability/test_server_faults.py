@@ -64,6 +64,7 @@ from faults import (
 
 from lakehouse import server
 from lakehouse.config import Settings
+from lakehouse.runtime import alive
 
 pytestmark = [
     pytest.mark.reliability,
@@ -144,10 +145,10 @@ def _crash(settings: Settings) -> list[int]:
 def _outliving(pids: list[int], bound: float) -> list[str]:
     """The processes of ``pids`` still alive after ``bound`` seconds (their command lines)."""
     deadline = time.monotonic() + bound
-    while (alive := [p for p in pids if server._alive(p)]) and time.monotonic() < deadline:
+    while (living := [p for p in pids if alive(p)]) and time.monotonic() < deadline:
         time.sleep(0.1)
     left = []
-    for pid in alive:
+    for pid in living:
         with contextlib.suppress(OSError):
             left.append(f"{pid}: {Path(f'/proc/{pid}/cmdline').read_text().replace(chr(0), ' ')}")
     return left
