@@ -793,13 +793,16 @@ class Gate:
         *,
         whole: DataFrame | pa.Table | None = None,
         source: Mapping[str, Any] | None = None,
+        at_most: tuple[int | None, int | None] = (None, None),
     ) -> Verdict:
         """Validate a batch before it is published; on a failed ``fail`` expectation, record
         it and raise. ``rows`` is the batch's size if known; a Spark batch small enough for
         GX's pandas engine is brought to Arrow (:func:`collect_if_small`). ``whole`` is what
-        table-level gold expectations judge (the table as it would be after the batch)."""
+        table-level gold expectations judge (the table as it would be after the batch).
+        ``at_most``: bounds on the sizes of the batch and of ``whole``, if the caller knows
+        them (a Spark batch within the bound is collected without being counted first)."""
         if rows is None:
-            batch, rows = collect_if_small(batch, self.columns)
+            batch, rows = collect_if_small(batch, self.columns, at_most=at_most[0])
         exps = self.expectations
         name = suite_name(self.layer, self.table)
         outcomes: list[Outcome] = []
@@ -811,8 +814,13 @@ class Gate:
             outcomes, engine, result = run_suite(name, batch_level, batch, rows, service=service)
         if table_level:
             assert whole is not None, "table-level expectations need the would-be table"
+            table, rows_after = collect_if_small(
+                whole,
+                sorted({e.column for e in table_level if e.column is not None}) or None,
+                at_most=at_most[1],
+            )
             more, engine2, result2 = run_suite(
-                name, table_level, whole, _rows(whole), service=service
+                name, table_level, table, rows_after, service=service
             )
             outcomes += more
             engine = engine2 if engine == "none" else engine
@@ -883,25 +891,22 @@ class Gate:
 
 
 def collect_if_small(
-    batch: DataFrame | pa.Table, columns: Sequence[str] | None
+    batch: DataFrame | pa.Table, columns: Sequence[str] | None, *, at_most: int | None = None
 ) -> tuple[DataFrame | pa.Table, int]:
     """A batch and its size: the named columns (or any one) as Arrow if it has at most
-    ``pandas_max_rows()`` rows, else the DataFrame. Counted first: a ``limit`` would bring the
-    rows through one partition, and a batch too big for the driver is not collected at all."""
+    ``pandas_max_rows()`` rows, else the DataFrame. Counted first, unless the caller knows it
+    has ``at_most`` rows: a ``limit`` would bring the rows through one partition, and a batch
+    too big for the driver is not collected at all."""
     import pyarrow as pa
 
     if isinstance(batch, pa.Table):
         return batch, batch.num_rows
-    rows = batch.count()
-    if rows > pandas_max_rows():
-        return batch, rows
-    return batch.select(*(columns or batch.columns[:1])).toArrow(), rows
-
-
-def _rows(batch: DataFrame | pa.Table) -> int:
-    import pyarrow as pa
-
-    return batch.num_rows if isinstance(batch, pa.Table) else batch.count()
+    if at_most is None or at_most > pandas_max_rows():
+        rows = batch.count()
+        if rows > pandas_max_rows():
+            return batch, rows
+    table = batch.select(*(columns or batch.columns[:1])).toArrow()
+    return table, table.num_rows
 
 
 def _merge_results(a: dict[str, Any] | None, b: dict[str, Any]) -> dict[str, Any]:

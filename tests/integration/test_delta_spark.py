@@ -202,6 +202,7 @@ def test_a_merge_records_its_position_once_and_commits_even_when_nothing_changes
 
     from lakehouse.storage import changes_arrow
     from lakehouse.storage.delta_spark import commit_metadata
+    from lakehouse.storage.store import table_rows
 
     path = tmp_path / "sums"
     _sum_table(spark, path)
@@ -218,6 +219,8 @@ def test_a_merge_records_its_position_once_and_commits_even_when_nothing_changes
     assert _rows(path) == {"a": 6, "c": 3}
 
     table = DeltaTable(str(path))
+    # The rows a gate may collect without counting them: from the log's record counts.
+    assert table_rows(table) == 2 and table_rows(DeltaTable(str(path), version=1)) == 2
     assert table.transaction_version("silver.s") == 2
     history = table.history()  # newest first
     assert [c["operation"] for c in history[:3]] == ["MERGE"] * 3
@@ -233,6 +236,25 @@ def test_a_merge_records_its_position_once_and_commits_even_when_nothing_changes
         ("b", "delete"),
         ("c", "insert"),
     ]
+
+
+def test_a_gate_collects_a_batch_within_its_bound_and_leaves_a_big_one_in_spark(
+    spark: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import pyarrow as pa
+
+    from lakehouse.quality import collect_if_small
+
+    batch = spark.range(5).selectExpr("id", "id * 2 AS twice")
+    table, rows = collect_if_small(batch, ["twice"], at_most=10)
+    assert isinstance(table, pa.Table) and rows == 5
+    assert table.to_pydict() == {"twice": [0, 2, 4, 6, 8]}
+    monkeypatch.setenv("LAKEHOUSE_GX_PANDAS_MAX_ROWS", "3")
+    # A bound over the limit is no promise: the batch is counted, and stays in Spark.
+    kept, rows = collect_if_small(batch, ["twice"], at_most=10)
+    assert not isinstance(kept, pa.Table) and rows == 5
+    small, rows = collect_if_small(batch.limit(2), None, at_most=10)
+    assert isinstance(small, pa.Table) and rows == 2 and small.column_names == ["id"]
 
 
 def test_threads_sharing_a_session_merge_with_their_own_positions(

@@ -355,7 +355,9 @@ def merge(
             if gate.needs_whole_table:
                 whole = rules.table_after(source, target, post, gone, delete_unmatched)
             position = (metadata or {}).get("lakehouse.source")
-            verdict = gate.check(post, whole=whole, source=position)
+            verdict = gate.check(
+                post, whole=whole, source=position, at_most=_merge_bounds(source, dt)
+            )
             plan = plan.with_metadata(gate.commit_metadata(verdict))
         conf = {"spark.databricks.delta.commitInfo.userMetadata": _json(plan.metadata)}
         if plan.app is not None:
@@ -387,6 +389,18 @@ def merge(
     finally:
         if gate is not None:
             source.unpersist()
+
+
+def _merge_bounds(source: DataFrame, dt: DeltaTable) -> tuple[int, int | None]:
+    """At most how many rows a merge of ``source`` (at most one row per key, cached) publishes,
+    and the table has after it: the source's rows (a table the merges write has one row per
+    key), and the table's own (from its log) with them. The gate then collects what it judges
+    without counting it first."""
+    from lakehouse.storage.store import table_rows
+
+    incoming = source.count()
+    rows = table_rows(dt)
+    return incoming, None if rows is None else rows + incoming
 
 
 def _and(condition: str | None) -> str:

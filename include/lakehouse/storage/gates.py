@@ -35,8 +35,11 @@ class PublishGate(Protocol):
         *,
         whole: Any = None,
         source: Mapping[str, Any] | None = None,
+        at_most: tuple[int | None, int | None] = (None, None),
     ) -> Any:
-        """Judge a batch (the rows a write is about to publish); raise to stop the write."""
+        """Judge a batch (the rows a write is about to publish), and ``whole`` (the table after
+        it) if given, each known to have at most ``at_most`` rows if given; raise to stop the
+        write."""
 
     def created(self, spark: Any, path: Path) -> None:
         """The table was just created, and is empty: give it what every write to it must meet

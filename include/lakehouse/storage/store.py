@@ -230,6 +230,20 @@ def table_version(path: Path) -> int | None:
     return int(_load(path).version())
 
 
+def table_rows(dt: DeltaTable) -> int | None:
+    """The rows of a table snapshot, from the record counts its log keeps per file (no data is
+    read); None if a file was added without them."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    counts = pa.table(dt.get_add_actions(flatten=True))
+    if counts.num_rows == 0:
+        return 0
+    if "num_records" not in counts.column_names or counts["num_records"].null_count:
+        return None
+    return int(pc.sum(counts["num_records"]).as_py())
+
+
 def last_commit_time(path: Path) -> datetime | None:
     """When the table's latest commit was made, or None if there is no table."""
     if not is_table(path):
