@@ -1,6 +1,9 @@
-"""The jobs on a Spark standalone cluster: a master and two workers started from pyspark's own
-``bin/spark-class`` on 127.0.0.1, and the sample pipelines submitted to it layer by layer the way
-Airflow's SparkSubmitOperator does (``spark-submit --master spark://... jobs/run_layer.py``).
+"""The platform on a Spark standalone cluster: a master and two workers started from pyspark's own
+``bin/spark-class`` on 127.0.0.1. The first layer is submitted to it the way Airflow's
+SparkSubmitOperator does for a ``spark`` connection (``spark-submit --master spark://...
+jobs/run_layer.py``); then the lakehouse's Spark server is started with the cluster as its
+master (``LAKEHOUSE_SPARK_MASTER``, the one setting), and the other layers of the sample
+pipelines run as its clients (``lakehouse run --topic T --layer L``), as Airflow's tasks do.
 
 The executors run in the workers' JVMs, not in the driver's, so this proves that the tasks (the
 bronze parsers, silver's decoders, the Delta writer's Parquet files) and the driver's Delta commits
@@ -34,14 +37,15 @@ pytestmark = pytest.mark.integration
 JOB = REPO_ROOT / "jobs" / "run_layer.py"
 # user-profiles first (as `make demo`): the gold joins of user-locations read its stream, silver
 # `user_profile_changes`. Its own gold tables are read by nothing here, so they are left out to
-# keep the test short.
-JOBS: tuple[tuple[str, Layer], ...] = (
-    ("user-profiles", "bronze"),
+# keep the test short. The first job is a spark-submit, the others are clients of the server.
+SUBMITTED: tuple[str, Layer] = ("user-profiles", "bronze")
+SERVED: tuple[tuple[str, Layer], ...] = (
     ("user-profiles", "silver"),
     ("user-locations", "bronze"),
     ("user-locations", "silver"),
     ("user-locations", "gold"),
 )
+SERVER_APP = "lakehouse-spark-server"
 WORKERS = 2
 START_TIMEOUT = 120.0
 SUBMIT_TIMEOUT = 300
@@ -214,6 +218,21 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         _stop(cluster.daemons)
 
 
+def _cluster_conf(events: Path) -> dict[str, str]:
+    """What a driver on the cluster runs with, beyond the platform's settings: both workers'
+    cores, and an event log that tells which executor ran which task."""
+    return {
+        "spark.executor.memory": "512m",
+        "spark.cores.max": str(WORKERS),
+        # Wait for both executors before the first job (the standalone default waits 30 s).
+        "spark.scheduler.minRegisteredResourcesRatio": "1.0",
+        "spark.scheduler.maxRegisteredResourcesWaitingTime": "60s",
+        "spark.eventLog.enabled": "true",
+        "spark.eventLog.dir": events.as_uri(),
+        "spark.eventLog.compress": "false",
+    }
+
+
 def _submit(
     cluster: Cluster, settings: Settings, events: Path, topic: str, layer: Layer
 ) -> subprocess.CompletedProcess[str]:
@@ -225,10 +244,6 @@ def _submit(
     # As many shuffle partitions as the cluster has cores (the platform's default is 8): the
     # shuffles still cross both executors, with a quarter of the tasks.
     env["LAKEHOUSE_SHUFFLE_PARTITIONS"] = str(WORKERS)
-    # Each layer does a batch this small in the driver (which then starts no Spark at all):
-    # here the work goes to the executors.
-    for name in ("BRONZE", "SILVER", "GOLD"):
-        env[f"LAKEHOUSE_{name}_DRIVER_MB"] = "0"
     cmd = [
         str(submit),
         *("--master", cluster.master_url),
@@ -237,15 +252,8 @@ def _submit(
         *("--conf", f"spark.pyspark.driver.python={sys.executable}"),
         # The platform's jars (spark.jars: the executors fetch them from the driver) and Delta.
         *conf_args(jvm_conf()),
-        *("--executor-memory", "512m", "--total-executor-cores", str(WORKERS)),
+        *conf_args(_cluster_conf(events)),
         *("--driver-memory", "1g"),
-        # Wait for both executors before the first job (the standalone default waits 30 s).
-        *("--conf", "spark.scheduler.minRegisteredResourcesRatio=1.0"),
-        *("--conf", "spark.scheduler.maxRegisteredResourcesWaitingTime=60s"),
-        # The event log tells which executor ran which task.
-        *("--conf", "spark.eventLog.enabled=true"),
-        *("--conf", f"spark.eventLog.dir={events.as_uri()}"),
-        *("--conf", "spark.eventLog.compress=false"),
         str(JOB),
         *("--topic", topic, "--layer", layer),
     ]
@@ -265,6 +273,37 @@ def _submit(
             f"stdout:\n{_text(exc.stdout)[-3000:]}\nstderr:\n{_text(exc.stderr)[-6000:]}\n"
             + cluster.logs()
         )
+
+
+def _server_env(cluster: Cluster, settings: Settings, root: Path, events: Path) -> dict[str, str]:
+    """The environment of ``lakehouse spark ...`` and its clients: the cluster as the server's
+    master, a port of its own, and the drivers' cluster settings in a spark-defaults.conf."""
+    from lakehouse import server
+
+    conf_dir = root / "spark-conf"
+    conf_dir.mkdir(exist_ok=True)
+    (conf_dir / "spark-defaults.conf").write_text(
+        "".join(f"{k} {v}\n" for k, v in _cluster_conf(events).items())
+    )
+    return airflow_environment(settings) | {
+        "LAKEHOUSE_SPARK_MASTER": cluster.master_url,
+        server.PORT_ENV: str(_free_port()),
+        "SPARK_CONF_DIR": str(conf_dir),
+        "SPARK_LOCAL_IP": "127.0.0.1",
+        "LAKEHOUSE_SHUFFLE_PARTITIONS": str(WORKERS),
+    }
+
+
+def _lakehouse(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(Path(sys.executable).parent / "lakehouse"), *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=SUBMIT_TIMEOUT,
+        check=False,
+        cwd=REPO_ROOT,
+    )
 
 
 def _completed(cluster: Cluster, names: set[str], timeout: float = 30) -> dict[str, Any]:
@@ -320,18 +359,40 @@ def test_sample_pipelines_run_on_a_standalone_cluster(
     events = tmp_path / "spark-events"
     events.mkdir()
     outputs: dict[str, str] = {}
-    for topic, layer in JOBS:
-        started = time.monotonic()
-        job = _submit(cluster, settings, events, topic, layer)
-        took = time.monotonic() - started
-        log = tmp_path / f"spark-submit-{topic}-{layer}.log"
-        log.write_text(f"$ {job.args}\n--- stdout:\n{job.stdout}\n--- stderr:\n{job.stderr}")
-        print(f"{topic} {layer} on the cluster: {took:.1f} s (log: {log})")
-        assert job.returncode == 0, (
-            f"spark-submit {topic} {layer} failed with exit code {job.returncode} (log: {log})\n"
-            f"stdout:\n{job.stdout[-3000:]}\nstderr:\n{job.stderr[-6000:]}\n" + cluster.logs()
-        )
-        outputs[f"{topic} {layer}"] = job.stdout
+    topic, layer = SUBMITTED
+    started = time.monotonic()
+    job = _submit(cluster, settings, events, topic, layer)
+    log = tmp_path / f"spark-submit-{topic}-{layer}.log"
+    log.write_text(f"$ {job.args}\n--- stdout:\n{job.stdout}\n--- stderr:\n{job.stderr}")
+    print(f"{topic} {layer} submitted to the cluster: {time.monotonic() - started:.1f} s")
+    assert job.returncode == 0, (
+        f"spark-submit {topic} {layer} failed with exit code {job.returncode} (log: {log})\n"
+        f"stdout:\n{job.stdout[-3000:]}\nstderr:\n{job.stderr[-6000:]}\n" + cluster.logs()
+    )
+    outputs[f"{topic} {layer}"] = job.stdout
+
+    # The lakehouse's Spark server with the cluster as its master, and the layers its clients.
+    env = _server_env(cluster, settings, tmp_path, events)
+    up = _lakehouse(env, "spark", "start")
+    try:
+        assert up.returncode == 0, up.stdout + up.stderr + cluster.logs()
+        told = _lakehouse(env, "spark", "status")
+        assert f"master {cluster.master_url}" in told.stdout, told.stdout
+        for topic, layer in SERVED:
+            started = time.monotonic()
+            run = _lakehouse(env, "run", "--topic", topic, "--layer", layer)
+            log = tmp_path / f"client-{topic}-{layer}.log"
+            log.write_text(f"--- stdout:\n{run.stdout}\n--- stderr:\n{run.stderr}")
+            print(f"{topic} {layer} on the server: {time.monotonic() - started:.1f} s")
+            assert run.returncode == 0, (
+                f"lakehouse run {topic} {layer} failed with exit code {run.returncode} (log: "
+                f"{log})\nstderr:\n{run.stderr[-6000:]}\n" + cluster.logs()
+            )
+            assert "on the Spark server" in run.stderr, run.stderr[-3000:]
+            outputs[f"{topic} {layer}"] = run.stdout
+    finally:
+        down = _lakehouse(env, "spark", "stop")
+    assert down.returncode == 0, down.stdout + down.stderr
 
     # Each job printed its layer's summary (as in the Airflow task log).
     assert "bronze user-locations: batch 0 committed" in outputs["user-locations bronze"]
@@ -339,8 +400,8 @@ def test_sample_pipelines_run_on_a_standalone_cluster(
     assert "gold user_latest_location:" in outputs["user-locations gold"]
     assert "silver user_profile_changes:" in outputs["user-profiles silver"]
 
-    # The master ran every job as an application of its own, to the end.
-    expected = {f"lakehouse-{layer}-{topic}" for topic, layer in JOBS}
+    # The master ran the submitted job and the server as applications of their own, to the end.
+    expected = {f"lakehouse-{SUBMITTED[1]}-{SUBMITTED[0]}", SERVER_APP}
     status = _completed(cluster, expected)
     apps = {a["name"]: a for a in status["completedapps"]}
     assert expected <= set(apps), f"completed applications: {sorted(apps)}, status: {status}"
