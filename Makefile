@@ -169,8 +169,9 @@ browser: ## Install headless Chromium and its WebDriver if missing (Debian packa
 .PHONY: test
 # The suite is CPU-bound, yet two processes finish it sooner than one on 2 cores: much of a
 # test's time is a JVM or an Airflow component waiting on another. A test file stays in one
-# process (its module fixtures are shared). The `heavy` fault-injection rounds (kill -9 of the
-# Spark server under each layer) are `make reliability`'s: with them CI took over 45 minutes.
+# process (its module fixtures are shared). The `heavy` fault-injection rounds (kill -9 of each
+# layer job and of the Spark server under each layer, maintenance while the jobs write, a
+# writer killed at random points) are `make reliability`'s: with them CI took over 45 minutes.
 TEST_PROCESSES ?= 2
 test: java lint browser postgres-server ## Run the test suite (unit, integration, Airflow end to end; not the heavy fault rounds)
 	$(BIN)/pytest -n $(TEST_PROCESSES) --dist loadfile --durations=30 -m "not heavy"

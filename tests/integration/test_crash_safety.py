@@ -65,6 +65,7 @@ def _kill_when_uncommitted_files_appear(
     return False
 
 
+@pytest.mark.heavy  # about 3 minutes of a CI worker; make test keeps the ingest's kill -9 below
 def test_kill_9_at_random_points_then_resume(spark: Any, tmp_path: Path) -> None:
     rng = random.Random(20261122)
     table = tmp_path / "t"

@@ -302,11 +302,14 @@ def test_a_gated_merge_is_judged_on_the_rows_it_would_publish(spark: Any, tmp_pa
         def __init__(self) -> None:
             self.seen: dict[str, Any] = {}
 
-        def check(self, batch: Any, rows: Any = None, *, whole: Any, source: Any) -> str:
+        def check(
+            self, batch: Any, rows: Any = None, *, whole: Any, source: Any, at_most: Any
+        ) -> str:
             self.seen = {
                 "post": sorted(tuple(r) for r in batch.collect()),
                 "whole": sorted(tuple(r) for r in whole.collect()),
                 "source": source,
+                "at_most": at_most,
             }
             if any(n > 100 for _, n in self.seen["post"]):
                 raise ValueError("too big")
@@ -324,6 +327,8 @@ def test_a_gated_merge_is_judged_on_the_rows_it_would_publish(spark: Any, tmp_pa
     assert gate.seen["post"] == [("a", 11), ("d", 7)]
     assert gate.seen["whole"] == [("a", 11), ("c", 4), ("d", 7)]
     assert gate.seen["source"] == {"table": "silver.s", "versions": [1, 1]}
+    # Bounds on both: the source's 3 rows, and the table's 3 with them.
+    assert gate.seen["at_most"] == (3, 6)
     assert gate.seen["recorded"] == ("ok", 2, True)
     assert _rows(path) == {"a": 11, "c": 4, "d": 7}
 

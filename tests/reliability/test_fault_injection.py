@@ -9,8 +9,8 @@ ledger is not compared row by row (each row carries its validation's time and jo
 killed try may have validated a batch it never published); its verdicts on published batches
 must judge the same rows as the clean run's, each recorded once.
 
-Size: ``LAKEHOUSE_RELIABILITY_KILLS`` kills per layer (default 1, for CI; ``make reliability``
-sets 20); ``LAKEHOUSE_RELIABILITY_SEED`` replays a run's kill points (the seed is printed, and
+Size: ``LAKEHOUSE_RELIABILITY_KILLS`` kills per layer (default 1; ``make reliability``, which
+runs this module, sets 20); ``LAKEHOUSE_RELIABILITY_SEED`` replays a run's kill points (the seed is printed, and
 named in every failure). The same kills of the Spark server under the layers' clients:
 test_server_faults.py.
 
@@ -68,6 +68,9 @@ from faults import (
 pytestmark = [
     pytest.mark.reliability,
     pytest.mark.integration,  # Spark and Java: not part of `make unit`
+    # About 22 minutes of a CI worker at one kill per layer (the clean run alone, a cold
+    # spark-submit per layer job, about 8): `make reliability` runs them, `make test` does not.
+    pytest.mark.heavy,
     pytest.mark.timeout(1800 + KILLS * len(LAYERS) * 90),
 ]
 
@@ -303,7 +306,7 @@ def test_the_same_task_run_three_times_equals_one_run(reference: Reference) -> N
     assert reference.silver_verdict[0].startswith(f"silver.{STREAM}: 0/1 checks met; published")
 
 
-@pytest.mark.heavy  # 3-4 minutes here; bronze's two ingests at once are tests/integration/test_crash_safety.py's
+# Bronze's two ingests at once are tests/integration/test_crash_safety.py's.
 def test_two_copies_of_a_task_at_once_equal_one_run(reference: Reference, tmp_path: Path) -> None:
     """Two copies of each layer's task of one DAG run start at the same moment (the first run
     of the topic: the tables are created in the race too). A copy may lose the race with a
