@@ -257,6 +257,12 @@ def _submit(
         str(JOB),
         *("--topic", topic, "--layer", layer),
     ]
+    return _run(cluster, cmd, env)
+
+
+def _run(cluster: Cluster, cmd: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """Run a job or a ``lakehouse`` command to its end; fail the test with its output and the
+    cluster's logs if it does not end in time."""
     try:
         return subprocess.run(
             cmd,
@@ -269,7 +275,7 @@ def _submit(
         )
     except subprocess.TimeoutExpired as exc:  # its output comes as bytes, whatever `text` says
         pytest.fail(
-            f"spark-submit {topic} {layer} did not finish within {SUBMIT_TIMEOUT} s\n"
+            f"{' '.join(cmd[-5:])} did not finish within {SUBMIT_TIMEOUT} s\n"
             f"stdout:\n{_text(exc.stdout)[-3000:]}\nstderr:\n{_text(exc.stderr)[-6000:]}\n"
             + cluster.logs()
         )
@@ -294,16 +300,29 @@ def _server_env(cluster: Cluster, settings: Settings, root: Path, events: Path) 
     }
 
 
-def _lakehouse(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [str(Path(sys.executable).parent / "lakehouse"), *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=SUBMIT_TIMEOUT,
-        check=False,
-        cwd=REPO_ROOT,
+def _lakehouse(
+    cluster: Cluster, env: dict[str, str], *args: str
+) -> subprocess.CompletedProcess[str]:
+    return _run(cluster, [str(Path(sys.executable).parent / "lakehouse"), *args], env)
+
+
+def _done(
+    cluster: Cluster,
+    root: Path,
+    what: str,
+    started: float,
+    job: subprocess.CompletedProcess[str],
+) -> str:
+    """A layer's job has ended: its output kept in a log, its time printed, its success
+    asserted; its standard output."""
+    log = root / f"{what.replace(' ', '-')}.log"
+    log.write_text(f"$ {job.args}\n--- stdout:\n{job.stdout}\n--- stderr:\n{job.stderr}")
+    print(f"{what}: {time.monotonic() - started:.1f} s")
+    assert job.returncode == 0, (
+        f"{what} failed with exit code {job.returncode} (log: {log})\n"
+        f"stdout:\n{job.stdout[-3000:]}\nstderr:\n{job.stderr[-6000:]}\n" + cluster.logs()
     )
+    return job.stdout
 
 
 def _completed(cluster: Cluster, names: set[str], timeout: float = 30) -> dict[str, Any]:
@@ -362,36 +381,25 @@ def test_sample_pipelines_run_on_a_standalone_cluster(
     topic, layer = SUBMITTED
     started = time.monotonic()
     job = _submit(cluster, settings, events, topic, layer)
-    log = tmp_path / f"spark-submit-{topic}-{layer}.log"
-    log.write_text(f"$ {job.args}\n--- stdout:\n{job.stdout}\n--- stderr:\n{job.stderr}")
-    print(f"{topic} {layer} submitted to the cluster: {time.monotonic() - started:.1f} s")
-    assert job.returncode == 0, (
-        f"spark-submit {topic} {layer} failed with exit code {job.returncode} (log: {log})\n"
-        f"stdout:\n{job.stdout[-3000:]}\nstderr:\n{job.stderr[-6000:]}\n" + cluster.logs()
+    outputs[f"{topic} {layer}"] = _done(
+        cluster, tmp_path, f"{topic} {layer} submitted", started, job
     )
-    outputs[f"{topic} {layer}"] = job.stdout
 
     # The lakehouse's Spark server with the cluster as its master, and the layers its clients.
     env = _server_env(cluster, settings, tmp_path, events)
-    up = _lakehouse(env, "spark", "start")
+    up = _lakehouse(cluster, env, "spark", "start")
     try:
         assert up.returncode == 0, up.stdout + up.stderr + cluster.logs()
-        told = _lakehouse(env, "spark", "status")
+        told = _lakehouse(cluster, env, "spark", "status")
         assert f"master {cluster.master_url}" in told.stdout, told.stdout
         for topic, layer in SERVED:
             started = time.monotonic()
-            run = _lakehouse(env, "run", "--topic", topic, "--layer", layer)
-            log = tmp_path / f"client-{topic}-{layer}.log"
-            log.write_text(f"--- stdout:\n{run.stdout}\n--- stderr:\n{run.stderr}")
-            print(f"{topic} {layer} on the server: {time.monotonic() - started:.1f} s")
-            assert run.returncode == 0, (
-                f"lakehouse run {topic} {layer} failed with exit code {run.returncode} (log: "
-                f"{log})\nstderr:\n{run.stderr[-6000:]}\n" + cluster.logs()
-            )
+            run = _lakehouse(cluster, env, "run", "--topic", topic, "--layer", layer)
+            what = f"{topic} {layer} on the server"
+            outputs[f"{topic} {layer}"] = _done(cluster, tmp_path, what, started, run)
             assert "on the Spark server" in run.stderr, run.stderr[-3000:]
-            outputs[f"{topic} {layer}"] = run.stdout
     finally:
-        down = _lakehouse(env, "spark", "stop")
+        down = _lakehouse(cluster, env, "spark", "stop")
     assert down.returncode == 0, down.stdout + down.stderr
 
     # Each job printed its layer's summary (as in the Airflow task log).
