@@ -92,8 +92,8 @@ EXCLUDED: dict[str, tuple[str, ...]] = {
     f"bronze.{TOPIC}": ("_ingested_at",),
     f"quarantine.bronze.{TOPIC}": ("_ingested_at",),
 }
-# Kills per layer: 1 in `make test` (CI: the rounds are long, a JVM each), 20 in `make
-# reliability`.
+# Kills per layer: 20 in `make reliability`, which runs these rounds (`make test` does not: a
+# cold JVM per job makes them long); 1 when a test module is run by hand.
 KILLS = int(os.environ.get("LAKEHOUSE_RELIABILITY_KILLS", "1"))
 SEED = int(
     os.environ.get("LAKEHOUSE_RELIABILITY_SEED", str(random.SystemRandom().randrange(10**6)))

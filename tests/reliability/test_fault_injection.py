@@ -10,8 +10,8 @@ killed try may have validated a batch it never published); its verdicts on publi
 must judge the same rows as the clean run's, each recorded once.
 
 Size: ``LAKEHOUSE_RELIABILITY_KILLS`` kills per layer (default 1; ``make reliability``, which
-runs this module, sets 20); ``LAKEHOUSE_RELIABILITY_SEED`` replays a run's kill points (the seed is printed, and
-named in every failure). The same kills of the Spark server under the layers' clients:
+runs this module, sets 20); ``LAKEHOUSE_RELIABILITY_SEED`` replays a run's kill points (the seed
+is printed, and named in every failure). The same kills of the Spark server under the layers' clients:
 test_server_faults.py.
 
 What is proven elsewhere is not repeated here: kill -9 of a storage writer and of the bronze
