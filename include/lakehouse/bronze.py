@@ -16,6 +16,7 @@ same file still land. A crash anywhere is repaired by the next run: nothing lost
 from __future__ import annotations
 
 import base64
+import logging
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
@@ -26,6 +27,7 @@ import pyarrow as pa
 
 from lakehouse.config import Settings
 from lakehouse.contracts import Contract
+from lakehouse.errors import BrokerUnavailableError, DataLossError
 from lakehouse.landing import Segment, end_offsets, list_segments, start_offset_of
 from lakehouse.segments import RECORD_SCHEMA, BadLine, SegmentFile, constant, read_segment
 from lakehouse.storage import DeltaStore, Txn, delta_spark
@@ -34,6 +36,8 @@ from lakehouse.storage.tasks import rows_from_tasks
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+log = logging.getLogger(__name__)
 
 BRONZE_APP = "landing"
 POSITION_KEY = "lakehouse.position"
@@ -100,13 +104,26 @@ class BronzeResult:
     next_offsets: dict[int, int] = field(default_factory=dict)
     files: int = 0
     committed: bool = False
+    kafka_topic: str | None = None  # read from this broker topic, not from landing files
+    lost: dict[int, tuple[int, int]] = field(default_factory=dict)
 
     def summary(self) -> str:
         if self.batch_id is None:
-            return f"bronze {self.topic}: no new segments"
+            new = "records on the broker" if self.kafka_topic else "segments"
+            return f"bronze {self.topic}: no new {new}"
         state = "committed" if self.committed else "already applied (skipped)"
         gaps = sum(self.gaps.values())
         gap_text = f", offset gaps: {gaps} ({self.gaps})" if gaps else ""
+        if self.kafka_topic is not None:
+            lost = "".join(
+                f", offsets {a}..{b - 1} of partition {p} lost to retention (recorded)"
+                for p, (a, b) in sorted(self.lost.items())
+            )
+            return (
+                f"bronze {self.topic}: batch {self.batch_id} {state}: {self.records} records "
+                f"from Kafka topic {self.kafka_topic}{gap_text}{lost}, next offsets "
+                f"{self.next_offsets}"
+            )
         return (
             f"bronze {self.topic}: batch {self.batch_id} {state}: {self.records} records from "
             f"{self.files} segment(s), {self.quarantined} quarantined, {self.duplicates} "
@@ -342,6 +359,9 @@ def ingest(spark: SparkSession, settings: Settings, contract: Contract) -> Bronz
     path = settings.bronze_path(contract.topic)
     with delta_spark.table_lock(path):
         delta_spark.create_table(spark, path, BRONZE_SCHEMA)
+        if contract.kafka is not None:
+            _repair_gaps(spark, settings, contract)
+            return _ingest_kafka(spark, settings, contract, path)
         _repair_quarantine(spark, settings, contract)
         return _ingest(spark, settings, contract, path)
 
@@ -412,3 +432,210 @@ def _ingest(
         files=len(files),
         committed=result.committed,
     )
+
+
+GAPS_SCHEMA = pa.schema(
+    [
+        pa.field("topic", pa.string()),
+        pa.field("partition", pa.int32()),
+        pa.field("first_offset", pa.int64()),
+        pa.field("last_offset", pa.int64()),
+        pa.field("records", pa.int64()),
+        pa.field("_batch_id", pa.int64()),
+        pa.field("_ingested_at", pa.timestamp("us", tz="UTC")),
+    ]
+)
+
+
+def kafka_plan(
+    pos: Position, marks: dict[int, tuple[int, int]]
+) -> tuple[dict[int, tuple[int, int]], dict[int, tuple[int, int]]]:
+    """From bronze's position and the broker's (earliest, end) offsets per partition: the
+    ranges to read, ``[start, end)`` per partition with records, and the ranges retention
+    deleted before bronze read them."""
+    read: dict[int, tuple[int, int]] = {}
+    lost: dict[int, tuple[int, int]] = {}
+    for p, (low, end) in sorted(marks.items()):
+        at = pos.next.get(p, 0)
+        if at < low:
+            lost[p] = (at, low)
+            at = low
+        if at < end:
+            read[p] = (at, end)
+    return read, lost
+
+
+def _kafka_frame(
+    spark: SparkSession, c: Any, read: dict[int, tuple[int, int]], batch_id: int
+) -> Any:
+    """The records of ``read`` from Spark's Kafka source (one bounded batch read), in bronze's
+    schema. ``failOnDataLoss``: records deleted between planning and reading fail the read."""
+    import json
+
+    from pyspark.sql import functions as F
+
+    def per_partition(i: int) -> str:
+        return json.dumps({c.topic: {str(p): r[i] for p, r in sorted(read.items())}})
+
+    frame = (
+        spark.read.format("kafka")
+        .options(**c.spark_options())
+        .option("assign", json.dumps({c.topic: sorted(read)}))
+        .option("startingOffsets", per_partition(0))
+        .option("endingOffsets", per_partition(1))
+        .option("includeHeaders", "true")
+        .option("failOnDataLoss", "true")
+        .load()
+    )
+    return frame.select(
+        "key",
+        "value",
+        "topic",
+        "partition",
+        "offset",
+        "timestamp",
+        "timestampType",
+        "headers",
+        F.lit(None).cast("string").alias("_source_file"),
+        F.lit(batch_id).cast("long").alias("_batch_id"),
+        F.current_timestamp().alias("_ingested_at"),
+    )
+
+
+def _ingest_kafka(
+    spark: SparkSession, settings: Settings, contract: Contract, path: Path
+) -> BronzeResult:
+    """One bounded read of the topic's partitions, from bronze's position to the end offsets
+    read at planning, appended in one Delta commit with the new position."""
+    from pyspark import StorageLevel
+    from pyspark.sql import functions as F
+
+    from lakehouse import kafka
+
+    store = DeltaStore(spark)
+    topic = contract.topic
+    c = kafka.client(settings, contract)
+    kafka.check_topic(c, contract)
+    pos = position(store, settings, topic)
+    last_batch = store.transaction_version(path, BRONZE_APP)
+    batch_id = 0 if last_batch is None else last_batch + 1
+    read, lost = kafka_plan(pos, kafka.offsets(c, contract.partitions))
+    assert contract.kafka is not None
+    if lost and contract.kafka.on_data_loss == "fail":
+        raise DataLossError(c.topic, lost)
+    if not read and not lost:
+        return BronzeResult(topic, None, next_offsets=pos.next, kafka_topic=c.topic)
+    new_pos = Position(
+        {
+            **pos.next,
+            **{p: end for p, (_, end) in read.items()},
+            **{p: low for p, (_, low) in lost.items() if p not in read},
+        },
+        listed_at_ms=int(time.time() * 1000),
+    )
+    if read:
+        records = _kafka_frame(spark, c, read, batch_id).persist(StorageLevel.DISK_ONLY)
+    else:
+        records = delta_spark.arrow_frame(spark, BRONZE_SCHEMA.empty_table())
+    try:
+        counted = {
+            r["partition"]: r["n"]
+            for r in records.groupBy("partition").agg(F.count("*").alias("n")).collect()
+        }
+        kept = sum(counted.values())
+        # Offsets read past that carried no record: compaction, transaction markers.
+        gaps = {p: end - start - counted.get(p, 0) for p, (start, end) in read.items()}
+        gaps = {p: g for p, g in gaps.items() if g > 0}
+        summary = {
+            "batch_id": batch_id,
+            "records": kept,
+            "quarantined": 0,
+            "duplicates": 0,
+            "gaps": {str(p): g for p, g in gaps.items()},
+            "lost": {str(p): list(r) for p, r in lost.items()},
+        }
+        verdict = None
+        gate = gate_for(path)
+        if gate is not None:
+            verdict = gate.check(
+                records.select(*(gate.columns or ["offset"])),
+                kept,
+                source={
+                    "table": f"kafka.{c.topic}",
+                    "offsets": {str(p): n for p, n in pos.next.items()},
+                },
+            )
+        result = delta_spark.append(
+            records,
+            path,
+            txn=Txn(BRONZE_APP, batch_id),
+            metadata={
+                POSITION_KEY: new_pos.to_json(),
+                BATCH_KEY: summary,
+                **({} if gate is None or verdict is None else gate.commit_metadata(verdict)),
+            },
+        )
+    finally:
+        records.unpersist()
+    if result.committed:
+        _write_gaps(spark, settings, topic, batch_id, lost)
+    try:
+        kafka.commit_group(c, new_pos.next)
+    except BrokerUnavailableError as exc:  # the Delta commit stands; the group only mirrors it
+        log.warning("bronze %s: consumer group not updated: %s", topic, exc)
+    if gate is not None and verdict is not None:
+        gate.record(verdict, table_version=result.table_version, published=result.committed)
+    return BronzeResult(
+        topic,
+        batch_id,
+        records=kept,
+        gaps=gaps,
+        next_offsets=new_pos.next,
+        committed=result.committed,
+        kafka_topic=c.topic,
+        lost=lost,
+    )
+
+
+def _write_gaps(
+    spark: SparkSession,
+    settings: Settings,
+    topic: str,
+    batch_id: int,
+    lost: dict[int, tuple[int, int]],
+) -> None:
+    """Keep the ranges retention deleted (accepted by the contract), once per batch."""
+    if not lost:
+        return
+    now = int(time.time() * 1_000_000)
+    parts = sorted(lost)
+    columns = {
+        "topic": [topic] * len(parts),
+        "partition": parts,
+        "first_offset": [lost[p][0] for p in parts],
+        "last_offset": [lost[p][1] - 1 for p in parts],
+        "records": [lost[p][1] - lost[p][0] for p in parts],
+        "_batch_id": [batch_id] * len(parts),
+        "_ingested_at": [now] * len(parts),
+    }
+    path = settings.gaps_path(topic)
+    rows = delta_spark.arrow_frame(spark, pa.table(columns, schema=GAPS_SCHEMA))
+    with delta_spark.table_lock(path):
+        delta_spark.append(rows, path, txn=Txn(BRONZE_APP, batch_id), create=GAPS_SCHEMA)
+
+
+def _repair_gaps(spark: SparkSession, settings: Settings, contract: Contract) -> None:
+    """If the last run committed bronze but died before keeping its lost ranges, keep them now
+    (they are in that commit's summary)."""
+    store = DeltaStore(spark)
+    path = settings.bronze_path(contract.topic)
+    done = store.transaction_version(path, BRONZE_APP)
+    if done is None:
+        return
+    kept = store.transaction_version(settings.gaps_path(contract.topic), BRONZE_APP)
+    if kept is not None and kept >= done:
+        return
+    summary = store.latest_metadata(path, BATCH_KEY) or {}
+    if summary.get("batch_id") == done and summary.get("lost"):
+        lost = {int(p): (int(a), int(b)) for p, (a, b) in summary["lost"].items()}
+        _write_gaps(spark, settings, contract.topic, done, lost)

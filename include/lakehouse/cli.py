@@ -2,7 +2,8 @@
 
 Commands::
 
-    lakehouse produce TOPIC [--value-schema-id N] < records.jsonl
+    lakehouse produce TOPIC [--value-schema-id N] < records.jsonl   (landing files or broker)
+    lakehouse create-topic TOPIC   (a Kafka-sourced topic, on its broker)
     lakehouse run [--topic T] [--layer bronze|silver|gold]
     lakehouse show TABLE [--version N | --as-of TIME] [--format table|json]
     lakehouse changes TABLE [--from-version N] [--format table|json]
@@ -27,6 +28,7 @@ from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO, cast
 
+from lakehouse import kafka
 from lakehouse.config import LAYERS, Layer, Settings
 from lakehouse.contracts import Catalog, Contract, TableSpec
 from lakehouse.errors import BadRecordError, ConfigError, LakehouseError
@@ -67,13 +69,19 @@ def produce(
     went before."""
     from lakehouse.serde import Serializer
 
-    if contract.landing_format != "envelope":
+    producer: Producer | kafka.Producer
+    if contract.kafka is not None:
+        client = kafka.client(settings, contract)
+        kafka.check_topic(client, contract)
+        producer = kafka.Producer(client, contract.partitions)
+    elif contract.landing_format != "envelope":
         raise ConfigError(
             f"topic {contract.topic!r} lands as {contract.landing_format} files (Kafka Connect "
             "writes them); the producer writes envelope segments only"
         )
+    else:
+        producer = Producer(settings, contract.topic, contract.partitions)
     serializer = Serializer(contract, value_schema_id)
-    producer = Producer(settings, contract.topic, contract.partitions)
     total = 0
     per_partition: dict[int, int] = {}
     try:
@@ -320,7 +328,11 @@ def lag(settings: Settings, catalog: Catalog, topic: str | None, fmt: str) -> in
 
     rows = []
     for c in [catalog.topic(topic)] if topic else list(catalog):
-        ends = end_offsets(settings, c.topic, c.partitions, c.landing_format)
+        if c.kafka is not None:
+            marks = kafka.offsets(kafka.client(settings, c), c.partitions)
+            ends = {p: end for p, (_, end) in marks.items()}
+        else:
+            ends = end_offsets(settings, c.topic, c.partitions, c.landing_format)
         committed = Position.from_json(
             latest_metadata(settings.bronze_path(c.topic), POSITION_KEY)
         ).next
@@ -340,6 +352,20 @@ def lag(settings: Settings, catalog: Catalog, topic: str | None, fmt: str) -> in
          ("bronze_offset", pa.int64()), ("lag", pa.int64())]
     )  # fmt: skip
     render(pa.Table.from_pylist(rows, schema), fmt, sys.stdout)
+    return 0
+
+
+def create_topic(settings: Settings, contract: Contract, err: TextIO) -> int:
+    """Create a Kafka-sourced topic on its broker with the contract's partition count."""
+    client = kafka.client(settings, contract)
+    created = kafka.create_topic(client, contract.partitions)
+    kafka.check_topic(client, contract)
+    state = "created" if created else "already exists"
+    print(
+        f"Kafka topic {client.topic} at {client.bootstrap_servers}: {state}, "
+        f"{contract.partitions} partition(s)",
+        file=err,
+    )
     return 0
 
 
@@ -475,6 +501,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="Avro topics: encode values with this schema id (default: the latest)",
     )
 
+    st = sub.add_parser(
+        "create-topic", help="create a Kafka-sourced topic on its broker (contract's partitions)"
+    )
+    st.add_argument("topic")
+
     sr = sub.add_parser("run", help="run one micro-batch of the pipeline, without Airflow")
     sr.add_argument("--topic", type=_topic_option)
     sr.add_argument("--layer", choices=LAYERS)
@@ -564,7 +595,9 @@ def build_parser() -> argparse.ArgumentParser:
     sc.add_argument("--topic", type=_topic_option)
     sc.add_argument("--check", action="store_true", help="check the contracts against the registry")
 
-    sl = sub.add_parser("lag", help="per partition: landing end offset, bronze offset, lag")
+    sl = sub.add_parser(
+        "lag", help="per partition: the topic's end offset (landing or broker), bronze's, lag"
+    )
     sl.add_argument("--topic", type=_topic_option)
     sl.add_argument("--format", choices=("table", "json"), default="table")
     sq = sub.add_parser("dq", help="data quality: latest results and trends per table (ledger)")
@@ -606,6 +639,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return produce(
                 settings, catalog.topic(args.topic), sys.stdin, sys.stderr, args.value_schema_id
             )
+        if args.command == "create-topic":
+            return create_topic(settings, catalog.topic(args.topic), sys.stderr)
         if args.command == "run":
             asked = {"dry_run": args.dry_run, **{k: getattr(args, k) for k in RUN_REQUEST_FLAGS}}
             return run_pipeline(

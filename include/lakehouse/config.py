@@ -159,6 +159,11 @@ class Settings:
         checked = validate_topic_name(name) if layer == "bronze" else validate_table_name(name)
         return self._inside(self.tables_root / "quarantine" / layer / checked)
 
+    def gaps_path(self, topic: str) -> Path:
+        """Offsets of a Kafka topic that its retention deleted before bronze read them, kept
+        because the contract accepts the loss (``kafka.on_data_loss: record``)."""
+        return self._inside(self.tables_root / "gaps" / validate_topic_name(topic))
+
     def _inside(self, path: Path) -> Path:
         resolved = path.resolve()
         if not resolved.is_relative_to(self.home):

@@ -210,6 +210,35 @@ class TableSpec:
     changelog: str | None = None  # another table of the contract whose changelog is the input
 
 
+# Client settings that carry credentials: named in a contract's kafka.secrets (an environment
+# variable each), never written in it.
+SECRET_SETTING = re.compile(r"password|secret|jaas|credential|token|private|\.key\.pem|\.key$")
+# Settings the platform owns: where the broker is, how offsets are tracked and records decoded.
+OWNED_SETTINGS = frozenset(
+    {
+        "bootstrap.servers",
+        "group.id",
+        "enable.auto.commit",
+        "auto.offset.reset",
+        "key.deserializer",
+        "value.deserializer",
+        "key.serializer",
+        "value.serializer",
+    }
+)
+
+
+@dataclass(frozen=True)
+class KafkaSource:
+    """A topic read from a Kafka broker (the contract's ``kafka`` section)."""
+
+    topic: str
+    bootstrap_servers: str | None = None
+    properties: tuple[tuple[str, str], ...] = ()
+    secrets: tuple[tuple[str, str], ...] = ()  # client setting -> environment variable
+    on_data_loss: Literal["fail", "record"] = "fail"
+
+
 @dataclass(frozen=True)
 class Contract:
     topic: str
@@ -230,6 +259,7 @@ class Contract:
     schedule_minutes: int = 5
     landing_format: Literal["envelope", "connect_json"] = "envelope"
     max_record_bytes: int = 1_048_576
+    kafka: KafkaSource | None = None
     description: str = ""
     owner: str = "data-platform"
     source: str = field(default="<memory>", compare=False)
@@ -461,12 +491,60 @@ def parse_contract(document: Any, source: str = "<memory>", base: Path | None = 
         schedule_minutes=document.get("schedule_minutes", 5),
         landing_format=document.get("landing", {}).get("format", "envelope"),
         max_record_bytes=document.get("landing", {}).get("max_record_bytes", 1_048_576),
+        kafka=_kafka(document, source),
         description=document.get("description", ""),
         owner=document.get("owner", "data-platform"),
         source=source,
     )
     _check_semantics(contract)
     return contract
+
+
+def _kafka(document: dict[str, Any], source: str) -> KafkaSource | None:
+    doc = document.get("kafka")
+    if doc is None:
+        return None
+    if "landing" in document:
+        raise ContractError(
+            source,
+            "kafka",
+            "a topic has one source: 'landing' (segment files) or 'kafka' (a broker), not both",
+        )
+    props = {
+        k: str(v).lower() if isinstance(v, bool) else str(v)
+        for k, v in doc.get("properties", {}).items()
+    }
+    for name in props:
+        where = f"kafka.properties.{name}"
+        if SECRET_SETTING.search(name):
+            raise ContractError(
+                source,
+                where,
+                "looks like a credential: a contract never holds one; name the environment "
+                f"variable that does under kafka.secrets ({name}: SOME_VARIABLE)",
+            )
+        if name in OWNED_SETTINGS:
+            raise ContractError(
+                source,
+                where,
+                "is set by the platform"
+                + (" (use kafka.bootstrap_servers)" if name == "bootstrap.servers" else ""),
+            )
+    secrets = doc.get("secrets", {})
+    for name in secrets:
+        if name in props or name in OWNED_SETTINGS:
+            raise ContractError(
+                source,
+                f"kafka.secrets.{name}",
+                "is also set in kafka.properties or by the platform",
+            )
+    return KafkaSource(
+        topic=doc.get("topic", document["topic"]),
+        bootstrap_servers=doc.get("bootstrap_servers"),
+        properties=tuple(sorted(props.items())),
+        secrets=tuple(sorted(secrets.items())),
+        on_data_loss=doc.get("on_data_loss", "fail"),
+    )
 
 
 def _window(doc: dict[str, Any] | None) -> Window | None:

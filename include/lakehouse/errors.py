@@ -97,3 +97,23 @@ class QualityGateError(LakehouseError):
         super().__init__(
             f"{layer} table {table}: quality gate failed, nothing published: " + "; ".join(failures)
         )
+
+
+class BrokerUnavailableError(LakehouseError):
+    """A Kafka broker did not answer: nothing was read or committed."""
+
+
+class DataLossError(LakehouseError):
+    """Records bronze had not read yet were deleted by the broker's retention."""
+
+    def __init__(self, topic: str, lost: dict[int, tuple[int, int]]) -> None:
+        self.topic, self.lost = topic, lost
+        ranges = "; ".join(
+            f"partition {p}: offsets {a}..{b - 1}" for p, (a, b) in sorted(lost.items())
+        )
+        super().__init__(
+            f"Kafka topic {topic}: records bronze had not ingested were deleted by the broker's "
+            f"retention ({ranges}); nothing was committed. To accept the loss and go on, set "
+            "kafka.on_data_loss: record in the topic's contract (the gap is kept in the bronze "
+            "gaps table)"
+        )

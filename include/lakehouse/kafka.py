@@ -1,0 +1,267 @@
+"""Topics on a Kafka broker: a contract's ``kafka`` source as client settings, the topic's
+partitions and offsets (admin client), producing, and the consumer group bronze reports to.
+
+Bronze reads the records with Spark's Kafka source (:mod:`lakehouse.bronze`); everything here
+runs in the driver or the command line with confluent-kafka (librdkafka). The Delta commit is
+the source of truth for bronze's position; the consumer group ``lakehouse-bronze.<topic>`` only
+mirrors it, so that Kafka's own tools show the lag.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from lakehouse.config import Settings
+from lakehouse.contracts import Contract
+from lakehouse.errors import BadRecordError, BrokerUnavailableError, ConfigError
+from lakehouse.landing import Record, RecordMetadata
+
+if TYPE_CHECKING:
+    from confluent_kafka.admin import AdminClient
+
+BOOTSTRAP_ENV = "LAKEHOUSE_KAFKA_BOOTSTRAP_SERVERS"
+TIMEOUT_S = 15.0
+
+
+@dataclass(frozen=True)
+class Client:
+    """Where a topic lives on a broker and how to reach it. ``config`` holds resolved secrets:
+    it is never printed (``repr`` leaves it out)."""
+
+    contract_topic: str
+    topic: str
+    bootstrap_servers: str
+    config: dict[str, str] = field(repr=False)
+
+    @property
+    def group(self) -> str:
+        """The consumer group that mirrors bronze's position."""
+        return f"lakehouse-bronze.{self.contract_topic}"
+
+    def spark_options(self) -> dict[str, str]:
+        """The Kafka source's options: the client settings under ``kafka.``."""
+        return {f"kafka.{k}": v for k, v in self.config.items()}
+
+    def unavailable(self, what: str, exc: BaseException) -> BrokerUnavailableError:
+        return BrokerUnavailableError(
+            f"Kafka topic {self.topic}: {what} failed, the broker at {self.bootstrap_servers} did "
+            f"not answer ({exc}); nothing was read or committed. Check that it is running (the "
+            "local one: lakehouse kafka status / lakehouse kafka start)"
+        )
+
+
+def bootstrap_servers(settings: Settings, contract: Contract) -> str:
+    """The contract's servers, else ``$LAKEHOUSE_KAFKA_BOOTSTRAP_SERVERS``, else the broker of
+    ``lakehouse kafka start``."""
+    assert contract.kafka is not None
+    if contract.kafka.bootstrap_servers:
+        return contract.kafka.bootstrap_servers
+    if os.environ.get(BOOTSTRAP_ENV):
+        return os.environ[BOOTSTRAP_ENV]
+    from lakehouse import broker
+
+    return broker.bootstrap_servers(settings)
+
+
+def client(settings: Settings, contract: Contract) -> Client:
+    """The topic's client settings, secrets read from the environment variables the contract
+    names. A missing variable fails here, before anything is read."""
+    source = contract.kafka
+    if source is None:
+        raise ConfigError(
+            f"topic {contract.topic!r} lands as files; its contract has no kafka source"
+        )
+    config = {"bootstrap.servers": bootstrap_servers(settings, contract), **dict(source.properties)}
+    missing = [var for _, var in source.secrets if not os.environ.get(var)]
+    if missing:
+        raise ConfigError(
+            f"{contract.source}: kafka.secrets names environment variable(s) {missing} for topic "
+            f"{contract.topic!r}, and they are not set"
+        )
+    config.update({name: os.environ[var] for name, var in source.secrets})
+    return Client(contract.topic, source.topic, config["bootstrap.servers"], config)
+
+
+def _admin(c: Client) -> AdminClient:
+    from confluent_kafka.admin import AdminClient
+
+    config: dict[str, str | int | float | bool] = dict(c.config)
+    return AdminClient(config)
+
+
+def partition_count(c: Client) -> int | None:
+    """The topic's partition count on the broker, or None if it has no such topic."""
+    from confluent_kafka import KafkaException
+
+    try:
+        meta = _admin(c).list_topics(topic=c.topic, timeout=TIMEOUT_S)
+    except KafkaException as exc:
+        raise c.unavailable("reading the topic's metadata", exc) from exc
+    found = meta.topics.get(c.topic)
+    if found is None or found.error is not None:
+        return None
+    return len(found.partitions)
+
+
+def check_topic(c: Client, contract: Contract) -> None:
+    """Refuse a topic the broker lacks or whose partition count disagrees with the contract."""
+    n = partition_count(c)
+    if n is None:
+        raise ConfigError(
+            f"Kafka topic {c.topic} does not exist at {c.bootstrap_servers}: create it with "
+            f"its contract's {contract.partitions} partition(s): lakehouse create-topic "
+            f"{contract.topic}"
+        )
+    if n != contract.partitions:
+        raise ConfigError(
+            f"{contract.source}: partitions is {contract.partitions}, but Kafka topic {c.topic} "
+            f"at {c.bootstrap_servers} has {n}; records are keyed to partitions, so the two must "
+            "agree: fix the contract (nothing was read)"
+        )
+
+
+def create_topic(c: Client, partitions: int, replication: int = 1) -> bool:
+    """Create the topic with the contract's partition count; False if it already exists (its
+    count is then checked by :func:`check_topic`)."""
+    from confluent_kafka import KafkaError, KafkaException
+    from confluent_kafka.admin import NewTopic
+
+    futures = _admin(c).create_topics(
+        [NewTopic(c.topic, num_partitions=partitions, replication_factor=replication)],
+        request_timeout=TIMEOUT_S,
+    )
+    try:
+        futures[c.topic].result(timeout=TIMEOUT_S)
+    except KafkaException as exc:
+        if exc.args and exc.args[0].code() == KafkaError.TOPIC_ALREADY_EXISTS:
+            return False
+        raise c.unavailable("creating the topic", exc) from exc
+    return True
+
+
+def offsets(c: Client, partitions: int) -> dict[int, tuple[int, int]]:
+    """Per partition, the earliest offset the broker still has and the end offset (the next
+    offset to be written), read now: a micro-batch reads up to these ends and no further."""
+    from confluent_kafka import KafkaException, TopicPartition
+    from confluent_kafka.admin import OffsetSpec
+
+    admin = _admin(c)
+    result: dict[int, list[int]] = {p: [0, 0] for p in range(partitions)}
+    for i, spec in enumerate((OffsetSpec.earliest(), OffsetSpec.latest())):
+        asked = {TopicPartition(c.topic, p): spec for p in range(partitions)}
+        try:
+            for tp, future in admin.list_offsets(asked, request_timeout=TIMEOUT_S).items():
+                result[tp.partition][i] = future.result(timeout=TIMEOUT_S).offset
+        except KafkaException as exc:
+            raise c.unavailable("reading the partitions' offsets", exc) from exc
+    return {p: (lo, hi) for p, (lo, hi) in result.items()}
+
+
+def commit_group(c: Client, next_offsets: dict[int, int]) -> None:
+    """Mirror bronze's position in the topic's consumer group (Kafka's own tools then show the
+    lag). Informational: a failure here leaves bronze's commit as it is and is raised."""
+    from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, TopicPartition
+
+    if not next_offsets:
+        return
+    parts = [TopicPartition(c.topic, p, n) for p, n in sorted(next_offsets.items())]
+    futures = _admin(c).alter_consumer_group_offsets(
+        [ConsumerGroupTopicPartitions(c.group, parts)], request_timeout=TIMEOUT_S
+    )
+    try:
+        for future in futures.values():
+            future.result(timeout=TIMEOUT_S)
+    except KafkaException as exc:
+        raise c.unavailable(f"committing consumer group {c.group}", exc) from exc
+
+
+def group_offsets(c: Client) -> dict[int, int]:
+    """The offsets committed to the topic's consumer group (what Kafka's tools see)."""
+    from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException
+
+    futures = _admin(c).list_consumer_group_offsets(
+        [ConsumerGroupTopicPartitions(c.group)], request_timeout=TIMEOUT_S
+    )
+    try:
+        got = futures[c.group].result(timeout=TIMEOUT_S)
+    except KafkaException as exc:
+        raise c.unavailable(f"reading consumer group {c.group}", exc) from exc
+    return {
+        tp.partition: tp.offset
+        for tp in got.topic_partitions
+        if tp.topic == c.topic and tp.offset >= 0
+    }
+
+
+class Producer:
+    """Produces records to the broker as a Java producer would place them: keys hashed with
+    murmur2 (librdkafka's ``murmur2_random``: the Java client's default for keyed records),
+    an explicit partition kept; idempotent, so a retried send is not written twice."""
+
+    def __init__(self, c: Client, partitions: int) -> None:
+        from confluent_kafka import Producer as _Producer
+
+        self.client, self.partitions = c, partitions
+        self._producer = _Producer(
+            {
+                **c.config,
+                "partitioner": "murmur2_random",
+                "enable.idempotence": True,
+                "linger.ms": 5,
+            }
+        )
+
+    def send_batch(self, records: Iterable[Record]) -> list[RecordMetadata]:
+        """Send the records and wait for the broker's acknowledgements; each record's partition
+        and offset, in input order. A record the broker refused raises, naming it."""
+        from confluent_kafka import KafkaException
+
+        results: dict[int, RecordMetadata] = {}
+        errors: list[str] = []
+
+        def delivered(i: int) -> Any:
+            def report(err: Any, msg: Any) -> None:
+                if err is not None:
+                    errors.append(f"record {i}: {err}")
+                    return
+                _, ts = msg.timestamp()
+                results[i] = RecordMetadata(msg.topic(), msg.partition(), msg.offset(), ts)
+
+            return report
+
+        n = 0
+        for i, rec in enumerate(records):
+            n += 1
+            if rec.partition is not None and not 0 <= rec.partition < self.partitions:
+                raise BadRecordError(
+                    f"topic {self.client.topic}",
+                    f"partition {rec.partition} out of range: the topic has {self.partitions}",
+                )
+            kwargs: dict[str, Any] = {"on_delivery": delivered(i)}
+            if rec.partition is not None:
+                kwargs["partition"] = rec.partition
+            if rec.timestamp_ms is not None:
+                kwargs["timestamp"] = rec.timestamp_ms
+            if rec.headers:
+                kwargs["headers"] = list(rec.headers)
+            while True:
+                try:
+                    self._producer.produce(self.client.topic, rec.value, rec.key, **kwargs)
+                    break
+                except BufferError:  # the local queue is full: let deliveries drain it
+                    self._producer.poll(0.1)
+            self._producer.poll(0)
+        try:
+            left = self._producer.flush(TIMEOUT_S)
+        except KafkaException as exc:
+            raise self.client.unavailable("producing", exc) from exc
+        if errors:
+            raise BadRecordError(f"topic {self.client.topic}", "; ".join(errors[:5]))
+        if left or len(results) < n:
+            raise self.client.unavailable(
+                "producing", TimeoutError(f"{n - len(results)} record(s) not acknowledged")
+            )
+        return [results[i] for i in range(n)]
