@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from lakehouse.bronze import Position, advance, offset_gaps
+from lakehouse.bronze import Position, advance, kafka_plan, offset_gaps
 
 
 def _file(p: int, start: int, end: int | None, kept: int, max_kept: int | None) -> dict:
@@ -25,3 +25,17 @@ def test_position_moves_past_records_and_remembers_files_that_did_not_move_it() 
     assert new.listed_at_ms == 99
     assert offset_gaps(old, new, files) == {1: 1}
     assert Position.from_json(new.to_json()) == new
+
+
+def test_kafka_plan_reads_from_the_position_to_the_end_and_names_what_retention_deleted() -> None:
+    pos = Position(next={0: 10, 1: 4, 2: 7})
+    # (earliest the broker still has, end offset) per partition
+    marks = {0: (0, 15), 1: (6, 9), 2: (7, 7), 3: (0, 2)}
+    read, lost = kafka_plan(pos, marks)
+    assert read == {0: (10, 15), 1: (6, 9), 3: (0, 2)}  # partition 2 has nothing new
+    assert lost == {1: (4, 6)}  # offsets 4 and 5 were deleted before bronze read them
+
+
+def test_kafka_plan_of_a_partition_emptied_by_retention_only_loses() -> None:
+    read, lost = kafka_plan(Position(next={0: 3}), {0: (8, 8)})
+    assert (read, lost) == ({}, {0: (3, 8)})

@@ -477,3 +477,79 @@ def test_broken_joins_are_refused_with_where_and_why(
     with pytest.raises(ContractError) as err:
         Catalog.load(tmp_path)
     assert where in str(err.value) and problem in str(err.value), str(err.value)
+
+
+KAFKA = VALID + dedent(
+    """\
+    kafka:
+      topic: payments.v1
+      bootstrap_servers: broker-1:9092,broker-2:9092
+      properties: {security.protocol: SASL_SSL, sasl.mechanism: PLAIN, enable.ssl.certificate.verification: true}
+      secrets: {sasl.password: PAYMENTS_KAFKA_PASSWORD, sasl.username: PAYMENTS_KAFKA_USER}
+      on_data_loss: record
+    """
+)
+
+
+def test_a_kafka_source_parses(tmp_path: Path) -> None:
+    k = load_contract(_write(tmp_path, KAFKA)).kafka
+    assert k is not None
+    assert (k.topic, k.bootstrap_servers, k.on_data_loss) == (
+        "payments.v1",
+        "broker-1:9092,broker-2:9092",
+        "record",
+    )
+    assert dict(k.properties) == {
+        "security.protocol": "SASL_SSL",
+        "sasl.mechanism": "PLAIN",
+        "enable.ssl.certificate.verification": "true",
+    }
+    assert dict(k.secrets)["sasl.password"] == "PAYMENTS_KAFKA_PASSWORD"
+    # Defaults: the contract's topic, servers from the environment or the local broker.
+    minimal = load_contract(_write(tmp_path, VALID + "kafka: {}\n")).kafka
+    assert minimal is not None
+    assert (minimal.topic, minimal.bootstrap_servers, minimal.on_data_loss) == ("t", None, "fail")
+    assert load_contract(_write(tmp_path, VALID)).kafka is None
+
+
+@pytest.mark.parametrize(
+    ("extra", "where", "problem"),
+    [
+        (
+            "kafka: {properties: {sasl.password: hunter2}}",
+            "kafka.properties.sasl.password",
+            "looks like a credential",
+        ),
+        (
+            "kafka: {properties: {sasl.jaas.config: x}}",
+            "kafka.properties.sasl.jaas.config",
+            "looks like a credential",
+        ),
+        (
+            "kafka: {properties: {bootstrap.servers: 'h:1'}}",
+            "kafka.properties.bootstrap.servers",
+            "use kafka.bootstrap_servers",
+        ),
+        ("kafka: {properties: {group.id: g}}", "kafka.properties.group.id", "set by the platform"),
+        (
+            "kafka: {properties: {a: b}, secrets: {a: A}}",
+            "kafka.secrets.a",
+            "also set in kafka.properties",
+        ),
+        (
+            "kafka: {secrets: {sasl.password: 'not a name'}}",
+            "kafka.secrets.sasl.password",
+            "does not match",
+        ),
+        ("kafka: {bootstrap_servers: 'no-port'}", "kafka.bootstrap_servers", "does not match"),
+        ("kafka: {on_data_loss: skip}", "kafka.on_data_loss", "'skip' is not one of"),
+        ("kafka: {}\nlanding: {format: envelope}", "kafka", "one source"),
+    ],
+)
+def test_bad_kafka_sources_are_refused_with_where_and_why(
+    tmp_path: Path, extra: str, where: str, problem: str
+) -> None:
+    with pytest.raises(ContractError) as info:
+        load_contract(_write(tmp_path, VALID + extra + "\n"))
+    assert info.value.path == where
+    assert problem in info.value.problem
