@@ -10,6 +10,7 @@ UV_VERSION := 0.13.9
 STAMP := $(VENV)/.installed
 PY_STAMP := $(VENV)/.installed-python
 JARS_STAMP := $(VENV)/.installed-jars
+KAFKA_JARS_STAMP := $(VENV)/.installed-kafka-jars
 
 export LAKEHOUSE_HOME ?= $(CURDIR)/.lakehouse
 LAKEHOUSE := $(BIN)/lakehouse
@@ -55,17 +56,32 @@ $(JARS_STAMP): $(PY_STAMP) $(JVM_POM) $(JARS_LOCK) include/jvm/copy-jars.sh
 	$(BIN)/python -m lakehouse.jvm
 	@touch $@
 
-$(STAMP): $(PY_STAMP) $(JARS_STAMP)
+# The local Kafka broker's jars (`lakehouse kafka start`, lakehouse.broker): Kafka and what it
+# runs with, named in include/jvm/kafka/pom.xml, copied the same way into $(KAFKA_JARS) and checked
+# against include/jvm/kafka/jars.sha256. They are the broker's class path alone, never Spark's.
+KAFKA_JARS := $(VENV)/kafka-jars
+KAFKA_POM := include/jvm/kafka/pom.xml
+KAFKA_JARS_LOCK := include/jvm/kafka/jars.sha256
+
+$(KAFKA_JARS_STAMP): $(PY_STAMP) $(KAFKA_POM) $(KAFKA_JARS_LOCK) include/jvm/copy-jars.sh
+	include/jvm/copy-jars.sh $(KAFKA_JARS) $(KAFKA_POM)
+	$(BIN)/python -m lakehouse.jvm kafka
+	@touch $@
+
+$(STAMP): $(PY_STAMP) $(JARS_STAMP) $(KAFKA_JARS_STAMP)
 	@touch $@
 
 .PHONY: install
-install: $(STAMP) ## Create .venv and install the pinned stack (requirements.lock, include/jvm/jars.sha256)
+install: $(STAMP) ## Create .venv and install the pinned stack (requirements.lock, include/jvm/**/jars.sha256)
 
 .PHONY: jars-lock
-jars-lock: $(PY_STAMP) ## After a change to include/jvm/pom.xml: copy its jars, rewrite include/jvm/jars.sha256
+jars-lock: $(PY_STAMP) ## After a change to a pom in include/jvm: copy the jars of both, rewrite both jars.sha256
 	include/jvm/copy-jars.sh $(JARS)
 	$(BIN)/python -m lakehouse.jvm --lock
 	@touch $(JARS_STAMP)
+	include/jvm/copy-jars.sh $(KAFKA_JARS) $(KAFKA_POM)
+	$(BIN)/python -m lakehouse.jvm kafka --lock
+	@touch $(KAFKA_JARS_STAMP)
 
 .PHONY: java
 java: $(STAMP) ## Check for Java 17+ (Spark needs it)

@@ -1,18 +1,22 @@
 #!/bin/sh
-# Copy the jars include/jvm/pom.xml names into OUTPUT_DIR, from Maven Central with Central's
-# checksums enforced (-C). The folder is replaced whole: a jar dropped from the pom does not stay
-# behind. `make install` and `make jars-lock` copy into .venv/jars, the Dockerfile into
-# /usr/local/jars; `python -m lakehouse.jvm` then checks them against include/jvm/jars.sha256.
+# Copy the jars POM names (default: include/jvm/pom.xml, Spark's) into OUTPUT_DIR, from Maven
+# Central with Central's checksums enforced (-C). The folder is replaced whole: a jar dropped from
+# the pom does not stay behind. `make install` and `make jars-lock` copy Spark's into .venv/jars
+# and the Kafka broker's (include/jvm/kafka/pom.xml) into .venv/kafka-jars, the Dockerfile Spark's
+# into /usr/local/jars; `python -m lakehouse.jvm [spark|kafka]` then checks them against the lock
+# beside the pom (jars.sha256).
 # MVN names the Maven to run (default: mvn on the PATH).
 set -eu
-out=${1:?usage: copy-jars.sh OUTPUT_DIR}
+out=${1:?usage: copy-jars.sh OUTPUT_DIR [POM]}
 mvn=${MVN:-mvn}
-pom=$(cd "$(dirname "$0")" && pwd)/pom.xml
+pom=${2:-$(dirname "$0")/pom.xml}
+pom=$(cd "$(dirname "$pom")" && pwd)/$(basename "$pom")
 
 if ! command -v "$mvn" > /dev/null 2>&1; then
     cat >&2 << EOF
-error: Maven ('$mvn') is not installed. It copies the JVM jars Spark needs beyond pyspark's
-(Delta Lake, Spark's Avro source: include/jvm/pom.xml) from Maven Central, once, at install.
+error: Maven ('$mvn') is not installed. It copies the JVM jars of the platform from Maven Central,
+once, at install: those Spark needs beyond pyspark's (Delta Lake, Spark's Avro source:
+include/jvm/pom.xml) and the local Kafka broker's (include/jvm/kafka/pom.xml).
 Install it with your package manager (Debian/Ubuntu: sudo apt-get install maven; macOS:
 brew install maven) or from https://maven.apache.org/download.cgi, or set MVN=/path/to/mvn,
 then run make again.

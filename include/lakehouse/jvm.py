@@ -1,15 +1,19 @@
-"""The JVM jars Spark is given on top of pyspark's own: Delta Lake and Spark's Avro source.
+"""The platform's JVM jars, copied from Maven Central once, at install, and locked.
 
-``include/jvm/pom.xml`` names them; ``make install`` copies them from Maven Central into the
-virtualenv (``.venv/jars``) once and runs this module's check. Every session and every
-spark-submit gets them with ``spark.jars`` (:func:`spark_jars_conf`); nothing is resolved when a
-job starts. ``include/jvm/jars.sha256`` locks them: one ``sha256  file`` line per jar (the format
-of ``sha256sum``).
+* Spark's, on top of pyspark's own: Delta Lake and Spark's Avro source. ``include/jvm/pom.xml``
+  names them; ``make install`` copies them into the virtualenv (``.venv/jars``). Every session
+  and every spark-submit gets them with ``spark.jars`` (:func:`spark_jars_conf`).
+* The local Kafka broker's (:mod:`lakehouse.broker`): ``include/jvm/kafka/pom.xml`` names them;
+  ``make install`` copies them into ``.venv/kafka-jars``. They are the broker's class path alone
+  (:func:`broker_classpath`), never Spark's: Kafka brings its own Scala and Jackson.
 
-``python -m lakehouse.jvm`` checks the installed jars against the lock: every locked jar there
-with its checksum, no other jar, and none with the artifact of a jar in pyspark's own ``jars``
-folder (a second copy of a library on the class path). ``--lock`` first rewrites the lock from the
-jars there (``make jars-lock``, after a deliberate change of the pom).
+Nothing is resolved when a job or the broker starts. The ``jars.sha256`` beside each pom locks its
+jars: one ``sha256  file`` line per jar (the format of ``sha256sum``).
+
+``python -m lakehouse.jvm [spark|kafka]`` checks the installed jars against their lock: every
+locked jar there with its checksum, no other jar, and, for Spark's, none with the artifact of a jar
+in pyspark's own ``jars`` folder (a second copy of a library on the class path). ``--lock`` first
+rewrites the lock from the jars there (``make jars-lock``, after a deliberate change of a pom).
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import importlib.util
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -26,18 +31,31 @@ from lakehouse.errors import JarsError
 
 MANIFEST = REPO_ROOT / "include" / "jvm" / "pom.xml"
 LOCK = REPO_ROOT / "include" / "jvm" / "jars.sha256"
+KAFKA_MANIFEST = REPO_ROOT / "include" / "jvm" / "kafka" / "pom.xml"
+KAFKA_LOCK = REPO_ROOT / "include" / "jvm" / "kafka" / "jars.sha256"
 
-_REINSTALL = (
-    "run `make install` to copy the locked jars again; after a change of include/jvm/pom.xml, "
-    "`make jars-lock`"
-)
 _RELOCK = "exclude it in include/jvm/pom.xml, then run `make jars-lock`"
+
+
+def _reinstall(lock: Path) -> str:
+    """What to run when the jars of ``lock`` are not the locked ones (its pom is beside it)."""
+    pom = lock.with_name("pom.xml")
+    shown = pom.relative_to(REPO_ROOT) if pom.is_relative_to(REPO_ROOT) else pom
+    return (
+        f"run `make install` to copy the locked jars again; after a change of {shown}, "
+        "`make jars-lock`"
+    )
 
 
 def jars_dir() -> Path:
     """Where ``make install`` puts the jars: inside the virtualenv, beside the pyspark they
     extend (``.venv/jars``; ``/usr/local/jars`` in the image)."""
     return Path(sys.prefix) / "jars"
+
+
+def kafka_jars_dir() -> Path:
+    """Where ``make install`` puts the Kafka broker's jars (``.venv/kafka-jars``)."""
+    return Path(sys.prefix) / "kafka-jars"
 
 
 def pyspark_jars_dir() -> Path:
@@ -61,27 +79,44 @@ def read_lock(lock: Path | None = None) -> dict[str, str]:
             continue
         digest, sep, name = line.partition("  ")
         if not sep or len(digest) != 64 or "/" in name or not name.endswith(".jar"):
-            raise JarsError([f"{lock}:{number}: not `<sha256>  <file>.jar`: {line!r}"], _RELOCK)
+            raise JarsError(
+                [f"{lock}:{number}: not `<sha256>  <file>.jar`: {line!r}"], _relock(lock)
+            )
         locked[name] = digest.lower()
     if not locked:
-        raise JarsError([f"{lock} names no jar"], _RELOCK)
+        raise JarsError([f"{lock} names no jar"], _relock(lock))
     return locked
 
 
-def spark_jars(directory: Path | None = None, lock: Path | None = None) -> list[Path]:
-    """The jars for ``spark.jars``: each one of the lock, in the jars folder. Only checks that
-    they are there (cheap enough for every session's start; :func:`check` reads them)."""
-    directory = directory or jars_dir()
+def _relock(lock: Path) -> str:
+    return _RELOCK if lock == LOCK else "run `make jars-lock`, which rewrites it"
+
+
+def installed(directory: Path, lock: Path) -> list[Path]:
+    """Each jar of ``lock``, in ``directory``. Only checks that they are there (cheap enough
+    for every start; :func:`check` reads them)."""
     paths = [directory / name for name in read_lock(lock)]
     missing = [path.name for path in paths if not path.is_file()]
     if missing:
-        raise JarsError([f"JVM jars missing from {directory}: {', '.join(missing)}"], _REINSTALL)
+        raise JarsError(
+            [f"JVM jars missing from {directory}: {', '.join(missing)}"], _reinstall(lock)
+        )
     return paths
+
+
+def spark_jars(directory: Path | None = None, lock: Path | None = None) -> list[Path]:
+    """The jars for ``spark.jars``: each one of the lock, in the jars folder."""
+    return installed(directory or jars_dir(), lock or LOCK)
 
 
 def spark_jars_conf(directory: Path | None = None, lock: Path | None = None) -> str:
     """``spark.jars``'s value: the jars' absolute paths, comma-separated."""
     return ",".join(str(path.absolute()) for path in spark_jars(directory, lock))
+
+
+def broker_classpath() -> str:
+    """The Kafka broker's class path: its locked jars, absolute, in the lock's order."""
+    return os.pathsep.join(str(path.absolute()) for path in installed(kafka_jars_dir(), KAFKA_LOCK))
 
 
 def artifact(jar: str) -> str:
@@ -105,13 +140,18 @@ def sha256(path: Path) -> str:
 
 
 def check(
-    directory: Path | None = None, lock: Path | None = None, pyspark_jars: Path | None = None
+    directory: Path | None = None,
+    lock: Path | None = None,
+    pyspark_jars: Path | None = None,
+    *,
+    beside_pyspark: bool = True,
 ) -> list[Path]:
-    """Check the installed jars; return them (in the lock's order) or raise :class:`JarsError`
-    naming every problem: a locked jar missing or with another checksum, a jar the lock does not
-    name, a jar whose artifact pyspark ships too."""
+    """Check the installed jars (by default Spark's); return them (in the lock's order) or raise
+    :class:`JarsError` naming every problem: a locked jar missing or with another checksum, a jar
+    the lock does not name, and, ``beside_pyspark`` (jars on Spark's class path), a jar whose
+    artifact pyspark ships too."""
     directory = directory or jars_dir()
-    pyspark_jars = pyspark_jars or pyspark_jars_dir()
+    lock = lock or LOCK
     locked = read_lock(lock)
     present = {path.name: path for path in sorted(directory.glob("*.jar"))}
     problems: list[str] = []
@@ -126,21 +166,31 @@ def check(
     if extra:
         problems.append(f"jars in {directory} that the lock does not name: {', '.join(extra)}")
     if problems:
-        remedies.append(_REINSTALL)
-    theirs = {artifact(path.name): path.name for path in pyspark_jars.glob("*.jar")}
-    if not theirs:
-        raise JarsError([f"no jars in pyspark's folder {pyspark_jars}"], "run `make install`")
-    duplicates = [name for name in present if artifact(name) in theirs]
-    for name in duplicates:
-        problems.append(
-            f"{directory / name} duplicates pyspark's {theirs[artifact(name)]} "
-            f"(artifact {artifact(name)})"
-        )
-    if duplicates:
-        remedies.append(_RELOCK)
+        remedies.append(_reinstall(lock))
+    if beside_pyspark:
+        duplicates = _duplicates_of_pysparks(directory, list(present), pyspark_jars)
+        problems += duplicates
+        if duplicates:
+            remedies.append(_RELOCK)
     if problems:
         raise JarsError(problems, "; ".join(remedies))
     return [present[name] for name in locked]
+
+
+def _duplicates_of_pysparks(
+    directory: Path, names: list[str], pyspark_jars: Path | None = None
+) -> list[str]:
+    """One problem per jar of ``names`` whose artifact pyspark's jars folder has too."""
+    pyspark_jars = pyspark_jars or pyspark_jars_dir()
+    theirs = {artifact(path.name): path.name for path in pyspark_jars.glob("*.jar")}
+    if not theirs:
+        raise JarsError([f"no jars in pyspark's folder {pyspark_jars}"], "run `make install`")
+    return [
+        f"{directory / name} duplicates pyspark's {theirs[artifact(name)]} "
+        f"(artifact {artifact(name)})"
+        for name in names
+        if artifact(name) in theirs
+    ]
 
 
 def write_lock(directory: Path | None = None, lock: Path | None = None) -> dict[str, str]:
@@ -156,21 +206,35 @@ def write_lock(directory: Path | None = None, lock: Path | None = None) -> dict[
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m lakehouse.jvm", description=__doc__)
-    parser.add_argument("--lock", action="store_true", help=f"first rewrite {LOCK.name}")
+    parser = argparse.ArgumentParser(
+        prog="python -m lakehouse.jvm",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "jars",
+        nargs="?",
+        choices=("spark", "kafka"),
+        default="spark",
+        help="Spark's jars (the default) or the Kafka broker's",
+    )
+    parser.add_argument("--lock", action="store_true", help="first rewrite their jars.sha256")
     args = parser.parse_args(argv)
+    spark = args.jars == "spark"
+    directory, lock = (jars_dir(), LOCK) if spark else (kafka_jars_dir(), KAFKA_LOCK)
     try:
         if args.lock:
-            write_lock()
-            print(f"wrote {LOCK}")
-        jars = check()
+            write_lock(directory, lock)
+            print(f"wrote {lock}")
+        jars = check(directory, lock, beside_pyspark=spark)
     except JarsError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     size = sum(path.stat().st_size for path in jars)
     print(
-        f"JVM jars: {len(jars)} in {jars_dir()} ({size / 1e6:.1f} MB), as locked; "
-        "none duplicates an artifact of pyspark's"
+        f"{'JVM jars' if spark else 'Kafka broker jars'}: {len(jars)} in {directory} "
+        f"({size / 1e6:.1f} MB), as locked"
+        + ("; none duplicates an artifact of pyspark's" if spark else "")
     )
     return 0
 

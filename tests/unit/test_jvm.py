@@ -97,6 +97,32 @@ def test_no_class_of_the_added_jars_is_also_in_pysparks() -> None:
     }
 
 
+def test_the_kafka_brokers_jars_are_locked_and_kept_off_sparks_class_path() -> None:
+    """The broker's jars (include/jvm/kafka/pom.xml) are checked against their own lock and
+    are its class path alone: Spark's jars and pyspark's are not among them."""
+    installed = jvm.check(jvm.kafka_jars_dir(), jvm.KAFKA_LOCK, beside_pyspark=False)
+    assert [path.name for path in installed] == list(jvm.read_lock(jvm.KAFKA_LOCK))
+    assert "kafka_2.13-4.4.0.jar" in jvm.read_lock(jvm.KAFKA_LOCK)
+    classpath = jvm.broker_classpath().split(":")
+    assert classpath == [str(path.absolute()) for path in installed]
+    assert not set(classpath) & set(jvm.spark_jars_conf().split(","))
+    assert jvm.main(["kafka"]) == 0
+
+
+def test_a_missing_broker_jar_names_the_brokers_pom(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(jvm, "kafka_jars_dir", lambda: tmp_path)
+    message = (
+        rf"JVM jars missing from {tmp_path}: .*kafka_2\.13-4\.4\.0\.jar.* \(run `make install` "
+        r"to copy the locked jars again; after a change of include/jvm/kafka/pom\.xml, "
+        r"`make jars-lock`\)"
+    )
+    with pytest.raises(JarsError, match=message):
+        jvm.broker_classpath()
+    assert jvm.main(["kafka"]) == 1
+
+
 def test_a_missing_jar_is_named_and_install_is_the_remedy(jars: Path) -> None:
     (jars / "delta-storage-4.4.0.jar").unlink()
     message = r"JVM jars missing from .*: delta-storage-4\.4\.0\.jar \(run `make install`"
