@@ -13,6 +13,7 @@ Commands::
     lakehouse schemas [--topic T] [--check]   (registered schema versions; check contracts)
     lakehouse spark start|stop|status       (the Spark server jobs run on)
     lakehouse postgres start|stop|status    (Airflow's PostgreSQL metadata database)
+    lakehouse kafka start|stop|status       (a local single-node Kafka broker, KRaft mode)
     lakehouse airflow ARGS    (Airflow with the lakehouse's environment)
 """
 
@@ -615,6 +616,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="the lakehouse's PostgreSQL (Airflow's metadata database): start, stop, status",
     )
     sg.add_argument("action", choices=("start", "stop", "status"), nargs="?", default="status")
+    sb = sub.add_parser(
+        "kafka",
+        help="the lakehouse's local Kafka broker (one KRaft node on 127.0.0.1): start, stop, status",
+    )
+    sb.add_argument("action", choices=("start", "stop", "status"), nargs="?", default="status")
     sa = sub.add_parser("airflow", help="run the airflow CLI with the lakehouse's environment")
     sa.add_argument("args", nargs=argparse.REMAINDER)
     return p
@@ -634,6 +640,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from lakehouse import postgres
 
             return postgres.main(settings, args.action)
+        if args.command == "kafka":
+            from lakehouse import broker
+
+            return broker.main(settings, args.action)
         catalog = Catalog.load(settings.contracts_dir)
         if args.command == "produce":
             return produce(
