@@ -1,11 +1,14 @@
-"""Shared fixtures: a temporary lakehouse root per test, one SparkSession for the whole run."""
+"""Shared fixtures: a temporary lakehouse root per test, one SparkSession and one Kafka broker for
+the whole run."""
 
 from __future__ import annotations
 
 import importlib.util
 import os
+import socket
 import sys
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
@@ -39,6 +42,42 @@ def spark() -> Iterator[object]:
     session = get_session("local[2]", app_name="lakehouse-tests")
     yield session
     session.stop()
+
+
+@dataclass(frozen=True)
+class KafkaBroker:
+    """The test session's broker: where clients find it, and the folder it keeps."""
+
+    bootstrap_servers: str
+    root: Path
+    pid: int
+
+
+@pytest.fixture(scope="session")
+def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBroker]:
+    """One local Kafka broker (lakehouse.broker) for the test session, in a folder of its own, on
+    a free port (each xdist worker starts its own); stopped at the end, whatever the tests did.
+    Tests share it: each uses topics of its own."""
+    from lakehouse.broker import Broker, BrokerError
+
+    broker = Broker(tmp_path_factory.mktemp("kafka-broker") / "kafka")
+    try:
+        for attempt in range(3):
+            # A free port can be taken again before the broker binds it (by another worker):
+            # then the start fails, and another pair of ports is tried.
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", 0))
+                port = int(s.getsockname()[1])
+            try:
+                status = broker.start(port)
+                break
+            except BrokerError:
+                if attempt == 2:
+                    raise
+        assert status.bootstrap_servers is not None and status.pid is not None
+        yield KafkaBroker(status.bootstrap_servers, broker.root, status.pid)
+    finally:
+        broker.stop()
 
 
 @pytest.fixture
