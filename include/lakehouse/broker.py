@@ -77,10 +77,12 @@ _SETTINGS = {
 }
 
 # Kafka 4 logs with Log4j 2; everything goes to standard output, which start() sends to
-# server.log (a JVM that dies before Log4j starts says why there too). Left out below INFO's
-# warnings: every config's full listing of values (server.properties has ours) and each
-# partition's state changes.
+# server.log (a JVM that dies before Log4j starts says why there too). Log4j's own shutdown
+# hook is off, so that the broker's shutdown, which runs in a hook of its own, is logged to its
+# end. Left out below INFO's warnings: every config's full listing of values (server.properties
+# has ours) and each partition's state changes.
 _LOG4J2 = """\
+shutdownHook = disable
 appender.out.type = Console
 appender.out.name = out
 appender.out.target = SYSTEM_OUT
