@@ -58,8 +58,14 @@ STORAGE_TOOL_CLASS = "kafka.tools.StorageTool"
 
 # Broker and controller in one process; each of Kafka's internal topics (consumer offsets,
 # transactions, share groups) has the one replica a single node can give it, and one partition
-# instead of 50. A consumer group starts at once instead of waiting for more members.
+# instead of 50. A consumer group starts at once instead of waiting for more members. Topics
+# are not created by a client asking for them: a topic's partition count is its contract's
+# (`lakehouse create-topic`), never the broker's default.
+# Records are kept until deleted by hand: Kafka's default (7 days, judged by the records' own
+# timestamps) would delete replayed or sample records dated years ago within minutes of start.
 _SETTINGS = {
+    "auto.create.topics.enable": "false",
+    "log.retention.ms": "-1",
     "process.roles": "broker,controller",
     "node.id": str(NODE_ID),
     "controller.listener.names": "CONTROLLER",

@@ -37,6 +37,8 @@ from lakehouse.storage.tasks import rows_from_tasks
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+    from lakehouse import kafka
+
 log = logging.getLogger(__name__)
 
 BRONZE_APP = "landing"
@@ -357,11 +359,17 @@ def ingest(spark: SparkSession, settings: Settings, contract: Contract) -> Bronz
     The job holds the table's commit lock throughout: a second copy of it (a retried task
     beside the first) waits, then finds the batch done."""
     path = settings.bronze_path(contract.topic)
+    client = None
+    if contract.kafka is not None:
+        from lakehouse import kafka
+
+        client = kafka.client(settings, contract)
+        kafka.check_topic(client, contract)
     with delta_spark.table_lock(path):
         delta_spark.create_table(spark, path, BRONZE_SCHEMA)
-        if contract.kafka is not None:
+        if client is not None:
             _repair_gaps(spark, settings, contract)
-            return _ingest_kafka(spark, settings, contract, path)
+            return _ingest_kafka(spark, settings, contract, path, client)
         _repair_quarantine(spark, settings, contract)
         return _ingest(spark, settings, contract, path)
 
@@ -449,12 +457,13 @@ GAPS_SCHEMA = pa.schema(
 
 def kafka_plan(
     pos: Position, marks: dict[int, tuple[int, int]]
-) -> tuple[dict[int, tuple[int, int]], dict[int, tuple[int, int]]]:
+) -> tuple[dict[int, tuple[int, int]], dict[int, tuple[int, int]], dict[int, int]]:
     """From bronze's position and the broker's (earliest, end) offsets per partition: the
-    ranges to read, ``[start, end)`` per partition with records, and the ranges retention
-    deleted before bronze read them."""
+    ranges to read, ``[start, end)`` per partition with records; the ranges retention deleted
+    before bronze read them; and the position after the batch, for every partition."""
     read: dict[int, tuple[int, int]] = {}
     lost: dict[int, tuple[int, int]] = {}
+    after: dict[int, int] = {}
     for p, (low, end) in sorted(marks.items()):
         at = pos.next.get(p, 0)
         if at < low:
@@ -462,7 +471,8 @@ def kafka_plan(
             at = low
         if at < end:
             read[p] = (at, end)
-    return read, lost
+        after[p] = max(at, end)
+    return read, lost, after
 
 
 def _kafka_frame(
@@ -495,7 +505,8 @@ def _kafka_frame(
         "offset",
         "timestamp",
         "timestampType",
-        "headers",
+        # The source gives no headers as null; bronze has always kept them as an empty list.
+        F.coalesce("headers", F.array().cast(frame.schema["headers"].dataType)).alias("headers"),
         F.lit(None).cast("string").alias("_source_file"),
         F.lit(batch_id).cast("long").alias("_batch_id"),
         F.current_timestamp().alias("_ingested_at"),
@@ -503,7 +514,7 @@ def _kafka_frame(
 
 
 def _ingest_kafka(
-    spark: SparkSession, settings: Settings, contract: Contract, path: Path
+    spark: SparkSession, settings: Settings, contract: Contract, path: Path, c: kafka.Client
 ) -> BronzeResult:
     """One bounded read of the topic's partitions, from bronze's position to the end offsets
     read at planning, appended in one Delta commit with the new position."""
@@ -514,25 +525,16 @@ def _ingest_kafka(
 
     store = DeltaStore(spark)
     topic = contract.topic
-    c = kafka.client(settings, contract)
-    kafka.check_topic(c, contract)
     pos = position(store, settings, topic)
     last_batch = store.transaction_version(path, BRONZE_APP)
     batch_id = 0 if last_batch is None else last_batch + 1
-    read, lost = kafka_plan(pos, kafka.offsets(c, contract.partitions))
+    read, lost, after = kafka_plan(pos, kafka.offsets(c, contract.partitions))
     assert contract.kafka is not None
     if lost and contract.kafka.on_data_loss == "fail":
         raise DataLossError(c.topic, lost)
     if not read and not lost:
         return BronzeResult(topic, None, next_offsets=pos.next, kafka_topic=c.topic)
-    new_pos = Position(
-        {
-            **pos.next,
-            **{p: end for p, (_, end) in read.items()},
-            **{p: low for p, (_, low) in lost.items() if p not in read},
-        },
-        listed_at_ms=int(time.time() * 1000),
-    )
+    new_pos = Position({**pos.next, **after}, listed_at_ms=int(time.time() * 1000))
     if read:
         records = _kafka_frame(spark, c, read, batch_id).persist(StorageLevel.DISK_ONLY)
     else:

@@ -10,7 +10,8 @@ mirrors it, so that Kafka's own tools show the lag.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -129,7 +130,8 @@ def create_topic(c: Client, partitions: int, replication: int = 1) -> bool:
     from confluent_kafka import KafkaError, KafkaException
     from confluent_kafka.admin import NewTopic
 
-    futures = _admin(c).create_topics(
+    admin = _admin(c)  # kept alive until the futures resolve: they fail if it is collected
+    futures = admin.create_topics(
         [NewTopic(c.topic, num_partitions=partitions, replication_factor=replication)],
         request_timeout=TIMEOUT_S,
     )
@@ -160,35 +162,75 @@ def offsets(c: Client, partitions: int) -> dict[int, tuple[int, int]]:
     return {p: (lo, hi) for p, (lo, hi) in result.items()}
 
 
+def _retrying(c: Client, what: str, request: Callable[[AdminClient], dict[Any, Any]]) -> list[Any]:
+    """Run an admin request until its results come, repeating it while the broker answers with
+    a retriable error (a group coordinator still loading, a leader moving) for up to
+    :data:`TIMEOUT_S`; any other error, or the time running out, raises."""
+    from confluent_kafka import KafkaException
+
+    deadline = time.monotonic() + TIMEOUT_S
+    while True:
+        admin = _admin(c)  # kept alive until the futures resolve: they fail if it is collected
+        try:
+            results = [f.result(timeout=TIMEOUT_S) for f in request(admin).values()]
+            # A group request answers per partition: an error there does not fail the future.
+            for r in results:
+                for tp in getattr(r, "topic_partitions", None) or ():
+                    if tp.error is not None:
+                        raise KafkaException(tp.error)
+            return results
+        except KafkaException as exc:
+            error = exc.args[0] if exc.args else None
+            if not _retriable(error) or time.monotonic() > deadline:
+                raise c.unavailable(what, exc) from exc
+            time.sleep(0.2)
+
+
+def _retriable(error: Any) -> bool:
+    """Whether Kafka says to try again (a partition's error carries no retriable flag: its code
+    is what tells)."""
+    from confluent_kafka import KafkaError
+
+    if error is None or not hasattr(error, "code"):
+        return False
+    return bool(error.retriable()) or error.code() in {
+        KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+        KafkaError.COORDINATOR_NOT_AVAILABLE,
+        KafkaError.NOT_COORDINATOR,
+        KafkaError.LEADER_NOT_AVAILABLE,
+        KafkaError.NOT_LEADER_FOR_PARTITION,
+        KafkaError.REQUEST_TIMED_OUT,
+    }
+
+
 def commit_group(c: Client, next_offsets: dict[int, int]) -> None:
     """Mirror bronze's position in the topic's consumer group (Kafka's own tools then show the
     lag). Informational: a failure here leaves bronze's commit as it is and is raised."""
-    from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, TopicPartition
+    from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
 
     if not next_offsets:
         return
     parts = [TopicPartition(c.topic, p, n) for p, n in sorted(next_offsets.items())]
-    futures = _admin(c).alter_consumer_group_offsets(
-        [ConsumerGroupTopicPartitions(c.group, parts)], request_timeout=TIMEOUT_S
+    _retrying(
+        c,
+        f"committing consumer group {c.group}",
+        lambda admin: admin.alter_consumer_group_offsets(
+            [ConsumerGroupTopicPartitions(c.group, parts)], request_timeout=TIMEOUT_S
+        ),
     )
-    try:
-        for future in futures.values():
-            future.result(timeout=TIMEOUT_S)
-    except KafkaException as exc:
-        raise c.unavailable(f"committing consumer group {c.group}", exc) from exc
 
 
 def group_offsets(c: Client) -> dict[int, int]:
     """The offsets committed to the topic's consumer group (what Kafka's tools see)."""
-    from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException
+    from confluent_kafka import ConsumerGroupTopicPartitions
 
-    futures = _admin(c).list_consumer_group_offsets(
-        [ConsumerGroupTopicPartitions(c.group)], request_timeout=TIMEOUT_S
+    (got,) = _retrying(
+        c,
+        f"reading consumer group {c.group}",
+        lambda admin: admin.list_consumer_group_offsets(
+            [ConsumerGroupTopicPartitions(c.group)], request_timeout=TIMEOUT_S
+        ),
     )
-    try:
-        got = futures[c.group].result(timeout=TIMEOUT_S)
-    except KafkaException as exc:
-        raise c.unavailable(f"reading consumer group {c.group}", exc) from exc
     return {
         tp.partition: tp.offset
         for tp in got.topic_partitions

@@ -31,11 +31,11 @@ def test_kafka_plan_reads_from_the_position_to_the_end_and_names_what_retention_
     pos = Position(next={0: 10, 1: 4, 2: 7})
     # (earliest the broker still has, end offset) per partition
     marks = {0: (0, 15), 1: (6, 9), 2: (7, 7), 3: (0, 2)}
-    read, lost = kafka_plan(pos, marks)
+    read, lost, after = kafka_plan(pos, marks)
     assert read == {0: (10, 15), 1: (6, 9), 3: (0, 2)}  # partition 2 has nothing new
     assert lost == {1: (4, 6)}  # offsets 4 and 5 were deleted before bronze read them
+    assert after == {0: 15, 1: 9, 2: 7, 3: 2}
 
 
 def test_kafka_plan_of_a_partition_emptied_by_retention_only_loses() -> None:
-    read, lost = kafka_plan(Position(next={0: 3}), {0: (8, 8)})
-    assert (read, lost) == ({}, {0: (3, 8)})
+    assert kafka_plan(Position(next={0: 3}), {0: (8, 8)}) == ({}, {0: (3, 8)}, {0: 8})

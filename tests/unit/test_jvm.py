@@ -26,6 +26,10 @@ EXPECTED = {
     "unitycatalog-hadoop-0.6.0.jar",
     "spark-avro_2.13-4.2.0.jar",
     "jackson-datatype-jdk8-2.21.2.jar",
+    "spark-sql-kafka-0-10_2.13-4.2.0.jar",
+    "spark-token-provider-kafka-0-10_2.13-4.2.0.jar",
+    "kafka-clients-3.9.2.jar",
+    "commons-pool2-2.13.1.jar",
 }
 
 
