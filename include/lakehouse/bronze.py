@@ -28,7 +28,7 @@ import pyarrow as pa
 from lakehouse.config import Settings
 from lakehouse.contracts import Contract
 from lakehouse.errors import BrokerUnavailableError, DataLossError
-from lakehouse.landing import Segment, end_offsets, list_segments, start_offset_of
+from lakehouse.landing import Segment, end_offsets, list_segments, start_offset_of, survey
 from lakehouse.segments import RECORD_SCHEMA, BadLine, SegmentFile, constant, read_segment
 from lakehouse.storage import DeltaStore, Txn, delta_spark
 from lakehouse.storage.gates import gate_for
@@ -108,8 +108,17 @@ class BronzeResult:
     committed: bool = False
     kafka_topic: str | None = None  # read from this broker topic, not from landing files
     lost: dict[int, tuple[int, int]] = field(default_factory=dict)
+    ignored: list[str] = field(default_factory=list)  # landing files that are not segments
 
     def summary(self) -> str:
+        ignored = ""
+        if self.ignored:
+            shown = "; ".join(self.ignored[:10])
+            more = f"; and {len(self.ignored) - 10} more" if len(self.ignored) > 10 else ""
+            ignored = f"; {len(self.ignored)} file(s) in the landing folder not read: {shown}{more}"
+        return self._summary() + ignored
+
+    def _summary(self) -> str:
         if self.batch_id is None:
             new = "records on the broker" if self.kafka_topic else "segments"
             return f"bronze {self.topic}: no new {new}"
@@ -383,9 +392,13 @@ def _ingest(
     last_batch = store.transaction_version(path, BRONZE_APP)
     batch_id = 0 if last_batch is None else last_batch + 1
     listed_at = int(time.time() * 1000)
-    segments = select_segments(list_segments(settings, topic), pos)
+    landed, skipped = survey(settings, topic)
+    ignored = [i.describe(settings.topic_dir(topic)) for i in skipped]
+    for line in ignored:
+        log.warning("bronze %s: not read from the landing folder: %s", topic, line)
+    segments = select_segments(landed, pos)
     if not segments:
-        return BronzeResult(topic, None, next_offsets=pos.next)
+        return BronzeResult(topic, None, next_offsets=pos.next, ignored=ignored)
 
     items = _work_items(contract, segments, pos, batch_id)
     with rows_from_tasks(spark, items, _partition_task, BRONZE_SCHEMA) as (records, side):
@@ -439,6 +452,7 @@ def _ingest(
         next_offsets=new_pos.next,
         files=len(files),
         committed=result.committed,
+        ignored=ignored,
     )
 
 

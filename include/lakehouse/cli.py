@@ -324,16 +324,19 @@ def lag(settings: Settings, catalog: Catalog, topic: str | None, fmt: str) -> in
     import pyarrow as pa
 
     from lakehouse.bronze import POSITION_KEY, Position
-    from lakehouse.landing import end_offsets
+    from lakehouse.landing import end_offsets, survey
     from lakehouse.storage.store import latest_metadata
 
     rows = []
+    ignored: list[str] = []
     for c in [catalog.topic(topic)] if topic else list(catalog):
         if c.kafka is not None:
             marks = kafka.offsets(kafka.client(settings, c), c.partitions)
             ends = {p: end for p, (_, end) in marks.items()}
         else:
             ends = end_offsets(settings, c.topic, c.partitions, c.landing_format)
+            root = settings.topic_dir(c.topic)
+            ignored.extend(f"{c.topic}: {i.describe(root)}" for i in survey(settings, c.topic)[1])
         committed = Position.from_json(
             latest_metadata(settings.bronze_path(c.topic), POSITION_KEY)
         ).next
@@ -353,6 +356,13 @@ def lag(settings: Settings, catalog: Catalog, topic: str | None, fmt: str) -> in
          ("bronze_offset", pa.int64()), ("lag", pa.int64())]
     )  # fmt: skip
     render(pa.Table.from_pylist(rows, schema), fmt, sys.stdout)
+    if ignored:
+        print(
+            f"files in landing folders that are not segments (not read): {len(ignored)}",
+            file=sys.stderr,
+        )
+        for line in ignored:
+            print(f"  {line}", file=sys.stderr)
     return 0
 
 

@@ -129,18 +129,70 @@ def start_offset_of(name: str) -> int:
     return int(m.group("offset"))
 
 
-def list_segments(settings: Settings, topic: str) -> list[Segment]:
-    """Every segment of a topic, ordered by partition and start offset."""
+@dataclass(frozen=True)
+class Ignored:
+    """A file in a topic's landing folder that bronze does not read, and why."""
+
+    path: Path
+    reason: str
+
+    def describe(self, root: Path) -> str:
+        return f"{self.path.relative_to(root)} ({self.reason})"
+
+
+# Formats Kafka Connect's storage sinks write that bronze does not read.
+_OTHER_FORMATS = (".avro", ".parquet", ".bin", ".csv", ".txt", ".orc")
+_LOCK_FILE = ".producer.lock"
+
+
+def survey(settings: Settings, topic: str) -> tuple[list[Segment], list[Ignored]]:
+    """Every segment of a topic, ordered by partition and start offset, and every other file of
+    its landing folder with the reason it is not read."""
     root = settings.topic_dir(topic)
     if not root.is_dir():
-        return []
+        return [], []
     found: list[Segment] = []
-    for part_dir in root.glob("partition=*"):
-        for path in part_dir.iterdir():
+    ignored: list[Ignored] = []
+    for entry in sorted(root.iterdir()):
+        if entry.name == _LOCK_FILE:
+            continue  # the producer's own
+        if not (entry.is_dir() and re.fullmatch(r"partition=\d+", entry.name)):
+            ignored.append(Ignored(entry, "not in a partition=<n> folder"))
+            continue
+        keys = set()
+        for path in sorted(entry.iterdir()):
             seg = parse_segment_name(path, topic)
-            if seg is not None and f"partition={seg.partition}" == part_dir.name:
+            if seg is not None and f"partition={seg.partition}" == entry.name:
                 found.append(seg)
-    return sorted(found)
+                if seg.keys_path is not None:
+                    keys.add(seg.keys_path)
+            elif not path.name.endswith(".keys.json"):
+                ignored.append(Ignored(path, _why_not(path, topic, seg)))
+        for path in sorted(entry.glob("*.keys.json")):
+            if path not in keys:
+                ignored.append(Ignored(path, "a keys file without its segment"))
+    return sorted(found), ignored
+
+
+def _why_not(path: Path, topic: str, seg: Segment | None) -> str:
+    name = path.name
+    if seg is not None:
+        return f"named for partition {seg.partition}, in {path.parent.name}"
+    if name.startswith(".") and name.endswith(".tmp"):
+        return "a producer's temporary file (being written, or left by a crash)"
+    if path.is_dir():
+        return "a folder"
+    if name.endswith(_OTHER_FORMATS):
+        return f"a format bronze does not read ({path.suffix}); segments are JSON lines"
+    m = _SEGMENT_NAME.match(name)
+    if m is not None:
+        return f"named for topic {m.group('topic')!r}"
+    return f"not a segment name ({topic}+<partition>+<start offset>.json[.gz])"
+
+
+def list_segments(settings: Settings, topic: str) -> list[Segment]:
+    """Every segment of a topic, ordered by partition and start offset."""
+    return survey(settings, topic)[0]
 
 
 def segment_end(seg: Segment, fmt: str = "envelope") -> int:

@@ -211,3 +211,28 @@ def test_producer_refuses_connect_topics(
         )
     assert not lake.topic_dir("c").exists() or not any(lake.topic_dir("c").rglob("*.json"))
     shutil.rmtree(lake.home, ignore_errors=True)
+
+
+def test_files_that_are_not_segments_are_reported_by_the_run_and_by_lag(
+    spark: Any, lake: Settings, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _produce(lake, 3)
+    stray = lake.topic_dir("t") / "partition=0" / "t+0+0000000003.avro"
+    stray.write_bytes(b"Obj\x01")
+    result = _ingest(spark, lake, "t")
+    assert result.records == 3
+    assert result.summary().endswith(
+        "; 1 file(s) in the landing folder not read: partition=0/t+0+0000000003.avro "
+        "(a format bronze does not read (.avro); segments are JSON lines)"
+    )
+    # Still reported when there is nothing new to read.
+    assert "not read: partition=0/t+0+0000000003.avro" in _ingest(spark, lake, "t").summary()
+    capsys.readouterr()
+    assert cli.lag(lake, Catalog.load(lake.contracts_dir), "t", "json") == 0
+    out, err = capsys.readouterr()
+    assert [json.loads(line)["lag"] for line in out.splitlines()] == [0, 0]
+    assert err.splitlines() == [
+        "files in landing folders that are not segments (not read): 1",
+        "  t: partition=0/t+0+0000000003.avro (a format bronze does not read (.avro); segments "
+        "are JSON lines)",
+    ]

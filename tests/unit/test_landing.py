@@ -18,6 +18,7 @@ from lakehouse.landing import (
     parse_timestamp,
     record_from_json_line,
     segment_name,
+    survey,
 )
 
 # Kafka's own vectors (org.apache.kafka.common.utils.UtilsTest#testMurmur2).
@@ -155,3 +156,30 @@ def test_start_offset_from_segment_names() -> None:
     assert start_offset_of("t+0+0000000007.json.gz") == 7
     with pytest.raises(ValueError, match="not a segment file name"):
         start_offset_of("t+0+0000000007.keys.json")
+
+
+def test_files_that_are_not_segments_are_named_with_the_reason(settings: Settings) -> None:
+    Producer(settings, "t", 2).send_batch([Record(b"k", b"v", partition=0)])
+    root = settings.topic_dir("t")
+    p0, p1 = root / "partition=0", root / "partition=1"
+    p1.mkdir()
+    segment = next(p0.glob("*.json"))
+    (p0 / "t+0+0000000100.avro").write_bytes(b"Obj")  # Connect's Avro format
+    (p0 / "t+1+0000000000.json").write_text("")  # named for another partition
+    (p0 / "other+0+0000000000.json").write_text("")  # another topic's
+    (p0 / ".t+0+0000000007.json.123.tmp").write_text("")  # a crashed producer's
+    (p0 / "t+0+0000000050.keys.json").write_text("")  # keys without their segment
+    (p1 / "notes.txt").write_text("")
+    (root / "t+0+0000000000.json").write_text("")  # outside any partition folder
+
+    segments, ignored = survey(settings, "t")
+    assert [s.path for s in segments] == [segment]
+    assert {i.describe(root) for i in ignored} == {
+        "partition=0/t+0+0000000100.avro (a format bronze does not read (.avro); segments are JSON lines)",
+        "partition=0/t+1+0000000000.json (named for partition 1, in partition=0)",
+        "partition=0/other+0+0000000000.json (named for topic 'other')",
+        "partition=0/.t+0+0000000007.json.123.tmp (a producer's temporary file (being written, or left by a crash))",
+        "partition=0/t+0+0000000050.keys.json (a keys file without its segment)",
+        "partition=1/notes.txt (a format bronze does not read (.txt); segments are JSON lines)",
+        "t+0+0000000000.json (not in a partition=<n> folder)",
+    }
