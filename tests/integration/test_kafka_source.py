@@ -264,3 +264,31 @@ def _rows(path: Path) -> list[dict[str, Any]]:
     keep = [c for c in table.column_names if c not in INGEST_COLUMNS and not c.startswith("_")]
     rows = table.select(keep).to_pylist()
     return sorted(rows, key=lambda r: json.dumps(r, sort_keys=True, default=str))
+
+
+def test_produce_writes_json_lines_to_the_broker_and_stops_at_a_bad_line(
+    lake: Settings, topic_name: str
+) -> None:
+    from lakehouse.errors import BadRecordError
+
+    contract = _contract(lake)
+    lines = [json.dumps({"key": f"u{i}", "value": {"amount": i}}) for i in range(6)]
+    err = io.StringIO()
+    assert cli.produce(lake, contract, io.StringIO("\n".join(lines) + "\n"), err) == 0
+    assert err.getvalue().startswith("produced 6 record(s) to payments (")
+    client = kafka.client(lake, contract)
+    ends = kafka.offsets(client, 3)
+    assert sum(end for _, end in ends.values()) == 6
+    expected: dict[int, int] = {}
+    for i in range(6):
+        p = default_partition(f"u{i}".encode(), 3)
+        expected[p] = expected.get(p, 0) + 1
+    assert {p: end for p, (_, end) in ends.items() if end} == expected
+
+    # The records before a bad line are produced; the bad line is named.
+    bad = io.StringIO(lines[0] + "\n" + '{"key": "u9", "value": ' + "\n")
+    err = io.StringIO()
+    with pytest.raises(BadRecordError, match="stdin line 2"):
+        cli.produce(lake, contract, bad, err)
+    assert "produced 1 record(s)" in err.getvalue()
+    assert sum(end for _, end in kafka.offsets(client, 3).values()) == 7
