@@ -28,13 +28,17 @@ WORKDIR /opt/lakehouse
 COPY requirements.lock pyproject.toml ./
 RUN pip install --no-cache-dir -r requirements.lock
 
-# The JVM jars Spark gets on top of pyspark's (Delta Lake, Spark's Avro source: include/jvm/pom.xml,
+# The JVM jars Spark gets on top of pyspark's (Delta Lake, Spark's Avro and Kafka sources: include/jvm/pom.xml,
 # see lakehouse.jvm), copied from Maven Central by the same step as `make install`, into the
 # interpreter's prefix: /usr/local/jars, where lakehouse.jvm looks. They are checked against
-# include/jvm/jars.sha256 below, once the package is installed. Rebuilt only when include/jvm/
+# their locks below, once the package is installed. Rebuilt only when include/jvm/
 # changes; Maven's download cache is not kept.
+# The local Kafka broker's jars (`lakehouse kafka start`: include/jvm/kafka/pom.xml, never on
+# Spark's class path) go to /usr/local/kafka-jars the same way.
 COPY include/jvm/ include/jvm/
-RUN include/jvm/copy-jars.sh /usr/local/jars && rm -rf /root/.m2
+RUN include/jvm/copy-jars.sh /usr/local/jars \
+    && include/jvm/copy-jars.sh /usr/local/kafka-jars include/jvm/kafka/pom.xml \
+    && rm -rf /root/.m2
 
 COPY include/ include/
 COPY dags/ dags/
@@ -60,7 +64,8 @@ ENV LAKEHOUSE_HOME=/lakehouse \
 RUN test -x "$SPARK_HOME/bin/spark-class" \
     && java -version \
     && python -c "import pyspark, pyspark.sql.datasource, deltalake, delta, airflow, psycopg2, lakehouse" \
-    && python -m lakehouse.jvm
+    && python -m lakehouse.jvm \
+    && python -m lakehouse.jvm kafka
 
 # A non-root user with the uid of the official Airflow image (group 0, as there). The folders
 # are created here so that named volumes mounted on them start out owned by that user.

@@ -360,3 +360,7 @@ def test_the_image_copies_the_jvm_jars_where_jobs_look_for_them() -> None:
     assert install[0] <= check[0]
     assert "include/jvm" in dockerfile_copies()
     assert "include/jvm/copy-jars.sh $(JARS)" in (ROOT / "Makefile").read_text()
+    # The broker's jars beside them, where lakehouse.jvm.kafka_jars_dir looks, checked too.
+    broker = "include/jvm/copy-jars.sh /usr/local/kafka-jars include/jvm/kafka/pom.xml"
+    assert broker in instructions[copy[0]][1]
+    assert "python -m lakehouse.jvm kafka" in instructions[check[0]][1]
