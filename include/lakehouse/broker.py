@@ -44,7 +44,7 @@ from lakehouse.errors import (
     JavaNotFoundError,
     LakehouseError,
 )
-from lakehouse.runtime import alive, answers
+from lakehouse.runtime import alive, answers, free_port, port_setting, tail
 
 PORT_ENV = "LAKEHOUSE_KAFKA_PORT"
 DEFAULT_PORT = 19092
@@ -114,10 +114,7 @@ class BrokerDown(BrokerError, BrokerUnavailableError):
 def port() -> int:
     """The client port (``LAKEHOUSE_KAFKA_PORT``, default 19092); anything but a port number
     is a ConfigError naming the variable."""
-    raw = os.environ.get(PORT_ENV, str(DEFAULT_PORT)).strip()
-    if not raw.isdigit() or not 0 < int(raw) < 65536:
-        raise ConfigError(f"{PORT_ENV} must be a TCP port number (1-65535), not {raw!r}")
-    return int(raw)
+    return port_setting(PORT_ENV, DEFAULT_PORT)
 
 
 @dataclass(frozen=True)
@@ -236,7 +233,7 @@ class Broker:
                     f"another port with {PORT_ENV}"
                 )
             java, classpath = _java(), _classpath()
-            controller = _free_port()
+            controller = free_port(LOOPBACK)
             self._write_settings(at, controller)
             if self.cluster_id() is None:
                 self._format(java, classpath)
@@ -323,7 +320,7 @@ class Broker:
         if done.returncode != 0 or self.cluster_id() is None:
             raise BrokerError(
                 f"Kafka's storage tool could not format {self.data} (exit code "
-                f"{done.returncode}); its log ({self.log}) ends with:\n{_tail(self.log)}"
+                f"{done.returncode}); its log ({self.log}) ends with:\n{tail(self.log)}"
             )
 
     def _run(self, java: str, classpath: str, at: int, controller: int, timeout: float) -> Status:
@@ -354,7 +351,7 @@ class Broker:
                 self.state.unlink(missing_ok=True)
                 raise BrokerError(
                     f"the Kafka broker exited with code {proc.returncode} while starting; its "
-                    f"log ({self.log}) ends with:\n{_tail(self.log)}"
+                    f"log ({self.log}) ends with:\n{tail(self.log)}"
                 )
             with contextlib.suppress(OSError, ValueError, struct.error):
                 if (NODE_ID, LOOPBACK, at) in metadata(LOOPBACK, at).brokers:
@@ -363,7 +360,7 @@ class Broker:
         self.stop()
         raise BrokerError(
             f"the Kafka broker did not serve on {LOOPBACK}:{at} within {timeout:.0f} s; its log "
-            f"({self.log}) ends with:\n{_tail(self.log)}"
+            f"({self.log}) ends with:\n{tail(self.log)}"
         )
 
 
@@ -450,12 +447,6 @@ def _new_cluster_id() -> str:
             return made
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind((LOOPBACK, 0))
-        return int(s.getsockname()[1])
-
-
 def _wait_gone(pid: int, timeout: float) -> bool:
     deadline = time.monotonic() + timeout
     while alive(pid):
@@ -467,13 +458,6 @@ def _wait_gone(pid: int, timeout: float) -> bool:
 
 def _now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S%z")
-
-
-def _tail(path: Path, lines: int = 30) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return "(no log)"
 
 
 def main(settings: Settings, action: str) -> int:

@@ -31,7 +31,7 @@ from pathlib import Path
 
 from lakehouse.config import Settings
 from lakehouse.errors import ConfigError, LakehouseError
-from lakehouse.runtime import alive, answers, private_file
+from lakehouse.runtime import alive, answers, port_setting, private_file, tail
 
 PORT_ENV = "LAKEHOUSE_POSTGRES_PORT"
 DEFAULT_PORT = 15432
@@ -50,10 +50,7 @@ class PostgresError(LakehouseError):
 def port() -> int:
     """The port a start listens on (``LAKEHOUSE_POSTGRES_PORT``, default 15432); anything but a
     port number is a ConfigError naming the variable."""
-    raw = os.environ.get(PORT_ENV, str(DEFAULT_PORT)).strip()
-    if not raw.isdigit() or not 0 < int(raw) < 65536:
-        raise ConfigError(f"{PORT_ENV} must be a TCP port number (1-65535), not {raw!r}")
-    return int(raw)
+    return port_setting(PORT_ENV, DEFAULT_PORT)
 
 
 def bindir() -> Path:
@@ -176,7 +173,7 @@ class Cluster:
         if proc.returncode != 0:
             raise PostgresError(
                 f"PostgreSQL did not start on port {at}: {proc.stdout.strip()}\n"
-                f"its log ({self.log}) ends with:\n{_tail(self.log)}"
+                f"its log ({self.log}) ends with:\n{tail(self.log)}"
             )
         self.create_database(AIRFLOW_DATABASE)
         return self.status()
@@ -303,13 +300,6 @@ def _check_reachable(folder: Path) -> None:
                 "lakehouse (LAKEHOUSE_HOME) under folders it may enter, or run as an "
                 "unprivileged user"
             )
-
-
-def _tail(path: Path, lines: int = 30) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return "(no log)"
 
 
 def main(settings: Settings, action: str) -> int:

@@ -17,7 +17,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from lakehouse.errors import JavaNotFoundError
+from lakehouse.errors import ConfigError, JavaNotFoundError
 
 MIN_JAVA = 17
 
@@ -105,6 +105,30 @@ def answers(host: str, port: int, timeout: float = 0.5) -> bool:
             return True
     except OSError:
         return False
+
+
+def port_setting(variable: str, default: int) -> int:
+    """A local server's port from ``variable`` (``default`` if unset); anything but a port
+    number is a ConfigError naming the variable."""
+    raw = os.environ.get(variable, str(default)).strip()
+    if not raw.isdigit() or not 0 < int(raw) < 65536:
+        raise ConfigError(f"{variable} must be a TCP port number (1-65535), not {raw!r}")
+    return int(raw)
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port nothing listens on at ``host`` now (the system's pick)."""
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def tail(path: Path, lines: int = 30) -> str:
+    """The last lines of a local server's log, for an error that says why it did not start."""
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
 
 
 def private_file(path: Path, make: Callable[[], str]) -> str:

@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING
 
 from lakehouse.config import Settings
 from lakehouse.errors import ConfigError, LakehouseError
-from lakehouse.runtime import alive, answers, private_file
+from lakehouse.runtime import alive, answers, port_setting, private_file, tail
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -69,10 +69,7 @@ class ServerDown(ServerError):
 def port() -> int:
     """The Connect port (``LAKEHOUSE_SPARK_PORT``, default 15002); anything but a port number
     is a ConfigError naming the variable."""
-    raw = os.environ.get(PORT_ENV, str(DEFAULT_PORT)).strip()
-    if not raw.isdigit() or not 0 < int(raw) < 65536:
-        raise ConfigError(f"{PORT_ENV} must be a TCP port number (1-65535), not {raw!r}")
-    return int(raw)
+    return port_setting(PORT_ENV, DEFAULT_PORT)
 
 
 def state_dir(settings: Settings) -> Path:
@@ -252,14 +249,14 @@ def start(settings: Settings, *, timeout: float = START_TIMEOUT_S) -> Status:
                 os.killpg(service.pid, signal.SIGTERM)
             raise ServerError(
                 f"the Spark server exited with code {proc.returncode} while starting; its log "
-                f"({log_path}) ends with:\n{_tail(log_path)}"
+                f"({log_path}) ends with:\n{tail(log_path)}"
             )
         if service.poll() is not None:
             stop(settings)
             service_log = state_dir(settings) / "gx.log"
             raise ServerError(
                 f"the validation service exited with code {service.returncode} while starting; "
-                f"its log ({service_log}) ends with:\n{_tail(service_log)}"
+                f"its log ({service_log}) ends with:\n{tail(service_log)}"
             )
         if answers(LOOPBACK, at) and gx_service.answers(gx_service.address(settings)):
             return status(settings)
@@ -267,15 +264,8 @@ def start(settings: Settings, *, timeout: float = START_TIMEOUT_S) -> Status:
     stop(settings)
     raise ServerError(
         f"the Spark server did not listen on port {at} within {timeout:.0f} s; its log "
-        f"({log_path}) ends with:\n{_tail(log_path)}"
+        f"({log_path}) ends with:\n{tail(log_path)}"
     )
-
-
-def _tail(path: Path, lines: int = 30) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return "(no log)"
 
 
 def _descendants(pid: int) -> list[int]:

@@ -19,16 +19,11 @@ import pytest
 from lakehouse.airflow_env import airflow_environment
 from lakehouse.config import REPO_ROOT, Settings
 from lakehouse.postgres import Cluster, PostgresError
+from lakehouse.runtime import free_port
 
 pytestmark = pytest.mark.integration
 
 CONN = "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _lakehouse(settings: Settings, port: int, *args: str) -> subprocess.CompletedProcess[str]:
@@ -64,7 +59,7 @@ def settings() -> Iterator[Settings]:
 
 
 def test_start_status_stop_and_airflow_on_it(settings: Settings) -> None:
-    port = _free_port()
+    port = free_port()
     down = _lakehouse(settings, port, "postgres", "status")
     assert down.returncode == 1 and "not running" in down.stdout
 
@@ -102,7 +97,7 @@ def test_start_status_stop_and_airflow_on_it(settings: Settings) -> None:
     assert again.returncode == 0 and "was not running" in again.stdout
 
     # Started again, on another port: the same cluster, its data kept.
-    other = _free_port()
+    other = free_port()
     assert _lakehouse(settings, other, "postgres", "start").returncode == 0
     with psycopg.connect(_libpq(cluster.url())) as conn:
         assert conn.execute("SELECT n FROM kept").fetchall() == [(1,)]
@@ -126,4 +121,4 @@ def test_as_root_a_folder_the_server_user_cannot_enter_is_named(settings: Settin
     closed.mkdir(mode=0o700)
     cluster = Cluster(closed / "lakehouse" / "postgres")
     with pytest.raises(PostgresError, match=f"cannot enter {closed} "):
-        cluster.start(_free_port())
+        cluster.start(free_port())

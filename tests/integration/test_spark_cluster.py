@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -28,7 +27,7 @@ import pytest
 
 from lakehouse.airflow_env import airflow_environment
 from lakehouse.config import REPO_ROOT, Layer, Settings
-from lakehouse.runtime import find_java
+from lakehouse.runtime import find_java, free_port
 from lakehouse.spark import conf_args, jvm_conf
 from lakehouse.storage import changes_arrow, read_arrow
 
@@ -55,12 +54,6 @@ def _spark_home() -> Path:
     import pyspark
 
     return Path(pyspark.__file__).resolve().parent
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _text(output: str | bytes | None) -> str:
@@ -181,7 +174,7 @@ def _wait_for_workers(cluster: Cluster) -> None:
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     """A Spark standalone master and two one-core workers on 127.0.0.1."""
     root = tmp_path_factory.mktemp("spark-cluster")
-    port, webui = _free_port(), _free_port()
+    port, webui = free_port(), free_port()
     cluster = Cluster(
         master_url=f"spark://127.0.0.1:{port}",
         webui_url=f"http://127.0.0.1:{webui}",
@@ -208,7 +201,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
                     "org.apache.spark.deploy.worker.Worker",
                     cluster.master_url,
                     *("--host", "127.0.0.1", "--cores", "1", "--memory", "1g"),
-                    *("--webui-port", str(_free_port()), "--work-dir", str(work_dir)),
+                    *("--webui-port", str(free_port()), "--work-dir", str(work_dir)),
                 ],
                 env,
             )
@@ -293,7 +286,7 @@ def _server_env(cluster: Cluster, settings: Settings, root: Path, events: Path) 
     )
     return airflow_environment(settings) | {
         "LAKEHOUSE_SPARK_MASTER": cluster.master_url,
-        server.PORT_ENV: str(_free_port()),
+        server.PORT_ENV: str(free_port()),
         "SPARK_CONF_DIR": str(conf_dir),
         "SPARK_LOCAL_IP": "127.0.0.1",
         "LAKEHOUSE_SHUFFLE_PARTITIONS": str(WORKERS),

@@ -20,17 +20,11 @@ from delta_log import checkpoints, operations
 
 from lakehouse import server
 from lakehouse.config import REPO_ROOT, Settings
-from lakehouse.runtime import alive
+from lakehouse.runtime import alive, free_port
 from lakehouse.storage import delta_spark, read_arrow
 from lakehouse.storage.store import _load
 
 pytestmark = pytest.mark.integration
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +34,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Settings]:
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("LAKEHOUSE_HOME", str(home))
         mp.setenv("LAKEHOUSE_CONTRACTS", str(REPO_ROOT / "contracts"))
-        mp.setenv(server.PORT_ENV, str(_free_port()))
+        mp.setenv(server.PORT_ENV, str(free_port()))
         settings = Settings.from_env()
         subprocess.run(
             [sys.executable, "-m", "lakehouse.cli", "sample"], check=True, capture_output=True
