@@ -509,6 +509,7 @@ def _kafka_frame(
         .option("endingOffsets", per_partition(1))
         .option("includeHeaders", "true")
         .option("failOnDataLoss", "true")
+        .option("kafka.isolation.level", c.isolation)
         .load()
     )
     return frame.select(
@@ -533,7 +534,6 @@ def _ingest_kafka(
     """One bounded read of the topic's partitions, from bronze's position to the end offsets
     read at planning, appended in one Delta commit with the new position."""
     from pyspark import StorageLevel
-    from pyspark.sql import functions as F
 
     from lakehouse import kafka
 
@@ -550,37 +550,31 @@ def _ingest_kafka(
         return BronzeResult(topic, None, next_offsets=pos.next, kafka_topic=c.topic)
     new_pos = Position({**pos.next, **after}, listed_at_ms=int(time.time() * 1000))
     if read:
-        records = _kafka_frame(spark, c, read, batch_id).persist(StorageLevel.DISK_ONLY)
+        records = _kafka_frame(spark, c, read, batch_id)
     else:
         records = delta_spark.arrow_frame(spark, BRONZE_SCHEMA.empty_table())
+    summary: dict[str, Any] = {
+        "batch_id": batch_id,
+        "quarantined": 0,
+        "duplicates": 0,
+        "lost": {str(p): list(r) for p, r in lost.items()},
+    }
+    kept: int | None = None
+    gate, verdict = gate_for(path), None
+    if gate is not None:
+        # The gate judges the rows before they are written: read them from the broker once.
+        records = records.persist(StorageLevel.DISK_ONLY)
+        kept = records.count()
+        summary["records"] = kept
+        verdict = gate.check(
+            records.select(*(gate.columns or ["offset"])),
+            kept,
+            source={
+                "table": f"kafka.{c.topic}",
+                "offsets": {str(p): n for p, n in pos.next.items()},
+            },
+        )
     try:
-        counted = {
-            r["partition"]: r["n"]
-            for r in records.groupBy("partition").agg(F.count("*").alias("n")).collect()
-        }
-        kept = sum(counted.values())
-        # Offsets read past that carried no record: compaction, transaction markers.
-        gaps = {p: end - start - counted.get(p, 0) for p, (start, end) in read.items()}
-        gaps = {p: g for p, g in gaps.items() if g > 0}
-        summary = {
-            "batch_id": batch_id,
-            "records": kept,
-            "quarantined": 0,
-            "duplicates": 0,
-            "gaps": {str(p): g for p, g in gaps.items()},
-            "lost": {str(p): list(r) for p, r in lost.items()},
-        }
-        verdict = None
-        gate = gate_for(path)
-        if gate is not None:
-            verdict = gate.check(
-                records.select(*(gate.columns or ["offset"])),
-                kept,
-                source={
-                    "table": f"kafka.{c.topic}",
-                    "offsets": {str(p): n for p, n in pos.next.items()},
-                },
-            )
         result = delta_spark.append(
             records,
             path,
@@ -593,6 +587,11 @@ def _ingest_kafka(
         )
     finally:
         records.unpersist()
+    if kept is None:
+        kept = result.rows_written or 0
+    gaps: dict[int, int] = {}
+    if result.committed and kept < sum(end - start for start, end in read.values()):
+        gaps = _kafka_gaps(spark, path, batch_id, read)
     if result.committed:
         _write_gaps(spark, settings, topic, batch_id, lost)
     try:
@@ -611,6 +610,22 @@ def _ingest_kafka(
         kafka_topic=c.topic,
         lost=lost,
     )
+
+
+def _kafka_gaps(
+    spark: SparkSession, path: Path, batch_id: int, read: dict[int, tuple[int, int]]
+) -> dict[int, int]:
+    """Offsets a batch read past that carried no record (a compacted topic, transaction
+    markers), per partition: counted in the batch's rows as written, not read again from Kafka."""
+    from pyspark.sql import functions as F
+
+    rows = spark.read.format("delta").load(str(path)).where(F.col("_batch_id") == batch_id)
+    counted = {
+        r["partition"]: r["n"]
+        for r in rows.groupBy("partition").agg(F.count("*").alias("n")).collect()
+    }
+    gaps = {p: end - start - counted.get(p, 0) for p, (start, end) in read.items()}
+    return {p: g for p, g in gaps.items() if g > 0}
 
 
 def _write_gaps(

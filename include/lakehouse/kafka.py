@@ -42,6 +42,12 @@ class Client:
         """The consumer group that mirrors bronze's position."""
         return f"lakehouse-bronze.{self.contract_topic}"
 
+    @property
+    def isolation(self) -> str:
+        """What bronze reads of transactional producers' records: only committed ones (Kafka's
+        ``read_committed``), unless the contract's client settings say otherwise."""
+        return self.config.get("isolation.level", "read_committed")
+
     def spark_options(self) -> dict[str, str]:
         """The Kafka source's options: the client settings under ``kafka.``."""
         return {f"kafka.{k}": v for k, v in self.config.items()}
@@ -145,17 +151,24 @@ def create_topic(c: Client, partitions: int, replication: int = 1) -> bool:
 
 
 def offsets(c: Client, partitions: int) -> dict[int, tuple[int, int]]:
-    """Per partition, the earliest offset the broker still has and the end offset (the next
-    offset to be written), read now: a micro-batch reads up to these ends and no further."""
-    from confluent_kafka import KafkaException, TopicPartition
+    """Per partition, the earliest offset the broker still has and the end offset, read now: a
+    micro-batch reads up to these ends and no further. Reading committed records only, the end
+    is the last stable offset (no open transaction's records are before it)."""
+    from confluent_kafka import IsolationLevel, KafkaException, TopicPartition
     from confluent_kafka.admin import OffsetSpec
 
     admin = _admin(c)
+    level = (
+        IsolationLevel.READ_COMMITTED
+        if c.isolation == "read_committed"
+        else IsolationLevel.READ_UNCOMMITTED
+    )
     result: dict[int, list[int]] = {p: [0, 0] for p in range(partitions)}
     for i, spec in enumerate((OffsetSpec.earliest(), OffsetSpec.latest())):
         asked = {TopicPartition(c.topic, p): spec for p in range(partitions)}
         try:
-            for tp, future in admin.list_offsets(asked, request_timeout=TIMEOUT_S).items():
+            answers = admin.list_offsets(asked, isolation_level=level, request_timeout=TIMEOUT_S)
+            for tp, future in answers.items():
                 result[tp.partition][i] = future.result(timeout=TIMEOUT_S).offset
         except KafkaException as exc:
             raise c.unavailable("reading the partitions' offsets", exc) from exc

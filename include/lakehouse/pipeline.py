@@ -237,7 +237,8 @@ def _table_name(settings: Settings, path: Path) -> str:
 
 
 def _bronze_records(path: Path, start: int, end: int) -> int:
-    """The records bronze added in versions start..end, from its commits' batch summaries."""
+    """The records bronze added in versions start..end, from its commits' batch summaries (or,
+    where one does not count them, the commit's own metrics)."""
     from lakehouse.storage import snapshots
     from lakehouse.storage.delta_spark import commit_metadata
 
@@ -247,7 +248,8 @@ def _bronze_records(path: Path, start: int, end: int) -> int:
         value = commit_metadata(commit, bronze.BATCH_KEY)
         if version is None or value is None or not start <= int(version) <= end:
             continue
-        total += int(value.get("records", 0))
+        metrics = commit.get("operationMetrics") or {}
+        total += int(value.get("records", metrics.get("numOutputRows", 0)))
     return total
 
 

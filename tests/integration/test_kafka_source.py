@@ -8,6 +8,7 @@ from __future__ import annotations
 import io
 import json
 import shutil
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -292,3 +293,40 @@ def test_produce_writes_json_lines_to_the_broker_and_stops_at_a_bad_line(
         cli.produce(lake, contract, bad, err)
     assert "produced 1 record(s)" in err.getvalue()
     assert sum(end for _, end in kafka.offsets(client, 3).values()) == 7
+
+
+def test_only_committed_transactions_land_and_their_markers_count_as_offset_gaps(
+    spark: Any, lake: Settings
+) -> None:
+    from confluent_kafka import Producer as Transactional
+
+    contract = _contract(lake)
+    client = kafka.client(lake, contract)
+    producer = Transactional(
+        {"bootstrap.servers": client.bootstrap_servers, "transactional.id": "test-" + client.topic}
+    )
+    producer.init_transactions(15)
+    for amounts, commit in (([1, 2, 3, 4, 5], True), ([66, 77, 88], False), ([9, 10], True)):
+        producer.begin_transaction()
+        for a in amounts:
+            producer.produce(client.topic, json.dumps({"amount": a}).encode(), b"k", partition=0)
+        if commit:
+            producer.commit_transaction(15)
+        else:
+            producer.flush(15)  # on the broker before the abort (an abort drops unsent records)
+            producer.abort_transaction(15)
+    producer.flush(15)
+    del producer
+    # offsets: 0-4, commit marker 5, 6-8 aborted, abort marker 9, 10-11, commit marker 12. The
+    # broker writes a commit's marker after answering the commit: until then the last stable
+    # offset (the end a committed-only read stops at) is still before the transaction.
+    deadline = time.monotonic() + 15
+    while kafka.offsets(client, 3)[0] != (0, 13):
+        assert time.monotonic() < deadline, kafka.offsets(client, 3)
+        time.sleep(0.1)
+
+    result = bronze.ingest(spark, lake, contract)
+    assert [json.loads(r["value"])["amount"] for r in _bronze(lake)] == [1, 2, 3, 4, 5, 9, 10]
+    assert [r["offset"] for r in _bronze(lake)] == [0, 1, 2, 3, 4, 10, 11]
+    assert (result.records, result.gaps, result.next_offsets[0]) == (7, {0: 6}, 13)
+    assert "offset gaps: 6 ({0: 6})" in result.summary()

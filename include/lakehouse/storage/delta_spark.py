@@ -512,7 +512,10 @@ def _outcome(path: Path, before: int, write_id: str) -> WriteResult:
     ours = [c for c in commits if user_metadata(c).get(WRITE_ID_KEY) == write_id]
     if not ours:
         return WriteResult(False, int(after.version()))
-    return WriteResult(True, int(ours[0]["version"]))
+    written = (ours[0].get("operationMetrics") or {}).get("numOutputRows")
+    return WriteResult(
+        True, int(ours[0]["version"]), rows_written=None if written is None else int(written)
+    )
 
 
 def _json(value: Mapping[str, Any]) -> str:

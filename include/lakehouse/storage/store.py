@@ -49,6 +49,7 @@ class WriteResult:
     committed: bool  # False when the positions were already recorded (the batch is in)
     table_version: int | None
     source_rows: int | None = None  # merge: the table rows it inserted, updated or deleted
+    rows_written: int | None = None  # an append's rows, from its commit's operation metrics
 
 
 def _load(path: Path, version: int | None = None, *, own: bool = False) -> DeltaTable:
