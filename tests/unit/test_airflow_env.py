@@ -10,7 +10,13 @@ import pytest
 from cryptography.fernet import Fernet
 
 from lakehouse import server
-from lakehouse.airflow_env import SECRETS_FILE, SPARK_CONN_ENV, airflow_environment, airflow_secrets
+from lakehouse.airflow_env import (
+    SECRETS_FILE,
+    SPARK_CONN_ENV,
+    airflow_environment,
+    airflow_secrets,
+    kafka_conn_id,
+)
 from lakehouse.config import REPO_ROOT, Settings
 from lakehouse.errors import ConfigError
 from lakehouse.orchestration import SPARK_CONN_ID
@@ -91,3 +97,75 @@ def test_metadata_database_choice_is_checked(tmp_path: Path) -> None:
     # PostgreSQL is used only when its cluster runs: no silent fallback to SQLite.
     with pytest.raises(PostgresError, match="not running: start it with `lakehouse postgres"):
         airflow_environment(settings, base={"LAKEHOUSE_AIRFLOW_DB": "postgres"})
+
+
+KAFKA_CONTRACT = """\
+topic: {topic}
+partitions: 2
+key: {{format: string, name: id}}
+value: {{format: json, fields: [{{name: amount, type: long}}]}}
+stream: {{name: {stream}}}
+kafka:
+  topic: payments-v1
+  bootstrap_servers: 'broker-1:9092,broker-2:9092'
+  properties: {{security.protocol: SASL_SSL, sasl.mechanism: PLAIN, sasl.username: lakehouse}}
+  secrets: {{sasl.password: TEST_KAFKA_PASSWORD}}
+"""
+
+
+def _kafka_lake(tmp_path: Path, *topics: str) -> Settings:
+    contracts = tmp_path / "contracts"
+    contracts.mkdir(parents=True)
+    for i, topic in enumerate(topics):
+        text = KAFKA_CONTRACT.format(topic=topic, stream=f"stream_{i}")
+        (contracts / f"{topic}.yaml").write_text(text)
+    return Settings.from_env(tmp_path / "home", contracts)
+
+
+def test_a_kafka_topics_trigger_gets_a_connection_with_its_client_settings(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The trigger's connection (type kafka): the contract's servers and settings, the secret
+    from the variable the contract names, the trigger's own consumer group; the provider's
+    consumer hook reads exactly that. A connection the user set wins."""
+    from airflow.models import Connection
+    from airflow.providers.apache.kafka.hooks.consume import KafkaConsumerHook
+
+    monkeypatch.setenv("TEST_KAFKA_PASSWORD", "s3cret")
+    settings = _kafka_lake(tmp_path, "payments")
+    env = airflow_environment(settings, base={})
+    conn_id = kafka_conn_id("payments")
+    key = f"AIRFLOW_CONN_{conn_id.upper()}"
+    assert key == "AIRFLOW_CONN_LAKEHOUSE_KAFKA__PAYMENTS"
+    connection = Connection.from_json(env[key], conn_id=conn_id)
+    assert connection.conn_type == "kafka"
+    monkeypatch.setenv(key, env[key])
+    assert KafkaConsumerHook(["payments-v1"], conn_id)._build_config() == {
+        "bootstrap.servers": "broker-1:9092,broker-2:9092",
+        "security.protocol": "SASL_SSL",
+        "sasl.mechanism": "PLAIN",
+        "sasl.username": "lakehouse",
+        "sasl.password": "s3cret",
+        "group.id": "lakehouse-trigger.payments",
+        "auto.offset.reset": "earliest",
+        "enable.auto.commit": "false",
+    }
+    mine = '{"conn_type": "kafka", "extra": {"bootstrap.servers": "elsewhere:9092"}}'
+    assert airflow_environment(settings, base={key: mine})[key] == mine
+
+
+def test_a_kafka_topics_connection_needs_its_secret_and_an_id_of_its_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("TEST_KAFKA_PASSWORD", raising=False)
+    settings = _kafka_lake(tmp_path / "a", "payments")
+    with pytest.raises(ConfigError, match=r"TEST_KAFKA_PASSWORD.*not set"):
+        airflow_environment(settings, base={})
+    monkeypatch.setenv("TEST_KAFKA_PASSWORD", "s3cret")
+    # Topics whose names differ only where a connection id cannot: refused, naming both.
+    settings = _kafka_lake(tmp_path / "b", "pay-ments", "pay.ments")
+    with pytest.raises(ConfigError, match=r"'pay\.ments' and topic 'pay-ments'.*rename one"):
+        airflow_environment(settings, base={})
+    # Landing topics get none.
+    landing = Settings.from_env(tmp_path / "home", REPO_ROOT / "contracts")
+    assert not [k for k in airflow_environment(landing, base={}) if "KAFKA" in k]
