@@ -19,10 +19,19 @@ from typing import Any
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.providers.standard.operators.bash import BashOperator
 from airflow.providers.standard.operators.python import PythonOperator
-from airflow.sdk import DAG, Asset, Param, TriggerRule
+from airflow.sdk import (
+    DAG,
+    Asset,
+    AssetOrTimeSchedule,
+    AssetWatcher,
+    DeltaTriggerTimetable,
+    Param,
+    TriggerRule,
+)
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSkipException
 
 from lakehouse import server
+from lakehouse.airflow_env import kafka_conn_id
 from lakehouse.config import LAYERS, REPO_ROOT, Layer, Settings
 from lakehouse.contracts import Catalog, Contract
 from lakehouse.control import OFFSETS_PATTERN, RunRequest, joined, own
@@ -101,6 +110,82 @@ def _outlets(
 
 def _asset(name: str, path: Path) -> Asset:
     return Asset(name=name, uri=path.as_uri(), group="delta")
+
+
+def records_asset(contract: Contract) -> Asset:
+    """The records arriving on a Kafka-sourced topic's broker, as an Asset watched by Airflow's
+    Kafka message-queue trigger in the triggerer. The trigger consumes the topic with the
+    connection :func:`lakehouse.airflow_env.kafka_conn_id` (a consumer group of its own) and
+    asks :func:`record_arrived` about each record; a record that asks for a run becomes an event
+    of this Asset, and the trigger starts again after each event."""
+    assert contract.kafka is not None
+    # Imported here: only a catalog with a Kafka-sourced topic pays for the providers' import.
+    from airflow.providers.apache.kafka.triggers.msg_queue import KafkaMessageQueueTrigger
+
+    conn_id = kafka_conn_id(contract.topic)
+    trigger = KafkaMessageQueueTrigger(
+        topics=[contract.kafka.topic],
+        kafka_config_id=conn_id,
+        apply_function=f"{__name__}.{record_arrived.__name__}",
+        apply_function_kwargs={"kafka_config_id": conn_id, "partitions": contract.partitions},
+        # The provider sleeps this long after each record the function turns down: none, so a
+        # burst already asked for is read through at once.
+        poll_interval=0,
+    )
+    return Asset(
+        name=f"kafka.{contract.topic}",
+        group="kafka",
+        watchers=[AssetWatcher(name=f"records.{contract.topic}", trigger=trigger)],
+    )
+
+
+# Per connection, topic and partition: the end offset when the trigger last asked for a run, in
+# the triggerer's process (a new one starts empty, and asks again at its first record).
+_ASKED: dict[tuple[str, str, int], int] = {}
+
+
+def record_arrived(message: Any, *, kafka_config_id: str, partitions: int) -> Any:
+    """The Kafka trigger's test of each record it reads (in the triggerer). Any record that
+    arrived asks for a run, unless it was on the broker already when the last run was asked for:
+    that run's bronze reads up to end offsets read after the request, so it takes the record.
+    A burst of records therefore makes one asset event, not one each (with the DAG's one active
+    run, Airflow then queues at most one more run, whatever the number of events).
+
+    A request (truthy) is the asset event's payload, which Airflow stores: the record's place,
+    never its key or value. When the end offsets cannot be read, the record asks anyway."""
+    from airflow.sdk import BaseHook
+
+    from lakehouse import kafka
+    from lakehouse.airflow_env import kafka_trigger_settings
+    from lakehouse.errors import BrokerUnavailableError
+
+    topic, partition, offset = message.topic(), message.partition(), message.offset()
+    if offset < _ASKED.get((kafka_config_id, topic, partition), 0):
+        return None
+    config = {
+        k: str(v)
+        for k, v in BaseHook.get_connection(kafka_config_id).extra_dejson.items()
+        if k not in kafka_trigger_settings(topic)
+    }
+    client = kafka.Client(topic, topic, config["bootstrap.servers"], config)
+    try:
+        ends = kafka.offsets(client, partitions)
+    except BrokerUnavailableError:
+        ends = {}
+    _ASKED.update({(kafka_config_id, topic, p): end for p, (_, end) in ends.items()})
+    return {"topic": topic, "partition": partition, "offset": offset}
+
+
+def pipeline_schedule(contract: Contract) -> Any:
+    """Every ``schedule_minutes``; a Kafka-sourced topic's DAG also when records arrive on its
+    broker (:func:`records_asset`). The time half is what Airflow makes of a ``timedelta``
+    schedule, so a landing topic's DAG and a Kafka topic's run on the same clock."""
+    every = timedelta(minutes=contract.schedule_minutes)
+    if contract.kafka is None:
+        return every
+    return AssetOrTimeSchedule(
+        timetable=DeltaTriggerTimetable(every), assets=records_asset(contract)
+    )
 
 
 # The Airflow connection the layer tasks get their Spark from. Its type decides how a task runs:
@@ -442,7 +527,7 @@ def pipeline_dag(contract: Contract, settings: Settings, catalog: Catalog | None
         dag_id=dag_id(topic),
         description=f"Micro-batches of topic {topic}: bronze -> silver -> gold",
         doc_md=doc,
-        schedule=timedelta(minutes=contract.schedule_minutes),
+        schedule=pipeline_schedule(contract),
         start_date=START,
         catchup=False,
         max_active_runs=1,

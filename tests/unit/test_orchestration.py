@@ -1,0 +1,88 @@
+"""The pipeline DAGs' schedules: a landing topic's runs on its clock alone; a Kafka-sourced
+topic's on the same clock or when records arrive on its broker topic."""
+
+from __future__ import annotations
+
+import importlib
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import yaml
+from airflow.sdk import DAG, Asset, AssetOrTimeSchedule
+from airflow.serialization.serialized_objects import DagSerialization
+
+from lakehouse.airflow_env import kafka_conn_id
+from lakehouse.config import REPO_ROOT, Settings
+from lakehouse.contracts import Catalog, Contract, parse_contract
+from lakehouse.orchestration import START, pipeline_dag, pipeline_dags
+
+CONTRACT = {
+    "topic": "payments",
+    "partitions": 3,
+    "schedule_minutes": 7,
+    "key": {"format": "string", "name": "id"},
+    "value": {"format": "json", "fields": [{"name": "amount", "type": "long"}]},
+    "stream": {"name": "payments_stream"},
+    "tables": [{"name": "payment_latest", "kind": "latest"}],
+}
+FROM_KAFKA = {"kafka": {"topic": "payments-v1", "bootstrap_servers": "broker:9092"}}
+
+
+def _contract(**extra: Any) -> Contract:
+    return parse_contract(yaml.safe_load(yaml.safe_dump({**CONTRACT, **extra})))
+
+
+def _settings(tmp_path: Path) -> Settings:
+    return Settings.from_env(tmp_path / "home", tmp_path / "contracts")
+
+
+def _every(minutes: int) -> Any:
+    """What Airflow makes of ``schedule=timedelta(minutes=...)``."""
+    return DAG("reference", schedule=timedelta(minutes=minutes), start_date=START).timetable
+
+
+def test_a_landing_topics_dag_runs_on_its_clock_alone(tmp_path: Path) -> None:
+    dag = pipeline_dag(_contract(), _settings(tmp_path))
+    assert dag.timetable == _every(7)
+    assert dag.max_active_runs == 1
+    # The shipped contracts (landing topics) too.
+    shipped = pipeline_dags(Settings.from_env(tmp_path / "home", REPO_ROOT / "contracts"))
+    for contract in Catalog.load(REPO_ROOT / "contracts"):
+        timetable = shipped[f"pipeline__{contract.topic}"].timetable
+        assert timetable == _every(contract.schedule_minutes)
+
+
+def test_a_kafka_topics_dag_runs_on_the_same_clock_or_when_records_arrive(
+    tmp_path: Path,
+) -> None:
+    contract = _contract(**FROM_KAFKA)
+    dag = pipeline_dag(contract, _settings(tmp_path))
+    schedule = dag.timetable
+    assert isinstance(schedule, AssetOrTimeSchedule)
+    assert schedule.timetable == _every(7)
+    assert dag.max_active_runs == 1
+    asset = schedule.asset_condition
+    assert isinstance(asset, Asset) and asset.name == "kafka.payments"
+    (watcher,) = asset.watchers
+    # Airflow's Kafka message-queue trigger, on the broker topic, with the topic's connection.
+    _, kwargs = watcher.trigger.serialize()
+    assert kwargs["topics"] == ["payments-v1"]
+    assert kwargs["kafka_config_id"] == kafka_conn_id("payments") == "lakehouse_kafka__payments"
+    # The function the trigger asks about each record is importable where the trigger runs.
+    module, name = kwargs["apply_function"].rsplit(".", 1)
+    assert callable(getattr(importlib.import_module(module), name))
+    assert kwargs["apply_function_kwargs"] == {
+        "kafka_config_id": "lakehouse_kafka__payments",
+        "partitions": 3,
+    }
+    # As the scheduler reads it back: the same clock as the landing topic's, and the Asset.
+    stored = _stored(dag).timetable
+    assert type(stored).__name__ == "AssetOrTimeSchedule"
+    landing = _stored(pipeline_dag(_contract(), _settings(tmp_path))).timetable
+    assert stored.timetable.serialize() == landing.serialize()  # type: ignore[attr-defined]
+    assert stored.asset_condition.name == "kafka.payments"  # type: ignore[attr-defined]
+
+
+def _stored(dag: DAG) -> Any:
+    return DagSerialization.from_dict(DagSerialization.to_dict(dag))
