@@ -39,6 +39,10 @@ BENCHES: dict[str, tuple[tuple[str, ...], dict[str, list[list[str]]]]] = {
         ("bronze",),
         {"small": [["--records", "1000000"]], "large": [["--records", "10000000"]]},
     ),
+    "kafka_bronze": (
+        ("kafka_bronze",),
+        {"small": [["--records", "1000000"]], "large": [["--records", "10000000"]]},
+    ),
     "silver": (
         ("silver",),
         {
@@ -96,6 +100,7 @@ def machine() -> dict[str, Any]:
         "pyarrow",
         "great_expectations",
         "apache-airflow",
+        "confluent-kafka",
     ):
         try:
             versions[dist] = metadata.version(dist)
