@@ -168,6 +168,8 @@ def plan(settings: Settings, contract: Contract) -> str:
 
     topic = contract.topic
     pos = Position.from_json(latest_metadata(settings.bronze_path(topic), POSITION_KEY))
+    if contract.kafka is not None:
+        return _kafka_dry_run(settings, contract, pos)
     segments = select_segments(list_segments(settings, topic), pos)
     if not segments:
         return f"bronze {topic} (dry run): no new segments"
@@ -181,6 +183,34 @@ def plan(settings: Settings, contract: Contract) -> str:
     return (
         f"bronze {topic} (dry run): would read {len(segments)} segment(s) into bronze.{topic} "
         f"as one batch: " + "; ".join(parts)
+    )
+
+
+def _kafka_dry_run(settings: Settings, contract: Contract, pos: Position) -> str:
+    from lakehouse import kafka
+
+    c = kafka.client(settings, contract)
+    kafka.check_topic(c, contract)
+    read, lost, _ = kafka_plan(pos, kafka.offsets(c, contract.partitions))
+    topic = contract.topic
+    if not read and not lost:
+        return f"bronze {topic} (dry run): no new records on Kafka topic {c.topic}"
+    parts = [f"partition {p}: offsets {a}..{b - 1}" for p, (a, b) in sorted(read.items())]
+    parts += [
+        f"partition {p}: offsets {a}..{b - 1} LOST to retention"
+        for p, (a, b) in sorted(lost.items())
+    ]
+    assert contract.kafka is not None
+    verdict = ""
+    if lost:
+        verdict = (
+            " (the run would fail: the contract does not accept data loss)"
+            if contract.kafka.on_data_loss == "fail"
+            else " (the loss would be recorded in the gaps table)"
+        )
+    return (
+        f"bronze {topic} (dry run): would read Kafka topic {c.topic} at {c.bootstrap_servers} "
+        f"into bronze.{topic} as one batch: " + "; ".join(parts) + verdict
     )
 
 

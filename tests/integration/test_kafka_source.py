@@ -330,3 +330,14 @@ def test_only_committed_transactions_land_and_their_markers_count_as_offset_gaps
     assert [r["offset"] for r in _bronze(lake)] == [0, 1, 2, 3, 4, 10, 11]
     assert (result.records, result.gaps, result.next_offsets[0]) == (7, {0: 6}, 13)
     assert "offset gaps: 6 ({0: 6})" in result.summary()
+
+
+def test_a_dry_run_names_the_offsets_it_would_read_and_changes_nothing(lake: Settings) -> None:
+    contract = _contract(lake)
+    kafka.Producer(kafka.client(lake, contract), 3).send_batch(
+        [Record(b"k", b'{"amount": 1}', partition=1)] * 4
+    )
+    line = bronze.plan(lake, contract)
+    assert line.startswith("bronze payments (dry run): would read Kafka topic payments-")
+    assert line.endswith("into bronze.payments as one batch: partition 1: offsets 0..3")
+    assert not lake.bronze_path("payments").exists()
