@@ -1,5 +1,6 @@
 """A running Airflow 3, as `make airflow` runs it but on a free port: the scheduler, the DAG
-processor and the API server (UI, REST API and the workers' execution API) as three processes,
+processor and the API server (UI, REST API and the workers' execution API) as three processes
+(and the triggerer, for the tests that need it),
 with the lakehouse's environment (``airflow_environment``: generated secrets, the simple auth
 manager with a generated admin password, login required) and its metadata database on
 PostgreSQL (:mod:`lakehouse.postgres`), so the LocalExecutor runs independent tasks side by
@@ -285,23 +286,32 @@ def running_airflow(
     postgres: Cluster | None = None,
     extra_env: Mapping[str, str] | None = None,
     start_timeout: float = 300,
+    triggerer: bool = False,
 ) -> Iterator[Airflow]:
     """Make a new metadata database (in ``postgres``, or in a cluster started for this stack),
-    store the DAGs, start the three components and wait until the API server answers and the
-    scheduler and DAG processor report healthy. Logs go to ``logs/<component>.log``."""
+    store the DAGs, start the three components (four with ``triggerer``, which runs deferred
+    tasks and the triggers that watch assets) and wait until the API server answers and the
+    others report healthy. Logs go to ``logs/<component>.log``."""
     with contextlib.ExitStack() as stack:
         cluster = postgres or stack.enter_context(temporary_postgres())
         database = f"airflow_{secrets.token_hex(4)}"
         cluster.create_database(database)
         extra = {"AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": cluster.url(database)}
+        components = (*COMPONENTS, "triggerer") if triggerer else COMPONENTS
         yield stack.enter_context(
-            _running_airflow(settings, logs, extra | dict(extra_env or {}), start_timeout)
+            _running_airflow(
+                settings, logs, extra | dict(extra_env or {}), start_timeout, components
+            )
         )
 
 
 @contextlib.contextmanager
 def _running_airflow(
-    settings: Settings, logs: Path, extra_env: Mapping[str, str], start_timeout: float
+    settings: Settings,
+    logs: Path,
+    extra_env: Mapping[str, str],
+    start_timeout: float,
+    components: tuple[str, ...],
 ) -> Iterator[Airflow]:
     port = free_port()
     env = stack_environment(settings, port, extra_env)
@@ -315,9 +325,10 @@ def _running_airflow(
         "api-server": ["api-server", "--host", "127.0.0.1", "--port", str(port)],
         "scheduler": ["scheduler"],
         "dag-processor": ["dag-processor"],
+        "triggerer": ["triggerer"],
     }
     try:
-        for name in COMPONENTS:
+        for name in components:
             with (logs / f"{name}.log").open("wb") as log:
                 stack.procs[name] = subprocess.Popen(
                     [str(AIRFLOW), *commands[name]],
@@ -326,13 +337,14 @@ def _running_airflow(
                     stderr=subprocess.STDOUT,
                     start_new_session=True,
                 )
-        _wait_healthy(stack, start_timeout)
+        _wait_healthy(stack, start_timeout, components)
         yield stack
     finally:
         stack.stop()
 
 
-def _wait_healthy(stack: Airflow, timeout: float) -> None:
+def _wait_healthy(stack: Airflow, timeout: float, components: tuple[str, ...]) -> None:
+    parts = ["metadatabase", *(c.replace("-", "_") for c in components if c != "api-server")]
     deadline = time.monotonic() + timeout
     health: Any = None
     while True:
@@ -343,11 +355,10 @@ def _wait_healthy(stack: Airflow, timeout: float) -> None:
         except (OSError, ValueError):
             health = None
         if isinstance(health, dict) and all(
-            (health.get(part) or {}).get("status") == "healthy"
-            for part in ("metadatabase", "scheduler", "dag_processor")
+            (health.get(part) or {}).get("status") == "healthy" for part in parts
         ):
             return
         if time.monotonic() > deadline:
-            tails = "\n".join(stack.log_tail(name) for name in COMPONENTS)
+            tails = "\n".join(stack.log_tail(name) for name in components)
             raise AirflowError(f"Airflow not healthy after {timeout} s: {health}\n{tails}")
         time.sleep(1)
