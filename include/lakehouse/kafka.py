@@ -53,9 +53,10 @@ class Client:
         return {f"kafka.{k}": v for k, v in self.config.items()}
 
     def unavailable(self, what: str, exc: BaseException) -> BrokerUnavailableError:
+        detail = str(exc) or f"no answer in {TIMEOUT_S:.0f} s"  # a future's timeout says nothing
         return BrokerUnavailableError(
             f"Kafka topic {self.topic}: {what} failed, the broker at {self.bootstrap_servers} did "
-            f"not answer ({exc}); nothing was read or committed. Check that it is running (the "
+            f"not answer ({detail}); nothing was read or committed. Check that it is running (the "
             "local one: lakehouse kafka status / lakehouse kafka start)"
         )
 
@@ -147,6 +148,8 @@ def create_topic(c: Client, partitions: int, replication: int = 1) -> bool:
         if exc.args and exc.args[0].code() == KafkaError.TOPIC_ALREADY_EXISTS:
             return False
         raise c.unavailable("creating the topic", exc) from exc
+    except TimeoutError as exc:  # no answer within TIMEOUT_S
+        raise c.unavailable("creating the topic", exc) from exc
     return True
 
 
@@ -170,7 +173,7 @@ def offsets(c: Client, partitions: int) -> dict[int, tuple[int, int]]:
             answers = admin.list_offsets(asked, isolation_level=level, request_timeout=TIMEOUT_S)
             for tp, future in answers.items():
                 result[tp.partition][i] = future.result(timeout=TIMEOUT_S).offset
-        except KafkaException as exc:
+        except (KafkaException, TimeoutError) as exc:  # TimeoutError: no answer in TIMEOUT_S
             raise c.unavailable("reading the partitions' offsets", exc) from exc
     return {p: (lo, hi) for p, (lo, hi) in result.items()}
 
@@ -192,6 +195,8 @@ def _retrying(c: Client, what: str, request: Callable[[AdminClient], dict[Any, A
                     if tp.error is not None:
                         raise KafkaException(tp.error)
             return results
+        except TimeoutError as exc:  # no answer within TIMEOUT_S: not worth repeating
+            raise c.unavailable(what, exc) from exc
         except KafkaException as exc:
             error = exc.args[0] if exc.args else None
             if not _retriable(error) or time.monotonic() > deadline:

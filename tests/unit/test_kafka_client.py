@@ -9,7 +9,7 @@ import pytest
 from lakehouse import kafka
 from lakehouse.config import Settings
 from lakehouse.contracts import Contract, KafkaSource, load_contract
-from lakehouse.errors import ConfigError
+from lakehouse.errors import BrokerUnavailableError, ConfigError
 
 CONTRACT = """\
 topic: payments
@@ -81,3 +81,30 @@ def test_a_landing_topic_has_no_client(contract: Contract, tmp_path: Path) -> No
 
     with pytest.raises(ConfigError, match="lands as files"):
         kafka.client(Settings(home=tmp_path, contracts_dir=tmp_path), replace(contract, kafka=None))
+
+
+def test_a_broker_that_does_not_answer_is_a_broker_unavailable_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Nothing listens at the servers: every request ends, within the client's timeout, in a
+    BrokerUnavailableError naming them (never a bare timeout: bronze keeps a commit the group's
+    mirror failed after, and the command line prints the message)."""
+    from lakehouse.runtime import free_port
+
+    monkeypatch.setattr(kafka, "TIMEOUT_S", 1.0)
+    servers = f"127.0.0.1:{free_port()}"
+    c = kafka.Client("payments", "payments.v1", servers, {"bootstrap.servers": servers})
+    requests = {
+        "reading the topic's metadata": lambda: kafka.partition_count(c),
+        "creating the topic": lambda: kafka.create_topic(c, 3),
+        "reading the partitions' offsets": lambda: kafka.offsets(c, 3),
+        "committing consumer group lakehouse-bronze.payments": lambda: kafka.commit_group(
+            c, {0: 1}
+        ),
+        "reading consumer group lakehouse-bronze.payments": lambda: kafka.group_offsets(c),
+    }
+    for what, request in requests.items():
+        with pytest.raises(BrokerUnavailableError) as info:
+            request()
+        assert f"{what} failed, the broker at {servers} did not answer (" in str(info.value)
+        assert "did not answer ()" not in str(info.value)
