@@ -215,7 +215,7 @@ def kill_plan(rng: random.Random, kills: int) -> list[Kill]:
     return [Kill("commit")] * n_commit + [Kill("random", f) for f in fractions]
 
 
-def job_command(layer: str, dag_run_id: str) -> list[str]:
+def job_command(layer: str, dag_run_id: str, topic: str = TOPIC) -> list[str]:
     """The command LayerJobOperator has SparkSubmitOperator run (a ``lakehouse_spark``
     connection of type ``spark`` at ``local[2]``; no Params, so no flags after the run id)."""
     python = sys.executable
@@ -223,9 +223,9 @@ def job_command(layer: str, dag_run_id: str) -> list[str]:
         str(Path(python).parent / "spark-submit"),
         *("--master", "local[2]"),
         *conf_args(submit_conf()),
-        *("--name", f"lakehouse-{layer}-{TOPIC}"),
+        *("--name", f"lakehouse-{layer}-{topic}"),
         str(REPO_ROOT / "jobs" / "run_layer.py"),
-        *("--topic", TOPIC, "--layer", layer),
+        *("--topic", topic, "--layer", layer),
         *("--dag-run-id", dag_run_id),
     ]
 
@@ -238,7 +238,9 @@ def _java_home() -> str | None:
     return os.environ.get("JAVA_HOME")
 
 
-def _environment(lake: Lake, layer: str, dag_run_id: str, tag: str) -> dict[str, str]:
+def _environment(
+    lake: Lake, layer: str, dag_run_id: str, tag: str, topic: str = TOPIC
+) -> dict[str, str]:
     """The task's environment: the operator's env_vars, Airflow's context variables, and a tag
     that every process of the job inherits (to find them all when it is killed)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "LAKEHOUSE_"))}
@@ -252,7 +254,7 @@ def _environment(lake: Lake, layer: str, dag_run_id: str, tag: str) -> dict[str,
         "LAKEHOUSE_CONTRACTS": str(lake.settings.contracts_dir),
         "PYSPARK_PYTHON": sys.executable,
         "PYSPARK_DRIVER_PYTHON": sys.executable,
-        "AIRFLOW_CTX_DAG_ID": f"pipeline__{TOPIC}",
+        "AIRFLOW_CTX_DAG_ID": f"pipeline__{topic}",
         "AIRFLOW_CTX_TASK_ID": layer,
         "AIRFLOW_CTX_DAG_RUN_ID": dag_run_id,
         _TAG: tag,
@@ -315,26 +317,29 @@ class Job:
         return f"--- {self.log} ---\n" + self.output()[-chars:]
 
 
-def client_command(layer: str) -> list[str]:
+def client_command(layer: str, topic: str = TOPIC) -> list[str]:
     """`lakehouse run` of one layer: a Spark Connect client of the lakehouse's server when that
     runs (it says so: :data:`ON_SERVER`), else a job with a Spark of its own. The DAG run's id
     comes from Airflow's context variables, as in a task."""
-    return [sys.executable, "-m", "lakehouse.cli", "run", "--topic", TOPIC, "--layer", layer]
+    return [sys.executable, "-m", "lakehouse.cli", "run", "--topic", topic, "--layer", layer]
 
 
 ON_SERVER = "on the Spark server at sc://localhost:"  # what `lakehouse run` says on the server
 
 
-def start_job(lake: Lake, layer: str, dag_run_id: str, *, client: bool = False) -> Job:
-    """Start a layer's job: spark-submit, as Airflow's operator does; with ``client``,
-    `lakehouse run` (:func:`client_command`)."""
+def start_job(
+    lake: Lake, layer: str, dag_run_id: str, *, client: bool = False, topic: str = TOPIC
+) -> Job:
+    """Start a layer's job of ``topic`` (default: the contract of :func:`make_lake`):
+    spark-submit, as Airflow's operator does; with ``client``, `lakehouse run`
+    (:func:`client_command`)."""
     tag = uuid.uuid4().hex
     log = lake.root / "logs" / f"{next(_runs):04d}-{layer}.log"
-    command = client_command(layer) if client else job_command(layer, dag_run_id)
+    command = client_command(layer, topic) if client else job_command(layer, dag_run_id, topic)
     with log.open("wb") as out:
         proc = subprocess.Popen(
             command,
-            env=_environment(lake, layer, dag_run_id, tag),
+            env=_environment(lake, layer, dag_run_id, tag, topic),
             cwd=lake.root,
             stdout=out,
             stderr=subprocess.STDOUT,
@@ -343,10 +348,12 @@ def start_job(lake: Lake, layer: str, dag_run_id: str, *, client: bool = False) 
     return Job(layer, proc, log, tag, time.monotonic())
 
 
-def run_job(lake: Lake, layer: str, dag_run_id: str, *, client: bool = False) -> tuple[Job, float]:
+def run_job(
+    lake: Lake, layer: str, dag_run_id: str, *, client: bool = False, topic: str = TOPIC
+) -> tuple[Job, float]:
     """Run a job (:func:`start_job`) to its end; it must succeed. Returns it and its duration
     (s)."""
-    job = start_job(lake, layer, dag_run_id, client=client)
+    job = start_job(lake, layer, dag_run_id, client=client, topic=topic)
     code = job.wait()
     took = job.elapsed()
     assert code == 0, f"{layer} job exited with {code}:\n{job.tail()}"
