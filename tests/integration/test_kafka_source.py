@@ -18,8 +18,9 @@ import pytest
 from lakehouse import bronze, cli, kafka, pipeline
 from lakehouse.config import REPO_ROOT, Settings
 from lakehouse.contracts import Catalog, Contract
-from lakehouse.errors import ConfigError, DataLossError
+from lakehouse.errors import BrokerUnavailableError, ConfigError, DataLossError
 from lakehouse.landing import Producer, Record, default_partition
+from lakehouse.runtime import free_port
 from lakehouse.storage import read_arrow
 
 pytestmark = pytest.mark.integration
@@ -341,3 +342,32 @@ def test_a_dry_run_names_the_offsets_it_would_read_and_changes_nothing(lake: Set
     assert line.startswith("bronze payments (dry run): would read Kafka topic payments-")
     assert line.endswith("into bronze.payments as one batch: partition 1: offsets 0..3")
     assert not lake.bronze_path("payments").exists()
+
+
+def test_an_unreachable_broker_fails_the_ingest_in_bounded_time_and_commits_nothing(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Nothing listens at the contract's servers: the ingest fails within the client's timeout,
+    naming the servers and saying how to start the local broker, before the table exists. With
+    no servers in the contract, the lakehouse's own broker not running fails it at once."""
+    servers = f"127.0.0.1:{free_port()}"
+    lake = _lake(tmp_path / "servers", _contract_text("payments", servers))
+    started = time.monotonic()
+    with pytest.raises(BrokerUnavailableError) as info:
+        bronze.ingest(spark, lake, _contract(lake))
+    took = time.monotonic() - started
+    print(f"unreachable broker: {type(info.value).__name__} after {took:.1f} s")
+    assert took < kafka.TIMEOUT_S + 5
+    assert f"the broker at {servers} did not answer" in str(info.value)
+    assert "nothing was read or committed" in str(info.value)
+    assert "lakehouse kafka start" in str(info.value)
+    assert not lake.bronze_path("payments").exists()
+
+    monkeypatch.delenv(kafka.BOOTSTRAP_ENV, raising=False)
+    text = _contract_text("payments", servers).replace(f", bootstrap_servers: '{servers}'", "")
+    local = _lake(tmp_path / "local", text)
+    started = time.monotonic()
+    with pytest.raises(BrokerUnavailableError, match="start it with `lakehouse kafka start`"):
+        bronze.ingest(spark, local, _contract(local))
+    assert time.monotonic() - started < 2
+    assert not local.bronze_path("payments").exists()

@@ -12,8 +12,8 @@ broker (``kafka_broker``); the broker's kills a broker of the test's own (lakeho
 temporary folder), restarted on the same port and storage.
 
 A broker that does not answer when the ingest starts: tests/integration/test_kafka_source.py::
-test_an_unreachable_broker_fails_the_ingest_at_once_and_commits_nothing; through Airflow, whose
-retry succeeds once the broker is back: tests/e2e/test_airflow.py::
+test_an_unreachable_broker_fails_the_ingest_in_bounded_time_and_commits_nothing; through
+Airflow, whose retry succeeds once the broker is back: tests/e2e/test_airflow.py::
 test_a_task_whose_broker_is_down_fails_and_its_retry_succeeds.
 
 Size: ``LAKEHOUSE_RELIABILITY_KILLS`` kills in each test (default 2, for ``make test``), at most
