@@ -12,6 +12,7 @@ import shutil
 import socket
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -362,6 +363,40 @@ def test_avro_pipeline_dag_runs_through_airflow(
     ]
 
 
+def _test_dag_mended(
+    settings: Settings, dag_id: str, failure: str, mend: Callable[[str], None]
+) -> tuple[int, str]:
+    """`airflow dags test` of ``dag_id``, read as it runs: at the first line holding ``failure``
+    (a task's try failing), ``mend(line)`` puts back what was missing, and the run goes on to
+    its end (Airflow's retries). Its exit code and its whole log (also in the home's
+    dags-test.log)."""
+    cli = str(Path(sys.executable).parent / "lakehouse")
+    run = subprocess.Popen(
+        [cli, "airflow", "dags", "test", dag_id],
+        env=_env(settings),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    lines: list[str] = []
+    try:
+        assert run.stdout is not None
+        for line in run.stdout:
+            lines.append(line)
+            if failure in line:
+                break
+        else:
+            pytest.fail("the run ended before its task failed:\n" + "".join(lines[-80:]))
+        mend(lines[-1])
+        rest, _ = run.communicate(timeout=900)
+    finally:
+        if run.poll() is None:
+            run.kill()
+    log = "".join(lines) + rest
+    (settings.home / "dags-test.log").write_text(log)
+    return run.returncode, log
+
+
 def test_a_task_whose_server_is_down_fails_at_once_and_its_retry_succeeds(
     settings: Settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -374,35 +409,81 @@ def test_a_task_whose_server_is_down_fails_at_once_and_its_retry_succeeds(
     monkeypatch.setenv(server.PORT_ENV, str(port))
     assert _lakehouse(settings, "sample", "--topic", "user-profiles").returncode == 0
     assert _lakehouse(settings, "airflow", "db", "migrate").returncode == 0
-    env = _env(settings)  # the connection to this lakehouse's own server, which is not running
-    cli = str(Path(sys.executable).parent / "lakehouse")
-    run = subprocess.Popen(
-        [cli, "airflow", "dags", "test", "pipeline__user-profiles"],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    down = f"no Spark server answers at localhost:{port}"
-    lines: list[str] = []
-    try:
-        assert run.stdout is not None
-        for line in run.stdout:
-            lines.append(line)
-            if down in line:
-                break
-        else:
-            pytest.fail("the run ended before its bronze task failed:\n" + "".join(lines[-80:]))
-        assert "start it with `lakehouse spark start`" in lines[-1]
+
+    def start_server(line: str) -> None:
+        assert "start it with `lakehouse spark start`" in line
         server.start(settings)
-        rest, _ = run.communicate(timeout=900)
+
+    # The connection is to this lakehouse's own server, which is not running.
+    down = f"no Spark server answers at localhost:{port}"
+    try:
+        code, log = _test_dag_mended(settings, "pipeline__user-profiles", down, start_server)
     finally:
-        if run.poll() is None:
-            run.kill()
         server.stop(settings)
-    log = "".join(lines) + rest
-    (settings.home / "dags-test.log").write_text(log)
-    assert run.returncode == 0 and re.search(r"DagRun Finished: .*state=success", log), log[-5000:]
+    assert code == 0 and re.search(r"DagRun Finished: .*state=success", log), log[-5000:]
     assert "bronze user-profiles: batch 0 committed" in log
     assert f"on the Spark server at localhost:{port}" in log
     assert read_arrow(settings.gold_path("user_profiles")).num_rows == 2
+
+
+BROKER_TOPIC_CONTRACT = """\
+topic: kb-orders
+description: Orders from a Kafka broker that is down when the run starts.
+partitions: 2
+key: {{format: string, name: customer}}
+value: {{format: json, fields: [{{name: amount, type: long}}]}}
+stream: {{name: kb_orders}}
+tables:
+  - {{name: kb_order_totals, kind: aggregate, aggregations: [{{name: total, fn: sum, field: amount}}]}}
+kafka: {{topic: kb-orders, bootstrap_servers: '{servers}'}}
+"""
+
+
+def test_a_task_whose_broker_is_down_fails_and_its_retry_succeeds(
+    settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, served: str
+) -> None:
+    """A Kafka-sourced topic whose broker stopped after records were produced: the bronze task's
+    try fails naming the broker and how to start it, having committed nothing; once the broker
+    is back on its storage, Airflow's retry ingests the records and the run succeeds."""
+    from lakehouse import kafka
+    from lakehouse.broker import Broker
+    from lakehouse.contracts import Catalog
+    from lakehouse.landing import Record
+    from lakehouse.runtime import free_port
+
+    servers = f"127.0.0.1:{free_port()}"
+    contracts = tmp_path / "contracts"
+    contracts.mkdir()
+    (contracts / "kb-orders.yaml").write_text(BROKER_TOPIC_CONTRACT.format(servers=servers))
+    monkeypatch.setenv("LAKEHOUSE_CONTRACTS", str(contracts))
+    settings = Settings.from_env(settings.home, contracts)
+    client = kafka.client(settings, Catalog.load(contracts).topic("kb-orders"))
+    broker = Broker(tmp_path / "kafka")
+    port = int(servers.rsplit(":", 1)[1])
+    bronze = settings.bronze_path("kb-orders")
+
+    def start_broker(line: str) -> None:
+        assert "nothing was read or committed" in line and "lakehouse kafka start" in line, line
+        assert not bronze.exists()
+        broker.start(port)
+
+    try:
+        broker.start(port)
+        kafka.create_topic(client, 2)
+        records = [
+            Record(f"c{i % 3}".encode(), json.dumps({"amount": i}).encode()) for i in range(10)
+        ]
+        kafka.Producer(client, 2).send_batch(records)
+        broker.stop()
+        assert _lakehouse(settings, "airflow", "db", "migrate").returncode == 0
+        down = f"the broker at {servers} did not answer"
+        code, log = _test_dag_mended(settings, "pipeline__kb-orders", down, start_broker)
+    finally:
+        broker.stop()
+    assert code == 0 and re.search(r"DagRun Finished: .*state=success", log), log[-5000:]
+    assert "BrokerUnavailableError" in log
+    assert "bronze kb-orders: batch 0 committed: 10 records from Kafka topic kb-orders" in log
+    offsets = read_arrow(bronze).select(["partition", "offset"]).to_pylist()
+    assert len(offsets) == 10 and len({(r["partition"], r["offset"]) for r in offsets}) == 10
+    totals = read_arrow(settings.gold_path("kb_order_totals")).to_pylist()
+    assert sorted(r["total"] for r in totals) == [12, 15, 18]
