@@ -150,6 +150,13 @@ def create_topic(c: Client, partitions: int, replication: int = 1) -> bool:
         raise c.unavailable("creating the topic", exc) from exc
     except TimeoutError as exc:  # no answer within TIMEOUT_S
         raise c.unavailable("creating the topic", exc) from exc
+    # The controller has the topic; the brokers learn of it a moment later. Return once the
+    # metadata a client gets lists it, so that what follows (a check, a produce) finds it.
+    deadline = time.monotonic() + TIMEOUT_S
+    while partition_count(c) != partitions:
+        if time.monotonic() > deadline:
+            raise c.unavailable("creating the topic", TimeoutError("not in the metadata yet"))
+        time.sleep(0.05)
     return True
 
 
