@@ -197,7 +197,7 @@ unit: $(STAMP) ## Run the fast unit tests only
 	$(BIN)/pytest -m "not integration and not e2e"
 
 .PHONY: reliability
-reliability: java ## Fault injection at full size (kill -9 of each layer job, of the Spark server under the layers and of a writer 20 times, reruns, maintenance during writes)
+reliability: java ## Fault injection at full size (kill -9 of each layer job, of the Spark server under the layers, of a writer 20 times, of a Kafka ingest and of its broker 10 times each; reruns, maintenance during writes)
 	LAKEHOUSE_RELIABILITY_KILLS=20 $(BIN)/pytest tests/reliability tests/integration/test_crash_safety.py -q
 
 BENCH_SIZE ?= small

@@ -52,12 +52,14 @@ class Client:
         """The Kafka source's options: the client settings under ``kafka.``."""
         return {f"kafka.{k}": v for k, v in self.config.items()}
 
-    def unavailable(self, what: str, exc: BaseException) -> BrokerUnavailableError:
+    def unavailable(
+        self, what: str, exc: BaseException, outcome: str = "nothing was read or committed"
+    ) -> BrokerUnavailableError:
         detail = str(exc) or f"no answer in {TIMEOUT_S:.0f} s"  # a future's timeout says nothing
         return BrokerUnavailableError(
             f"Kafka topic {self.topic}: {what} failed, the broker at {self.bootstrap_servers} did "
-            f"not answer ({detail}); nothing was read or committed. Check that it is running (the "
-            "local one: lakehouse kafka status / lakehouse kafka start)"
+            f"not answer ({detail}); {outcome}. Check that it is running (the local one: "
+            "lakehouse kafka status / lakehouse kafka start)"
         )
 
 
@@ -185,7 +187,12 @@ def offsets(c: Client, partitions: int) -> dict[int, tuple[int, int]]:
     return {p: (lo, hi) for p, (lo, hi) in result.items()}
 
 
-def _retrying(c: Client, what: str, request: Callable[[AdminClient], dict[Any, Any]]) -> list[Any]:
+def _retrying(
+    c: Client,
+    what: str,
+    request: Callable[[AdminClient], dict[Any, Any]],
+    outcome: str = "nothing was read or committed",
+) -> list[Any]:
     """Run an admin request until its results come, repeating it while the broker answers with
     a retriable error (a group coordinator still loading, a leader moving) for up to
     :data:`TIMEOUT_S`; any other error, or the time running out, raises."""
@@ -203,11 +210,11 @@ def _retrying(c: Client, what: str, request: Callable[[AdminClient], dict[Any, A
                         raise KafkaException(tp.error)
             return results
         except TimeoutError as exc:  # no answer within TIMEOUT_S: not worth repeating
-            raise c.unavailable(what, exc) from exc
+            raise c.unavailable(what, exc, outcome) from exc
         except KafkaException as exc:
             error = exc.args[0] if exc.args else None
             if not _retriable(error) or time.monotonic() > deadline:
-                raise c.unavailable(what, exc) from exc
+                raise c.unavailable(what, exc, outcome) from exc
             time.sleep(0.2)
 
 
@@ -242,6 +249,7 @@ def commit_group(c: Client, next_offsets: dict[int, int]) -> None:
         lambda admin: admin.alter_consumer_group_offsets(
             [ConsumerGroupTopicPartitions(c.group, parts)], request_timeout=TIMEOUT_S
         ),
+        "bronze's commit stands, and the next batch updates the group",
     )
 
 
@@ -261,6 +269,9 @@ def group_offsets(c: Client) -> dict[int, int]:
         for tp in got.topic_partitions
         if tp.topic == c.topic and tp.offset >= 0
     }
+
+
+_UNSURE = "records not acknowledged may or may not be on the broker"
 
 
 class Producer:
@@ -324,11 +335,13 @@ class Producer:
         try:
             left = self._producer.flush(TIMEOUT_S)
         except KafkaException as exc:
-            raise self.client.unavailable("producing", exc) from exc
+            raise self.client.unavailable("producing", exc, _UNSURE) from exc
         if errors:
             raise BadRecordError(f"topic {self.client.topic}", "; ".join(errors[:5]))
         if left or len(results) < n:
             raise self.client.unavailable(
-                "producing", TimeoutError(f"{n - len(results)} record(s) not acknowledged")
+                "producing",
+                TimeoutError(f"{n - len(results)} record(s) not acknowledged"),
+                _UNSURE,
             )
         return [results[i] for i in range(n)]
