@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from lakehouse.config import Settings
-from lakehouse.contracts import Contract
+from lakehouse.contracts import BRONZE_COLUMNS, Contract
 from lakehouse.errors import BrokerUnavailableError, DataLossError
 from lakehouse.landing import Segment, end_offsets, list_segments, start_offset_of, survey
 from lakehouse.segments import RECORD_SCHEMA, BadLine, SegmentFile, constant, read_segment
@@ -550,13 +550,7 @@ def _kafka_frame(
         .load()
     )
     return frame.select(
-        "key",
-        "value",
-        "topic",
-        "partition",
-        "offset",
-        "timestamp",
-        "timestampType",
+        *(c for c in BRONZE_COLUMNS if c != "headers"),
         # The source gives no headers as null; bronze has always kept them as an empty list.
         F.coalesce("headers", F.array().cast(frame.schema["headers"].dataType)).alias("headers"),
         F.lit(None).cast("string").alias("_source_file"),
