@@ -18,7 +18,7 @@ from __future__ import annotations
 import base64
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -362,28 +362,46 @@ def _write_quarantine(
         "_batch_id": [batch_id] * n,
         "_ingested_at": [now] * n,
     }
-    path = settings.quarantine_path("bronze", topic)
-    rows = delta_spark.arrow_frame(spark, pa.table(columns, schema=QUARANTINE_SCHEMA))
+    _append_side(
+        spark, settings.quarantine_path("bronze", topic), batch_id, columns, QUARANTINE_SCHEMA
+    )
+
+
+def _append_side(
+    spark: SparkSession, path: Path, batch_id: int, columns: Mapping[str, Any], schema: pa.Schema
+) -> None:
+    """Append a batch's rows to a side table of bronze (quarantine, gaps), once per batch: the
+    same app transaction and batch id as bronze's commit."""
+    rows = delta_spark.arrow_frame(spark, pa.table(columns, schema=schema))
     with delta_spark.table_lock(path):
-        delta_spark.append(rows, path, txn=Txn(BRONZE_APP, batch_id), create=QUARANTINE_SCHEMA)
+        delta_spark.append(rows, path, txn=Txn(BRONZE_APP, batch_id), create=schema)
+
+
+def _side_table_behind(
+    spark: SparkSession, settings: Settings, topic: str, side: Path
+) -> tuple[int, dict[str, Any]] | None:
+    """Bronze's last batch and its commit's summary, if a side table written after that commit
+    does not have the batch yet (the run died between the two): the caller writes it again."""
+    store = DeltaStore(spark)
+    path = settings.bronze_path(topic)
+    done = store.transaction_version(path, BRONZE_APP)
+    if done is None:
+        return None
+    kept = store.transaction_version(side, BRONZE_APP)
+    if kept is not None and kept >= done:
+        return None
+    summary = store.latest_metadata(path, BATCH_KEY) or {}
+    return (done, summary) if summary.get("batch_id") == done else None
 
 
 def _repair_quarantine(spark: SparkSession, settings: Settings, contract: Contract) -> None:
     """If the last run committed bronze but died before quarantining its bad lines, redo that:
     the segment files are immutable, so reading them again finds the same bad lines."""
-    store = DeltaStore(spark)
-    path = settings.bronze_path(contract.topic)
-    done = store.transaction_version(path, BRONZE_APP)
-    if done is None:
+    side = settings.quarantine_path("bronze", contract.topic)
+    behind = _side_table_behind(spark, settings, contract.topic, side)
+    if behind is None or not behind[1].get("files_with_bad_lines"):
         return
-    quarantined = store.transaction_version(
-        settings.quarantine_path("bronze", contract.topic), BRONZE_APP
-    )
-    if quarantined is not None and quarantined >= done:
-        return
-    summary = store.latest_metadata(path, BATCH_KEY) or {}
-    if summary.get("batch_id") != done or not summary.get("files_with_bad_lines"):
-        return
+    done, summary = behind
     bad = [
         _bad_row(b)
         for raw in summary["files_with_bad_lines"]
@@ -680,24 +698,15 @@ def _write_gaps(
         "_batch_id": [batch_id] * len(parts),
         "_ingested_at": [now] * len(parts),
     }
-    path = settings.gaps_path(topic)
-    rows = delta_spark.arrow_frame(spark, pa.table(columns, schema=GAPS_SCHEMA))
-    with delta_spark.table_lock(path):
-        delta_spark.append(rows, path, txn=Txn(BRONZE_APP, batch_id), create=GAPS_SCHEMA)
+    _append_side(spark, settings.gaps_path(topic), batch_id, columns, GAPS_SCHEMA)
 
 
 def _repair_gaps(spark: SparkSession, settings: Settings, contract: Contract) -> None:
     """If the last run committed bronze but died before keeping its lost ranges, keep them now
     (they are in that commit's summary)."""
-    store = DeltaStore(spark)
-    path = settings.bronze_path(contract.topic)
-    done = store.transaction_version(path, BRONZE_APP)
-    if done is None:
+    behind = _side_table_behind(spark, settings, contract.topic, settings.gaps_path(contract.topic))
+    if behind is None or not behind[1].get("lost"):
         return
-    kept = store.transaction_version(settings.gaps_path(contract.topic), BRONZE_APP)
-    if kept is not None and kept >= done:
-        return
-    summary = store.latest_metadata(path, BATCH_KEY) or {}
-    if summary.get("batch_id") == done and summary.get("lost"):
-        lost = {int(p): (int(a), int(b)) for p, (a, b) in summary["lost"].items()}
-        _write_gaps(spark, settings, contract.topic, done, lost)
+    done, summary = behind
+    lost = {int(p): (int(a), int(b)) for p, (a, b) in summary["lost"].items()}
+    _write_gaps(spark, settings, contract.topic, done, lost)
