@@ -1,8 +1,8 @@
 """Static checks of docker-compose.yml, the Dockerfile and .env.example.
 
 No Docker engine is needed: the files are parsed, and what the stack relies on at run time (one
-image, one lakehouse root at one path, a reachable Spark master, secrets only from .env) is
-checked on the parsed text.
+image, one lakehouse home at one path, the data in the bucket the stack creates, a reachable Spark
+master and Kafka broker, secrets only from .env) is checked on the parsed text.
 """
 
 from __future__ import annotations
@@ -13,7 +13,9 @@ import shlex
 from functools import cache
 from pathlib import Path, PurePosixPath
 from typing import Any
+from urllib.parse import urlsplit
 
+import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -21,9 +23,14 @@ COMPOSE = ROOT / "docker-compose.yml"
 DOCKERFILE = ROOT / "Dockerfile"
 ENV_EXAMPLE = ROOT / ".env.example"
 DOCKERIGNORE = ROOT / ".dockerignore"
+README = ROOT / "README.md"
+KAFKA_POM = ROOT / "include" / "jvm" / "kafka" / "pom.xml"
 
 SERVICES = {
     "postgres",
+    "minio",
+    "minio-init",
+    "kafka",
     "airflow-init",
     "airflow-apiserver",
     "airflow-scheduler",
@@ -39,6 +46,31 @@ SUBSTITUTION = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)")
 REQUIRED_SUBSTITUTION = re.compile(r"\$\{[A-Za-z_][A-Za-z0-9_]*:?\?[^}]*\}")
 # A pinned official image: no registry or owner prefix, a tag that starts with a version number.
 OFFICIAL_PINNED_IMAGE = re.compile(r"^[a-z0-9][a-z0-9._-]*:\d[\w.-]*$")
+# Images from their publisher's own repository, each with the form of tag its releases have.
+MINIO_RELEASE = re.compile(r"RELEASE\.\d{4}-\d\d-\d\dT\d\d-\d\d-\d\dZ")
+PUBLISHER_IMAGES = {
+    "quay.io/minio/minio": MINIO_RELEASE,
+    "quay.io/minio/mc": MINIO_RELEASE,
+    "apache/kafka": re.compile(r"4\.\d+\.\d+"),
+}
+# Where the data lives and how to reach it: the same in every service that runs lakehouse code.
+STORE_SETTINGS = (
+    "LAKEHOUSE_DATA",
+    "LAKEHOUSE_S3_ENDPOINT",
+    "LAKEHOUSE_S3_PATH_STYLE",
+    "LAKEHOUSE_S3_REGION",
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+)
+# What each service that runs lakehouse code waits for (airflow-init only migrates Airflow's
+# database).
+STORE_AND_BROKER = {
+    "minio": "service_healthy",
+    "minio-init": "service_completed_successfully",
+    "kafka": "service_healthy",
+}
+# A shell variable in a script, after compose's `$$` escapes are undone.
+SHELL_VARIABLE = re.compile(r"\$\{(\w+)\}|\$(\w+)")
 
 
 # -- helpers: docker-compose.yml --------------------------------------------------------------
@@ -97,6 +129,57 @@ def option(args: list[str], name: str, default: str) -> str:
 def has_healthcheck(service: dict[str, Any]) -> bool:
     check = service.get("healthcheck") or {}
     return bool(check.get("test")) and not check.get("disable", False)
+
+
+def published(service: dict[str, Any]) -> dict[str, tuple[str, str]]:
+    """``{host port: (host address or "", container port)}`` of a service's published ports."""
+    ports = {}
+    for port in service.get("ports", []):
+        if isinstance(port, dict):
+            ports[str(port["published"])] = (port.get("host_ip", ""), str(port["target"]))
+        else:
+            *address, host, container = str(port).split(":")
+            ports[host] = (":".join(address), container.split("/")[0])
+    return ports
+
+
+def listeners(value: str) -> dict[str, tuple[str, int]]:
+    """Kafka's ``NAME://host:port,...`` as ``{NAME: (host, port)}`` (host "" for every interface)."""
+    found = {}
+    for item in value.split(","):
+        name, _, address = item.partition("://")
+        host, _, port = address.rpartition(":")
+        found[name] = (host, int(port))
+    return found
+
+
+def script_commands(service: dict[str, Any]) -> list[list[str]]:
+    """Each line of the shell script a service runs, split into words, compose's ``$$`` escapes
+    undone (so ``$${VAR}`` reads ``${VAR}``, what the shell gets)."""
+    lines = (line for text in command(service) for line in text.replace("$$", "$").splitlines())
+    return [shlex.split(line) for line in lines if line.strip()]
+
+
+def expand(word: str, env: dict[str, str | None]) -> str:
+    """``word`` with each shell variable replaced by its value in the service's environment (as
+    written in the compose file); a variable the service does not set fails the test."""
+
+    def value(match: re.Match[str]) -> str:
+        name = match.group(1) or match.group(2)
+        assert env.get(name) is not None, f"the script reads ${name}, which the service lacks"
+        return str(env[name])
+
+    return SHELL_VARIABLE.sub(value, word)
+
+
+def readme_section(heading: str) -> str:
+    """The README's text from ``heading`` to the next heading of the same or a higher level."""
+    text = README.read_text()
+    assert heading in text, f"README has no {heading!r}"
+    level = heading.split(" ")[0]
+    rest = text.split(heading, 1)[1]
+    end = re.search(rf"^#{{1,{len(level)}}} ", rest, re.MULTILINE)
+    return rest[: end.start()] if end else rest
 
 
 def host_ports(service: dict[str, Any]) -> list[str]:
@@ -181,19 +264,33 @@ def test_compose_file_parses_into_the_expected_services() -> None:
     assert set(services()) == SERVICES
 
 
-def test_every_service_builds_the_project_image_or_pins_an_official_one() -> None:
+def test_every_service_builds_the_project_image_or_pins_a_release() -> None:
     problems = []
     for name, svc in services().items():
         build = svc.get("build")
+        image = svc.get("image", "")
+        repository, _, tag = image.rpartition(":")
         if build is not None:
             spec = {"context": build} if isinstance(build, str) else build
             dockerfile = ROOT / spec.get("context", ".") / spec.get("dockerfile", "Dockerfile")
             if spec.get("context") != "." or dockerfile.resolve() != DOCKERFILE:
                 problems.append(f"{name} builds {spec}, not the project's Dockerfile")
-        elif not OFFICIAL_PINNED_IMAGE.match(svc.get("image", "")):
-            problems.append(f"{name} uses image {svc.get('image')!r}: pin an official version")
+        elif repository in PUBLISHER_IMAGES:
+            if not PUBLISHER_IMAGES[repository].fullmatch(tag):
+                problems.append(f"{name} uses image {image!r}: pin one of its releases")
+        elif not OFFICIAL_PINNED_IMAGE.match(image):
+            problems.append(f"{name} uses image {image!r}: pin an official version")
     assert problems == []
     assert services()["postgres"]["image"].startswith("postgres:")
+    assert "latest" not in {svc.get("image", "").rpartition(":")[2] for svc in services().values()}
+
+
+def test_the_broker_image_is_the_kafka_version_of_the_local_broker() -> None:
+    """The compose broker and `lakehouse kafka start`'s (from include/jvm/kafka/pom.xml) are the
+    same Kafka release, so a topic behaves the same on either."""
+    found = re.search(r"<kafka\.version>([^<]+)</kafka\.version>", KAFKA_POM.read_text())
+    assert found and found[1].startswith("4.")
+    assert services()["kafka"]["image"] == f"apache/kafka:{found[1]}"
 
 
 def test_every_named_volume_is_declared() -> None:
@@ -283,6 +380,201 @@ def test_env_example_holds_placeholders_not_secrets() -> None:
     secrets = {key: value for key, value in env_example().items() if is_secret_name(key)}
     assert secrets, "expected the compose file's secrets in .env.example"
     assert {key for key, value in secrets.items() if value != "change-me"} == set()
+
+
+def test_credentials_reach_scripts_only_through_variables_from_env() -> None:
+    """The bucket's set-up script logs in and makes the lakehouse's user with variables of its
+    service, each one substituted from .env (required when secret): no credential is written in
+    the file. MinIO's administrator password reaches MinIO and that script only."""
+    init = services()["minio-init"]
+    env = environment(init)
+    words = []
+    for args in script_commands(init):
+        if args[:3] == ["mc", "alias", "set"]:
+            words += args[5:7]
+        if args[:4] == ["mc", "admin", "user", "add"]:
+            words += args[5:7]
+    assert len(words) == 4, "expected `mc alias set` and `mc admin user add` with credentials"
+    for word in words:
+        variable = SHELL_VARIABLE.fullmatch(word)
+        assert variable, f"{word!r} is written in the script, not read from a variable"
+        name = variable.group(1) or variable.group(2)
+        value = env.get(name) or ""
+        assert SUBSTITUTION.match(value), f"{name}={value!r} is not substituted from .env"
+        if is_secret_name(name):
+            assert REQUIRED_SUBSTITUTION.fullmatch(value), f"{name}={value!r} has a default"
+    holders = {
+        name for name, svc in services().items() if "MINIO_ROOT_PASSWORD" in substitutions(svc)
+    }
+    assert holders == {"minio", "minio-init"}
+    assert "minioadmin" not in COMPOSE.read_text().lower()  # MinIO's well-known default
+
+
+# -- the S3 store and the Kafka broker --------------------------------------------------------
+def test_every_service_running_lakehouse_code_has_the_same_store_and_broker_settings() -> None:
+    from lakehouse.kafka import BOOTSTRAP_ENV
+
+    names = (*STORE_SETTINGS, BOOTSTRAP_ENV)
+    settings = {
+        name: {key: environment(svc).get(key) for key in names}
+        for name, svc in project_services().items()
+    }
+    assert len({json.dumps(each, sort_keys=True) for each in settings.values()}) == 1, settings
+    shared = settings["airflow-scheduler"]
+    assert [key for key, value in shared.items() if not value] == []
+    data = urlsplit(shared["LAKEHOUSE_DATA"] or "")
+    assert data.scheme == "s3" and data.netloc and data.path.strip("/"), "s3://<bucket>/<prefix>"
+    assert shared["LAKEHOUSE_S3_PATH_STYLE"] == "true"
+    assert shared["LAKEHOUSE_S3_REGION"] == "us-east-1"
+    # The home stays a local folder (Airflow's, the Spark server's files).
+    for name, svc in project_services().items():
+        assert "://" not in (environment(svc).get("LAKEHOUSE_HOME") or ""), name
+
+
+def test_services_running_lakehouse_code_wait_for_the_store_its_bucket_and_the_broker() -> None:
+    for name, svc in project_services().items():
+        if name == "airflow-init":
+            continue
+        deps = dependencies(svc)
+        assert {dep: deps.get(dep) for dep in STORE_AND_BROKER} == STORE_AND_BROKER, name
+    assert dependencies(services()["minio-init"]) == {"minio": "service_healthy"}
+    assert has_healthcheck(services()["minio"]) and has_healthcheck(services()["kafka"])
+    assert services()["minio-init"].get("restart") == "no"
+
+
+def test_the_s3_endpoint_is_the_minio_service_in_the_same_region() -> None:
+    shared = environment(services()["airflow-scheduler"])
+    endpoint = urlsplit(shared["LAKEHOUSE_S3_ENDPOINT"] or "")
+    minio = services()["minio"]
+    api_port = option(command(minio), "--address", ":9000").rpartition(":")[2]
+    assert (endpoint.scheme, endpoint.hostname, endpoint.port) == ("http", "minio", int(api_port))
+    assert environment(minio)["MINIO_SITE_REGION"] == shared["LAKEHOUSE_S3_REGION"]
+    assert "minio-data" in named_mounts(minio)
+
+
+def test_the_bucket_in_lakehouse_data_is_the_one_minio_init_creates_and_allows() -> None:
+    """minio-init logs in at the services' endpoint, makes the bucket of LAKEHOUSE_DATA, and
+    gives the services' access key a policy over that bucket and nothing else."""
+    shared = environment(services()["airflow-scheduler"])
+    bucket = urlsplit(shared["LAKEHOUSE_DATA"] or "").netloc
+    init = services()["minio-init"]
+    env = environment(init)
+    commands = [[expand(word, env) for word in args] for args in script_commands(init)]
+    logins = [args for args in commands if args[:3] == ["mc", "alias", "set"]]
+    assert [args[4] for args in logins] == [shared["LAKEHOUSE_S3_ENDPOINT"]]
+    alias = logins[0][3]
+    made = [args[-1] for args in commands if args[:2] == ["mc", "mb"]]
+    assert made == [f"{alias}/{bucket}"]
+    users = [args[4:7] for args in commands if args[:4] == ["mc", "admin", "user", "add"]]
+    assert users == [[alias, shared["AWS_ACCESS_KEY_ID"], shared["AWS_SECRET_ACCESS_KEY"]]]
+    # The policy: the JSON the script writes to the file it creates the policy from, attached
+    # to that user.
+    created = {
+        args[5]: args[6] for args in commands if args[:4] == ["mc", "admin", "policy", "create"]
+    }
+    attached = [
+        args[5]
+        for args in commands
+        if args[:4] == ["mc", "admin", "policy", "attach"]
+        and args[args.index("--user") + 1] == shared["AWS_ACCESS_KEY_ID"]
+    ]
+    assert len(attached) == 1 and attached[0] in created
+    written = {args[-1]: args[2] for args in commands if args[0] == "printf" and args[-2] == ">"}
+    policy = json.loads(written[created[attached[0]]])
+    resources = {r for statement in policy["Statement"] for r in statement["Resource"]}
+    assert resources == {f"arn:aws:s3:::{bucket}", f"arn:aws:s3:::{bucket}/*"}
+    assert {statement["Effect"] for statement in policy["Statement"]} == {"Allow"}
+
+
+def test_the_broker_runs_with_the_local_brokers_settings() -> None:
+    """Each of lakehouse.broker's settings as the image's KAFKA_* variable: no topic created by a
+    client, records kept until deleted, one replica and partition for internal topics. The
+    listeners' map has one listener more here (the host's), checked below."""
+    from lakehouse.broker import _SETTINGS as LOCAL_BROKER
+
+    wanted = {
+        "KAFKA_" + key.upper().replace(".", "_"): value
+        for key, value in LOCAL_BROKER.items()
+        if key != "listener.security.protocol.map"
+    }
+    env = environment(services()["kafka"])
+    assert {key: env.get(key) for key in wanted} == wanted
+    assert env["KAFKA_AUTO_CREATE_TOPICS_ENABLE"] == "false"
+    assert env["KAFKA_LOG_RETENTION_MS"] == "-1"
+    assert named_mounts(services()["kafka"]).get("kafka-data") == env["KAFKA_LOG_DIRS"]
+
+
+def test_services_and_the_host_reach_the_broker_where_it_advertises_itself() -> None:
+    from lakehouse.kafka import BOOTSTRAP_ENV
+
+    kafka = services()["kafka"]
+    env = environment(kafka)
+    bound = listeners(env["KAFKA_LISTENERS"] or "")
+    advertised = listeners(env["KAFKA_ADVERTISED_LISTENERS"] or "")
+    protocol_map = env["KAFKA_LISTENER_SECURITY_PROTOCOL_MAP"] or ""
+    protocols = dict(item.split(":") for item in protocol_map.split(","))
+    controller = env["KAFKA_CONTROLLER_LISTENER_NAMES"]
+    assert set(bound) == set(protocols) and set(advertised) == set(bound) - {controller}
+    assert env["KAFKA_CONTROLLER_QUORUM_VOTERS"] == (
+        f"{env['KAFKA_NODE_ID']}@kafka:{bound[controller or ''][1]}"
+    )
+    # Inside the compose network: the inter-broker listener, at the service's name, is what
+    # every service is given as the bootstrap servers and what the health check asks.
+    inside = env["KAFKA_INTER_BROKER_LISTENER_NAME"] or ""
+    assert advertised[inside] == ("kafka", bound[inside][1])
+    for name, svc in project_services().items():
+        assert environment(svc)[BOOTSTRAP_ENV] == f"kafka:{bound[inside][1]}", name
+    assert f"localhost:{bound[inside][1]}" in kafka["healthcheck"]["test"]
+    # From the host: each other listener advertises localhost and a published port that leads
+    # to it.
+    ports = published(kafka)
+    for name, (host, port) in advertised.items():
+        if name != inside:
+            assert host == "localhost", name
+            assert ports[str(port)][1] == str(bound[name][1]), name
+
+
+def test_the_ports_published_for_users_are_the_ones_the_readme_gives() -> None:
+    section = readme_section("### In docker compose")
+    documented = set(re.findall(r"localhost:(\d+)", section))
+    assert documented == {port for svc in services().values() for port in published(svc)}
+    # The store and the broker (which has no authentication) only on this host's loopback.
+    for name in ("minio", "kafka"):
+        assert {address for address, _ in published(services()[name]).values()} == {"127.0.0.1"}
+
+
+KAFKA_CONTRACT = """\
+topic: payments
+partitions: 2
+key: {format: string, name: id}
+value: {format: json, fields: [{name: amount, type: long}]}
+stream: {name: payments}
+kafka: {topic: payments-v1}
+"""
+
+
+def test_the_triggerer_gets_each_kafka_topics_connection_to_the_compose_broker(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The triggerer starts through `lakehouse airflow`, which makes each Kafka-sourced topic's
+    connection from its contract: with the compose environment, a contract that names no broker
+    gets the compose broker, and what compose sets wins over the command's defaults."""
+    from lakehouse.airflow_env import airflow_environment, kafka_conn_id
+    from lakehouse.config import Settings
+    from lakehouse.kafka import BOOTSTRAP_ENV
+
+    triggerer = services()["airflow-triggerer"]
+    assert command(triggerer) == ["lakehouse", "airflow", "triggerer"]
+    env = {key: value for key, value in environment(triggerer).items() if value is not None}
+    contracts = tmp_path / "contracts"
+    contracts.mkdir()
+    (contracts / "payments.yaml").write_text(KAFKA_CONTRACT)
+    monkeypatch.setenv(BOOTSTRAP_ENV, env[BOOTSTRAP_ENV])
+    made = airflow_environment(Settings.from_env(tmp_path / "home", contracts), base=env)
+    connection = json.loads(made[f"AIRFLOW_CONN_{kafka_conn_id('payments').upper()}"])
+    assert connection["conn_type"] == "kafka"
+    assert connection["extra"]["bootstrap.servers"] == env[BOOTSTRAP_ENV] == "kafka:9092"
+    assert {key: made[key] for key in env} == env
 
 
 # -- Dockerfile -------------------------------------------------------------------------------
