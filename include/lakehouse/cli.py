@@ -14,6 +14,7 @@ Commands::
     lakehouse spark start|stop|status       (the Spark server jobs run on)
     lakehouse postgres start|stop|status    (Airflow's PostgreSQL metadata database)
     lakehouse kafka start|stop|status       (a local single-node Kafka broker, KRaft mode)
+    lakehouse s3 start|stop|status          (a local S3 API, moto's server, in memory)
     lakehouse airflow ARGS    (Airflow with the lakehouse's environment)
 """
 
@@ -631,6 +632,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="the lakehouse's local Kafka broker (one KRaft node on 127.0.0.1): start, stop, status",
     )
     sb.add_argument("action", choices=("start", "stop", "status"), nargs="?", default="status")
+    s3 = sub.add_parser(
+        "s3",
+        help="a local S3 API (moto's server on 127.0.0.1, in memory): start, stop, status",
+    )
+    s3.add_argument("action", choices=("start", "stop", "status"), nargs="?", default="status")
     sa = sub.add_parser("airflow", help="run the airflow CLI with the lakehouse's environment")
     sa.add_argument("args", nargs=argparse.REMAINDER)
     return p
@@ -654,6 +660,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from lakehouse import broker
 
             return broker.main(settings, args.action)
+        if args.command == "s3":
+            from lakehouse import s3server
+
+            return s3server.main(settings, args.action)
         catalog = Catalog.load(settings.contracts_dir)
         if args.command == "produce":
             return produce(
