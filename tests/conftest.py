@@ -1,5 +1,5 @@
-"""Shared fixtures: a temporary lakehouse root per test, one SparkSession and one Kafka broker for
-the whole run."""
+"""Shared fixtures: a temporary lakehouse root per test, one SparkSession, one Kafka broker and one
+S3 API for the whole run."""
 
 from __future__ import annotations
 
@@ -78,6 +78,68 @@ def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBrok
         yield KafkaBroker(status.bootstrap_servers, broker.root, status.pid)
     finally:
         broker.stop()
+
+
+S3_REGION = "us-east-1"
+
+
+@dataclass(frozen=True)
+class S3Store:
+    """The test session's S3 API: its endpoint, a bucket made for the tests, and ``env``, what a
+    lakehouse process needs in its environment to use them (tests pass it on: it is not set in
+    this process)."""
+
+    endpoint: str
+    bucket: str
+    root: Path
+    pid: int
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {
+            "LAKEHOUSE_S3_ENDPOINT": self.endpoint,
+            "LAKEHOUSE_S3_PATH_STYLE": "true",
+            "LAKEHOUSE_S3_REGION": S3_REGION,
+            # moto checks no credentials; S3 clients still sign every request with some.
+            "AWS_ACCESS_KEY_ID": "testing",
+            "AWS_SECRET_ACCESS_KEY": "testing",
+        }
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Store]:
+    """One local S3 API (lakehouse.s3server: moto's server, in memory) for the test session, on
+    a free port (each xdist worker starts its own), with one bucket; stopped at the end, whatever
+    the tests did. Tests share the bucket: each uses keys of its own."""
+    import boto3
+
+    from lakehouse.s3server import S3Server, S3ServerError
+
+    server = S3Server(tmp_path_factory.mktemp("s3-server") / "s3")
+    try:
+        for attempt in range(3):
+            # A free port can be taken again before the server binds it (by another worker).
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", 0))
+                port = int(s.getsockname()[1])
+            try:
+                status = server.start(port)
+                break
+            except S3ServerError:
+                if attempt == 2:
+                    raise
+        assert status.endpoint is not None and status.pid is not None
+        store = S3Store(status.endpoint, "lakehouse-tests", server.root, status.pid)
+        boto3.client(
+            "s3",
+            endpoint_url=store.endpoint,
+            region_name=S3_REGION,
+            aws_access_key_id=store.env["AWS_ACCESS_KEY_ID"],
+            aws_secret_access_key=store.env["AWS_SECRET_ACCESS_KEY"],
+        ).create_bucket(Bucket=store.bucket)
+        yield store
+    finally:
+        server.stop()
 
 
 @pytest.fixture
