@@ -192,6 +192,10 @@ TEST_PROCESSES ?= 2
 test: java lint browser postgres-server ## Run the test suite (unit, integration, Airflow end to end; not the heavy fault rounds)
 	$(BIN)/pytest -n $(TEST_PROCESSES) --dist loadfile --durations=30 -m "not heavy"
 
+.PHONY: test-s3
+test-s3: java $(STAMP) ## Run the tests marked s3 alone: the pipeline end to end on the local S3 API (moto's server)
+	$(BIN)/pytest -n $(TEST_PROCESSES) --dist loadfile -m s3
+
 .PHONY: unit
 unit: $(STAMP) ## Run the fast unit tests only
 	$(BIN)/pytest -m "not integration and not e2e"

@@ -35,10 +35,15 @@ def settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Settings:
 
 
 @pytest.fixture(scope="session")
-def spark() -> Iterator[object]:
-    """One local SparkSession shared by every test that needs Spark."""
+def spark(request: pytest.FixtureRequest) -> Iterator[object]:
+    """One local SparkSession shared by every test that needs Spark. When the run has tests on
+    S3 (marker ``s3``), the session's JVM and Python workers start with the test S3 API's
+    settings and credentials in their environment, as a deployment's Spark would."""
     from lakehouse.spark import get_session
 
+    if any(item.get_closest_marker("s3") for item in request.session.items):
+        store = request.getfixturevalue("s3_server")
+        os.environ.update(store.env)
     session = get_session("local[2]", app_name="lakehouse-tests")
     yield session
     session.stop()
@@ -151,3 +156,29 @@ def layer_job() -> ModuleType:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+# A fixture parametrized with these runs its tests on local files and, marked ``s3``, on the
+# test S3 API: the same tests, the same assertions (`make test-s3` runs the S3 ones alone).
+STORAGES = ["local", pytest.param("s3", marks=pytest.mark.s3)]
+
+
+def lake_settings(
+    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Settings:
+    """The body of a ``settings`` fixture parametrized with :data:`STORAGES`: a fresh lakehouse
+    with the shipped contracts, its data under the home or under a prefix of its own in the
+    test bucket (``LAKEHOUSE_DATA``), set in this process's environment for the test."""
+    from lakehouse import objectstore
+
+    monkeypatch.setenv("LAKEHOUSE_HOME", str(tmp_path / "lakehouse"))
+    monkeypatch.setenv("LAKEHOUSE_CONTRACTS", str(REPO_ROOT / "contracts"))
+    if request.param == "s3":
+        request.getfixturevalue("spark")  # started with the store's settings
+        store: S3Store = request.getfixturevalue("s3_server")
+        for name, value in store.env.items():
+            monkeypatch.setenv(name, value)
+        monkeypatch.setenv("LAKEHOUSE_DATA", f"s3://{store.bucket}/{tmp_path.name}")
+    objectstore.reset()
+    request.addfinalizer(objectstore.reset)
+    return Settings.from_env()

@@ -29,6 +29,7 @@ from lakehouse.config import Settings
 from lakehouse.contracts import BRONZE_COLUMNS, Contract
 from lakehouse.errors import BrokerUnavailableError, DataLossError
 from lakehouse.landing import Segment, end_offsets, list_segments, start_offset_of, survey
+from lakehouse.objectstore import Location, ObjectPath
 from lakehouse.segments import RECORD_SCHEMA, BadLine, SegmentFile, constant, read_segment
 from lakehouse.storage import DeltaStore, Txn, delta_spark
 from lakehouse.storage.gates import gate_for
@@ -146,6 +147,13 @@ def position(store: DeltaStore, settings: Settings, topic: str) -> Position:
     return Position.from_json(store.latest_metadata(settings.bronze_path(topic), POSITION_KEY))
 
 
+def _mtime_resolution_ms(seg: Segment) -> int:
+    """How coarse a segment's modification time is: S3 dates objects to the second, so a file
+    written in the second of the last listing may carry a time before it (read again: its
+    records up to the position are skipped by offset)."""
+    return 1000 if isinstance(seg.path, ObjectPath) else 0
+
+
 def select_segments(segments: list[Segment], pos: Position) -> list[Segment]:
     """Segments to read: those at or past the position (unless already read), plus any file
     that appeared since the last listing below the position (a re-delivered or overlapping
@@ -156,7 +164,7 @@ def select_segments(segments: list[Segment], pos: Position) -> list[Segment]:
         if s.start_offset >= nxt:
             if s.path.name not in pos.skip.get(s.partition, []):
                 chosen.append(s)
-        elif int(s.path.stat().st_mtime * 1000) >= pos.listed_at_ms:
+        elif s.mtime_ns // 1_000_000 >= pos.listed_at_ms - _mtime_resolution_ms(s):
             chosen.append(s)
     return chosen
 
@@ -368,7 +376,11 @@ def _write_quarantine(
 
 
 def _append_side(
-    spark: SparkSession, path: Path, batch_id: int, columns: Mapping[str, Any], schema: pa.Schema
+    spark: SparkSession,
+    path: Location,
+    batch_id: int,
+    columns: Mapping[str, Any],
+    schema: pa.Schema,
 ) -> None:
     """Append a batch's rows to a side table of bronze (quarantine, gaps), once per batch: the
     same app transaction and batch id as bronze's commit."""
@@ -378,7 +390,7 @@ def _append_side(
 
 
 def _side_table_behind(
-    spark: SparkSession, settings: Settings, topic: str, side: Path
+    spark: SparkSession, settings: Settings, topic: str, side: Location
 ) -> tuple[int, dict[str, Any]] | None:
     """Bronze's last batch and its commit's summary, if a side table written after that commit
     does not have the batch yet (the run died between the two): the caller writes it again."""
@@ -432,7 +444,7 @@ def ingest(spark: SparkSession, settings: Settings, contract: Contract) -> Bronz
 
 
 def _ingest(
-    spark: SparkSession, settings: Settings, contract: Contract, path: Path
+    spark: SparkSession, settings: Settings, contract: Contract, path: Location
 ) -> BronzeResult:
     store = DeltaStore(spark)
     topic = contract.topic
@@ -578,7 +590,7 @@ def _kafka_frame(
 
 
 def _ingest_kafka(
-    spark: SparkSession, settings: Settings, contract: Contract, path: Path, c: kafka.Client
+    spark: SparkSession, settings: Settings, contract: Contract, path: Location, c: kafka.Client
 ) -> BronzeResult:
     """One bounded read of the topic's partitions, from bronze's position to the end offsets
     read at planning, appended in one Delta commit with the new position."""
@@ -662,7 +674,7 @@ def _ingest_kafka(
 
 
 def _kafka_gaps(
-    spark: SparkSession, path: Path, batch_id: int, read: dict[int, tuple[int, int]]
+    spark: SparkSession, path: Location, batch_id: int, read: dict[int, tuple[int, int]]
 ) -> dict[int, int]:
     """Offsets a batch read past that carried no record (a compacted topic, transaction
     markers), per partition: counted in the batch's rows as written, not read again from Kafka."""

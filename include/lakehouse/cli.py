@@ -35,6 +35,7 @@ from lakehouse.config import LAYERS, Layer, Settings
 from lakehouse.contracts import Catalog, Contract, TableSpec
 from lakehouse.errors import BadRecordError, ConfigError, LakehouseError
 from lakehouse.landing import Producer, Record, record_from_json_line
+from lakehouse.objectstore import Location, location
 from lakehouse.storage.maintenance import DEFAULT_RETENTION_HOURS
 
 if TYPE_CHECKING:
@@ -210,7 +211,7 @@ def _sort(table: pa.Table, first: Sequence[str]) -> pa.Table:
     return table.sort_by([(c, "ascending") for c in keys]) if keys else table
 
 
-def _table_path(settings: Settings, catalog: Catalog, name: str) -> tuple[Path, list[str]]:
+def _table_path(settings: Settings, catalog: Catalog, name: str) -> tuple[Location, list[str]]:
     if name.startswith("late."):  # a windowed table's late records
         bare = name.removeprefix("late.")
         _, _, contract = catalog.resolve_table(bare)
@@ -287,9 +288,11 @@ def restore(settings: Settings, catalog: Catalog, name: str, target: str | None)
 
     contract, spec = _gold(catalog, name)
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
-    path = Path(target) if target else settings.home / "restored" / f"{spec.name}-{stamp}"
+    path = location(target, setting="--target") if target else settings.data_root / "restored"
+    if not target:
+        path = path / f"{spec.name}-{stamp}"
     spark = get_session(settings.spark_master, app_name="lakehouse-restore")
-    rows = replay(spark, settings, contract, spec, path.resolve())
+    rows = replay(spark, settings, contract, spec, path)
     keys = list(contract.table_key_columns(spec))
     same = _sort(read_arrow(path), keys).equals(_sort(read_arrow(settings.gold_path(name)), keys))
     print(f"restored {rows} rows of gold {name} from its changelog into {path}")

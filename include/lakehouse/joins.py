@@ -43,11 +43,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from datetime import datetime
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from lakehouse.config import Settings
 from lakehouse.contracts import Catalog, Contract, Join, TableSpec
+from lakehouse.objectstore import Location
 from lakehouse.storage import DeltaStore, Txn, delta_spark
 from lakehouse.streams import EVENT_TIME, TOMBSTONE, key_spark_type, spark_type
 from lakehouse.tables import (
@@ -95,7 +95,7 @@ class JoinResult(GoldResult):
         )
 
 
-def other_state_path(out: Outputs) -> Path:
+def other_state_path(out: Outputs) -> Location:
     """A table-table join's state of the other side (each of its keys' latest value)."""
     return out.state.with_name(out.state.name + "__other")
 
@@ -179,7 +179,7 @@ def _conform(df: DataFrame, schema: StructType) -> DataFrame:
     )
 
 
-def _records_upto(store: DeltaStore, path: Path, version: int | None) -> DataFrame | None:
+def _records_upto(store: DeltaStore, path: Location, version: int | None) -> DataFrame | None:
     """Every record a stream (append-only, unique on partition and offset) had at ``version``:
     the current snapshot without what later versions added. Old versions' files and commits
     may be gone after maintenance, so the stream is never read *at* an old version."""

@@ -31,8 +31,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from lakehouse import objectstore
 from lakehouse.config import Settings, validate_topic_name
 from lakehouse.errors import BadRecordError
+from lakehouse.objectstore import Location, ObjectPath
 
 if TYPE_CHECKING:
     from lakehouse.serde import Serializer
@@ -103,21 +105,23 @@ def segment_name(topic: str, partition: int, start_offset: int) -> str:
 class Segment:
     partition: int
     start_offset: int
-    path: Path = field(compare=False)
-    keys_path: Path | None = field(default=None, compare=False)  # Connect's <name>.keys.json
+    path: Location = field(compare=False)
+    keys_path: Location | None = field(default=None, compare=False)  # Connect's <name>.keys.json
+    mtime_ns: int = field(default=0, compare=False)  # when the file was listed
 
 
-def parse_segment_name(path: Path, topic: str) -> Segment | None:
-    """Return the segment a file name describes, or ``None`` for files that are not segments."""
+def parse_segment_name(
+    path: Location, topic: str, siblings: set[str] | None = None, mtime_ns: int = 0
+) -> Segment | None:
+    """Return the segment a file name describes, or ``None`` for files that are not segments.
+    ``siblings``: the names in its folder, when listed already (its keys file is among them)."""
     m = _SEGMENT_NAME.match(path.name)
     if not m or m.group("topic") != topic:
         return None
     keys = path.with_name(path.name.split(".json", 1)[0] + ".keys.json")
+    there = keys.name in siblings if siblings is not None else objectstore.exists(keys)
     return Segment(
-        int(m.group("partition")),
-        int(m.group("offset")),
-        path,
-        keys if keys.exists() else None,
+        int(m.group("partition")), int(m.group("offset")), path, keys if there else None, mtime_ns
     )
 
 
@@ -133,11 +137,19 @@ def start_offset_of(name: str) -> int:
 class Ignored:
     """A file in a topic's landing folder that bronze does not read, and why."""
 
-    path: Path
+    path: Location
     reason: str
 
-    def describe(self, root: Path) -> str:
-        return f"{self.path.relative_to(root)} ({self.reason})"
+    def describe(self, root: Location) -> str:
+        path, base = self.path, root
+        inside = (
+            path.relative_to(base)
+            if isinstance(path, ObjectPath)
+            else path.relative_to(base)
+            if isinstance(base, Path)
+            else path
+        )
+        return f"{inside} ({self.reason})"
 
 
 # Formats Kafka Connect's storage sinks write that bronze does not read.
@@ -149,38 +161,38 @@ def survey(settings: Settings, topic: str) -> tuple[list[Segment], list[Ignored]
     """Every segment of a topic, ordered by partition and start offset, and every other file of
     its landing folder with the reason it is not read."""
     root = settings.topic_dir(topic)
-    if not root.is_dir():
-        return [], []
     found: list[Segment] = []
     ignored: list[Ignored] = []
-    for entry in sorted(root.iterdir()):
+    for entry in objectstore.listdir(root):
         if entry.name == _LOCK_FILE:
             continue  # the producer's own
-        if not (entry.is_dir() and re.fullmatch(r"partition=\d+", entry.name)):
-            ignored.append(Ignored(entry, "not in a partition=<n> folder"))
+        if not (entry.is_dir and re.fullmatch(r"partition=\d+", entry.name)):
+            ignored.append(Ignored(entry.path, "not in a partition=<n> folder"))
             continue
+        files = objectstore.listdir(entry.path)
+        names = {f.name for f in files}
         keys = set()
-        for path in sorted(entry.iterdir()):
-            seg = parse_segment_name(path, topic)
+        for f in files:
+            seg = None if f.is_dir else parse_segment_name(f.path, topic, names, f.mtime_ns)
             if seg is not None and f"partition={seg.partition}" == entry.name:
                 found.append(seg)
                 if seg.keys_path is not None:
-                    keys.add(seg.keys_path)
-            elif not path.name.endswith(".keys.json"):
-                ignored.append(Ignored(path, _why_not(path, topic, seg)))
-        for path in sorted(entry.glob("*.keys.json")):
-            if path not in keys:
-                ignored.append(Ignored(path, "a keys file without its segment"))
+                    keys.add(seg.keys_path.name)
+            elif not f.name.endswith(".keys.json"):
+                ignored.append(Ignored(f.path, _why_not(f, topic, seg)))
+        for f in files:
+            if f.name.endswith(".keys.json") and f.name not in keys:
+                ignored.append(Ignored(f.path, "a keys file without its segment"))
     return sorted(found), ignored
 
 
-def _why_not(path: Path, topic: str, seg: Segment | None) -> str:
-    name = path.name
+def _why_not(entry: objectstore.Entry, topic: str, seg: Segment | None) -> str:
+    name, path = entry.name, entry.path
     if seg is not None:
         return f"named for partition {seg.partition}, in {path.parent.name}"
     if name.startswith(".") and name.endswith(".tmp"):
         return "a producer's temporary file (being written, or left by a crash)"
-    if path.is_dir():
+    if entry.is_dir:
         return "a folder"
     if name.endswith(_OTHER_FORMATS):
         return f"a format bronze does not read ({path.suffix}); segments are JSON lines"
@@ -204,14 +216,18 @@ def segment_end(seg: Segment, fmt: str = "envelope") -> int:
     import gzip
 
     try:
-        if fmt == "connect_json":
-            opener = gzip.open if seg.path.name.endswith(".gz") else open
-            with opener(seg.path, "rb") as fh:
-                return seg.start_offset + sum(1 for _ in fh)
+        if isinstance(seg.path, Path) and not seg.path.name.endswith(".gz"):
+            if fmt == "connect_json":
+                with seg.path.open("rb") as fh:
+                    return seg.start_offset + sum(1 for _ in fh)
+            return _last_offset(seg.path) + 1
+        data = objectstore.read_bytes(seg.path)
         if seg.path.name.endswith(".gz"):
-            lines = gzip.decompress(seg.path.read_bytes()).rstrip(b"\n").rsplit(b"\n", 1)
-            return int(json.loads(lines[-1])["offset"]) + 1
-        return _last_offset(seg.path) + 1
+            data = gzip.decompress(data)
+        if fmt == "connect_json":
+            return seg.start_offset + len(data.splitlines())
+        lines = data.rstrip(b"\n").rsplit(b"\n", 1)
+        return int(json.loads(lines[-1])["offset"]) + 1
     except (OSError, EOFError, ValueError, KeyError, TypeError):
         return seg.start_offset
 
@@ -247,9 +263,15 @@ def end_offsets(
 
 @contextmanager
 def _topic_lock(settings: Settings, topic: str) -> Iterator[None]:
+    """The producers' lock of a topic: a local file (in the topic's folder, or under the home's
+    ``locks`` for a topic in a bucket), so producers of this machine take turns."""
     root = settings.topic_dir(topic)
-    root.mkdir(parents=True, exist_ok=True)
-    with (root / ".producer.lock").open("a") as fh:
+    if isinstance(root, ObjectPath):
+        lock = settings.lock_path(root / _LOCK_FILE)
+    else:
+        lock = root / _LOCK_FILE
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with lock.open("a") as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
         try:
             yield
@@ -334,20 +356,30 @@ class Producer:
             ends = end_offsets(self.settings, self.topic, self.partitions)
             for p, items in sorted(by_partition.items()):
                 start = ends[p]
-                part_dir = self.settings.topic_dir(self.topic) / f"partition={p}"
-                part_dir.mkdir(parents=True, exist_ok=True)
-                final = part_dir / segment_name(self.topic, p, start)
-                tmp = part_dir / f".{final.name}.{os.getpid()}.tmp"
-                with tmp.open("w", encoding="utf-8") as fh:
-                    for n, (i, rec) in enumerate(items):
-                        ts = rec.timestamp_ms if rec.timestamp_ms is not None else now
-                        fh.write(json.dumps(_envelope(start + n, ts, rec), separators=(",", ":")))
-                        fh.write("\n")
-                        results[i] = RecordMetadata(self.topic, p, start + n, ts)
-                    fh.flush()
-                    os.fsync(fh.fileno())
-                os.rename(tmp, final)
+                lines = []
+                for n, (i, rec) in enumerate(items):
+                    ts = rec.timestamp_ms if rec.timestamp_ms is not None else now
+                    lines.append(json.dumps(_envelope(start + n, ts, rec), separators=(",", ":")))
+                    results[i] = RecordMetadata(self.topic, p, start + n, ts)
+                self._write(p, start, ("\n".join(lines) + "\n").encode())
         return [results[i] for i in range(len(results))]
+
+    def _write(self, partition: int, start: int, data: bytes) -> None:
+        """One whole segment file, seen by readers complete or not at all: a synced temporary
+        file renamed into place locally, a single PUT in a bucket."""
+        part_dir = self.settings.topic_dir(self.topic) / f"partition={partition}"
+        final = part_dir / segment_name(self.topic, partition, start)
+        if isinstance(final, ObjectPath):
+            objectstore.write_bytes(final, data)
+            return
+        assert isinstance(part_dir, Path)
+        part_dir.mkdir(parents=True, exist_ok=True)
+        tmp = part_dir / f".{final.name}.{os.getpid()}.tmp"
+        with tmp.open("wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.rename(tmp, final)
 
     def write_segment(self, partition: int, render: Callable[[int], tuple[bytes, int]]) -> int:
         """Append one pre-rendered segment to ``partition``; ``render(start_offset)`` returns the
@@ -356,15 +388,7 @@ class Producer:
             start = end_offsets(self.settings, self.topic, self.partitions)[partition]
             data, count = render(start)
             if count:
-                part_dir = self.settings.topic_dir(self.topic) / f"partition={partition}"
-                part_dir.mkdir(parents=True, exist_ok=True)
-                final = part_dir / segment_name(self.topic, partition, start)
-                tmp = part_dir / f".{final.name}.{os.getpid()}.tmp"
-                with tmp.open("wb") as fh:
-                    fh.write(data)
-                    fh.flush()
-                    os.fsync(fh.fileno())
-                os.rename(tmp, final)
+                self._write(partition, start, data)
         return start
 
 

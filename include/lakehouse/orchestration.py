@@ -30,12 +30,13 @@ from airflow.sdk import (
 )
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSkipException
 
-from lakehouse import server
+from lakehouse import objectstore, server
 from lakehouse.airflow_env import kafka_conn_id
 from lakehouse.config import LAYERS, REPO_ROOT, Layer, Settings
 from lakehouse.contracts import Catalog, Contract
 from lakehouse.control import OFFSETS_PATTERN, RunRequest, joined, own
 from lakehouse.errors import CONFIG_ERROR_EXIT, GATE_FAILED_EXIT, ConfigError
+from lakehouse.objectstore import Location
 from lakehouse.runtime import answers
 from lakehouse.spark import submit_conf
 
@@ -108,8 +109,10 @@ def _outlets(
     ]
 
 
-def _asset(name: str, path: Path) -> Asset:
-    return Asset(name=name, uri=path.as_uri(), group="delta")
+def _asset(name: str, path: Location) -> Asset:
+    return Asset(
+        name=name, uri=path.as_uri() if isinstance(path, Path) else str(path), group="delta"
+    )
 
 
 def records_asset(contract: Contract) -> Asset:
@@ -234,6 +237,9 @@ class LayerJobOperator(SparkSubmitOperator):
             url = SparkConnectHook(self._conn_id).get_connection_url()
             self._run_connected(context, request, url, connection.host, connection.port)
         else:
+            # Before anything runs: a driver of its own per task must not commit to S3 unless
+            # Delta's multi-driver log store arbitrates.
+            objectstore.check_commit_safety(self.settings.data_root, self.base_conf)
             self._submit(context, request)
 
     def _run_connected(

@@ -5,13 +5,13 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
-from pathlib import Path
 from typing import TYPE_CHECKING
 
-from lakehouse import bronze, streams, tables
+from lakehouse import bronze, objectstore, streams, tables
 from lakehouse.config import LAYERS, Layer, Settings
 from lakehouse.contracts import Catalog, Contract, TableSpec
 from lakehouse.control import LayerRequest, RunRequest, reprocessable
+from lakehouse.objectstore import Location
 from lakehouse.quality import (
     Gate,
     LedgerBuffer,
@@ -31,7 +31,9 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 
-def layer_tables(settings: Settings, contract: Contract, layer: Layer) -> list[tuple[str, Path]]:
+def layer_tables(
+    settings: Settings, contract: Contract, layer: Layer
+) -> list[tuple[str, Location]]:
     """The tables a layer of a topic publishes (name, path): the gated ones."""
     path = {
         "bronze": settings.bronze_path,
@@ -64,6 +66,7 @@ def run_layer(
     """
     request = request or LayerRequest()
     specs = _selected(contract, layer, request)
+    objectstore.check_reachable(settings.data_root)
     registry = SchemaRegistry(settings.registry_path)
     if request.dry_run:
         registry.check(contract)
@@ -232,11 +235,11 @@ def plan_layer(
     return lines
 
 
-def _table_name(settings: Settings, path: Path) -> str:
+def _table_name(settings: Settings, path: Location) -> str:
     return f"{path.parent.name}.{path.name}"
 
 
-def _bronze_records(path: Path, start: int, end: int) -> int:
+def _bronze_records(path: Location, start: int, end: int) -> int:
     """The records bronze added in versions start..end, from its commits' batch summaries (or,
     where one does not count them, the commit's own metrics)."""
     from lakehouse.storage import snapshots
@@ -253,7 +256,9 @@ def _bronze_records(path: Path, start: int, end: int) -> int:
     return total
 
 
-def _constrain(spark: SparkSession, path: Path, gate: Gate, echo: Callable[[str], None]) -> None:
+def _constrain(
+    spark: SparkSession, path: Location, gate: Gate, echo: Callable[[str], None]
+) -> None:
     for note in sync_constraints(spark, path, gate.expectations):
         echo(f"quality {gate.layer}.{gate.table}: {note}")
 
@@ -305,11 +310,11 @@ def run(
 
 def topic_tables(
     settings: Settings, contract: Contract, catalog: Catalog | None = None
-) -> list[tuple[Path, list[Consumer]]]:
+) -> list[tuple[Location, list[Consumer]]]:
     """Every table of a topic's pipeline with the consumers reading its change feed (a gold
     table reads the stream, another table's changelog, or for a join the other topic's stream
     too; its private state tables read what it reads)."""
-    readers: dict[Path, list[Consumer]] = {
+    readers: dict[Location, list[Consumer]] = {
         settings.bronze_path(contract.topic): [
             Consumer(
                 f"silver.{contract.stream}",
@@ -319,7 +324,7 @@ def topic_tables(
         ],
         settings.silver_path(contract.stream): [],
     }
-    owned: list[Path] = []
+    owned: list[Location] = []
     for spec in contract.tables:
         out = tables.outputs(settings, spec)
         source = tables.input_path(settings, contract, spec)
@@ -330,7 +335,12 @@ def topic_tables(
             feeds.append((settings.silver_path(other.stream), tables.source_app(other)))
         # The gold table always; its state and late-record tables once they exist (a consumer
         # without a position would keep the whole history from being vacuumed).
-        private = [out.state, *sorted(out.state.parent.glob(f"{out.state.name}__*")), out.late]
+        extra = (
+            e.path
+            for e in objectstore.listdir(out.state.parent)
+            if e.name.startswith(f"{out.state.name}__")
+        )
+        private = [out.state, *sorted(extra, key=str), out.late]
         for path in [out.gold, *(p for p in private if is_table(p))]:
             owned.append(path)
             for feed, feed_app in feeds:
@@ -349,7 +359,7 @@ def maintained_tables(
     *,
     topics: Sequence[str] = (),
     ledger: bool = False,
-) -> list[tuple[Path, list[Consumer]]]:
+) -> list[tuple[Location, list[Consumer]]]:
     """The existing tables :func:`maintain_topics` maintains, each with the consumers of its
     change feed: every table of the topics (all when empty), or with ``ledger`` the data-quality
     results ledger alone. Read from the filesystem, without Spark; an unknown topic is a

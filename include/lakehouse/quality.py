@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any
 from lakehouse.config import Layer, Settings
 from lakehouse.contracts import Contract, Expectation
 from lakehouse.errors import ConfigError, QualityGateError
+from lakehouse.objectstore import Location
 from lakehouse.storage import gates, is_table
 from lakehouse.storage.delta_spark import commit_metadata
 
@@ -204,7 +205,7 @@ def constraint_name(e: Expectation, sql: str) -> str:
 
 
 def sync_constraints(
-    spark: SparkSession, path: Path, expectations: Sequence[Expectation]
+    spark: SparkSession, path: Location, expectations: Sequence[Expectation]
 ) -> list[str]:
     """Add the CHECK constraints the contract's ``fail`` row expectations imply, and drop the
     ``dq_*`` ones it no longer does, with delta-spark's ``ALTER TABLE``. A constraint that the
@@ -645,7 +646,7 @@ def _ledger_app(layer: str, table: str) -> str:
     return f"{LEDGER_KEY}:{layer}.{table}"
 
 
-def restore_ledger(settings: Settings, paths: Sequence[Path]) -> list[dict[str, Any]]:
+def restore_ledger(settings: Settings, paths: Sequence[Location]) -> list[dict[str, Any]]:
     """The ledger rows that the newest gated commit among each table's last 16 commits carries,
     if the ledger lacks them (its job died between the two commits: they cannot be one
     transaction), with the version of the commit they judged. Every job runs this before it
@@ -683,7 +684,7 @@ def restore_ledger(settings: Settings, paths: Sequence[Path]) -> list[dict[str, 
 QUALITY_KEY = "lakehouse.quality"  # commit metadata of a gated commit: {"rows": batch size}
 
 
-def batch_sizes(path: Path, history: int) -> list[int]:
+def batch_sizes(path: Location, history: int) -> list[int]:
     """The sizes of the last ``history`` gated batches published to a table, oldest first, from
     the table's own commit metadata (no ledger read on the hot path)."""
     if not is_table(path):
@@ -750,7 +751,7 @@ class Gate:
     layer: Layer
     table: str
     run: RunInfo
-    path: Path
+    path: Location
     ledger: LedgerBuffer
     echo: Any = print
     verdicts: list[Verdict] = field(default_factory=list)
@@ -859,7 +860,7 @@ class Gate:
             F.lit(None).cast("string"),
         )
 
-    def created(self, spark: SparkSession, path: Path) -> None:
+    def created(self, spark: SparkSession, path: Location) -> None:
         """The table was just created: add the contract's CHECK constraints now, while it is
         empty (see :func:`sync_constraints`)."""
         for note in sync_constraints(spark, path, self.expectations):
@@ -918,7 +919,7 @@ def _merge_results(a: dict[str, Any] | None, b: dict[str, Any]) -> dict[str, Any
     return merged
 
 
-def gate_for(path: Path) -> Gate | None:
+def gate_for(path: Location) -> Gate | None:
     """The data-quality gate registered (by :func:`lakehouse.storage.gates.gating`) for a table."""
     gate = gates.gate_for(path)
     return gate if isinstance(gate, Gate) else None

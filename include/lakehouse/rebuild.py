@@ -18,19 +18,18 @@ time, and restore from the changelog alone.
 
 from __future__ import annotations
 
-import shutil
-import tempfile
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from lakehouse import tables
+from lakehouse import objectstore, tables
 from lakehouse.config import Settings
 from lakehouse.contracts import Catalog, Contract, TableSpec
 from lakehouse.errors import LakehouseError
+from lakehouse.objectstore import Location
 from lakehouse.storage import DeltaStore, Txn, delta_spark
 
 if TYPE_CHECKING:
@@ -50,15 +49,14 @@ class RefreshResult:
 
 
 @contextmanager
-def _scratch(settings: Settings) -> Iterator[Path]:
-    """A private folder inside the lakehouse home, removed afterwards."""
-    root = settings.home / "tmp"
-    root.mkdir(parents=True, exist_ok=True)
-    path = Path(tempfile.mkdtemp(prefix="rebuild-", dir=root))
+def _scratch(settings: Settings) -> Iterator[Location]:
+    """A private folder beside the tables (the same store: the Spark that writes them may run
+    on another machine), removed afterwards."""
+    path = settings.data_root / "tmp" / f"rebuild-{uuid.uuid4().hex}"
     try:
         yield path
     finally:
-        shutil.rmtree(path, ignore_errors=True)
+        objectstore.remove_tree(path)
 
 
 def _apps(catalog: Catalog, contract: Contract, spec: TableSpec) -> list[str]:
@@ -69,7 +67,7 @@ def _apps(catalog: Catalog, contract: Contract, spec: TableSpec) -> list[str]:
     return apps
 
 
-def _rewinds(store: DeltaStore, path: Path, apps: list[str]) -> list[Txn]:
+def _rewinds(store: DeltaStore, path: Location, apps: list[str]) -> list[Txn]:
     """The positions ``path`` holds, as Txns that set them even when not newer. An app with no
     position gets -1: nothing consumed."""
     if not DeltaStore.exists(path):
@@ -114,7 +112,9 @@ def refresh(
         pairs = [(out.state, real.state), (out.late, real.late)]
         pairs += [  # further state tables (a join keeps one per side): state__<what>
             (p, real.state.with_name(real.state.name + p.name.removeprefix("state")))
-            for p in sorted(tmp.glob("state__*"))
+            for p in sorted(
+                (e.path for e in objectstore.listdir(tmp) if e.name.startswith("state__")), key=str
+            )
         ]
         for scratch, target in pairs:
             _replace(store, scratch, target, apps)
@@ -123,7 +123,7 @@ def refresh(
 
 
 def _fold(
-    store: DeltaStore, scratch: Path, real: Path, keys: tuple[str, ...], apps: list[str]
+    store: DeltaStore, scratch: Location, real: Location, keys: tuple[str, ...], apps: list[str]
 ) -> None:
     """Make ``real`` equal ``scratch`` in one merge: rows only in ``real`` are deleted, rows
     that differ updated, new ones inserted; the positions become the scratch build's. A table
@@ -152,18 +152,20 @@ def _fold(
     )
 
 
-def _carried_metadata(scratch: Path) -> dict[str, Any]:
+def _carried_metadata(scratch: Location) -> dict[str, Any]:
     """The rebuilt table's newest ``lakehouse.*`` commit metadata (its position, a windowed
     table's stream time): the real table's next micro-batch reads it from the refresh commit."""
     from deltalake import DeltaTable
 
-    history = DeltaTable(str(scratch)).history(1)
+    history = DeltaTable(
+        str(scratch), storage_options=objectstore.storage_options(scratch)
+    ).history(1)
     newest = delta_spark.user_metadata(history[0]) if history else {}
     own = {delta_spark.WRITE_ID_KEY, delta_spark.POSITIONS_KEY}
     return {k: v for k, v in newest.items() if k.startswith("lakehouse.") and k not in own}
 
 
-def _replace(store: DeltaStore, scratch: Path, real: Path, apps: list[str]) -> None:
+def _replace(store: DeltaStore, scratch: Location, real: Location, apps: list[str]) -> None:
     """A private table (state, late records) is replaced whole by its rebuilt version (emptied
     if the rebuild has none), with the rebuild's positions."""
     if DeltaStore.exists(scratch):
@@ -194,7 +196,7 @@ def at_event_time(
 
     store = DeltaStore(spark)
     with _scratch(settings) as tmp:
-        lake = Settings(home=tmp, contracts_dir=settings.contracts_dir)
+        lake = Settings(home=settings.home, contracts_dir=settings.contracts_dir, data=tmp)
         streams = [contract.stream]
         if spec.join is not None:
             streams.append(catalog.topic(spec.join.other).stream)
@@ -220,7 +222,7 @@ def _with_sources(contract: Contract, spec: TableSpec) -> list[TableSpec]:
 
 
 def restore(
-    spark: SparkSession, settings: Settings, contract: Contract, spec: TableSpec, target: Path
+    spark: SparkSession, settings: Settings, contract: Contract, spec: TableSpec, target: Location
 ) -> int:
     """Rebuild a gold table from its changelog alone into ``target`` (a new table); returns the
     number of rows. Within a commit a key changes once (a merge), so the last change by commit

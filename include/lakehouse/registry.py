@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from lakehouse.config import validate_topic_name
 from lakehouse.contracts import Contract, canonical_json
 from lakehouse.errors import ConcurrentWriteError, LakehouseError, SchemaEvolutionError
+from lakehouse.objectstore import Location
 from lakehouse.storage import is_table
 
 if TYPE_CHECKING:
@@ -267,7 +268,7 @@ def contract_text(contract: Contract) -> str:
 class SchemaRegistry:
     """The registered schema versions of every topic: the Delta table at ``path``."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Location) -> None:
         self.path = path
 
     def history(self, topic: str) -> dict[Subject, list[RegisteredVersion]]:

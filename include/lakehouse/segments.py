@@ -95,9 +95,23 @@ class _Bad(Exception):
     pass
 
 
+def _in_bucket(path: str) -> bool:
+    return path.startswith(("s3://", "s3a://"))
+
+
+def _file_bytes(path: str) -> bytes:
+    """A local file's or an object's bytes (a segment in a bucket, where Kafka Connect's S3
+    sink writes them)."""
+    if _in_bucket(path):
+        from lakehouse import objectstore
+
+        return objectstore.read_bytes(objectstore.ObjectPath.parse(path, setting="segment"))
+    with open(path, "rb") as fh:
+        return fh.read()
+
+
 def _read_bytes(seg: SegmentFile, bad: list[BadLine]) -> bytes:
-    with open(seg.path, "rb") as fh:
-        data = fh.read()
+    data = _file_bytes(seg.path)
     if not seg.path.endswith(".gz"):
         return data
     d = zlib.decompressobj(wbits=31)
@@ -159,7 +173,7 @@ def read_segment(
     seg: SegmentFile, topic: str, max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES
 ) -> SegmentRead:
     """Every good record of one segment file, and every bad line with its reason."""
-    if seg.format == "envelope" and not seg.path.endswith(".gz"):
+    if seg.format == "envelope" and not seg.path.endswith(".gz") and not _in_bucket(seg.path):
         fast = _envelope_fast(seg, topic, max_record_bytes)
         if fast is not None:
             end = pc.max(fast.column("offset")).as_py()
@@ -171,7 +185,7 @@ def read_segment(
             bad.append(BadLine(seg.path, seg.partition, None, 0, "empty segment file (zero bytes)"))
         return SegmentRead(_empty(), bad, 0, None)
     if seg.format == "envelope":
-        if not bad and seg.path.endswith(".gz"):
+        if not bad and (seg.path.endswith(".gz") or _in_bucket(seg.path)):
             fast = _envelope_fast(seg, topic, max_record_bytes, data)
             if fast is not None:
                 end = pc.max(fast.column("offset")).as_py()
@@ -321,8 +335,7 @@ def _companion_keys(seg: SegmentFile, bad: list[BadLine]) -> list[bytes | None] 
     if not seg.keys_path:
         return None
     try:
-        with open(seg.keys_path, "rb") as fh:
-            lines = fh.read().splitlines()
+        lines = _file_bytes(seg.keys_path).splitlines()
     except OSError as exc:
         bad.append(BadLine(seg.path, seg.partition, None, None, f"keys file unreadable: {exc}"))
         return None

@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from lakehouse import objectstore
 from lakehouse.config import Settings
 from lakehouse.errors import ConfigError, LakehouseError
 from lakehouse.runtime import alive, answers, port_setting, private_file, tail
@@ -196,6 +197,7 @@ def start(settings: Settings, *, timeout: float = START_TIMEOUT_S) -> Status:
             f"port with {PORT_ENV}"
         )
     ensure_java()
+    objectstore.check_reachable(settings.data_root)
     folder = state_dir(settings)
     folder.mkdir(parents=True, exist_ok=True)
     secret = token(settings, create=True)
@@ -237,6 +239,7 @@ def start(settings: Settings, *, timeout: float = START_TIMEOUT_S) -> Status:
         "validation_pid": service.pid,
         "port": at,
         "master": settings.spark_master,
+        "data": str(settings.data_root),
         "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
     partial = folder / f".server.json.{os.getpid()}"
@@ -329,6 +332,13 @@ def connect(settings: Settings) -> SparkSession:
     current = status(settings)
     if not current.running or current.pid is None:
         raise ServerDown(current.describe())
+    serves = (_recorded(settings) or {}).get("data")
+    if serves is not None and serves != str(settings.data_root):
+        raise ServerError(
+            f"the Spark server at port {current.port} was started for the data at {serves}, and "
+            f"this process's is at {settings.data_root} (LAKEHOUSE_DATA): restart the server with "
+            "this process's settings (`lakehouse spark stop`, then `lakehouse spark start`)"
+        )
     spark = SparkSession.builder.remote(remote(settings, current.port)).getOrCreate()
     client = spark.client  # a Connect session's
     client.set_retry_policies([_while_alive(current.pid, current.port)])

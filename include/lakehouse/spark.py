@@ -82,7 +82,27 @@ def spark_conf(master: str, app_name: str) -> dict[str, str]:
         # Python task that parses with polars (bronze's segment reader) would otherwise start a
         # thread per core of the machine in every task, and the tasks contend for the cores.
         "spark.executorEnv.POLARS_MAX_THREADS": "1",
+        **storage_conf(),
     }
+
+
+def storage_conf() -> dict[str, str]:
+    """Hadoop's S3A settings when the data is in a bucket (``LAKEHOUSE_DATA=s3://...``) or a
+    store is named (``LAKEHOUSE_S3_ENDPOINT``), and
+    the store's settings (no credentials) in the executors' environment, where bronze's
+    Python tasks read landing segments with pyarrow. Credentials stay in each process's
+    environment (or its instance role), where S3A, delta-rs and pyarrow look for them."""
+    from lakehouse import objectstore
+
+    raw = os.environ.get("LAKEHOUSE_DATA", "")
+    in_bucket = isinstance(objectstore.location(raw) if raw else None, objectstore.ObjectPath)
+    if not in_bucket and not os.environ.get("LAKEHOUSE_S3_ENDPOINT"):
+        return {}
+    conf = objectstore.S3Settings.from_env().spark_conf()
+    for name in ("LAKEHOUSE_DATA", *objectstore.STORE_SETTINGS):
+        if os.environ.get(name):
+            conf[f"spark.executorEnv.{name}"] = os.environ[name]
+    return conf
 
 
 def task_slots(spark: SparkSession) -> int:

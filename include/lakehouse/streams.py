@@ -12,12 +12,12 @@ import functools
 import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from lakehouse import quality
 from lakehouse.config import Settings
 from lakehouse.contracts import Contract, Field
+from lakehouse.objectstore import Location
 from lakehouse.storage import DeltaStore, Txn, delta_spark, is_table
 
 if TYPE_CHECKING:
@@ -496,8 +496,8 @@ def _build(
     spark: SparkSession,
     settings: Settings,
     contract: Contract,
-    silver_path: Path,
-    quarantine_path: Path,
+    silver_path: Location,
+    quarantine_path: Location,
 ) -> SilverResult:
     from pyspark.sql import functions as F
 

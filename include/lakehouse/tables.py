@@ -21,7 +21,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from lakehouse.config import Settings
@@ -35,6 +34,7 @@ from lakehouse.contracts import (
     TableSpec,
     aggregate_type,
 )
+from lakehouse.objectstore import Location
 from lakehouse.storage import DeltaStore, Txn, WriteResult, delta_spark
 from lakehouse.streams import TOMBSTONE, key_spark_type, spark_type
 
@@ -64,9 +64,9 @@ class Outputs:
     value for a table source), and its late-records side table (windowed tables). A full refresh
     builds into a scratch set of these and then folds the result into the real ones."""
 
-    gold: Path
-    state: Path
-    late: Path
+    gold: Location
+    state: Location
+    late: Location
 
 
 def outputs(settings: Settings, spec: TableSpec) -> Outputs:
@@ -75,7 +75,7 @@ def outputs(settings: Settings, spec: TableSpec) -> Outputs:
     )
 
 
-def input_path(settings: Settings, contract: Contract, spec: TableSpec) -> Path:
+def input_path(settings: Settings, contract: Contract, spec: TableSpec) -> Location:
     """The Delta table a gold table reads the change feed of."""
     if spec.changelog:
         return settings.gold_path(spec.changelog)
@@ -452,7 +452,7 @@ LATEST = TableSpec(name="state", kind="latest")
 
 
 def merge_latest(
-    batch: DataFrame, path: Path, contract: Contract, txn: Txn, meta: dict[str, Any]
+    batch: DataFrame, path: Location, contract: Contract, txn: Txn, meta: dict[str, Any]
 ) -> WriteResult:
     """Upsert one row per key; a tombstone deletes the key."""
     key = contract.key_name
@@ -471,7 +471,12 @@ def merge_latest(
 
 
 def merge_aggregate(
-    batch: DataFrame, path: Path, source: Contract, spec: TableSpec, txn: Txn, meta: dict[str, Any]
+    batch: DataFrame,
+    path: Location,
+    source: Contract,
+    spec: TableSpec,
+    txn: Txn,
+    meta: dict[str, Any],
 ) -> WriteResult:
     """Fold a batch of partial aggregates (or a table source's deltas) into an aggregate table
     by its :func:`merge_rules`."""
@@ -501,7 +506,7 @@ def catch_up_state(
     spec: TableSpec,
     out: Outputs,
     upto: int | None,
-) -> Path:
+) -> Location:
     """A table source's state (each key's latest value) must stand where the gold table does.
     The gold commit comes first; if a run died before the state's, fold the missing versions in
     now (the state depends on the stream alone, so this is exact). The caller holds the state's
@@ -517,7 +522,7 @@ def catch_up_state(
 
 
 def pending(
-    store: DeltaStore, path: Path, app: str, source: Path, upto: int | None = None
+    store: DeltaStore, path: Location, app: str, source: Location, upto: int | None = None
 ) -> tuple[int, int] | None:
     """The input versions a table has yet to consume (``start``, ``end``), or None when it is
     up to date. ``upto`` caps the end (a reprocess rebuilding the table as of that version)."""

@@ -1,5 +1,6 @@
 """The seed's example end to end through the layers (no Airflow): landing -> bronze -> silver ->
-gold, with the changelog, a tombstone, a null key, quarantine and idempotent reruns."""
+gold, with the changelog, a tombstone, a null key, quarantine and idempotent reruns; on local
+files and on the test S3 API (the ``s3`` parameter)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ from typing import Any
 
 import pytest
 
-from lakehouse import samples
+from conftest import STORAGES, lake_settings
+from lakehouse import objectstore, samples
 from lakehouse.config import REPO_ROOT, Settings
 from lakehouse.contracts import Catalog
 from lakehouse.landing import Producer, Record
@@ -22,6 +24,13 @@ from lakehouse.storage import changes_arrow, read_arrow
 
 pytestmark = pytest.mark.integration
 TOPIC = "user-locations"
+
+
+@pytest.fixture(params=STORAGES)
+def settings(
+    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Settings:
+    return lake_settings(request, tmp_path, monkeypatch)
 
 
 def _produce(settings: Settings, *records: tuple[str | None, Any]) -> None:
@@ -54,7 +63,10 @@ def _versions(settings: Settings) -> dict[str, int]:
         "latest": settings.gold_path("user_latest_location"),
         "counts": settings.gold_path("user_location_counts"),
     }
-    return {k: DeltaTable(str(p)).version() for k, p in paths.items()}
+    return {
+        k: DeltaTable(str(p), storage_options=objectstore.storage_options(p)).version()
+        for k, p in paths.items()
+    }
 
 
 def test_seed_example_tombstone_null_key_and_changelog(spark: Any, settings: Settings) -> None:
@@ -138,9 +150,13 @@ def test_corrupt_segment_line_is_quarantined_with_its_origin(
     spark: Any, settings: Settings
 ) -> None:
     _produce(settings, ("alice", {"location": "Paris"}))
-    (segment,) = list(settings.topic_dir(TOPIC).glob("partition=*/*.json"))
-    good_line = segment.read_text()
-    segment.write_text(good_line + "this is not an envelope\n")
+    (segment,) = [
+        e.path
+        for e in objectstore.walk_files(settings.topic_dir(TOPIC))
+        if e.name.endswith(".json")
+    ]
+    good_line = objectstore.read_bytes(segment).decode()
+    objectstore.write_bytes(segment, (good_line + "this is not an envelope\n").encode())
     _run(spark, settings)
     bad = read_arrow(settings.quarantine_path("bronze", TOPIC)).to_pylist()
     assert [(r["raw"], r["source_file"], r["line"], r["byte_offset"]) for r in bad] == [

@@ -18,16 +18,16 @@ from __future__ import annotations
 
 import fcntl
 import json
-import shutil
 import threading
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from lakehouse import objectstore
 from lakehouse.errors import ConcurrentWriteError
+from lakehouse.objectstore import Location
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -45,26 +45,27 @@ CDF_PROPERTIES: Mapping[str, str] = {"delta.enableChangeDataFeed": "true"}
 TABLE_PROPERTIES: Mapping[str, str] = {**CDF_PROPERTIES, "delta.enableExpiredLogCleanup": "false"}
 
 
-def is_table(path: Path) -> bool:
+def is_table(path: Location) -> bool:
     """Whether ``path`` holds a Delta table: a log with at least one commit or checkpoint.
 
     delta-spark makes ``_delta_log`` before it writes commit 0; a creator killed in between
     leaves a log folder that is no table yet."""
-    log = path / "_delta_log"
-    if not log.is_dir():
-        return False
     return any(
-        p.name.endswith(".json") or ".checkpoint." in p.name
-        for p in log.iterdir()
-        if p.name[:20].isdigit()
+        e.name.endswith(".json") or ".checkpoint." in e.name
+        for e in objectstore.listdir(path / "_delta_log")
+        if e.name[:20].isdigit()
     )
 
 
 @contextmanager
-def table_lock(path: Path) -> Iterator[None]:
-    """Hold the table's commit lock (an exclusive ``flock`` on a file beside the table) for
-    the ``with`` block; threads and processes of this machine take turns."""
-    lock = path.parent / f".{path.name}.lock"
+def table_lock(path: Location) -> Iterator[None]:
+    """Hold the table's commit lock (an exclusive ``flock`` on a local file: beside a local
+    table, under ``$LAKEHOUSE_HOME/locks`` for one in a bucket) for the ``with`` block; threads
+    and processes of this machine take turns. Only this machine's: on S3 the platform's rule is
+    one committing driver, the Spark server every layer task is a client of."""
+    from lakehouse.config import Settings
+
+    lock = Settings.from_env().lock_path(path)
     lock.parent.mkdir(parents=True, exist_ok=True)
     with lock.open("a") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
@@ -76,7 +77,7 @@ def table_lock(path: Path) -> Iterator[None]:
 
 def create_table(
     spark: SparkSession,
-    path: Path,
+    path: Location,
     schema: StructType | pa.Schema,
     *,
     properties: Mapping[str, str] = TABLE_PROPERTIES,
@@ -95,9 +96,9 @@ def create_table(
         return
     if not isinstance(schema, StructType):
         schema = from_arrow_schema(schema)
-    if (path / "_delta_log").is_dir():
+    if objectstore.is_dir(path / "_delta_log"):
         # A creation killed before its first commit: start again.
-        shutil.rmtree(path / "_delta_log")
+        objectstore.remove_tree(path / "_delta_log")
     columns = ", ".join(
         f"`{f.name}` {f.dataType.simpleString()}{'' if f.nullable else ' NOT NULL'}"
         for f in schema.fields
@@ -114,7 +115,7 @@ def create_table(
 
 def append(
     df: DataFrame,
-    path: Path,
+    path: Location,
     *,
     txn: Txn | Sequence[Txn] | None = None,
     metadata: Mapping[str, Any] | None = None,
@@ -167,7 +168,7 @@ def append(
 
 
 def record_positions(
-    spark: SparkSession, path: Path, txn: Txn | Sequence[Txn], metadata: Mapping[str, Any]
+    spark: SparkSession, path: Location, txn: Txn | Sequence[Txn], metadata: Mapping[str, Any]
 ) -> WriteResult:
     """Commit positions with no rows (a batch with nothing to write still moves its reader on).
     The caller holds :func:`table_lock`."""
@@ -183,7 +184,7 @@ POSITIONS_KEY = "lakehouse.positions"
 FENCE_APP = "lakehouse.commit"
 
 
-def position(path: Path, app_id: str) -> int | None:
+def position(path: Location, app_id: str) -> int | None:
     """The last input version ``app_id`` consumed into the table (its position), or None.
 
     A table keeps its readers' positions as Delta app transactions (``txnAppId`` /
@@ -204,7 +205,7 @@ def position(path: Path, app_id: str) -> int | None:
     return None if v is None else int(v)
 
 
-def positions_commit(path: Path) -> int | None:
+def positions_commit(path: Location) -> int | None:
     """The version of the commit holding a table's positions, if it keeps them in commit
     metadata (see :func:`position`); log cleanup must not delete it."""
     from lakehouse.storage.store import _load
@@ -213,12 +214,12 @@ def positions_commit(path: Path) -> int | None:
     return None if kept is None else kept[0]
 
 
-def _kept_positions(dt: DeltaTable, path: Path) -> dict[str, int] | None:
+def _kept_positions(dt: DeltaTable, path: Location) -> dict[str, int] | None:
     kept = _kept(dt, path)
     return None if kept is None else kept[1]
 
 
-def _kept(dt: DeltaTable, path: Path) -> tuple[int, dict[str, int]] | None:
+def _kept(dt: DeltaTable, path: Location) -> tuple[int, dict[str, int]] | None:
     """The newest commit carrying a table's positions, with them; None if the table does not
     keep them in commit metadata."""
     from lakehouse.errors import LakehouseError
@@ -248,7 +249,10 @@ class _Plan:
 
 
 def _plan(
-    path: Path, dt: DeltaTable, txn: Txn | Sequence[Txn] | None, metadata: Mapping[str, Any] | None
+    path: Location,
+    dt: DeltaTable,
+    txn: Txn | Sequence[Txn] | None,
+    metadata: Mapping[str, Any] | None,
 ) -> _Plan | None:
     """The commit's plan, or None when every position of ``txn`` is already recorded (the
     batch is in; a rewind never is)."""
@@ -279,7 +283,7 @@ def _plan(
     return _Plan((FENCE_APP, 0 if fence is None else int(fence) + 1), user, write_id)
 
 
-def _raise_if_conflict(exc: BaseException, path: Path) -> None:
+def _raise_if_conflict(exc: BaseException, path: Location) -> None:
     """Delta's report that another commit won the race, as :class:`ConcurrentWriteError`."""
     if "ConcurrentTransactionException" in f"{type(exc).__name__} {exc}":
         raise ConcurrentWriteError(str(path), str(exc).splitlines()[0]) from None
@@ -287,7 +291,7 @@ def _raise_if_conflict(exc: BaseException, path: Path) -> None:
 
 def delete_matching(
     keys: DataFrame,
-    path: Path,
+    path: Location,
     *,
     on: list[str],
     metadata: Mapping[str, Any] | None = None,
@@ -307,7 +311,7 @@ def delete_matching(
 
 def merge(
     source: DataFrame,
-    path: Path,
+    path: Location,
     *,
     on: Sequence[str],
     update: Mapping[str, str],
@@ -407,7 +411,9 @@ def _and(condition: str | None) -> str:
     return "" if condition is None else f" AND ({condition})"
 
 
-def _merge_into(path: Path, source: DataFrame, on: Sequence[str], clauses: Sequence[str]) -> Any:
+def _merge_into(
+    path: Location, source: DataFrame, on: Sequence[str], clauses: Sequence[str]
+) -> Any:
     """Run Delta's ``MERGE INTO`` the table at ``path`` ``USING`` ``source`` (as ``s``; the table
     as ``t``) matched on the ``on`` columns, with ``clauses`` in order; return its metrics row
     (None when Delta skipped the commit). SQL rather than delta-spark's Python ``DeltaTable``,
@@ -502,7 +508,7 @@ def session_settings(spark: SparkSession, settings: Mapping[str, str]) -> Iterat
                 spark.conf.unset(key)
 
 
-def _outcome(path: Path, before: int, write_id: str) -> WriteResult:
+def _outcome(path: Location, before: int, write_id: str) -> WriteResult:
     """Whether the log holds the commit of ``write_id`` after version ``before``, and which."""
     from lakehouse.storage.store import WriteResult, _load
 

@@ -10,8 +10,9 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
-from pathlib import Path
 from typing import Any, Protocol
+
+from lakehouse.objectstore import Location, as_location
 
 
 class PublishGate(Protocol):
@@ -41,7 +42,7 @@ class PublishGate(Protocol):
         it) if given, each known to have at most ``at_most`` rows if given; raise to stop the
         write."""
 
-    def created(self, spark: Any, path: Path) -> None:
+    def created(self, spark: Any, path: Location) -> None:
         """The table was just created, and is empty: give it what every write to it must meet
         (the contract's CHECK constraints), before the first rows arrive."""
 
@@ -52,21 +53,23 @@ class PublishGate(Protocol):
         """Keep the verdict once the write is done."""
 
 
-_GATES: ContextVar[Mapping[Path, PublishGate] | None] = ContextVar("lakehouse_gates", default=None)
+_GATES: ContextVar[Mapping[Location, PublishGate] | None] = ContextVar(
+    "lakehouse_gates", default=None
+)
 
 
 @contextmanager
-def gating(gates: Mapping[Path, PublishGate]) -> Iterator[None]:
+def gating(gates: Mapping[Location, PublishGate]) -> Iterator[None]:
     """Register gates by table path for the writes made inside the ``with`` block."""
-    token = _GATES.set({Path(p).resolve(): g for p, g in gates.items()})
+    token = _GATES.set({as_location(p): g for p, g in gates.items()})
     try:
         yield
     finally:
         _GATES.reset(token)
 
 
-def gate_for(path: Path, *, at_commit: bool = False) -> PublishGate | None:
+def gate_for(path: Location, *, at_commit: bool = False) -> PublishGate | None:
     """The gate registered for a table; with ``at_commit``, only one DeltaStore should run."""
     gates = _GATES.get()
-    gate = None if not gates else gates.get(Path(path).resolve())
+    gate = None if not gates else gates.get(as_location(path))
     return None if gate is None or (at_commit and not gate.at_commit) else gate

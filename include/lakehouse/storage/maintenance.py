@@ -27,10 +27,11 @@ import math
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING
 
+from lakehouse import objectstore
 from lakehouse.errors import ConfigError, LakehouseError
+from lakehouse.objectstore import Location
 from lakehouse.storage.delta_spark import position, positions_commit, session_settings, table_lock
 
 if TYPE_CHECKING:
@@ -64,7 +65,7 @@ class Consumer:
     """A job that reads ``source`` incrementally, recording its position in ``table``."""
 
     name: str
-    table: Path
+    table: Location
     app_id: str
 
     def position(self) -> int | None:
@@ -99,7 +100,7 @@ class MaintenanceReport:
 
 def maintain(
     spark: SparkSession,
-    path: Path,
+    path: Location,
     consumers: Sequence[Consumer] = (),
     *,
     retention_hours: float = DEFAULT_RETENTION_HOURS,
@@ -139,23 +140,23 @@ def maintain(
     return report
 
 
-def _version(path: Path) -> int:
+def _version(path: Location) -> int:
     from lakehouse.storage.store import _load
 
     return int(_load(path).version())
 
 
-def _commit_time(path: Path, version: int) -> float:
+def _commit_time(path: Location, version: int) -> float:
     """When ``version`` was committed, as Delta's log cleanup sees it: its log file's mtime (or
     the oldest commit's, if cleanup has deleted it)."""
     log = path / "_delta_log"
-    commit = log / f"{version:020d}.json"
-    if commit.exists():
-        return commit.stat().st_mtime
-    return min(p.stat().st_mtime for p in log.glob("*.json"))
+    commit = objectstore.stat(log / f"{version:020d}.json")
+    if commit is not None:
+        return commit.mtime_ns / 1e9
+    return min(e.mtime_ns for e in objectstore.listdir(log) if e.name.endswith(".json")) / 1e9
 
 
-def _retain_hours(path: Path, retention_hours: float, oldest: int | None, latest: int) -> int:
+def _retain_hours(path: Location, retention_hours: float, oldest: int | None, latest: int) -> int:
     """VACUUM's retention in whole hours: ``retention_hours``, or longer, reaching an hour past
     the commit of the oldest consumer's position when a later commit removed files (every file
     removed after it stays)."""
@@ -166,14 +167,14 @@ def _retain_hours(path: Path, retention_hours: float, oldest: int | None, latest
     return hours
 
 
-def _removes_files(path: Path, start: int, end: int) -> bool:
+def _removes_files(path: Location, start: int, end: int) -> bool:
     """Whether a commit from ``start`` to ``end`` removed a data file (one whose commit file is
     gone counts as one that did). Maintenance's own metadata commits (its checkpoint's, vacuum's)
     remove none: a consumer up to date but for them needs no file kept."""
     log = path / "_delta_log"
     for version in range(start, end + 1):
         try:
-            lines = (log / f"{version:020d}.json").read_text().splitlines()
+            lines = objectstore.read_bytes(log / f"{version:020d}.json").decode().splitlines()
         except FileNotFoundError:
             return True
         if any("remove" in json.loads(line) for line in lines if line.strip()):
@@ -181,7 +182,7 @@ def _removes_files(path: Path, start: int, end: int) -> bool:
     return False
 
 
-def _vacuum(spark: SparkSession, path: Path, hours: int, dry_run: bool) -> list[str]:
+def _vacuum(spark: SparkSession, path: Location, hours: int, dry_run: bool) -> list[str]:
     """The files VACUUM deletes with ``hours`` of retention, deleted unless ``dry_run``.
 
     Delta's defaults would override ``hours``: it refuses less than the table's
@@ -219,7 +220,7 @@ def _vacuum(spark: SparkSession, path: Path, hours: int, dry_run: bool) -> list[
     return [str(row["path"]) for row in listed]
 
 
-def _checkpoint(spark: SparkSession, path: Path, oldest: int | None) -> tuple[int, str]:
+def _checkpoint(spark: SparkSession, path: Location, oldest: int | None) -> tuple[int, str]:
     """Write a checkpoint of the table; clean its log then, unless a commit that cleanup could
     delete is still needed (by a consumer, or as the one holding the table's positions) and
     older than the log retention. Returns the checkpoint's version and what happened to the log.
@@ -279,7 +280,7 @@ def _restore(spark: SparkSession, table: str, saved: Mapping[str, str | None]) -
     spark.sql(f"ALTER TABLE {table} UNSET TBLPROPERTIES ({keys})")
 
 
-def _held_back(path: Path, oldest: int | None) -> int | None:
+def _held_back(path: Location, oldest: int | None) -> int | None:
     """The oldest commit that log cleanup must not delete (the oldest consumer's position, or
     the commit holding the table's positions) when it is older than the table's log retention,
     and cleanup would delete it; None when cleanup may run."""
@@ -291,17 +292,17 @@ def _held_back(path: Path, oldest: int | None) -> int | None:
     return first if _commit_time(path, first) < time.time() - retention else None
 
 
-def _checkpointed(path: Path, version: int) -> bool:
+def _checkpointed(path: Location, version: int) -> bool:
     """Whether the log holds a checkpoint of ``version`` (one file, or every part of one)."""
     prefix = f"{version:020d}.checkpoint."
-    return any(p.name.startswith(prefix) for p in (path / "_delta_log").iterdir())
+    return any(e.name.startswith(prefix) for e in objectstore.listdir(path / "_delta_log"))
 
 
 def _pairs(properties: Mapping[str, str]) -> str:
     return ", ".join(f"'{k}' = '{v}'" for k, v in properties.items())
 
 
-def _interval_seconds(path: Path, key: str, default: str) -> float:
+def _interval_seconds(path: Location, key: str, default: str) -> float:
     """The table property ``key`` (an interval in Delta's syntax, ``default`` if unset) in
     seconds, read from the table's log."""
     from lakehouse.storage.store import _load

@@ -25,8 +25,10 @@ from __future__ import annotations
 import os
 import threading
 from collections import OrderedDict
-from pathlib import Path
 from typing import TYPE_CHECKING
+
+from lakehouse import objectstore
+from lakehouse.objectstore import Location, as_location
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable
@@ -35,7 +37,8 @@ if TYPE_CHECKING:
 # thousands, which must not all stay in memory.
 CACHE_SIZE = 64
 
-_Identity = tuple[int, int, int]  # a commit file's inode, size and modification time (ns)
+# A commit file's inode (0 in a bucket), size and modification time (ns).
+_Identity = tuple[int, int, int]
 
 
 class _Cache(threading.local):
@@ -47,24 +50,28 @@ class _Cache(threading.local):
 _cache = _Cache()
 
 
-def commit_file(table_root: Path, version: int) -> Path:
+def commit_file(table_root: Location, version: int) -> Location:
     return table_root / "_delta_log" / f"{version:020d}.json"
 
 
 def _identity(root: str, version: int) -> _Identity | None:
     """Which file holds the table's commit ``version`` (None: there is none)."""
-    try:
-        st = os.stat(commit_file(Path(root), version))
-    except OSError:
-        return None
-    return (st.st_ino, st.st_size, st.st_mtime_ns)
+    commit = commit_file(as_location(root), version)
+    if not isinstance(commit, objectstore.ObjectPath):
+        try:
+            st = os.stat(commit)
+        except OSError:
+            return None
+        return (st.st_ino, st.st_size, st.st_mtime_ns)
+    entry = objectstore.stat(commit)
+    return None if entry is None else (0, entry.size, entry.mtime_ns)
 
 
-def latest(path: Path | str) -> DeltaTable:
+def latest(path: Location | str) -> DeltaTable:
     """The table's newest snapshot (``deltalake`` errors as a fresh load raises them)."""
     from deltalake import DeltaTable
 
-    root = os.path.abspath(str(path))
+    root = str(as_location(path))
     tables = _cache.tables
     kept = tables.pop(root, None)
     if kept is not None and _identity(root, kept[1]) != kept[2]:
@@ -73,7 +80,7 @@ def latest(path: Path | str) -> DeltaTable:
         dt = kept[0]  # a commit made through it since has moved it on already
         dt.update_incremental()
     else:
-        dt = DeltaTable(root)
+        dt = DeltaTable(root, storage_options=objectstore.storage_options(root))
     version = int(dt.version())
     identity = kept[2] if kept is not None and kept[1] == version else _identity(root, version)
     if identity is None:  # its commit file was cleaned up: nothing to recognise it by later

@@ -18,10 +18,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from lakehouse import objectstore
 from lakehouse.errors import LakehouseError, TableNotFoundError
+from lakehouse.objectstore import Location
 from lakehouse.storage.arrow import normalize_table, plain_schema
 from lakehouse.storage.delta_spark import is_table
 
@@ -52,7 +53,7 @@ class WriteResult:
     rows_written: int | None = None  # an append's rows, from its commit's operation metrics
 
 
-def _load(path: Path, version: int | None = None, *, own: bool = False) -> DeltaTable:
+def _load(path: Location, version: int | None = None, *, own: bool = False) -> DeltaTable:
     """The table's log at ``version``, or its newest snapshot: the thread's shared one
     (:mod:`lakehouse.storage.snapshots`) for what is read from it at once. ``own``: a snapshot
     nobody else holds, for a caller that time-travels it, or that plans a commit on it and runs
@@ -65,7 +66,9 @@ def _load(path: Path, version: int | None = None, *, own: bool = False) -> Delta
     try:
         if version is None and not own:
             return snapshots.latest(path)
-        return DeltaTable(str(path), version=version)
+        return DeltaTable(
+            str(path), version=version, storage_options=objectstore.storage_options(path)
+        )
     except DeltaMissing:
         raise TableNotFoundError(str(path)) from None
 
@@ -75,7 +78,7 @@ def _load(path: Path, version: int | None = None, *, own: bool = False) -> Delta
 _MONOTONIZED_BEFORE = 100
 
 
-def commit_times(path: Path, start: int = 0, end: int | None = None) -> dict[int, int]:
+def commit_times(path: Location, start: int = 0, end: int | None = None) -> dict[int, int]:
     """The time (epoch ms) of each commit ``start..end`` (default: the latest) as delta-spark
     dates it in ``DESCRIBE HISTORY``, a change feed's ``_commit_timestamp`` and
     ``timestampAsOf``: the modification time of the commit's file, raised to 1 ms after the
@@ -87,7 +90,7 @@ def commit_times(path: Path, start: int = 0, end: int | None = None) -> dict[int
     first = max(start - _MONOTONIZED_BEFORE, 0)
     commits = sorted(
         (int(f.name[:20]), f)
-        for f in (path / "_delta_log").iterdir()
+        for f in objectstore.listdir(path / "_delta_log")
         if len(f.name) == 25 and f.name.endswith(".json") and f.name[:20].isdigit()
     )
     times: dict[int, int] = {}
@@ -95,17 +98,14 @@ def commit_times(path: Path, start: int = 0, end: int | None = None) -> dict[int
     for v, f in commits:
         if v < first or (end is not None and v > end):
             continue
-        try:
-            ms = f.stat().st_mtime_ns // 1_000_000
-        except FileNotFoundError:  # cleaned up meanwhile
-            continue
+        ms = f.mtime_ns // 1_000_000
         if previous is not None and ms <= previous:
             ms = previous + 1
         times[v] = previous = ms
     return {v: ms for v, ms in times.items() if v >= start}
 
 
-def _version_at(path: Path, as_of: datetime) -> int:
+def _version_at(path: Location, as_of: datetime) -> int:
     """The version a read ``timestampAsOf`` ``as_of`` gets from delta-spark: the last commit at
     or before it (by :func:`commit_times`). A time before the table's first commit is an error
     that says so; one after its last commit gets the latest version (Spark refuses it, since a
@@ -119,7 +119,7 @@ def _version_at(path: Path, as_of: datetime) -> int:
     return max(before)
 
 
-def _check_existed(path: Path, as_of: datetime) -> None:
+def _check_existed(path: Location, as_of: datetime) -> None:
     """A time before the table's first commit is an error that says so."""
     _version_at(path, as_of)
 
@@ -144,32 +144,32 @@ class DeltaStore:
 
     # -- inspection ---------------------------------------------------------------------------
     @staticmethod
-    def exists(path: Path) -> bool:
+    def exists(path: Location) -> bool:
         return is_table(path)
 
-    def version(self, path: Path) -> int | None:
+    def version(self, path: Location) -> int | None:
         """Latest committed version, or ``None`` when the table does not exist yet."""
         return table_version(path)
 
-    def transaction_version(self, path: Path, app_id: str) -> int | None:
+    def transaction_version(self, path: Location, app_id: str) -> int | None:
         """The last version committed by ``app_id`` (its position), or ``None``: see
         :func:`lakehouse.storage.delta_spark.position`."""
         from lakehouse.storage.delta_spark import position
 
         return position(path, app_id)
 
-    def latest_metadata(self, path: Path, key: str) -> Any:
+    def latest_metadata(self, path: Location, key: str) -> Any:
         """The newest commit's value for a custom commit-metadata ``key``, JSON-decoded."""
         return latest_metadata(path, key)
 
-    def spark_schema(self, path: Path, version: int | None = None) -> StructType:
+    def spark_schema(self, path: Location, version: int | None = None) -> StructType:
         from pyspark.sql.pandas.types import from_arrow_schema
 
         return from_arrow_schema(table_arrow_schema(_load(path, version)))
 
     # -- reads --------------------------------------------------------------------------------
     def read(
-        self, path: Path, *, version: int | None = None, as_of: datetime | None = None
+        self, path: Location, *, version: int | None = None, as_of: datetime | None = None
     ) -> DataFrame:
         """The snapshot: the latest, at ``version``, or as of a time."""
         if not is_table(path):
@@ -182,7 +182,9 @@ class DeltaStore:
             reader = reader.option("timestampAsOf", as_of.isoformat())
         return reader.load(str(path))
 
-    def changes(self, path: Path, start_version: int, end_version: int | None = None) -> DataFrame:
+    def changes(
+        self, path: Location, start_version: int, end_version: int | None = None
+    ) -> DataFrame:
         """Change data feed of versions ``start_version..end_version`` (inclusive, default the
         latest), with ``_change_type``, ``_commit_version`` and ``_commit_timestamp``."""
         from pyspark.sql import types as T
@@ -224,7 +226,7 @@ def snapshot_arrow(dt: DeltaTable, where: str | None = None) -> pa.Table:
     return normalize_table(pa.table(reader.read_all())).select(table_arrow_schema(dt).names)
 
 
-def table_version(path: Path) -> int | None:
+def table_version(path: Location) -> int | None:
     """The table's latest version, or None if there is no table."""
     if not is_table(path):
         return None
@@ -245,7 +247,7 @@ def table_rows(dt: DeltaTable) -> int | None:
     return int(pc.sum(counts["num_records"]).as_py())
 
 
-def last_commit_time(path: Path) -> datetime | None:
+def last_commit_time(path: Location) -> datetime | None:
     """When the table's latest commit was made, or None if there is no table."""
     if not is_table(path):
         return None
@@ -253,7 +255,7 @@ def last_commit_time(path: Path) -> datetime | None:
     return datetime.fromtimestamp(commit["timestamp"] / 1000, UTC)
 
 
-def latest_metadata(path: Path, key: str) -> Any:
+def latest_metadata(path: Location, key: str) -> Any:
     """The newest commit's value for a custom commit-metadata ``key``, JSON-decoded.
 
     Jobs call this every micro-batch to find their position, which is nearly always in one of
@@ -272,7 +274,9 @@ def latest_metadata(path: Path, key: str) -> Any:
     return None
 
 
-def read_arrow(path: Path, version: int | None = None, as_of: datetime | None = None) -> pa.Table:
+def read_arrow(
+    path: Location, version: int | None = None, as_of: datetime | None = None
+) -> pa.Table:
     """A snapshot as an Arrow table, read by delta-rs on this process (small tables, the CLI),
     through its query engine (see :func:`snapshot_arrow`); ``as_of`` a time, the version
     delta-spark would read then (:func:`_version_at`)."""
@@ -281,7 +285,9 @@ def read_arrow(path: Path, version: int | None = None, as_of: datetime | None = 
     return snapshot_arrow(_load(path, version))
 
 
-def changes_arrow(path: Path, start_version: int = 0, end_version: int | None = None) -> pa.Table:
+def changes_arrow(
+    path: Location, start_version: int = 0, end_version: int | None = None
+) -> pa.Table:
     """Change data feed of versions ``start_version..end_version`` as an Arrow table, as
     delta-spark's ``readChangeFeed`` reads it: each commit dated by :func:`commit_times`."""
     import pyarrow as pa
