@@ -17,7 +17,10 @@ import pyarrow as pa
 import pytest
 from delta_log import added_files, checkpoints, operations
 
+from conftest import STORAGES, S3Store
+from lakehouse import objectstore
 from lakehouse.errors import TableNotFoundError
+from lakehouse.objectstore import Location, ObjectPath
 from lakehouse.storage import DeltaStore, Txn, changes_arrow, delta_spark, maintenance, read_arrow
 from lakehouse.storage.maintenance import Consumer, maintain
 from lakehouse.storage.store import _load
@@ -92,7 +95,17 @@ def _ints(spark: Any, start: int, n: int, **extra: Any) -> Any:
     return df
 
 
-def _write(df: Any, path: Path, **kwargs: Any) -> Any:
+@pytest.fixture(params=STORAGES)
+def where(request: pytest.FixtureRequest, tmp_path: Path) -> Location:
+    """A folder for a test's tables: local, or a prefix of its own in the test bucket."""
+    if request.param == "local":
+        return tmp_path
+    request.getfixturevalue("spark")  # started with the store's settings
+    store: S3Store = request.getfixturevalue("s3_server")
+    return ObjectPath.parse(f"s3://{store.bucket}/storage/{tmp_path.name}")
+
+
+def _write(df: Any, path: Location, **kwargs: Any) -> Any:
     return delta_spark.append(df, path, create=df.schema, **kwargs)
 
 
@@ -407,9 +420,9 @@ def test_change_feed_after_random_rounds(spark: Any, tmp_path: Path) -> None:
     ) == sorted((r._change_type, r.k, r.v, r._commit_version) for r in feed)
 
 
-def test_maintenance_during_appends_keeps_exact_rows(spark: Any, tmp_path: Path) -> None:
+def test_maintenance_during_appends_keeps_exact_rows(spark: Any, where: Location) -> None:
     store = DeltaStore(spark)
-    path = tmp_path / "t"
+    path = where / "t"
     _write(_ints(spark, 0, 10), path)
     stop = threading.Event()
     failures: list[BaseException] = []
@@ -471,10 +484,10 @@ def test_maintenance_killed_mid_checkpoint_is_undone_by_the_next_run(
     assert sorted(r.n for r in DeltaStore(spark).read(path).collect()) == list(range(10))
 
 
-def test_vacuum_keeps_what_consumers_still_need(spark: Any, tmp_path: Path) -> None:
+def test_vacuum_keeps_what_consumers_still_need(spark: Any, where: Location) -> None:
     store = DeltaStore(spark)
-    source = tmp_path / "source"
-    sink = tmp_path / "sink"
+    source = where / "source"
+    sink = where / "sink"
     _write(_ints(spark, 0, 5), source)  # v1
     delta_spark.append(_ints(spark, 5, 5), source, mode="overwrite")  # v2: removes v1's file
     consumer_position = store.version(source)
@@ -489,7 +502,7 @@ def test_vacuum_keeps_what_consumers_still_need(spark: Any, tmp_path: Path) -> N
     # VACUUM's retention reaches past the consumer's position commit (whole hours, plus one).
     assert report.kept_from_version == consumer_position and report.retain_hours == 2
     assert report.vacuumed == []
-    assert all((source / name).exists() for name in first_files | second_files)
+    assert all(objectstore.exists(source / name) for name in first_files | second_files)
     # The consumer can still read what it has not consumed: v3 deletes v2's rows.
     feed = store.changes(source, consumer_position + 1).collect()
     assert sorted((r._change_type, r.n) for r in feed) == sorted(
@@ -502,7 +515,7 @@ def test_vacuum_keeps_what_consumers_still_need(spark: Any, tmp_path: Path) -> N
     )
     assert report.retain_hours == 0
     assert {Path(p).name for p in report.vacuumed} == first_files | second_files
-    assert not any((source / name).exists() for name in first_files | second_files)
+    assert not any(objectstore.exists(source / name) for name in first_files | second_files)
     assert sorted(r.n for r in store.read(source).collect()) == list(range(10, 15))
     with pytest.raises(Exception, match="below 1 h"):
         maintain(spark, source, retention_hours=0)
