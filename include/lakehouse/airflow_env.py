@@ -54,6 +54,7 @@ def airflow_environment(
     bin_dir = str(Path(sys.executable).parent)
     defaults = {
         "LAKEHOUSE_HOME": str(settings.home),
+        "LAKEHOUSE_DATA": str(settings.data_root),
         "LAKEHOUSE_CONTRACTS": str(settings.contracts_dir),
         "AIRFLOW_HOME": str(settings.airflow_home),
         "AIRFLOW__CORE__DAGS_FOLDER": str(REPO_ROOT / "dags"),

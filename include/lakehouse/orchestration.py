@@ -9,9 +9,10 @@ from __future__ import annotations
 import functools
 import itertools
 import operator
+import os
 import shlex
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -233,13 +234,22 @@ class LayerJobOperator(SparkSubmitOperator):
         from airflow.sdk import BaseHook
 
         connection = BaseHook.get_connection(self._conn_id)
+        try:
+            aws = store_credentials()
+            if connection.conn_type != SparkConnectHook.conn_type:
+                # A driver of its own per task must not commit to S3 unless Delta's
+                # multi-driver log store arbitrates.
+                objectstore.check_commit_safety(self.settings.data_root, self.base_conf)
+        except ConfigError as exc:  # before anything runs; every try would fail alike
+            raise AirflowFailException(str(exc)) from None
+        # This process reads the logs and landing files itself (delta-rs, pyarrow).
+        os.environ.update(aws)
+        objectstore.reset()
         if connection.conn_type == SparkConnectHook.conn_type:
             url = SparkConnectHook(self._conn_id).get_connection_url()
             self._run_connected(context, request, url, connection.host, connection.port)
         else:
-            # Before anything runs: a driver of its own per task must not commit to S3 unless
-            # Delta's multi-driver log store arbitrates.
-            objectstore.check_commit_safety(self.settings.data_root, self.base_conf)
+            self.env_vars = {**(self.env_vars or {}), **aws}
             self._submit(context, request)
 
     def _run_connected(
@@ -324,6 +334,42 @@ class LayerJobOperator(SparkSubmitOperator):
                     "the job refused its configuration (see the error above); nothing moved"
                 ) from exc
             raise
+
+
+# The Airflow connection whose login and password are the store's access key id and secret
+# (any type; Amazon's `aws` type where its provider is installed), when the deployment keeps
+# them in Airflow rather than in the workers' environment. Extra: ``aws_session_token``.
+S3_CONN_ID = "lakehouse_s3"
+
+
+def store_credentials(conn_id: str = S3_CONN_ID) -> dict[str, str]:
+    """The ``AWS_*`` variables a layer task's processes read the bucket with, from the Airflow
+    connection ``conn_id``; nothing when there is no such connection (the environment's own
+    credentials then)."""
+    from airflow.sdk import BaseHook
+    from airflow.sdk.exceptions import AirflowNotFoundException
+
+    try:
+        connection = BaseHook.get_connection(conn_id)
+    except AirflowNotFoundException:
+        return {}
+    return aws_variables(conn_id, connection.login, connection.password, connection.extra_dejson)
+
+
+def aws_variables(
+    conn_id: str, login: str | None, password: str | None, extra: Mapping[str, Any]
+) -> dict[str, str]:
+    """A connection's credentials as the variables S3A, delta-rs and pyarrow read."""
+    if not login or not password:
+        raise ConfigError(
+            f"Airflow connection {conn_id!r}: give both the access key id (login) and the "
+            "secret access key (password)"
+        )
+    found = {"AWS_ACCESS_KEY_ID": login, "AWS_SECRET_ACCESS_KEY": password}
+    token = extra.get("aws_session_token")
+    if token:
+        found["AWS_SESSION_TOKEN"] = str(token)
+    return found
 
 
 def _say(line: str) -> None:
@@ -448,6 +494,7 @@ def _layer_task(
         name=f"lakehouse-{layer}-{contract.topic}",
         env_vars={
             "LAKEHOUSE_HOME": str(settings.home),
+            "LAKEHOUSE_DATA": str(settings.data_root),
             "LAKEHOUSE_CONTRACTS": str(settings.contracts_dir),
         },
         inlets=inlets,
@@ -752,6 +799,7 @@ def maintenance_dag(settings: Settings, catalog: Catalog) -> DAG:
     cli = str(Path(sys.executable).parent / "lakehouse")
     env = {
         "LAKEHOUSE_HOME": str(settings.home),
+        "LAKEHOUSE_DATA": str(settings.data_root),
         "LAKEHOUSE_CONTRACTS": str(settings.contracts_dir),
     }
     doc = (

@@ -14,8 +14,10 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
+from airflow_stack import free_port
 
 from lakehouse import server
 from lakehouse.airflow_env import SPARK_CONN_ENV, airflow_environment, airflow_secrets
@@ -224,6 +226,73 @@ def test_pipeline_dag_runs_through_airflow(settings: Settings, served: str) -> N
     # log; the browser test checks the log files a scheduler writes).
     secrets = airflow_secrets(settings.airflow_home) | {"spark": json.loads(served)["password"]}
     assert [name for name, value in secrets.items() if value in run.stdout + log] == []
+
+
+@pytest.mark.s3
+def test_pipeline_dag_runs_with_its_data_in_a_bucket(
+    tmp_path: Path, s3_server: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The deployment shape on object storage: the data in the test bucket, the layer tasks
+    clients of a Spark server started with the store's settings (the one committing driver),
+    credentials only in the processes' environment: the run succeeds, the tables are in the
+    bucket and nowhere else, and the secret key is in no task output or server log."""
+    from lakehouse import objectstore
+
+    secret = f"not-a-real-secret-{tmp_path.name}"  # moto checks no signature
+    for name, value in s3_server.env.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", secret)
+    monkeypatch.setenv("LAKEHOUSE_HOME", str(tmp_path / "lakehouse"))
+    monkeypatch.setenv("LAKEHOUSE_CONTRACTS", str(REPO_ROOT / "contracts"))
+    monkeypatch.setenv("LAKEHOUSE_DATA", f"s3://{s3_server.bucket}/airflow/{tmp_path.name}")
+    monkeypatch.setenv(server.PORT_ENV, str(free_port()))
+    objectstore.reset()
+    settings = Settings.from_env()
+    running = server.start(settings)
+    try:
+        monkeypatch.setenv(
+            SPARK_CONN_ENV,
+            json.dumps(
+                {
+                    "conn_type": "spark_connect",
+                    "host": "localhost",
+                    "port": running.port,
+                    "password": server.token(settings),
+                }
+            ),
+        )
+        assert _lakehouse(settings, "sample").returncode == 0
+        migrate = _lakehouse(settings, "airflow", "db", "migrate")
+        assert migrate.returncode == 0, migrate.stderr[-3000:]
+        run = _lakehouse(
+            settings, "airflow", "dags", "test", "pipeline__user-locations", timeout=900
+        )
+        log = run.stdout + run.stderr
+        assert run.returncode == 0 and "state=success" in log, log[-5000:]
+        assert log.count(f"on the Spark server at localhost:{running.port}") == 3
+        latest = read_arrow(settings.gold_path("user_latest_location")).to_pylist()
+        assert sorted((r["username"], r["location"]) for r in latest) == [
+            ("alice", "Berlin"),
+            ("bob", "Lima"),
+        ]
+        feed = changes_arrow(settings.gold_path("user_location_counts")).to_pylist()
+        assert sorted((r["_change_type"], r["username"]) for r in feed) == [
+            ("insert", "alice"),
+            ("insert", "bob"),
+        ]
+        shown = _lakehouse(settings, "show", "user_location_counts", "--format", "json")
+        assert shown.returncode == 0, shown.stderr
+        assert sorted(json.loads(x)["count"] for x in shown.stdout.splitlines()) == [2, 3]
+        # Every table in the bucket; none under the home, which keeps this machine's state.
+        assert isinstance(settings.tables_root, objectstore.ObjectPath)
+        assert objectstore.is_dir(settings.bronze_path("user-locations") / "_delta_log")
+        assert objectstore.is_dir(settings.ledger_path / "_delta_log")
+        assert not (settings.home / "tables").exists()
+        assert not list(settings.home.rglob("_delta_log"))
+        server_log = (server.state_dir(settings) / "server.log").read_text(errors="replace")
+        assert secret not in log + shown.stdout + shown.stderr + server_log
+    finally:
+        server.stop(settings)
 
 
 def test_params_dry_run_changes_nothing_and_layers_skip(settings: Settings, served: str) -> None:

@@ -236,3 +236,23 @@ def test_the_lakehouse_command_runs_a_micro_batch_validated_by_the_worker(tmp_pa
     assert shown.returncode == 0, shown.stderr
     rows = sorted((r["user"], r["city"]) for r in map(json.loads, shown.stdout.splitlines()))
     assert rows == [("ana", "Rome"), ("bo", "Lima")]
+
+
+def test_lag_and_dq_read_the_lake_where_it_is(
+    spark: Any, settings: Settings, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``lakehouse lag`` (landing's end offsets against bronze's position) and ``lakehouse dq``
+    (the ledger), on the lake of the run: nothing behind, every published check recorded."""
+    from lakehouse import cli
+
+    _produce(settings, ("alice", {"location": "Paris"}), ("bob", {"location": "Oslo"}))
+    _run(spark, settings)
+    assert cli.main(["lag", "--topic", TOPIC, "--format", "json"]) == 0
+    lag = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [r["partition"] for r in lag] == [0, 1, 2]
+    assert sum(r["end_offset"] for r in lag) == 2 and all(r["lag"] == 0 for r in lag)
+    assert cli.main(["dq", "--table", "user_locations", "--format", "json"]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    published = [r for r in rows if r["published"]]
+    assert published and all(r["success"] for r in published)
+    assert {r["layer"] for r in published} == {"silver"} and published[0]["rows"] == 2

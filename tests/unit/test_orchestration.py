@@ -4,10 +4,12 @@ topic's on the same clock or when records arrive on its broker topic."""
 from __future__ import annotations
 
 import importlib
+import json
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 from airflow.sdk import DAG, Asset, AssetOrTimeSchedule
 from airflow.serialization.serialized_objects import DagSerialization
@@ -86,3 +88,29 @@ def test_a_kafka_topics_dag_runs_on_the_same_clock_or_when_records_arrive(
 
 def _stored(dag: DAG) -> Any:
     return DagSerialization.from_dict(DagSerialization.to_dict(dag))
+
+
+def test_store_credentials_come_from_the_airflow_connection_when_there_is_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from lakehouse.errors import ConfigError
+    from lakehouse.orchestration import S3_CONN_ID, store_credentials
+
+    monkeypatch.delenv("AIRFLOW_CONN_LAKEHOUSE_S3", raising=False)
+    assert store_credentials() == {}  # none: the processes' own environment is used
+    connection = {
+        "conn_type": "aws",
+        "login": "AKIA-EXAMPLE-ID",
+        "password": "example-secret-key",
+        "extra": {"aws_session_token": "example-session-token"},
+    }
+    monkeypatch.setenv("AIRFLOW_CONN_LAKEHOUSE_S3", json.dumps(connection))
+    assert store_credentials() == {
+        "AWS_ACCESS_KEY_ID": "AKIA-EXAMPLE-ID",
+        "AWS_SECRET_ACCESS_KEY": "example-secret-key",
+        "AWS_SESSION_TOKEN": "example-session-token",
+    }
+    del connection["password"]
+    monkeypatch.setenv("AIRFLOW_CONN_LAKEHOUSE_S3", json.dumps(connection))
+    with pytest.raises(ConfigError, match=f"{S3_CONN_ID!r}: give both the access key id"):
+        store_credentials()
