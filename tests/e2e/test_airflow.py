@@ -291,6 +291,8 @@ def test_pipeline_dag_runs_with_its_data_in_a_bucket(
         assert not list(settings.home.rglob("_delta_log"))
         server_log = (server.state_dir(settings) / "server.log").read_text(errors="replace")
         assert secret not in log + shown.stdout + shown.stderr + server_log
+        docs = [p for p in settings.data_docs_root.rglob("*") if p.is_file()]
+        assert docs and not [p for p in docs if secret.encode() in p.read_bytes()]
     finally:
         server.stop(settings)
 

@@ -21,7 +21,6 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from conftest import STORAGES, S3Store
 from lakehouse import cli
 from lakehouse.config import Settings
 from lakehouse.contracts import Catalog
@@ -29,6 +28,7 @@ from lakehouse.landing import Producer, Record
 from lakehouse.objectstore import Location
 from lakehouse.pipeline import run
 from lakehouse.storage.store import table_version
+from lakes import STORAGES, S3Store
 
 pytestmark = pytest.mark.integration
 

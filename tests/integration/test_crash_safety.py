@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 from delta_log import added_files
 
-from conftest import STORAGES, S3Store
 from lakehouse.storage import DeltaStore, delta_spark
+from lakes import STORAGES, S3Store
 
 pytestmark = pytest.mark.integration
 

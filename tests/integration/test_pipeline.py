@@ -14,13 +14,13 @@ from typing import Any
 
 import pytest
 
-from conftest import STORAGES, lake_settings
 from lakehouse import objectstore, samples
 from lakehouse.config import REPO_ROOT, Settings
 from lakehouse.contracts import Catalog
 from lakehouse.landing import Producer, Record
 from lakehouse.pipeline import run
 from lakehouse.storage import changes_arrow, read_arrow
+from lakes import STORAGES, lake_settings
 
 pytestmark = pytest.mark.integration
 TOPIC = "user-locations"

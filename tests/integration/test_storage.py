@@ -17,13 +17,13 @@ import pyarrow as pa
 import pytest
 from delta_log import added_files, checkpoints, operations
 
-from conftest import STORAGES, S3Store
 from lakehouse import objectstore
 from lakehouse.errors import TableNotFoundError
 from lakehouse.objectstore import Location, ObjectPath
 from lakehouse.storage import DeltaStore, Txn, changes_arrow, delta_spark, maintenance, read_arrow
 from lakehouse.storage.maintenance import Consumer, maintain
 from lakehouse.storage.store import _load
+from lakes import STORAGES, S3Store
 
 pytestmark = pytest.mark.integration
 
