@@ -7,15 +7,18 @@ import importlib.util
 import os
 import socket
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
+from typing import TypeVar
 
 import pytest
 
 from lakehouse.config import REPO_ROOT, Settings
 from lakes import S3_REGION, S3Store
+
+T = TypeVar("T")
 
 # Spark's Python workers must run this interpreter (the one with `lakehouse` installed).
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -59,6 +62,21 @@ class KafkaBroker:
     pid: int
 
 
+def _start_on_a_free_port(start: Callable[[int], T], error: type[Exception]) -> T:
+    """``start(port)`` on a free port: one can be taken again before the server binds it (by
+    another worker); then its start fails, and up to two more ports are tried."""
+    for attempt in range(3):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = int(s.getsockname()[1])
+        try:
+            return start(port)
+        except error:
+            if attempt == 2:
+                raise
+    raise AssertionError("unreachable")
+
+
 @pytest.fixture(scope="session")
 def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBroker]:
     """One local Kafka broker (lakehouse.broker) for the test session, in a folder of its own, on
@@ -68,18 +86,7 @@ def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBrok
 
     broker = Broker(tmp_path_factory.mktemp("kafka-broker") / "kafka")
     try:
-        for attempt in range(3):
-            # A free port can be taken again before the broker binds it (by another worker):
-            # then the start fails, and another pair of ports is tried.
-            with socket.socket() as s:
-                s.bind(("127.0.0.1", 0))
-                port = int(s.getsockname()[1])
-            try:
-                status = broker.start(port)
-                break
-            except BrokerError:
-                if attempt == 2:
-                    raise
+        status = _start_on_a_free_port(broker.start, BrokerError)
         assert status.bootstrap_servers is not None and status.pid is not None
         yield KafkaBroker(status.bootstrap_servers, broker.root, status.pid)
     finally:
@@ -97,17 +104,7 @@ def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Store]:
 
     server = S3Server(tmp_path_factory.mktemp("s3-server") / "s3")
     try:
-        for attempt in range(3):
-            # A free port can be taken again before the server binds it (by another worker).
-            with socket.socket() as s:
-                s.bind(("127.0.0.1", 0))
-                port = int(s.getsockname()[1])
-            try:
-                status = server.start(port)
-                break
-            except S3ServerError:
-                if attempt == 2:
-                    raise
+        status = _start_on_a_free_port(server.start, S3ServerError)
         assert status.endpoint is not None and status.pid is not None
         store = S3Store(status.endpoint, "lakehouse-tests", server.root, status.pid)
         boto3.client(
