@@ -328,18 +328,26 @@ ON_SERVER = "on the Spark server at sc://localhost:"  # what `lakehouse run` say
 
 
 def start_job(
-    lake: Lake, layer: str, dag_run_id: str, *, client: bool = False, topic: str = TOPIC
+    lake: Lake,
+    layer: str,
+    dag_run_id: str,
+    *,
+    client: bool = False,
+    topic: str = TOPIC,
+    env: Mapping[str, str] | None = None,
 ) -> Job:
     """Start a layer's job of ``topic`` (default: the contract of :func:`make_lake`):
     spark-submit, as Airflow's operator does; with ``client``, `lakehouse run`
-    (:func:`client_command`)."""
+    (:func:`client_command`). ``env``: variables added to the task's environment, which has
+    none of this process's ``LAKEHOUSE_`` ones (e.g. ``LAKEHOUSE_DATA`` and the store's
+    settings, for a lakehouse in a bucket)."""
     tag = uuid.uuid4().hex
     log = lake.root / "logs" / f"{next(_runs):04d}-{layer}.log"
     command = client_command(layer, topic) if client else job_command(layer, dag_run_id, topic)
     with log.open("wb") as out:
         proc = subprocess.Popen(
             command,
-            env=_environment(lake, layer, dag_run_id, tag, topic),
+            env=_environment(lake, layer, dag_run_id, tag, topic) | dict(env or {}),
             cwd=lake.root,
             stdout=out,
             stderr=subprocess.STDOUT,
