@@ -30,7 +30,7 @@ from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO, cast
 
-from lakehouse import kafka
+from lakehouse import kafka, objectstore
 from lakehouse.config import LAYERS, Layer, Settings
 from lakehouse.contracts import Catalog, Contract, TableSpec
 from lakehouse.errors import BadRecordError, ConfigError, LakehouseError
@@ -457,6 +457,7 @@ def run_pipeline(
                 print(line)
     layers: tuple[Layer, ...] = (layer,) if layer else LAYERS
     # The requests above are checked before Spark is set up.
+    objectstore.check_reachable(settings.data_root)  # before a JVM starts, not after
     spark = _spark(settings, "lakehouse-run")
     run(spark, settings, catalog, topics=[topic] if topic else [], layers=layers, requests=requests)
     return 0
