@@ -100,13 +100,17 @@ def pin_cores(n: int) -> None:
         os.sched_setaffinity(0, cpus[:n])
 
 
-def run_worker(script: Path, *args: str, timeout: int = 3600) -> dict[str, Any]:
-    """Run ``script --worker ...`` in a fresh interpreter; it prints one JSON line last."""
+def run_worker(
+    script: Path, *args: str, timeout: int = 3600, env: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """Run ``script --worker ...`` in a fresh interpreter (with ``env`` as its environment if
+    given, else this one's); it prints one JSON line last."""
     proc = subprocess.run(
         [sys.executable, str(script), *args],
         capture_output=True,
         text=True,
         timeout=timeout,
+        env=env,
         check=False,
     )
     if proc.returncode != 0:
