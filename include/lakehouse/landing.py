@@ -216,11 +216,12 @@ def segment_end(seg: Segment, fmt: str = "envelope") -> int:
     import gzip
 
     try:
-        if isinstance(seg.path, Path) and not seg.path.name.endswith(".gz"):
-            if fmt == "connect_json":
+        if not seg.path.name.endswith(".gz"):
+            if fmt == "envelope":
+                return _last_offset(seg.path) + 1
+            if isinstance(seg.path, Path):
                 with seg.path.open("rb") as fh:
                     return seg.start_offset + sum(1 for _ in fh)
-            return _last_offset(seg.path) + 1
         data = objectstore.read_bytes(seg.path)
         if seg.path.name.endswith(".gz"):
             data = gzip.decompress(data)
@@ -232,9 +233,10 @@ def segment_end(seg: Segment, fmt: str = "envelope") -> int:
         return seg.start_offset
 
 
-def _last_offset(path: Path) -> int:
-    """Offset of the last record in one of our own segments (it ends with a complete line)."""
-    with path.open("rb") as fh:
+def _last_offset(path: Location) -> int:
+    """Offset of the last record in one of our own segments (it ends with a complete line),
+    read from the file's end: a producer asks this of every partition's last segment."""
+    with objectstore.open_input(path) as fh:
         fh.seek(0, os.SEEK_END)
         size = fh.tell()
         block = min(size, 1 << 16)

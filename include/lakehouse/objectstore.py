@@ -29,7 +29,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, BinaryIO, cast
 from urllib.parse import urlsplit
 
 from lakehouse.errors import ConfigError
@@ -314,6 +314,13 @@ def read_bytes(path: Location) -> bytes:
         with _filesystem().open_input_stream(path.store_path) as stream:
             return bytes(stream.read())
     return path.read_bytes()
+
+
+def open_input(path: Location) -> BinaryIO:
+    """A file to read with ``seek`` and ``read`` (an object is fetched by ranged GETs as read)."""
+    if isinstance(path, ObjectPath):
+        return cast(BinaryIO, _filesystem().open_input_file(path.store_path))
+    return path.open("rb")
 
 
 def write_bytes(path: Location, data: bytes) -> None:
