@@ -16,8 +16,8 @@ S3_REGION = "us-east-1"
 @dataclass(frozen=True)
 class S3Store:
     """The test session's S3 API: its endpoint, a bucket made for the tests, and ``env``, what a
-    lakehouse process needs in its environment to use them (tests pass it on: it is not set in
-    this process)."""
+    lakehouse process needs in its environment to use them (the session's ``spark`` fixture
+    exports it when the run has tests marked ``s3``: a JVM reads its environment once)."""
 
     endpoint: str
     bucket: str
