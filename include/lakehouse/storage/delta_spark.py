@@ -51,9 +51,9 @@ def is_table(path: Location) -> bool:
     delta-spark makes ``_delta_log`` before it writes commit 0; a creator killed in between
     leaves a log folder that is no table yet."""
     return any(
-        e.name.endswith(".json") or ".checkpoint." in e.name
-        for e in objectstore.listdir(path / "_delta_log")
-        if e.name[:20].isdigit()
+        name.endswith(".json") or ".checkpoint." in name
+        for name in objectstore.names(path / "_delta_log")
+        if name[:20].isdigit()
     )
 
 

@@ -295,7 +295,7 @@ def _held_back(path: Location, oldest: int | None) -> int | None:
 def _checkpointed(path: Location, version: int) -> bool:
     """Whether the log holds a checkpoint of ``version`` (one file, or every part of one)."""
     prefix = f"{version:020d}.checkpoint."
-    return any(e.name.startswith(prefix) for e in objectstore.listdir(path / "_delta_log"))
+    return any(name.startswith(prefix) for name in objectstore.names(path / "_delta_log"))
 
 
 def _pairs(properties: Mapping[str, str]) -> str:
