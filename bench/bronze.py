@@ -42,13 +42,13 @@ WARM = "bench-warmup"
 
 
 def _settings(work: Path) -> object:
-    from lakehouse.config import Settings
+    from lakehouse.runtime.config import Settings
 
     return Settings.from_env(work / "home", work / "contracts")
 
 
 def prepare(work: Path, records: int) -> None:
-    from lakehouse.landing import generate_user_locations
+    from lakehouse.topics.landing import generate_user_locations
 
     contracts = work / "contracts"
     contracts.mkdir(parents=True)
@@ -62,9 +62,9 @@ def prepare(work: Path, records: int) -> None:
 
 
 def worker_ours(work: Path) -> dict[str, float]:
-    from lakehouse import bronze
-    from lakehouse.contracts import Catalog
-    from lakehouse.spark import get_session
+    from lakehouse.contracts.model import Catalog
+    from lakehouse.runtime.spark import get_session
+    from lakehouse.topics import bronze
 
     settings = _settings(work)
     catalog = Catalog.load(settings.contracts_dir)  # type: ignore[attr-defined]
@@ -85,7 +85,7 @@ def worker_peer(work: Path) -> dict[str, float]:
     import pyarrow as pa
     from deltalake import write_deltalake
 
-    from lakehouse.landing import list_segments
+    from lakehouse.topics.landing import list_segments
 
     settings = _settings(work)
     segments = list_segments(settings, TOPIC)  # type: ignore[arg-type]

@@ -13,7 +13,7 @@ shipped contracts. Every table has its change data feed on.
 
 Four paths, each in its own process (so peak memory is its own), over the same landing bytes:
 
-* ours: ``pipeline.run`` (bronze, silver, gold: Spark on ``local[2]``, every table written by
+* ours: ``runner.run`` (bronze, silver, gold: Spark on ``local[2]``, every table written by
   delta-spark, GX gates). The session is started and warmed on a 1000-record topic of the same
   contract first; the figure is the run itself.
 * peer: the same pipeline as Spark's and Delta's documentation teach it, with the same stack
@@ -134,7 +134,7 @@ expectations:
 
 
 def _settings(root: Path) -> Any:
-    from lakehouse.config import Settings
+    from lakehouse.runtime.config import Settings
 
     return Settings.from_env(root / "home", root / "contracts")
 
@@ -226,7 +226,7 @@ class Peer:
         import polars as pl
         from deltalake import write_deltalake
 
-        from lakehouse.landing import list_segments
+        from lakehouse.topics.landing import list_segments
 
         schema = {
             "offset": pl.Int64,
@@ -466,7 +466,7 @@ def peer_facts(root: Path, topic: str) -> dict[str, Any]:
 
 
 def _session() -> Any:
-    from lakehouse.spark import get_session
+    from lakehouse.runtime.spark import get_session
 
     return get_session(f"local[{CORES}]", app_name="bench-e2e")
 
@@ -476,17 +476,17 @@ def _quiet(_: str) -> None:
 
 
 def worker_ours(root: Path) -> dict[str, Any]:
-    from lakehouse import pipeline
-    from lakehouse.contracts import Catalog
+    from lakehouse.contracts.model import Catalog
+    from lakehouse.pipeline import runner
 
     settings = _settings(root)
     catalog = Catalog.load(settings.contracts_dir)
     spark = _session()
     started = time.perf_counter()
-    pipeline.run(spark, settings, catalog, topics=[WARM], echo=_quiet)
+    runner.run(spark, settings, catalog, topics=[WARM], echo=_quiet)
     warmup = time.perf_counter() - started
     started = time.perf_counter()
-    pipeline.run(spark, settings, catalog, topics=[TOPIC], echo=_quiet)
+    runner.run(spark, settings, catalog, topics=[TOPIC], echo=_quiet)
     elapsed = time.perf_counter() - started
     peak = tree_peak_rss_mib()
     spark.stop()
@@ -541,7 +541,7 @@ def worker_floor(root: Path) -> dict[str, Any]:
     import pyarrow.json as pj
     import pyarrow.parquet as pq
 
-    from lakehouse.landing import list_segments
+    from lakehouse.topics.landing import list_segments
     from silver import _joined_bytes
 
     segments = list_segments(_settings(root), TOPIC)
@@ -594,15 +594,15 @@ def _batches(root: Path, run: Any, batch: int, batches: int, warmup: int) -> dic
 
 
 def worker_ours_batches(root: Path, batch: int, batches: int, warmup: int) -> dict[str, Any]:
-    from lakehouse import pipeline
-    from lakehouse.contracts import Catalog
+    from lakehouse.contracts.model import Catalog
+    from lakehouse.pipeline import runner
 
     settings = _settings(root)
     catalog = Catalog.load(settings.contracts_dir)
     spark = _session()
 
     def run() -> None:
-        pipeline.run(spark, settings, catalog, topics=[BATCHED], echo=_quiet)
+        runner.run(spark, settings, catalog, topics=[BATCHED], echo=_quiet)
 
     out = _batches(root, run, batch, batches, warmup)
     spark.stop()
@@ -671,7 +671,7 @@ def served_batches(root: Path, batch: int, batches: int, warmup: int) -> dict[st
     workers'; the server is started (not timed) and stopped here."""
     from airflow_stack import free_port
 
-    from lakehouse import server
+    from lakehouse.runtime import server
 
     shutil.rmtree(root, ignore_errors=True)
     prepare(root, {BATCHED: BASE_RECORDS})

@@ -7,14 +7,14 @@ The work of ``bench/end_to_end.py``'s throughput figure for ours (its contract: 
 on) done twice, each time in a fresh process with its own Spark session on ``local[2]``:
 
 * local: the lakehouse's data under a local folder (``LAKEHOUSE_DATA`` unset);
-* S3: ``LAKEHOUSE_DATA=s3://<bucket>/e2e`` on moto's server (``lakehouse.s3server``, started
+* S3: ``LAKEHOUSE_DATA=s3://<bucket>/e2e`` on moto's server (``lakehouse.runtime.s3server``, started
   here on a free port and stopped at the end), with the store's settings and credentials in the
   worker's environment before its JVM starts, as a deployment's would be. Landing segments,
   tables, the schema registry and the ledger are in the bucket; the home (locks, validations)
   stays local.
 
 Each worker writes the same ``--records`` (same seed) to its landing, untimed, warms its session
-on a 1000-record topic, then times ``pipeline.run`` (bronze, silver, gold) over the records.
+on a 1000-record topic, then times ``runner.run`` (bronze, silver, gold) over the records.
 Both must end with the same silver stream and gold tables, nothing quarantined.
 
 Figures: records/s per core of the S3 run against the local one, and the wall seconds of each;
@@ -41,7 +41,7 @@ from typing import Any
 
 from common import Figure, report, run_worker, tree_peak_rss_mib
 from end_to_end import CORES, TOPIC, WARM, _names, _quiet, _session, _settings, _size, prepare
-from lakehouse.s3server import S3Server, S3ServerError, Status
+from lakehouse.runtime.s3server import S3Server, S3ServerError, Status
 
 WARM_RECORDS = 1000
 BUCKET = "bench-lakehouse"
@@ -83,7 +83,7 @@ def _facts(spark: Any, settings: Any) -> dict[str, int]:
     """What both runs must agree on, read back through the run's own session."""
     from pyspark.sql import functions as F
 
-    from lakehouse import objectstore
+    from lakehouse.runtime import objectstore
 
     n = _names(TOPIC)
 
@@ -117,8 +117,8 @@ def _facts(spark: Any, settings: Any) -> dict[str, int]:
 
 def worker(root: Path, records: int, moto: tuple[int, Path] | None) -> dict[str, Any]:
     """Landing, a warm session, then the timed run; ``moto``: the S3 server's pid and log."""
-    from lakehouse import pipeline
-    from lakehouse.contracts import Catalog
+    from lakehouse.contracts.model import Catalog
+    from lakehouse.pipeline import runner
 
     started = time.perf_counter()
     prepare(root, {TOPIC: records, WARM: WARM_RECORDS})
@@ -127,11 +127,11 @@ def worker(root: Path, records: int, moto: tuple[int, Path] | None) -> dict[str,
     catalog = Catalog.load(settings.contracts_dir)
     spark = _session()
     started = time.perf_counter()
-    pipeline.run(spark, settings, catalog, topics=[WARM], echo=_quiet)
+    runner.run(spark, settings, catalog, topics=[WARM], echo=_quiet)
     warmup = time.perf_counter() - started
     before = _moto_usage(*moto) if moto else None
     started = time.perf_counter()
-    pipeline.run(spark, settings, catalog, topics=[TOPIC], echo=_quiet)
+    runner.run(spark, settings, catalog, topics=[TOPIC], echo=_quiet)
     elapsed = time.perf_counter() - started
     out: dict[str, Any] = {
         "data": str(settings.data_root),

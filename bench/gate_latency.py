@@ -8,7 +8,7 @@ and expectations: ``user`` not_null and match_regex, ``amount`` between, ``city`
 length_between, row_count_between). Modes, each run in a new interpreter ``--runs`` times:
 
 * ``in-process``: the job imports GX and validates (a job without a Spark server);
-* ``service``: the job sends the batch to the validation service (``lakehouse.gx_service``),
+* ``service``: the job sends the batch to the validation service (``lakehouse.quality.gx_service``),
   started once by this script for a scratch home, as the Spark server does.
 
 Figures: the median of the gate's wall time (``run_suite``, from the call to the verdict) and
@@ -35,8 +35,8 @@ CHILD = """
 import json, os, sys, time
 t_start = float(sys.argv[1])
 import pyarrow as pa
-from lakehouse.contracts import Expectation
-from lakehouse.quality import run_suite
+from lakehouse.contracts.model import Expectation
+from lakehouse.quality.verdict import run_suite
 
 def e(name, expect, column=None, **params):
     return Expectation(layer="silver", name=name, expect=expect, severity="warn",
@@ -61,7 +61,8 @@ mode = os.environ["BENCH_MODE"]
 kw = {}
 if mode == "service":
     from pathlib import Path
-    kw["service"] = Path(os.environ["BENCH_SOCKET"])
+    from lakehouse.quality import gx_service
+    kw["service"] = gx_service.client(Path(os.environ["BENCH_SOCKET"]))
 times = []
 for i in range(6):
     t = time.perf_counter()
@@ -86,13 +87,15 @@ def main() -> None:
         env = os.environ | {"BENCH_ROWS": str(args.rows), "LAKEHOUSE_HOME": scratch}
         service = None
         if "service" in modes:
-            from lakehouse import gx_service
-            from lakehouse.config import Settings
+            from lakehouse.quality import gx_service
+            from lakehouse.runtime import server
+            from lakehouse.runtime.config import Settings
+            from lakehouse.runtime.process import socket_answers
 
             settings = Settings.from_env(Path(scratch))
-            service = gx_service.spawn(settings)
+            service = server.spawn_validation_service(settings)
             env["BENCH_SOCKET"] = str(gx_service.address(settings))
-            while not gx_service.answers(gx_service.address(settings)):
+            while not socket_answers(gx_service.address(settings)):
                 assert service.poll() is None, "the validation service did not start"
                 time.sleep(0.1)
         try:

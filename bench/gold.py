@@ -107,13 +107,13 @@ def _contract(kind: str) -> str:
 
 
 def _settings(work: Path) -> Any:
-    from lakehouse.config import Settings
+    from lakehouse.runtime.config import Settings
 
     return Settings.from_env(work / "home", work / "contracts")
 
 
 def _contract_and_spec(work: Path, kind: str) -> tuple[Any, Any]:
-    from lakehouse.contracts import Catalog
+    from lakehouse.contracts.model import Catalog
 
     contract = Catalog.load(work / "contracts").topic(_topic(kind))
     return contract, contract.tables[0]
@@ -133,7 +133,7 @@ def _arrow_schema(contract: Any) -> Any:
     """The silver stream's Arrow schema, as the silver job writes it."""
     from pyspark.sql.pandas.types import to_arrow_schema
 
-    from lakehouse.streams import stream_schema
+    from lakehouse.streams.silver import stream_schema
 
     return to_arrow_schema(stream_schema(contract), timezone="UTC")
 
@@ -205,8 +205,8 @@ def worker_prepare(work: Path, keys: int, events: int, kinds: list[str]) -> dict
     ``seed/``) of the requested kinds; already prepared ones are kept."""
     import numpy as np
 
-    from lakehouse.spark import get_session
-    from lakehouse.tables import build_table
+    from lakehouse.runtime.spark import get_session
+    from lakehouse.tables.gold import build_table
 
     _write_contracts(work)
     settings = _settings(work)
@@ -249,8 +249,8 @@ def worker_prepare(work: Path, keys: int, events: int, kinds: list[str]) -> dict
 
 def _warm_session(work: Path) -> tuple[Any, float]:
     """A local[2] session, warmed by a build of the tiny warm-up stream (not timed)."""
-    from lakehouse.spark import get_session
-    from lakehouse.tables import build_table
+    from lakehouse.runtime.spark import get_session
+    from lakehouse.tables.gold import build_table
 
     settings = _settings(work)
     contract, spec = _contract_and_spec(work, "warm")
@@ -278,7 +278,7 @@ def worker_latency_ours(work: Path, keys: int, batch: int, batches: int) -> dict
     """Append each micro-batch to silver (not timed), then time ``build_table``."""
     from deltalake import DeltaTable, write_deltalake
 
-    from lakehouse.tables import build_table
+    from lakehouse.tables.gold import build_table
 
     settings = _settings(work)
     contract, spec = _contract_and_spec(work, "latency")
@@ -314,7 +314,7 @@ def worker_latency_ours(work: Path, keys: int, batch: int, batches: int) -> dict
 
 
 def worker_full_ours(work: Path) -> dict[str, Any]:
-    from lakehouse.tables import build_table
+    from lakehouse.tables.gold import build_table
 
     settings = _settings(work)
     contract, spec = _contract_and_spec(work, "full")

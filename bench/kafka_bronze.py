@@ -3,7 +3,7 @@
     python bench/kafka_bronze.py [--records 10000000]
 
 Input: ~300-byte check-in values over 12 partitions, produced to a local single-node broker
-(``lakehouse.broker``, its own folder and port) with confluent-kafka. Each path runs in its own
+(``lakehouse.runtime.broker``, its own folder and port) with confluent-kafka. Each path runs in its own
 process, on the same topic, into its own table:
 
 * ours: ``bronze.ingest`` of a Kafka-sourced contract (one bounded batch read with Spark's Kafka
@@ -46,7 +46,7 @@ COLUMNS = ("key", "value", "topic", "partition", "offset", "timestamp", "timesta
 
 
 def _settings(work: Path) -> object:
-    from lakehouse.config import Settings
+    from lakehouse.runtime.config import Settings
 
     return Settings.from_env(work / "home", work / "contracts")
 
@@ -90,7 +90,7 @@ def produce(servers: str, topic: str, records: int) -> float:
 
 def prepare(work: Path, records: int) -> None:
     from lakehouse import cli
-    from lakehouse.contracts import Catalog
+    from lakehouse.contracts.model import Catalog
 
     contracts = work / "contracts"
     contracts.mkdir(parents=True)
@@ -108,9 +108,9 @@ def prepare(work: Path, records: int) -> None:
 
 
 def worker_ours(work: Path) -> dict[str, float]:
-    from lakehouse import bronze
-    from lakehouse.contracts import Catalog
-    from lakehouse.spark import get_session
+    from lakehouse.contracts.model import Catalog
+    from lakehouse.runtime.spark import get_session
+    from lakehouse.topics import bronze
 
     settings = _settings(work)
     catalog = Catalog.load(settings.contracts_dir)  # type: ignore[attr-defined]
@@ -129,7 +129,7 @@ def worker_ours(work: Path) -> dict[str, float]:
 
 
 def worker_peer(work: Path) -> dict[str, float]:
-    from lakehouse.spark import get_session
+    from lakehouse.runtime.spark import get_session
 
     spark = get_session("local[*]", app_name="bench-kafka-peer")
     servers = _servers(work)
@@ -173,8 +173,8 @@ def main() -> None:
         print(json.dumps(fn(Path(work))))
         return
 
-    from lakehouse.broker import Broker
-    from lakehouse.runtime import free_port
+    from lakehouse.runtime.broker import Broker
+    from lakehouse.runtime.process import free_port
 
     work = Path(tempfile.mkdtemp(prefix="bench-kafka-"))
     broker = Broker(work / "kafka")

@@ -34,7 +34,7 @@ would let a change in the machine's background load between the two runs (this i
 2-core machine) pass for gate cost; in lockstep, both see the same conditions within seconds.
 
 For each batch a worker produces ``--batch`` records into landing (same seed for both variants;
-not timed), then times ``pipeline.run_layer`` for bronze, silver and gold, each separately, as
+not timed), then times ``runner.run_layer`` for bronze, silver and gold, each separately, as
 the scheduler runs them (one run per layer, each a new ``RunInfo``). ``--keys`` is the number of
 distinct users the records draw from (uniformly); the gold tables grow towards it, which matters
 for the table-level ``unique`` check, since it judges the whole latest table each batch.
@@ -50,13 +50,13 @@ a passing result for each of its expectations in every measured batch.
 
 ``--profile [N]`` runs N more batches (3 if N is not given; not counted in the figures) after
 the measured ones, in both workers; in the gated worker the gate's parts are timed by wrapping,
-in that process only, ``Gate.check``, ``quality.run_suite`` (split into the Spark -> Arrow
+in that process only, ``Gate.check``, ``verdict.run_suite`` (split into the Spark -> Arrow
 collect of a small Spark batch, done by the wrapper just as run_suite would do it, GX's suite
-and definition set-up ``quality._validation`` or ``gx.get_context``, GX's
+and definition set-up ``verdict._validation`` or ``gx.get_context``, GX's
 ``ValidationDefinition.run``, and the rest: pandas conversion, reading the results),
-``quality.volume_outcome``, ``Gate.record`` (``quality.write_ledger``, ``quality.save_result``),
+``gate.volume_outcome``, ``Gate.record`` (``ledger.write_ledger``, ``ledger.save_result``),
 the dry-run merge ``store._merge_outcome`` and ``store._table_after``,
-``pipeline.sync_constraints`` and ``pipeline.check_freshness``. A function
+``runner.sync_constraints`` and ``runner.check_freshness``. A function
 the library no longer has is skipped and named. Times are means per batch, inclusive, with the
 exclusive (self) time beside them. What the wrapped parts do not explain of the layer's extra
 time (gated minus ungated, same batches) is gate work inside the jobs themselves (for silver:
@@ -147,7 +147,7 @@ quality:
 
 
 def _settings(work: Path, variant: str) -> Any:
-    from lakehouse.config import Settings
+    from lakehouse.runtime.config import Settings
 
     root = work / variant
     return Settings.from_env(home=root / "home", contracts_dir=root / "contracts")
@@ -169,7 +169,7 @@ def batch_records(index: int, batch: int, keys: int) -> list[Any]:
     """Micro-batch ``index``: ``batch`` records, the same for a given index in every process."""
     import numpy as np
 
-    from lakehouse.landing import Record
+    from lakehouse.topics.landing import Record
 
     rng = np.random.default_rng(1000 + index)
     users = rng.integers(0, keys, batch)
@@ -250,14 +250,16 @@ def instrumented(timers: Timers) -> Iterator[None]:
     import pyarrow as pa
     from great_expectations.core.validation_definition import ValidationDefinition
 
-    from lakehouse import pipeline, quality
+    from lakehouse.pipeline import runner
+    from lakehouse.quality import gate, ledger, verdict
+    from lakehouse.quality.expectations import pandas_max_rows
     from lakehouse.storage import store
 
-    original_run_suite = quality.run_suite
+    original_run_suite = verdict.run_suite
 
     def run_suite(name: str, expectations: Any, batch: Any, rows: int, **kw: Any) -> Any:
         with timers.section("quality.run_suite"):
-            if not isinstance(batch, pa.Table) and rows <= quality.pandas_max_rows():
+            if not isinstance(batch, pa.Table) and rows <= pandas_max_rows():
                 # What run_suite does first for a small Spark batch, timed on its own.
                 with timers.section("run_suite: Spark batch -> Arrow (toArrow)"):
                     batch = batch.toArrow()
@@ -266,19 +268,20 @@ def instrumented(timers: Timers) -> Iterator[None]:
     # (object, attribute, label); the library changes, so what is not there is skipped.
     wanted: list[tuple[Any, str, str]] = [
         (gx, "get_context", "run_suite: gx.get_context"),
-        (quality, "_validation", "run_suite: GX suite/definition set-up (quality._validation)"),
+        (verdict, "_validation", "run_suite: GX suite/definition set-up (verdict._validation)"),
         (ValidationDefinition, "run", "run_suite: GX ValidationDefinition.run"),
-        (quality, "volume_outcome", "quality.volume_outcome"),
-        (quality, "write_ledger", "quality.write_ledger"),
-        (quality, "save_result", "quality.save_result"),
-        (quality.Gate, "check", "Gate.check"),
-        (quality.Gate, "record", "Gate.record"),
+        (gate, "volume_outcome", "gate.volume_outcome"),
+        (ledger, "write_ledger", "ledger.write_ledger"),
+        (gate, "save_result", "gate.save_result"),
+        (gate.Gate, "check", "Gate.check"),
+        (gate.Gate, "record", "Gate.record"),
         (store, "_merge_outcome", "store._merge_outcome"),
         (store, "_table_after", "store._table_after"),
-        (pipeline, "sync_constraints", "pipeline.sync_constraints"),
-        (pipeline, "check_freshness", "pipeline.check_freshness"),
+        (runner, "sync_constraints", "runner.sync_constraints"),
+        (runner, "check_freshness", "runner.check_freshness"),
     ]
-    patches: list[tuple[Any, str, Any]] = [(quality, "run_suite", run_suite)]
+    # The gate calls run_suite by the name it imported.
+    patches: list[tuple[Any, str, Any]] = [(gate, "run_suite", run_suite)]
     for obj, attr, label in wanted:
         if hasattr(obj, attr):
             patches.append((obj, attr, timers.wrap(label, getattr(obj, attr))))
@@ -334,7 +337,7 @@ def table_facts(settings: Any) -> dict[str, Any]:
 
 def ledger_facts(settings: Any) -> dict[str, Any]:
     """Per expectation (layer.table.expectation): validations, failures, engines."""
-    from lakehouse.quality import read_ledger
+    from lakehouse.quality.ledger import read_ledger
 
     rows = read_ledger(settings).to_pylist()
     out: dict[str, dict[str, Any]] = {}
@@ -358,10 +361,10 @@ def _reply(kind: str, payload: Any) -> None:
 def worker(work: Path, variant: str, batch: int, keys: int, profile_from: int) -> None:
     """Serve the driver's commands on stdin, one reply line each: ``batch I`` (produce batch
     I, then time run_layer for bronze, silver and gold), ``finish`` (facts, then exit)."""
-    from lakehouse.contracts import Catalog
-    from lakehouse.landing import Producer
-    from lakehouse.pipeline import run_layer
-    from lakehouse.spark import get_session
+    from lakehouse.contracts.model import Catalog
+    from lakehouse.pipeline.runner import run_layer
+    from lakehouse.runtime.spark import get_session
+    from lakehouse.topics.landing import Producer
 
     settings = _settings(work, variant)
     catalog = Catalog.load(settings.contracts_dir)

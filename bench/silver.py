@@ -8,7 +8,7 @@ same record in Avro, Confluent-framed, schema given inline in the contract; one 
 thousand is a tombstone), written as landing segments and ingested by ``bronze.ingest``. The
 bronze tables are the shared input of both paths. Each path runs in its own process:
 
-* ours: ``streams.build`` on ``local[2]``: Spark decodes the bronze change feed (``from_json``,
+* ours: ``silver.build`` on ``local[2]``: Spark decodes the bronze change feed (``from_json``,
   or ``mapInArrow`` for Confluent-framed Avro) and delta-spark appends the stream. The session
   is started and warmed on a tiny topic of the same format first; the figure is the silver job
   itself.
@@ -97,7 +97,7 @@ def _topics(fmt: str) -> tuple[str, str]:
 
 
 def _settings(work: Path) -> Any:
-    from lakehouse.config import Settings
+    from lakehouse.runtime.config import Settings
 
     return Settings.from_env(work / "home", work / "contracts")
 
@@ -116,7 +116,7 @@ def _joined_bytes(arr: Any) -> bytes:
 
 
 def _render(user: Any, ts: Any, value: Any, start: int) -> tuple[bytes, int]:
-    """Envelope lines (see lakehouse.landing) for one segment, offsets from ``start``."""
+    """Envelope lines (see lakehouse.topics.landing) for one segment, offsets from ``start``."""
     import numpy as np
     import pyarrow as pa
     import pyarrow.compute as pc
@@ -140,8 +140,8 @@ def generate(settings: Any, topic: str, fmt: str, records: int, seed: int = 0) -
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    from lakehouse import avro
-    from lakehouse.landing import Producer, default_partition
+    from lakehouse.contracts import avro
+    from lakehouse.topics.landing import Producer, default_partition
 
     rng = np.random.default_rng(seed)
     pool = max(100, min(100_000, records // 20))
@@ -206,9 +206,9 @@ def generate(settings: Any, topic: str, fmt: str, records: int, seed: int = 0) -
 def worker_prepare(work: Path, records: int, formats: list[str]) -> dict[str, Any]:
     """Landing segments and bronze tables of each format's topics (already prepared ones are
     kept); the landing files are deleted once ingested."""
-    from lakehouse import bronze
-    from lakehouse.contracts import Catalog
-    from lakehouse.spark import get_session
+    from lakehouse.contracts.model import Catalog
+    from lakehouse.runtime.spark import get_session
+    from lakehouse.topics import bronze
 
     contracts = work / "contracts"
     contracts.mkdir(parents=True, exist_ok=True)
@@ -255,19 +255,19 @@ def worker_prepare(work: Path, records: int, formats: list[str]) -> dict[str, An
 
 
 def worker_ours(work: Path, fmt: str) -> dict[str, Any]:
-    from lakehouse import streams
-    from lakehouse.contracts import Catalog
-    from lakehouse.spark import get_session
+    from lakehouse.contracts.model import Catalog
+    from lakehouse.runtime.spark import get_session
+    from lakehouse.streams import silver
 
     settings = _settings(work)
     catalog = Catalog.load(settings.contracts_dir)
     topic, warm = _topics(fmt)
     spark = get_session(f"local[{CORES}]", app_name=f"bench-silver-{fmt}")
     started = time.perf_counter()
-    streams.build(spark, settings, catalog.topic(warm))
+    silver.build(spark, settings, catalog.topic(warm))
     warmup = time.perf_counter() - started
     started = time.perf_counter()
-    result = streams.build(spark, settings, catalog.topic(topic))
+    result = silver.build(spark, settings, catalog.topic(topic))
     elapsed = time.perf_counter() - started
     peak = tree_peak_rss_mib()
     spark.stop()

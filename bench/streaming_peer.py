@@ -36,7 +36,7 @@ APP = "bench-peer"
 def session(cores: int) -> Any:
     from pyspark.sql import SparkSession
 
-    from lakehouse.jvm import spark_jars_conf
+    from lakehouse.runtime.jvm import spark_jars_conf
 
     return (
         SparkSession.builder.master(f"local[{cores}]")

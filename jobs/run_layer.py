@@ -3,7 +3,7 @@
     spark-submit jobs/run_layer.py --topic user-locations --layer silver
 
 Airflow runs this with the master of a ``lakehouse_spark`` connection of type ``spark``; the
-flags after ``--layer`` come from the run's Params (see ``lakehouse.control``).
+flags after ``--layer`` come from the run's Params (see ``lakehouse.pipeline.request``).
 """
 
 from __future__ import annotations
@@ -11,9 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from lakehouse.config import LAYERS, Settings
-from lakehouse.contracts import Catalog
-from lakehouse.control import LayerRequest, parse_offsets
+from lakehouse.contracts.model import Catalog
 from lakehouse.errors import (
     CONFIG_ERROR_EXIT,
     GATE_FAILED_EXIT,
@@ -21,6 +19,8 @@ from lakehouse.errors import (
     LakehouseError,
     QualityGateError,
 )
+from lakehouse.pipeline.request import LayerRequest, parse_offsets
+from lakehouse.runtime.config import LAYERS, Settings
 
 
 def parse(argv: list[str] | None = None) -> tuple[argparse.Namespace, LayerRequest]:
@@ -62,9 +62,9 @@ def main(argv: list[str] | None = None) -> int:
     except LakehouseError as exc:  # bad configuration fails before Spark starts
         print(f"error: {exc}", file=sys.stderr)
         return CONFIG_ERROR_EXIT
-    from lakehouse.pipeline import run_layer
-    from lakehouse.quality import RunInfo
-    from lakehouse.spark import get_session
+    from lakehouse.pipeline.runner import run_layer
+    from lakehouse.quality.ledger import RunInfo
+    from lakehouse.runtime.spark import get_session
 
     run = RunInfo.from_env(dag_run_id=args.dag_run_id)
     spark = None

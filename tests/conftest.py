@@ -15,7 +15,7 @@ from typing import TypeVar
 
 import pytest
 
-from lakehouse.config import REPO_ROOT, Settings
+from lakehouse.runtime.config import REPO_ROOT, Settings
 from lakes import S3_REGION, S3Store
 
 T = TypeVar("T")
@@ -43,7 +43,7 @@ def spark(request: pytest.FixtureRequest) -> Iterator[object]:
     """One local SparkSession shared by every test that needs Spark. When the run has tests on
     S3 (marker ``s3``), the session's JVM and Python workers start with the test S3 API's
     settings and credentials in their environment, as a deployment's Spark would."""
-    from lakehouse.spark import get_session
+    from lakehouse.runtime.spark import get_session
 
     if any(item.get_closest_marker("s3") for item in request.session.items):
         store = request.getfixturevalue("s3_server")
@@ -79,10 +79,10 @@ def _start_on_a_free_port(start: Callable[[int], T], error: type[Exception]) -> 
 
 @pytest.fixture(scope="session")
 def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBroker]:
-    """One local Kafka broker (lakehouse.broker) for the test session, in a folder of its own, on
+    """One local Kafka broker (lakehouse.runtime.broker) for the test session, in a folder of its own, on
     a free port (each xdist worker starts its own); stopped at the end, whatever the tests did.
     Tests share it: each uses topics of its own."""
-    from lakehouse.broker import Broker, BrokerError
+    from lakehouse.runtime.broker import Broker, BrokerError
 
     broker = Broker(tmp_path_factory.mktemp("kafka-broker") / "kafka")
     try:
@@ -95,12 +95,12 @@ def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBrok
 
 @pytest.fixture(scope="session")
 def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Store]:
-    """One local S3 API (lakehouse.s3server: moto's server, in memory) for the test session, on
+    """One local S3 API (lakehouse.runtime.s3server: moto's server, in memory) for the test session, on
     a free port (each xdist worker starts its own), with one bucket; stopped at the end, whatever
     the tests did. Tests share the bucket: each uses keys of its own."""
     import boto3
 
-    from lakehouse.s3server import S3Server, S3ServerError
+    from lakehouse.runtime.s3server import S3Server, S3ServerError
 
     server = S3Server(tmp_path_factory.mktemp("s3-server") / "s3")
     try:

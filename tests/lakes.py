@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from lakehouse.config import REPO_ROOT, Settings
+from lakehouse.runtime.config import REPO_ROOT, Settings
 
 S3_REGION = "us-east-1"
 
@@ -47,7 +47,7 @@ def lake_settings(
     """The body of a ``settings`` fixture parametrized with :data:`STORAGES`: a fresh lakehouse
     with the shipped contracts, its data under the home or under a prefix of its own in the
     test bucket (``LAKEHOUSE_DATA``), set in this process's environment for the test."""
-    from lakehouse import objectstore
+    from lakehouse.runtime import objectstore
 
     monkeypatch.setenv("LAKEHOUSE_HOME", str(tmp_path / "lakehouse"))
     monkeypatch.setenv("LAKEHOUSE_CONTRACTS", str(REPO_ROOT / "contracts"))

@@ -3,7 +3,7 @@
 # Central with Central's checksums enforced (-C). The folder is replaced whole: a jar dropped from
 # the pom does not stay behind. `make install` and `make jars-lock` copy Spark's into .venv/jars
 # and the Kafka broker's (include/jvm/kafka/pom.xml) into .venv/kafka-jars, the Dockerfile Spark's
-# into /usr/local/jars; `python -m lakehouse.jvm [spark|kafka]` then checks them against the lock
+# into /usr/local/jars; `python -m lakehouse.runtime.jvm [spark|kafka]` then checks them against the lock
 # beside the pom (jars.sha256).
 # MVN names the Maven to run (default: mvn on the PATH).
 set -eu

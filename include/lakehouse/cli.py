@@ -30,19 +30,20 @@ from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO, cast
 
-from lakehouse import kafka, objectstore
-from lakehouse.config import LAYERS, Layer, Settings
-from lakehouse.contracts import Catalog, Contract, TableSpec
+from lakehouse.contracts.model import Catalog, Contract, TableSpec
 from lakehouse.errors import BadRecordError, ConfigError, LakehouseError
-from lakehouse.landing import Producer, Record, record_from_json_line
-from lakehouse.objectstore import Location, location
+from lakehouse.runtime import objectstore
+from lakehouse.runtime.config import LAYERS, Layer, Settings
+from lakehouse.runtime.objectstore import Location, location
 from lakehouse.storage.maintenance import DEFAULT_RETENTION_HOURS
+from lakehouse.topics import kafka
+from lakehouse.topics.landing import Producer, Record, record_from_json_line
 
 if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import SparkSession
 
-    from lakehouse.control import RunRequest
+    from lakehouse.pipeline.request import RunRequest
 
 PRODUCE_CHUNK = 10_000
 
@@ -70,7 +71,7 @@ def produce(
     """Produce JSON lines from ``stream``, keys and values encoded in the topic's formats (Avro
     with the latest schema id, or ``value_schema_id``); stop at the first bad line, keeping what
     went before."""
-    from lakehouse.serde import Serializer
+    from lakehouse.contracts.serde import Serializer
 
     producer: Producer | kafka.Producer
     if contract.kafka is not None:
@@ -120,7 +121,7 @@ def produce_sample(
 ) -> int:
     """The shipped topics' fixed samples (once, into empty topics), or ``records`` random ones
     for one topic (default user-locations)."""
-    from lakehouse import samples
+    from lakehouse.topics import samples
 
     if records is not None:
         contract = catalog.topic(topic or "user-locations")
@@ -148,7 +149,7 @@ def produce_sample(
 def schemas(settings: Settings, catalog: Catalog, topic: str | None, check: bool) -> int:
     """List each topic's registered key/value schema versions; ``check``: would the current
     contracts be accepted (nothing is registered)?"""
-    from lakehouse.registry import SUBJECTS, SchemaRegistry
+    from lakehouse.streams.registry import SUBJECTS, SchemaRegistry
 
     registry = SchemaRegistry(settings.registry_path)
     contracts = [catalog.topic(topic)] if topic else list(catalog)
@@ -248,7 +249,7 @@ def show(
 
 
 def _instant(text: str, flag: str) -> datetime:
-    from lakehouse.landing import parse_timestamp
+    from lakehouse.contracts.serde import parse_timestamp
 
     ms = parse_timestamp(int(text) if text.isdigit() else text, flag)
     return datetime.fromtimestamp((ms or 0) / 1000, tz=UTC)
@@ -262,8 +263,8 @@ def _gold(catalog: Catalog, name: str) -> tuple[Contract, TableSpec]:
 
 
 def _at_event_time(settings: Settings, catalog: Catalog, name: str, when: datetime) -> pa.Table:
-    from lakehouse.rebuild import at_event_time
-    from lakehouse.spark import get_session
+    from lakehouse.runtime.spark import get_session
+    from lakehouse.tables.rebuild import at_event_time
 
     contract, spec = _gold(catalog, name)
     spark = get_session(settings.spark_master, app_name="lakehouse-at-event-time")
@@ -271,8 +272,8 @@ def _at_event_time(settings: Settings, catalog: Catalog, name: str, when: dateti
 
 
 def refresh(settings: Settings, catalog: Catalog, name: str, from_version: int | None) -> int:
-    from lakehouse.rebuild import refresh as rebuild
-    from lakehouse.spark import get_session
+    from lakehouse.runtime.spark import get_session
+    from lakehouse.tables.rebuild import refresh as rebuild
 
     contract, spec = _gold(catalog, name)
     spark = get_session(settings.spark_master, app_name="lakehouse-refresh")
@@ -282,9 +283,9 @@ def refresh(settings: Settings, catalog: Catalog, name: str, from_version: int |
 
 def restore(settings: Settings, catalog: Catalog, name: str, target: str | None) -> int:
     """Rebuild a gold table from its changelog into a new table and compare the two."""
-    from lakehouse.rebuild import restore as replay
-    from lakehouse.spark import get_session
+    from lakehouse.runtime.spark import get_session
     from lakehouse.storage import read_arrow
+    from lakehouse.tables.rebuild import restore as replay
 
     contract, spec = _gold(catalog, name)
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
@@ -327,9 +328,9 @@ def lag(settings: Settings, catalog: Catalog, topic: str | None, fmt: str) -> in
     """Kafka's consumer lag, for bronze as the consumer of the landing topic partitions."""
     import pyarrow as pa
 
-    from lakehouse.bronze import POSITION_KEY, Position
-    from lakehouse.landing import end_offsets, survey
     from lakehouse.storage.store import latest_metadata
+    from lakehouse.topics.bronze import POSITION_KEY, Position
+    from lakehouse.topics.landing import end_offsets, survey
 
     rows = []
     ignored: list[str] = []
@@ -387,11 +388,11 @@ def create_topic(settings: Settings, contract: Contract, err: TextIO) -> int:
 def data_quality(settings: Settings, table: str | None, last: int, fmt: str) -> int:
     """The ledger's latest validation per table with its trend, or (json) the ledger's rows."""
     if fmt == "json":
-        from lakehouse.quality import read_ledger
+        from lakehouse.quality.ledger import read_ledger
 
         render(read_ledger(settings, table), fmt, sys.stdout)
         return 0
-    from lakehouse.reports import print_report
+    from lakehouse.quality.reports import print_report
 
     print_report(settings, table=table, last=last)
     return 0
@@ -414,7 +415,7 @@ def run_requests(
     """``lakehouse run``'s flags as each topic's run request, checked as a triggered run's
     Params are (:meth:`RunRequest.from_params`). A reprocess or a refresh names versions, offsets
     or tables of one topic, so it needs ``--topic``."""
-    from lakehouse.control import RunRequest
+    from lakehouse.pipeline.request import RunRequest
 
     asked = dict(asked or {})
     given = [k for k in RUN_REQUEST_FLAGS if asked.get(k) not in (None, "", [], ())]
@@ -429,8 +430,8 @@ def run_requests(
 def _spark(settings: Settings, app_name: str) -> SparkSession:
     """A session on this lakehouse's Spark server when it runs (`lakehouse spark start`): no JVM
     to start. Otherwise a Spark of this process's own."""
-    from lakehouse import server
-    from lakehouse.spark import get_session
+    from lakehouse.runtime import server
+    from lakehouse.runtime.spark import get_session
 
     status = server.status(settings)
     if status.running:
@@ -448,7 +449,7 @@ def run_pipeline(
 ) -> int:
     """One micro-batch of the given layers and topics, plus what the flags ask (``asked``: the
     keys of a triggered run's Params). Every request is checked before Spark starts."""
-    from lakehouse.pipeline import run
+    from lakehouse.pipeline.runner import run
 
     requests = run_requests(catalog, topic, layer, asked)
     if any(v for v in (asked or {}).values()):
@@ -464,7 +465,7 @@ def run_pipeline(
 
 
 def run_airflow(settings: Settings, args: list[str]) -> int:
-    from lakehouse.airflow_env import airflow_environment
+    from lakehouse.orchestration.airflow_env import airflow_environment
 
     env = airflow_environment(settings)
     Path(env["AIRFLOW_HOME"]).mkdir(parents=True, exist_ok=True)
@@ -653,19 +654,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "airflow":
             return run_airflow(settings, args.args)
         if args.command == "spark":
-            from lakehouse import server
+            from lakehouse.runtime import server
 
             return server.main(settings, args.action)
         if args.command == "postgres":
-            from lakehouse import postgres
+            from lakehouse.runtime import postgres
 
             return postgres.main(settings, args.action)
         if args.command == "kafka":
-            from lakehouse import broker
+            from lakehouse.runtime import broker
 
             return broker.main(settings, args.action)
         if args.command == "s3":
-            from lakehouse import s3server
+            from lakehouse.runtime import s3server
 
             return s3server.main(settings, args.action)
         catalog = Catalog.load(settings.contracts_dir)
@@ -697,7 +698,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "changes":
             return changes(settings, catalog, args.table, args.from_version, args.format)
         if args.command == "maintain":
-            from lakehouse.pipeline import maintain_topics, maintained_tables
+            from lakehouse.pipeline.runner import maintain_topics, maintained_tables
 
             topics = [args.topic] if args.topic else []
             # An unknown topic is refused, and a lakehouse without tables done, before Spark
@@ -727,7 +728,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "dq":
             return data_quality(settings, args.table, args.last, args.format)
         if args.command == "report":
-            from lakehouse.reports import build_data_docs
+            from lakehouse.quality.reports import build_data_docs
 
             print(f"Data Docs: {build_data_docs(settings, catalog)}")
             return 0

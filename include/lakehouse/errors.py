@@ -56,7 +56,7 @@ class JavaNotFoundError(ConfigError):
 
 
 class JarsError(ConfigError):
-    """The JVM jars Spark is given (``spark.jars``, see :mod:`lakehouse.jvm`) are not the locked
+    """The JVM jars Spark is given (``spark.jars``, see :mod:`lakehouse.runtime.jvm`) are not the locked
     ones: a jar is missing, differs from its checksum, is not in the lock, or duplicates one of
     pyspark's. The message names each jar and says what to run."""
 

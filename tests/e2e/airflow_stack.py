@@ -3,7 +3,7 @@ processor and the API server (UI, REST API and the workers' execution API) as th
 (and the triggerer, for the tests that need it),
 with the lakehouse's environment (``airflow_environment``: generated secrets, the simple auth
 manager with a generated admin password, login required) and its metadata database on
-PostgreSQL (:mod:`lakehouse.postgres`), so the LocalExecutor runs independent tasks side by
+PostgreSQL (:mod:`lakehouse.runtime.postgres`), so the LocalExecutor runs independent tasks side by
 side.
 
 Each stack gets a database of its own in a PostgreSQL cluster: the caller's (the end-to-end
@@ -33,9 +33,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lakehouse.airflow_env import airflow_environment
-from lakehouse.config import Settings
-from lakehouse.postgres import Cluster
+from lakehouse.orchestration.airflow_env import airflow_environment
+from lakehouse.runtime.config import Settings
+from lakehouse.runtime.postgres import Cluster
 
 AIRFLOW = Path(sys.executable).parent / "airflow"
 COMPONENTS = ("api-server", "scheduler", "dag-processor")

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from lakehouse.config import REPO_ROOT
+from lakehouse.runtime.config import REPO_ROOT
 
 ARTIFACTS = REPO_ROOT / "tests" / "artifacts"
 

@@ -9,9 +9,9 @@ import pytest
 from airflow_stack import free_port, temporary_postgres
 from browser import Browser
 
-from lakehouse import server
-from lakehouse.config import Settings
-from lakehouse.postgres import Cluster
+from lakehouse.runtime import server
+from lakehouse.runtime.config import Settings
+from lakehouse.runtime.postgres import Cluster
 
 
 @pytest.fixture(scope="module")

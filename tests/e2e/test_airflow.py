@@ -19,9 +19,9 @@ from typing import Any
 import pytest
 from airflow_stack import free_port
 
-from lakehouse import server
-from lakehouse.airflow_env import SPARK_CONN_ENV, airflow_environment, airflow_secrets
-from lakehouse.config import REPO_ROOT, Settings
+from lakehouse.orchestration.airflow_env import SPARK_CONN_ENV, airflow_environment, airflow_secrets
+from lakehouse.runtime import server
+from lakehouse.runtime.config import REPO_ROOT, Settings
 from lakehouse.storage import changes_arrow, read_arrow
 
 pytestmark = pytest.mark.e2e
@@ -236,7 +236,7 @@ def test_pipeline_dag_runs_with_its_data_in_a_bucket(
     clients of a Spark server started with the store's settings (the one committing driver),
     credentials only in the processes' environment: the run succeeds, the tables are in the
     bucket and nowhere else, and the secret key is in no task output or server log."""
-    from lakehouse import objectstore
+    from lakehouse.runtime import objectstore
 
     secret = f"not-a-real-secret-{tmp_path.name}"  # moto checks no signature
     for name, value in s3_server.env.items():
@@ -516,11 +516,11 @@ def test_a_task_whose_broker_is_down_fails_and_its_retry_succeeds(
     """A Kafka-sourced topic whose broker stopped after records were produced: the bronze task's
     try fails naming the broker and how to start it, having committed nothing; once the broker
     is back on its storage, Airflow's retry ingests the records and the run succeeds."""
-    from lakehouse import kafka
-    from lakehouse.broker import Broker
-    from lakehouse.contracts import Catalog
-    from lakehouse.landing import Record
-    from lakehouse.runtime import free_port
+    from lakehouse.contracts.model import Catalog
+    from lakehouse.runtime.broker import Broker
+    from lakehouse.runtime.process import free_port
+    from lakehouse.topics import kafka
+    from lakehouse.topics.landing import Record
 
     servers = f"127.0.0.1:{free_port()}"
     contracts = tmp_path / "contracts"

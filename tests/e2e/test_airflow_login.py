@@ -24,8 +24,8 @@ import jwt
 import pytest
 from airflow_stack import clean_environment
 
-from lakehouse.airflow_env import airflow_secrets
-from lakehouse.config import REPO_ROOT, Settings
+from lakehouse.orchestration.airflow_env import airflow_secrets
+from lakehouse.runtime.config import REPO_ROOT, Settings
 
 pytestmark = pytest.mark.e2e
 

@@ -21,13 +21,13 @@ import psycopg
 import pytest
 from airflow_stack import AIRFLOW, Airflow, clean_environment, running_airflow
 
-from lakehouse.airflow_env import SPARK_CONN_ENV
-from lakehouse.config import Settings
-from lakehouse.postgres import Cluster
+from lakehouse.orchestration.airflow_env import SPARK_CONN_ENV
+from lakehouse.runtime.config import Settings
+from lakehouse.runtime.postgres import Cluster
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
 
-RUN_DAG = "lakehouse__run"  # (lakehouse.orchestration.RUN_DAG; importing it loads Airflow)
+RUN_DAG = "lakehouse__run"  # (lakehouse.orchestration.dags.RUN_DAG; importing it loads Airflow)
 TOPICS = ("pg-east", "pg-west")
 NO_SCHEDULE = {"AIRFLOW__SCHEDULER__USE_JOB_SCHEDULE": "False"}
 

@@ -4,7 +4,7 @@ triggered by hand, runs when records are produced to its broker topic.
 Airflow 3 runs for real with its triggerer (see airflow_stack.py; LocalExecutor on PostgreSQL,
 layer tasks as clients of a Spark server), against the test session's Kafka broker. The DAG is
 scheduled on its time schedule or on the Asset that Airflow's Kafka message-queue trigger watches
-(lakehouse.orchestration.records_asset). Unpausing it also starts its first interval run; the
+(lakehouse.orchestration.dags.records_asset). Unpausing it also starts its first interval run; the
 records are produced once the trigger's consumer has joined its group and that run is done, and
 the run the asset events create must take them through bronze, silver and gold, alone.
 """
@@ -22,13 +22,14 @@ from typing import Any
 import pytest
 from airflow_stack import Airflow, running_airflow
 
-from lakehouse import cli, kafka
-from lakehouse.airflow_env import SPARK_CONN_ENV, kafka_trigger_group
-from lakehouse.config import Settings
-from lakehouse.contracts import Catalog, Contract
-from lakehouse.landing import Record
-from lakehouse.postgres import Cluster
+from lakehouse import cli
+from lakehouse.contracts.model import Catalog, Contract
+from lakehouse.orchestration.airflow_env import SPARK_CONN_ENV, kafka_trigger_group
+from lakehouse.runtime.config import Settings
+from lakehouse.runtime.postgres import Cluster
 from lakehouse.storage import read_arrow
+from lakehouse.topics import kafka
+from lakehouse.topics.landing import Record
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
 

@@ -26,15 +26,15 @@ from typing import Any
 import pytest
 from browser import Browser, screenshot
 
-from lakehouse.airflow_env import airflow_environment
-from lakehouse.config import REPO_ROOT, Settings
+from lakehouse.orchestration.airflow_env import airflow_environment
+from lakehouse.runtime.config import REPO_ROOT, Settings
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
 HEAVY = ("pyspark", "deltalake", "great_expectations", "polars")
 API_SERVER = Path(__file__).with_name("api_server.py")
 PREFIX = "/lakehouse-reports"
-ENTRY_POINT = "lakehouse.airflow_plugin:LakehousePlugin"
+ENTRY_POINT = "lakehouse.orchestration.airflow_plugin:LakehousePlugin"
 SIMPLE_AUTH = "airflow.api_fastapi.auth.managers.simple.simple_auth_manager.SimpleAuthManager"
 SUITE = "silver.demo_stream"
 
@@ -148,9 +148,10 @@ def built_site(server: Server) -> Path:
     """Data Docs built from one saved validation result whose only expectation fails."""
     import pyarrow as pa
 
-    from lakehouse.contracts import Catalog, Expectation
-    from lakehouse.quality import RunInfo, Verdict, run_suite, save_result
-    from lakehouse.reports import build_data_docs
+    from lakehouse.contracts.model import Catalog, Expectation
+    from lakehouse.quality.ledger import RunInfo, save_result
+    from lakehouse.quality.reports import build_data_docs
+    from lakehouse.quality.verdict import Verdict, run_suite
 
     settings = server.settings
     exps = [

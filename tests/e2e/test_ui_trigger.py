@@ -25,9 +25,9 @@ import pytest
 from airflow_stack import Airflow, clean_environment, running_airflow
 from browser import ARTIFACTS, Browser, screenshot
 
-from lakehouse.airflow_env import SPARK_CONN_ENV, airflow_secrets
-from lakehouse.config import Settings
-from lakehouse.postgres import Cluster
+from lakehouse.orchestration.airflow_env import SPARK_CONN_ENV, airflow_secrets
+from lakehouse.runtime.config import Settings
+from lakehouse.runtime.postgres import Cluster
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
 

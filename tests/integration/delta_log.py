@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import PurePosixPath
 
-from lakehouse import objectstore
-from lakehouse.objectstore import Location
+from lakehouse.runtime import objectstore
+from lakehouse.runtime.objectstore import Location
 
 
 def _commits(table: Location) -> dict[int, Location]:

@@ -23,12 +23,12 @@ from typing import Any
 import pytest
 from deltalake import DeltaTable
 
-from lakehouse.bronze import BATCH_KEY
-from lakehouse.config import Settings
-from lakehouse.contracts import Catalog
-from lakehouse.pipeline import run
+from lakehouse.contracts.model import Catalog
+from lakehouse.pipeline.runner import run
+from lakehouse.runtime.config import Settings
 from lakehouse.storage import read_arrow
-from lakehouse.storage.delta_spark import commit_metadata
+from lakehouse.storage.log import commit_metadata
+from lakehouse.topics.bronze import BATCH_KEY
 
 pytestmark = pytest.mark.integration
 

@@ -12,11 +12,12 @@ from typing import Any
 
 import pytest
 
-from lakehouse import bronze, cli
-from lakehouse.config import Settings
-from lakehouse.contracts import Catalog
-from lakehouse.landing import Producer, Record
+from lakehouse import cli
+from lakehouse.contracts.model import Catalog
+from lakehouse.runtime.config import Settings
 from lakehouse.storage import read_arrow
+from lakehouse.topics import bronze
+from lakehouse.topics.landing import Producer, Record
 
 pytestmark = pytest.mark.integration
 

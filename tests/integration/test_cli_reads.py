@@ -22,12 +22,12 @@ import pyarrow as pa
 import pytest
 
 from lakehouse import cli
-from lakehouse.config import Settings
-from lakehouse.contracts import Catalog
-from lakehouse.landing import Producer, Record
-from lakehouse.objectstore import Location
-from lakehouse.pipeline import run
+from lakehouse.contracts.model import Catalog
+from lakehouse.pipeline.runner import run
+from lakehouse.runtime.config import Settings
+from lakehouse.runtime.objectstore import Location
 from lakehouse.storage.store import table_version
+from lakehouse.topics.landing import Producer, Record
 from lakes import STORAGES, S3Store
 
 pytestmark = pytest.mark.integration

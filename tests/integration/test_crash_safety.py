@@ -134,9 +134,9 @@ def test_kill_9_of_the_ingest_then_rerun(
 ) -> None:
     """Bronze == produced, no duplicates, every bad line quarantined exactly once: with the
     landing files and the tables on local files, and in the test bucket."""
-    from lakehouse import objectstore
-    from lakehouse.config import Settings
-    from lakehouse.landing import Producer, Record
+    from lakehouse.runtime import objectstore
+    from lakehouse.runtime.config import Settings
+    from lakehouse.topics.landing import Producer, Record
 
     contracts = tmp_path / "contracts"
     contracts.mkdir()
@@ -200,10 +200,10 @@ def test_two_ingests_of_one_topic_at_once_commit_each_batch_once(
     the next batch; no record is lost or doubled, and no batch is committed twice."""
     from deltalake import DeltaTable
 
-    from lakehouse.bronze import BATCH_KEY
-    from lakehouse.config import Settings
-    from lakehouse.landing import Producer, Record
-    from lakehouse.storage.delta_spark import commit_metadata
+    from lakehouse.runtime.config import Settings
+    from lakehouse.storage.log import commit_metadata
+    from lakehouse.topics.bronze import BATCH_KEY
+    from lakehouse.topics.landing import Producer, Record
 
     contracts = tmp_path / "contracts"
     contracts.mkdir()

@@ -1,4 +1,4 @@
-"""Spark's own Delta Lake and Avro, from the jars `make install` put in .venv/jars (lakehouse.jvm):
+"""Spark's own Delta Lake and Avro, from the jars `make install` put in .venv/jars (lakehouse.runtime.jvm):
 a Delta table written, read and described by Spark, an Avro round trip, and a spark-submit with
 the platform's settings (and one without the jars, refused)."""
 
@@ -12,15 +12,15 @@ from typing import Any
 
 import pytest
 
-from lakehouse import jvm
-from lakehouse.spark import conf_args, submit_conf
+from lakehouse.runtime import jvm
+from lakehouse.runtime.spark import conf_args, submit_conf
 
 pytestmark = pytest.mark.integration
 
 JOB = """\
 import sys
 from lakehouse.errors import JarsError
-from lakehouse.spark import get_session
+from lakehouse.runtime.spark import get_session
 try:
     spark = get_session(app_name="lakehouse-delta-check")
 except JarsError as exc:
@@ -120,7 +120,7 @@ def test_a_spark_submit_without_the_jars_is_refused_naming_them(tmp_path: Path) 
     assert refused == [
         "refused: spark-submit started this job without the JVM jars "
         + ", ".join(jvm.read_lock())
-        + " (submit it with lakehouse.spark.submit_conf()'s settings, as the Airflow operator "
+        + " (submit it with lakehouse.runtime.spark.submit_conf()'s settings, as the Airflow operator "
         "does: `--conf spark.jars=...`)"
     ]
     assert not (tmp_path / "table").exists()
@@ -137,7 +137,7 @@ def test_threads_sharing_a_session_keep_their_own_merge_metadata(
     from deltalake import DeltaTable
 
     from lakehouse.storage import delta_spark
-    from lakehouse.storage.delta_spark import commit_metadata
+    from lakehouse.storage.log import commit_metadata
 
     tables = [tmp_path / f"t{i}" for i in range(4)]
     rows = spark.createDataFrame([(k,) for k in range(20)], "k long")
@@ -201,8 +201,7 @@ def test_a_merge_records_its_position_once_and_commits_even_when_nothing_changes
     from deltalake import DeltaTable
 
     from lakehouse.storage import changes_arrow
-    from lakehouse.storage.delta_spark import commit_metadata
-    from lakehouse.storage.store import table_rows
+    from lakehouse.storage.log import commit_metadata, table_rows
 
     path = tmp_path / "sums"
     _sum_table(spark, path)
@@ -243,7 +242,7 @@ def test_a_gate_collects_a_batch_within_its_bound_and_leaves_a_big_one_in_spark(
 ) -> None:
     import pyarrow as pa
 
-    from lakehouse.quality import collect_if_small
+    from lakehouse.quality.gate import collect_if_small
 
     batch = spark.range(5).selectExpr("id", "id * 2 AS twice")
     table, rows = collect_if_small(batch, ["twice"], at_most=10)
@@ -266,7 +265,7 @@ def test_threads_sharing_a_session_merge_with_their_own_positions(
 
     from deltalake import DeltaTable
 
-    from lakehouse.storage.delta_spark import commit_metadata
+    from lakehouse.storage.log import commit_metadata
 
     tables = [tmp_path / f"t{i}" for i in range(4)]
     for table in tables:

@@ -13,11 +13,11 @@ from hypothesis import HealthCheck, example, given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
-from lakehouse.config import Settings
-from lakehouse.contracts import Catalog
-from lakehouse.landing import Producer, Record
-from lakehouse.pipeline import run
+from lakehouse.contracts.model import Catalog
+from lakehouse.pipeline.runner import run
+from lakehouse.runtime.config import Settings
 from lakehouse.storage import read_arrow
+from lakehouse.topics.landing import Producer, Record
 
 pytestmark = pytest.mark.integration
 

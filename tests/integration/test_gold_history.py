@@ -15,12 +15,12 @@ from hypothesis import HealthCheck, example, given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
-from lakehouse.config import Settings
-from lakehouse.contracts import Catalog
-from lakehouse.landing import Producer, Record
-from lakehouse.pipeline import run
-from lakehouse.rebuild import at_event_time, refresh, restore
+from lakehouse.contracts.model import Catalog
+from lakehouse.pipeline.runner import run
+from lakehouse.runtime.config import Settings
 from lakehouse.storage import changes_arrow, read_arrow
+from lakehouse.tables.rebuild import at_event_time, refresh, restore
+from lakehouse.topics.landing import Producer, Record
 
 pytestmark = pytest.mark.integration
 

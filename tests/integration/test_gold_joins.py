@@ -13,11 +13,11 @@ from hypothesis import HealthCheck, example, given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
-from lakehouse.config import Settings
-from lakehouse.contracts import Catalog
-from lakehouse.landing import Producer, Record
-from lakehouse.pipeline import run
+from lakehouse.contracts.model import Catalog
+from lakehouse.pipeline.runner import run
+from lakehouse.runtime.config import Settings
 from lakehouse.storage import DeltaStore, changes_arrow, read_arrow
+from lakehouse.topics.landing import Producer, Record
 
 pytestmark = pytest.mark.integration
 
@@ -330,7 +330,7 @@ def test_table_table_follows_both_sides_changes_and_deletes(spark: Any, tmp_path
 def test_table_table_recovers_from_a_crash_between_the_gold_and_state_commits(
     spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from lakehouse import joins
+    from lakehouse.tables import joins
 
     lake = _lake(tmp_path, PROPERTY_TABLES.split("  - name: tt_left")[0], USERS)
     _produce(lake, "users", [("a", {"city": "x"}), ("b", {"city": "y"})])
@@ -422,15 +422,15 @@ def test_stream_stream_pairs_events_within_the_window_once(spark: Any, tmp_path:
 
 
 def test_a_left_stream_stream_join_is_refused(spark: Any, tmp_path: Path) -> None:
-    from lakehouse import tables
     from lakehouse.errors import ContractError
+    from lakehouse.tables import gold
 
     left = STREAM_STREAM.replace("within: 10s", "within: 10s, how: left")
     lake = _lake(tmp_path, left, IMPRESSIONS)
     with pytest.raises(ContractError, match=r"left|inner"):
         catalog = Catalog.load(lake.contracts_dir)
         clicks = catalog.topic("clicks")
-        tables.build_table(spark, lake, clicks, clicks.tables[0], catalog)
+        gold.build_table(spark, lake, clicks, clicks.tables[0], catalog)
     assert not lake.gold_path("clicked_impressions").exists()
 
 

@@ -15,11 +15,11 @@ from hypothesis import HealthCheck, example, given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
-from lakehouse.config import Settings
-from lakehouse.contracts import Catalog
-from lakehouse.landing import Producer, Record
-from lakehouse.pipeline import run
+from lakehouse.contracts.model import Catalog
+from lakehouse.pipeline.runner import run
+from lakehouse.runtime.config import Settings
 from lakehouse.storage import DeltaStore, changes_arrow, delta_spark, read_arrow
+from lakehouse.topics.landing import Producer, Record
 
 pytestmark = pytest.mark.integration
 
@@ -107,8 +107,8 @@ def _ev(user: str, m: float | None, page: str, amount: int = 1) -> Event:
 
 
 def test_spark_window_assignment_matches_the_reference(spark: Any) -> None:
-    from lakehouse.contracts import Window
-    from lakehouse.windows import assign_time_windows, time_windows
+    from lakehouse.contracts.model import Window
+    from lakehouse.tables.windows import assign_time_windows, time_windows
 
     times = [0, 1, 4, 5, 6, 7, 11, 12]
     df = spark.createDataFrame([(t, 10) for t in times], "__t long, __st long")
@@ -445,7 +445,7 @@ def test_reprocess_moves_the_stream_time_back_with_the_position(spark: Any, tmp_
     """A rebuild from an earlier input version moves the table's position back; its stream time
     must move back with it (carried from the rebuilt table's commit, or computed again from the
     input), so the batches re-read afterwards are judged as they were the first time."""
-    from lakehouse.rebuild import refresh
+    from lakehouse.tables.rebuild import refresh
 
     lake = _lake(tmp_path, MODEL_TABLES)
     history: History = [("a", 0, False), ("a", 4, False), ("b", 1, False), ("a", 2, False)]

@@ -14,12 +14,12 @@ from typing import Any
 
 import pytest
 
-from lakehouse.config import Settings
-from lakehouse.contracts import Catalog
-from lakehouse.jvm import spark_jars_conf
-from lakehouse.landing import Producer, Record
-from lakehouse.pipeline import run_layer
+from lakehouse.contracts.model import Catalog
+from lakehouse.pipeline.runner import run_layer
+from lakehouse.runtime.config import Settings
+from lakehouse.runtime.jvm import spark_jars_conf
 from lakehouse.storage import read_arrow
+from lakehouse.topics.landing import Producer, Record
 
 pytestmark = pytest.mark.integration
 

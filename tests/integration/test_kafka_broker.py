@@ -17,9 +17,9 @@ import pytest
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from lakehouse.broker import Broker, BrokerDown, Metadata, bootstrap_servers, metadata
-from lakehouse.config import REPO_ROOT, Settings
-from lakehouse.runtime import alive
+from lakehouse.runtime.broker import Broker, BrokerDown, Metadata, bootstrap_servers, metadata
+from lakehouse.runtime.config import REPO_ROOT, Settings
+from lakehouse.runtime.process import alive
 
 pytestmark = pytest.mark.integration
 

@@ -15,13 +15,15 @@ from typing import Any
 
 import pytest
 
-from lakehouse import bronze, cli, kafka, pipeline
-from lakehouse.config import REPO_ROOT, Settings
-from lakehouse.contracts import Catalog, Contract
+from lakehouse import cli
+from lakehouse.contracts.model import Catalog, Contract
 from lakehouse.errors import BrokerUnavailableError, ConfigError, DataLossError
-from lakehouse.landing import Producer, Record, default_partition
-from lakehouse.runtime import free_port
+from lakehouse.pipeline import runner
+from lakehouse.runtime.config import REPO_ROOT, Settings
+from lakehouse.runtime.process import free_port
 from lakehouse.storage import read_arrow
+from lakehouse.topics import bronze, kafka
+from lakehouse.topics.landing import Producer, Record, default_partition
 
 pytestmark = pytest.mark.integration
 
@@ -201,7 +203,7 @@ def test_the_shipped_pipeline_on_a_kafka_topic_builds_the_same_tables_as_on_land
 ) -> None:
     """user-locations from the broker, user-profiles from landing files (its joins read both):
     every table equals the one built from landing files alone."""
-    from lakehouse import samples
+    from lakehouse.topics import samples
 
     landing = Settings.from_env(tmp_path / "landing", REPO_ROOT / "contracts")
     contracts = tmp_path / "kafka-contracts"
@@ -224,7 +226,7 @@ def test_the_shipped_pipeline_on_a_kafka_topic_builds_the_same_tables_as_on_land
     kafka.Producer(kafka.client(broker, locations), 3).send_batch(records)
     for lake in (landing, broker):
         samples.produce_seed(lake, catalog[lake].topic("user-profiles"))
-        pipeline.run(spark, lake, catalog[lake], echo=lambda _: None)
+        runner.run(spark, lake, catalog[lake], echo=lambda _: None)
 
     def tables_of(lake: Settings) -> list[Path]:
         return sorted(

@@ -14,12 +14,13 @@ from typing import Any
 
 import pytest
 
-from lakehouse import cli, kafka
-from lakehouse.airflow_env import kafka_connections
-from lakehouse.config import Settings
-from lakehouse.contracts import Catalog, Contract
-from lakehouse.landing import Record
-from lakehouse.orchestration import records_asset
+from lakehouse import cli
+from lakehouse.contracts.model import Catalog, Contract
+from lakehouse.orchestration.airflow_env import kafka_connections
+from lakehouse.orchestration.dags import records_asset
+from lakehouse.runtime.config import Settings
+from lakehouse.topics import kafka
+from lakehouse.topics.landing import Record
 
 pytestmark = pytest.mark.integration
 

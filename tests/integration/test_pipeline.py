@@ -14,12 +14,13 @@ from typing import Any
 
 import pytest
 
-from lakehouse import objectstore, samples
-from lakehouse.config import REPO_ROOT, Settings
-from lakehouse.contracts import Catalog
-from lakehouse.landing import Producer, Record
-from lakehouse.pipeline import run
+from lakehouse.contracts.model import Catalog
+from lakehouse.pipeline.runner import run
+from lakehouse.runtime import objectstore
+from lakehouse.runtime.config import REPO_ROOT, Settings
 from lakehouse.storage import changes_arrow, read_arrow
+from lakehouse.topics import samples
+from lakehouse.topics.landing import Producer, Record
 from lakes import STORAGES, lake_settings
 
 pytestmark = pytest.mark.integration

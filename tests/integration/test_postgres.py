@@ -16,10 +16,10 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from lakehouse.airflow_env import airflow_environment
-from lakehouse.config import REPO_ROOT, Settings
-from lakehouse.postgres import Cluster, PostgresError
-from lakehouse.runtime import free_port
+from lakehouse.orchestration.airflow_env import airflow_environment
+from lakehouse.runtime.config import REPO_ROOT, Settings
+from lakehouse.runtime.postgres import Cluster, PostgresError
+from lakehouse.runtime.process import free_port
 
 pytestmark = pytest.mark.integration
 

@@ -14,15 +14,15 @@ import pytest
 from deltalake import DeltaTable
 
 from lakehouse import cli
-from lakehouse.config import Settings
-from lakehouse.contracts import Catalog
+from lakehouse.contracts.model import Catalog
 from lakehouse.errors import QualityGateError
-from lakehouse.landing import Producer, Record
-from lakehouse.pipeline import maintain_topics, run, run_layer
-from lakehouse.quality import RunInfo, read_ledger
-from lakehouse.reports import build_data_docs, layer_verdict
+from lakehouse.pipeline.runner import maintain_topics, run, run_layer
+from lakehouse.quality.ledger import RunInfo, read_ledger
+from lakehouse.quality.reports import build_data_docs, layer_verdict
+from lakehouse.runtime.config import Settings
 from lakehouse.storage import read_arrow
 from lakehouse.storage.store import table_version
+from lakehouse.topics.landing import Producer, Record
 
 pytestmark = pytest.mark.integration
 
@@ -119,7 +119,6 @@ def test_a_verdict_lost_with_its_job_is_written_by_the_next_run(
     """A job that dies after publishing a gated batch and before writing the ledger (found by
     tests/reliability's kill -9): the layer's next run writes that verdict, once, as the first
     run's, with the version it judged."""
-    from lakehouse import quality
 
     lake = _lake(tmp_path, AMOUNT_WARN)
     _send(lake, [*GOOD, ("o3", {"city": "Paris", "amount": 500})])
@@ -128,7 +127,7 @@ def test_a_verdict_lost_with_its_job_is_written_by_the_next_run(
     def killed(spark: Any, settings: Settings, rows: Any) -> None:
         raise RuntimeError("killed")
 
-    monkeypatch.setattr(quality, "write_ledger", killed)
+    monkeypatch.setattr("lakehouse.quality.ledger.write_ledger", killed)
     with pytest.raises(RuntimeError, match="killed"):
         _run(spark, lake, "silver", run_id="manual__first")
     monkeypatch.undo()
@@ -412,8 +411,8 @@ def test_a_constraint_holds_hostile_strings_as_literals_in_both_engines(
     from deltalake import write_deltalake
     from deltalake.exceptions import DeltaError
 
-    from lakehouse.contracts import Expectation
-    from lakehouse.quality import sync_constraints
+    from lakehouse.contracts.model import Expectation
+    from lakehouse.quality.expectations import sync_constraints
 
     sneaky = ["a') OR (1=1", "b' OR 'x'='x", "c\\' OR 1=1 --", 'd"; DROP TABLE t; --', "it''s"]
     e = Expectation("silver", "e", "in_set", "fail", "city", params=(("values", tuple(sneaky)),))

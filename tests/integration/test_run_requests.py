@@ -1,4 +1,4 @@
-"""What a triggered run's Params ask the layer jobs to do (lakehouse.control): a silver reprocess
+"""What a triggered run's Params ask the layer jobs to do (lakehouse.pipeline.request): a silver reprocess
 from offsets or from a bronze version, a gold reprocess from a silver version, a full refresh,
 the gold step restricted to some tables, and a dry run that changes nothing."""
 
@@ -11,15 +11,15 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from lakehouse.config import Settings
-from lakehouse.contracts import Catalog
-from lakehouse.control import LayerRequest
+from lakehouse.contracts.model import Catalog
 from lakehouse.errors import ConfigError
-from lakehouse.landing import Producer, Record
-from lakehouse.pipeline import run_layer
-from lakehouse.quality import RunInfo, read_ledger
+from lakehouse.pipeline.request import LayerRequest
+from lakehouse.pipeline.runner import run_layer
+from lakehouse.quality.ledger import RunInfo, read_ledger
+from lakehouse.runtime.config import Settings
 from lakehouse.storage import read_arrow
 from lakehouse.storage.store import table_version
+from lakehouse.topics.landing import Producer, Record
 
 pytestmark = pytest.mark.integration
 

@@ -19,8 +19,8 @@ from typing import Any
 import boto3
 import pytest
 
-from lakehouse.runtime import alive
-from lakehouse.s3server import lists_buckets
+from lakehouse.runtime.process import alive
+from lakehouse.runtime.s3server import lists_buckets
 
 pytestmark = pytest.mark.integration
 
@@ -139,14 +139,14 @@ def test_the_sessions_server_has_the_bucket(s3_server: Any) -> None:
     assert s3_server.env["LAKEHOUSE_S3_ENDPOINT"] == s3_server.endpoint
 
 
-# A plain pyspark session with Delta (lakehouse.spark.jvm_conf: the jars and Delta's settings)
+# A plain pyspark session with Delta (lakehouse.runtime.spark.jvm_conf: the jars and Delta's settings)
 # and S3A's settings for the store the environment names (LAKEHOUSE_S3_*), as a lakehouse process
 # gets them. Credentials are not settings: S3A's default chain finds them in AWS_* variables.
 # Its own process: a JVM reads its environment once, when it starts.
 JOB = """\
 import json, os, sys
 from pyspark.sql import SparkSession
-from lakehouse.spark import jvm_conf
+from lakehouse.runtime.spark import jvm_conf
 
 bucket, prefix = sys.argv[1], sys.argv[2]
 S3A = {

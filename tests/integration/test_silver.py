@@ -11,14 +11,14 @@ from typing import Any
 import pytest
 from deltalake import DeltaTable
 
-from lakehouse.config import Settings
-from lakehouse.contracts import Catalog
+from lakehouse.contracts.model import Catalog
 from lakehouse.errors import SchemaEvolutionError
-from lakehouse.landing import Producer, Record
-from lakehouse.pipeline import run
-from lakehouse.registry import SchemaRegistry
+from lakehouse.pipeline.runner import run
+from lakehouse.runtime.config import Settings
 from lakehouse.storage import read_arrow
-from lakehouse.storage.delta_spark import commit_metadata
+from lakehouse.storage.log import commit_metadata
+from lakehouse.streams.registry import SchemaRegistry
+from lakehouse.topics.landing import Producer, Record
 
 pytestmark = pytest.mark.integration
 
@@ -221,7 +221,7 @@ def test_a_breaking_contract_is_refused_before_any_data_moves(spark: Any, lake: 
 
 
 def test_shipped_avro_topic_through_silver_and_gold(spark: Any, settings: Settings) -> None:
-    from lakehouse import samples
+    from lakehouse.topics import samples
 
     contract = Catalog.load(settings.contracts_dir).topic("user-profiles")
     samples.produce_seed(settings, contract)

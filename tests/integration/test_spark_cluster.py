@@ -25,10 +25,10 @@ from typing import Any
 
 import pytest
 
-from lakehouse.airflow_env import airflow_environment
-from lakehouse.config import REPO_ROOT, Layer, Settings
-from lakehouse.runtime import find_java, free_port
-from lakehouse.spark import conf_args, jvm_conf
+from lakehouse.orchestration.airflow_env import airflow_environment
+from lakehouse.runtime.config import REPO_ROOT, Layer, Settings
+from lakehouse.runtime.process import find_java, free_port
+from lakehouse.runtime.spark import conf_args, jvm_conf
 from lakehouse.storage import changes_arrow, read_arrow
 
 pytestmark = pytest.mark.integration
@@ -277,7 +277,7 @@ def _run(cluster: Cluster, cmd: list[str], env: dict[str, str]) -> subprocess.Co
 def _server_env(cluster: Cluster, settings: Settings, root: Path, events: Path) -> dict[str, str]:
     """The environment of ``lakehouse spark ...`` and its clients: the cluster as the server's
     master, a port of its own, and the drivers' cluster settings in a spark-defaults.conf."""
-    from lakehouse import server
+    from lakehouse.runtime import server
 
     conf_dir = root / "spark-conf"
     conf_dir.mkdir(exist_ok=True)

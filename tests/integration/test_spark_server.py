@@ -18,11 +18,11 @@ from pathlib import Path
 import pytest
 from delta_log import checkpoints, operations
 
-from lakehouse import server
-from lakehouse.config import REPO_ROOT, Settings
-from lakehouse.runtime import alive, free_port
-from lakehouse.storage import delta_spark, read_arrow
-from lakehouse.storage.store import _load
+from lakehouse.runtime import server
+from lakehouse.runtime.config import REPO_ROOT, Settings
+from lakehouse.runtime.process import alive, free_port
+from lakehouse.storage import log, read_arrow
+from lakehouse.storage.log import load
 
 pytestmark = pytest.mark.integration
 
@@ -125,15 +125,16 @@ def test_the_pipeline_runs_on_the_server(served: Settings) -> None:
     done = _client(
         served,
         "import json\n"
-        "from lakehouse import pipeline, server\n"
-        "from lakehouse.config import Settings\n"
-        "from lakehouse.contracts import Catalog\n"
+        "from lakehouse.pipeline import runner\n"
+        "from lakehouse.runtime import server\n"
+        "from lakehouse.runtime.config import Settings\n"
+        "from lakehouse.contracts.model import Catalog\n"
         "from lakehouse.storage import read_arrow\n"
         "settings = Settings.from_env()\n"
         "spark = server.connect(settings)\n"
         "print(type(spark).__module__)\n"
         "catalog = Catalog.load(settings.contracts_dir)\n"
-        "pipeline.run(spark, settings, catalog, topics=['user-profiles', 'user-locations'])\n"
+        "runner.run(spark, settings, catalog, topics=['user-profiles', 'user-locations'])\n"
         "for name in ('user_latest_location', 'user_location_counts'):\n"
         "    rows = read_arrow(settings.gold_path(name)).to_pylist()\n"
         "    print(json.dumps({name: sorted(rows, key=lambda r: r['username'])}))\n",
@@ -176,8 +177,8 @@ def test_maintain_runs_on_the_server(served: Settings) -> None:
     path = served.home / "maintained" / "t"
     setup = (
         "from pathlib import Path\n"
-        "from lakehouse import server\n"
-        "from lakehouse.config import Settings\n"
+        "from lakehouse.runtime import server\n"
+        "from lakehouse.runtime.config import Settings\n"
         "from lakehouse.storage import Txn, delta_spark\n"
         "spark = server.connect(Settings.from_env())\n"
         f"path = Path({str(path)!r})\n"
@@ -188,7 +189,7 @@ def test_maintain_runs_on_the_server(served: Settings) -> None:
     )
     done = _client(served, setup)
     assert done.returncode == 0, done.stderr[-3000:]
-    before = _load(path)
+    before = load(path)
     version, properties = int(before.version()), dict(before.metadata().configuration)
     files = {p.name for p in path.glob("*.parquet")}
     rows = sorted(r["n"] for r in read_arrow(path).to_pylist())
@@ -198,8 +199,8 @@ def test_maintain_runs_on_the_server(served: Settings) -> None:
         served,
         "import dataclasses, json\n"
         "from pathlib import Path\n"
-        "from lakehouse import server\n"
-        "from lakehouse.config import Settings\n"
+        "from lakehouse.runtime import server\n"
+        "from lakehouse.runtime.config import Settings\n"
         "from lakehouse.storage.maintenance import maintain\n"
         "spark = server.connect(Settings.from_env())\n"
         "print(type(spark).__module__)\n"
@@ -233,13 +234,13 @@ def test_maintain_runs_on_the_server(served: Settings) -> None:
     assert report["checkpoint"] == version + 4 and report["version_after"] == version + 6
     assert checkpoints(path) == [version + 4, version + 5, version + 6]
     assert report["log_cleanup"] == "done"
-    maintained = _load(path)
+    maintained = load(path)
     assert dict(maintained.metadata().configuration) == properties
     assert sorted(r["n"] for r in read_arrow(path).to_pylist()) == rows
     # The positions live in an older commit now; they are still found.
-    assert delta_spark.position(path, "left") == 3
-    assert delta_spark.position(path, "right") == 0
-    assert delta_spark.positions_commit(path) == version
+    assert log.position(path, "left") == 3
+    assert log.position(path, "right") == 0
+    assert log.positions_commit(path) == version
 
 
 def test_lakehouse_maintain_is_a_client_of_the_running_server(served: Settings) -> None:

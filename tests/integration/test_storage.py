@@ -17,12 +17,12 @@ import pyarrow as pa
 import pytest
 from delta_log import added_files, checkpoints, operations
 
-from lakehouse import objectstore
 from lakehouse.errors import TableNotFoundError
-from lakehouse.objectstore import Location, ObjectPath
+from lakehouse.runtime import objectstore
+from lakehouse.runtime.objectstore import Location, ObjectPath
 from lakehouse.storage import DeltaStore, Txn, changes_arrow, delta_spark, maintenance, read_arrow
+from lakehouse.storage.log import load
 from lakehouse.storage.maintenance import Consumer, maintain
-from lakehouse.storage.store import _load
 from lakes import STORAGES, S3Store
 
 pytestmark = pytest.mark.integration
@@ -227,7 +227,7 @@ def test_positions_move_to_commit_metadata_for_two_inputs_and_can_move_back(
     app transaction counting such commits. Each commit still applies at most once."""
     from deltalake import DeltaTable
 
-    from lakehouse.storage.delta_spark import FENCE_APP, POSITIONS_KEY, commit_metadata
+    from lakehouse.storage.log import FENCE_APP, POSITIONS_KEY, commit_metadata
 
     store = DeltaStore(spark)
     path = tmp_path / "t"
@@ -274,8 +274,8 @@ def test_two_appends_planned_on_one_snapshot_commit_once(spark: Any, tmp_path: P
     df = spark.createDataFrame([("a", 1)], "k string, n long")
     _write(df, path, txn=[Txn("left", 0), Txn("right", 0)])
     txn = [Txn("left", 1), Txn("right", 0)]
-    first = _plan(path, _load(path, own=True), txn, {})
-    second = _plan(path, _load(path, own=True), txn, {})
+    first = _plan(path, load(path, own=True), txn, {})
+    second = _plan(path, load(path, own=True), txn, {})
     assert first is not None and second is not None and first.app == second.app
     assert delta_spark.append(df, path, txn=txn).committed
     # The second writer's commit carries the same fence version: Delta skips it.
@@ -447,7 +447,7 @@ def test_maintenance_during_appends_keeps_exact_rows(spark: Any, where: Location
         stop.set()
         worker.join()
     assert failures == []
-    properties = dict(_load(path).metadata().configuration)
+    properties = dict(load(path).metadata().configuration)
     report = maintain(spark, path, retention_hours=1)
     # The checkpoint is of maintenance's commit setting Delta's checkpoint interval to 1; the
     # commits after it only put the table's own properties back.
@@ -456,7 +456,7 @@ def test_maintenance_during_appends_keeps_exact_rows(spark: Any, where: Location
     later = operations(path, report.checkpoint + 1)
     assert set(later) == set(range(report.checkpoint + 1, store.version(path) + 1))
     assert set(later.values()) <= {"SET TBLPROPERTIES", "UNSET TBLPROPERTIES"}
-    assert dict(_load(path).metadata().configuration) == properties
+    assert dict(load(path).metadata().configuration) == properties
     rows = sorted(r.n for r in store.read(path).collect())
     assert rows == list(range(90))
 
@@ -469,7 +469,7 @@ def test_maintenance_killed_mid_checkpoint_is_undone_by_the_next_run(
     before it decides anything, so Delta's cleanup is not left on for ordinary commits."""
     path = tmp_path / "t"
     _write(_ints(spark, 0, 10), path)
-    own = dict(_load(path).metadata().configuration)
+    own = dict(load(path).metadata().configuration)
     assert own[maintenance.LOG_CLEANUP] == "false"
     assert maintenance.CHECKPOINT_INTERVAL not in own
     # What the first ALTER of a run that decided to clean commits, and nothing after it.
@@ -480,7 +480,7 @@ def test_maintenance_killed_mid_checkpoint_is_undone_by_the_next_run(
     )
     report = maintain(spark, path, retention_hours=1)
     assert report.checkpoint in checkpoints(path)
-    assert dict(_load(path).metadata().configuration) == own
+    assert dict(load(path).metadata().configuration) == own
     assert sorted(r.n for r in DeltaStore(spark).read(path).collect()) == list(range(10))
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from lakehouse.spark import get_session
+from lakehouse.runtime.spark import get_session
 from lakehouse.storage import DeltaStore, Txn, delta_spark
 
 

@@ -27,9 +27,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lakehouse.config import REPO_ROOT, Settings
-from lakehouse.landing import Producer, Record
-from lakehouse.spark import conf_args, submit_conf
+from lakehouse.runtime.config import REPO_ROOT, Settings
+from lakehouse.runtime.spark import conf_args, submit_conf
+from lakehouse.topics.landing import Producer, Record
 
 TOPIC = "clicks"
 STREAM = "clicks_stream"
@@ -232,7 +232,7 @@ def job_command(layer: str, dag_run_id: str, topic: str = TOPIC) -> list[str]:
 
 @functools.cache
 def _java_home() -> str | None:
-    from lakehouse.runtime import ensure_java
+    from lakehouse.runtime.process import ensure_java
 
     ensure_java()  # spark-submit's launcher needs JAVA_HOME or java on the PATH
     return os.environ.get("JAVA_HOME")

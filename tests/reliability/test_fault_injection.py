@@ -101,13 +101,13 @@ class Reference:
 
 
 def _ledger_rows(lake: Lake, dag_run_id: str) -> list[str]:
-    from lakehouse.quality import read_ledger
+    from lakehouse.quality.ledger import read_ledger
 
     return sorted(map(str, read_ledger(lake.settings, dag_run_id=dag_run_id).to_pylist()))
 
 
 def _silver_verdict(lake: Lake, dag_run_id: str) -> list[str]:
-    from lakehouse.reports import layer_verdict
+    from lakehouse.quality.reports import layer_verdict
 
     return layer_verdict(lake.settings, dag_run_id, "silver", [STREAM])[0]
 
@@ -363,9 +363,9 @@ class Maintainer:
             self.thread.join(timeout=600)
 
     def run(self) -> None:
-        from lakehouse.contracts import Catalog
+        from lakehouse.contracts.model import Catalog
         from lakehouse.errors import ConcurrentWriteError
-        from lakehouse.pipeline import maintain_topics
+        from lakehouse.pipeline.runner import maintain_topics
 
         catalog = Catalog.load(self.lake.settings.contracts_dir)
         names = {str(path): name for name, path in self.lake.every_delta_table().items()}

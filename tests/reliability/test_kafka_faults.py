@@ -8,7 +8,7 @@ The ingest is the job Airflow's operator runs (spark-submit of jobs/run_layer.py
 :func:`faults.start_job`) for a contract whose source is the broker. More records are produced
 before each round, so the kills meet the job in different states: starting, planning, reading,
 writing, committing, or meeting what a killed run left. The ingest's kills use the test session's
-broker (``kafka_broker``); the broker's kills a broker of the test's own (lakehouse.broker in a
+broker (``kafka_broker``); the broker's kills a broker of the test's own (lakehouse.runtime.broker in a
 temporary folder), restarted on the same port and storage.
 
 A broker that does not answer when the ingest starts: tests/integration/test_kafka_source.py::
@@ -57,11 +57,11 @@ from faults import (
     wait_for_data_commit,
 )
 
-from lakehouse import kafka
-from lakehouse.broker import Broker, BrokerError
-from lakehouse.contracts import Catalog, Contract
-from lakehouse.landing import Record
-from lakehouse.runtime import alive, free_port
+from lakehouse.contracts.model import Catalog, Contract
+from lakehouse.runtime.broker import Broker, BrokerError
+from lakehouse.runtime.process import alive, free_port
+from lakehouse.topics import kafka
+from lakehouse.topics.landing import Record
 
 ROUNDS = min(int(os.environ.get("LAKEHOUSE_RELIABILITY_KILLS", "2")), 10)
 TOPIC = "orders"
@@ -180,8 +180,8 @@ def batch_problems(path: Path) -> list[str]:
     version holding the whole batches committed up to it, and no others."""
     from deltalake import DeltaTable
 
-    from lakehouse.bronze import BATCH_KEY, BRONZE_APP
-    from lakehouse.storage.delta_spark import commit_metadata
+    from lakehouse.storage.log import commit_metadata
+    from lakehouse.topics.bronze import BATCH_KEY, BRONZE_APP
 
     table = DeltaTable(str(path))
     committed = sorted(

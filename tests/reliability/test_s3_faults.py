@@ -43,9 +43,9 @@ from typing import Any
 import pytest
 from faults import KILLS, SEED, Job, Lake, run_id, start_job
 
-from lakehouse import objectstore
-from lakehouse.landing import Producer, Record, segment_name
-from lakehouse.objectstore import ObjectPath
+from lakehouse.runtime import objectstore
+from lakehouse.runtime.objectstore import ObjectPath
+from lakehouse.topics.landing import Producer, Record, segment_name
 from lakes import S3_REGION, S3Store
 
 ROUNDS = min(KILLS, 10)
@@ -364,9 +364,9 @@ def bronze_problems(path: ObjectPath, produced: Produced) -> list[str]:
     exactly the records of round ``b``, each once); the last every produced record once."""
     from deltalake import DeltaTable
 
-    from lakehouse.bronze import BATCH_KEY
     from lakehouse.storage import read_arrow
-    from lakehouse.storage.delta_spark import commit_metadata
+    from lakehouse.storage.log import commit_metadata
+    from lakehouse.topics.bronze import BATCH_KEY
 
     table = DeltaTable(str(path), storage_options=objectstore.storage_options(path))
     committed = sorted(

@@ -62,9 +62,9 @@ from faults import (
     wait_for_output,
 )
 
-from lakehouse import server
-from lakehouse.config import Settings
-from lakehouse.runtime import alive
+from lakehouse.runtime import server
+from lakehouse.runtime.config import Settings
+from lakehouse.runtime.process import alive
 
 pytestmark = [
     pytest.mark.reliability,

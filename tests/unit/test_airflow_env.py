@@ -9,18 +9,18 @@ from pathlib import Path
 import pytest
 from cryptography.fernet import Fernet
 
-from lakehouse import server
-from lakehouse.airflow_env import (
+from lakehouse.errors import ConfigError
+from lakehouse.orchestration.airflow_env import (
     SECRETS_FILE,
     SPARK_CONN_ENV,
     airflow_environment,
     airflow_secrets,
     kafka_conn_id,
 )
-from lakehouse.config import REPO_ROOT, Settings
-from lakehouse.errors import ConfigError
-from lakehouse.orchestration import SPARK_CONN_ID
-from lakehouse.postgres import PostgresError
+from lakehouse.orchestration.dags import SPARK_CONN_ID
+from lakehouse.runtime import server
+from lakehouse.runtime.config import REPO_ROOT, Settings
+from lakehouse.runtime.postgres import PostgresError
 
 
 def test_secrets_are_generated_once_private_and_per_lakehouse(tmp_path: Path) -> None:

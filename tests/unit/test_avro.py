@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lakehouse.avro import (
+from lakehouse.contracts.avro import (
     MAGIC,
     WireDecoder,
     check_compatibility,
@@ -20,7 +20,7 @@ from lakehouse.avro import (
     primitive_of,
     record_schema,
 )
-from lakehouse.contracts import Field
+from lakehouse.contracts.fields import Field
 from lakehouse.errors import ContractError
 
 UTC = dt.UTC

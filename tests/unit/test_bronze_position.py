@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from lakehouse.bronze import Position, advance, kafka_plan, offset_gaps
+from lakehouse.topics.bronze import Position, advance, kafka_plan, offset_gaps
 
 
 def _file(p: int, start: int, end: int | None, kept: int, max_kept: int | None) -> dict:

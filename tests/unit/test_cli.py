@@ -7,9 +7,10 @@ from typing import Any
 
 import pytest
 
-from lakehouse import cli, samples
-from lakehouse.config import Settings
-from lakehouse.landing import end_offsets, list_segments
+from lakehouse import cli
+from lakehouse.runtime.config import Settings
+from lakehouse.topics import samples
+from lakehouse.topics.landing import end_offsets, list_segments
 
 
 def _run(monkeypatch: pytest.MonkeyPatch, argv: list[str], stdin: str = "") -> int:
@@ -127,8 +128,8 @@ def _values(settings: Settings, topic: str) -> list[tuple[str, bytes | None]]:
 def test_produce_encodes_avro_values_with_the_chosen_schema_id(
     settings: Settings, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from lakehouse import avro
-    from lakehouse.contracts import Catalog
+    from lakehouse.contracts import avro
+    from lakehouse.contracts.model import Catalog
 
     contract = Catalog.load(settings.contracts_dir).topic("user-profiles")
     line = '{"key": "ann", "value": {"name": "Ann", "age": 30, "updated_at": "2026-01-01T00:00:00Z"}}\n'
@@ -181,8 +182,8 @@ def test_schemas_lists_versions_and_checks_contracts(
     assert _run(monkeypatch, ["schemas", "--check", "--topic", "user-profiles"]) == 0
     out = capsys.readouterr().out
     assert "user-profiles value [BACKWARD]: no versions yet  -> new version accepted" in out
-    from lakehouse.contracts import Catalog
-    from lakehouse.registry import SchemaRegistry
+    from lakehouse.contracts.model import Catalog
+    from lakehouse.streams.registry import SchemaRegistry
 
     (key, value) = SchemaRegistry(settings.registry_path).register(
         Catalog.load(settings.contracts_dir).topic("user-profiles"), spark
@@ -270,7 +271,7 @@ def test_bad_arguments_are_refused_before_spark_starts(
     def no_spark(*_args: object, **_kwargs: object) -> None:
         raise AssertionError("Spark must not start for a bad argument")
 
-    monkeypatch.setattr("lakehouse.spark.get_session", no_spark)
+    monkeypatch.setattr("lakehouse.runtime.spark.get_session", no_spark)
     assert _run(monkeypatch, argv) == 1
     assert message in capsys.readouterr().err
 
@@ -303,7 +304,7 @@ def test_maintain_starts_spark_only_for_tables_that_exist(
     def no_spark(*_args: object, **_kwargs: object) -> None:
         raise AssertionError("Spark must not start without a table to maintain")
 
-    monkeypatch.setattr("lakehouse.spark.get_session", no_spark)
+    monkeypatch.setattr("lakehouse.runtime.spark.get_session", no_spark)
     assert _run(monkeypatch, ["maintain"]) == 0
     assert _run(monkeypatch, ["maintain", "--ledger", "--dry-run"]) == 0
     assert capsys.readouterr().out == "no tables to maintain\n" * 2
@@ -312,9 +313,9 @@ def test_maintain_starts_spark_only_for_tables_that_exist(
     log.mkdir(parents=True)
     (log / f"{0:020d}.json").write_text("{}\n")
     maintained: list[tuple[object, Path]] = []
-    monkeypatch.setattr("lakehouse.spark.get_session", lambda *_a, **_k: "spark")
+    monkeypatch.setattr("lakehouse.runtime.spark.get_session", lambda *_a, **_k: "spark")
     monkeypatch.setattr(
-        "lakehouse.pipeline.maintain",
+        "lakehouse.pipeline.runner.maintain",
         lambda spark, path, *_a, **_k: maintained.append((spark, path)) or _Report(),
     )
     assert _run(monkeypatch, ["maintain", "--topic", "user-locations"]) == 0
@@ -330,8 +331,8 @@ class _Report:
 def pipeline_calls(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     """What `lakehouse run` hands to the pipeline, which is not run (nor is Spark started)."""
     seen: dict[str, Any] = {}
-    monkeypatch.setattr("lakehouse.spark.get_session", lambda *_a, **_k: "spark")
-    monkeypatch.setattr("lakehouse.pipeline.run", lambda *_a, **kw: seen.update(kw))
+    monkeypatch.setattr("lakehouse.runtime.spark.get_session", lambda *_a, **_k: "spark")
+    monkeypatch.setattr("lakehouse.pipeline.runner.run", lambda *_a, **kw: seen.update(kw))
     return seen
 
 

@@ -412,7 +412,7 @@ def test_credentials_reach_scripts_only_through_variables_from_env() -> None:
 
 # -- the S3 store and the Kafka broker --------------------------------------------------------
 def test_every_service_running_lakehouse_code_has_the_same_store_and_broker_settings() -> None:
-    from lakehouse.kafka import BOOTSTRAP_ENV
+    from lakehouse.topics.kafka import BOOTSTRAP_ENV
 
     names = (*STORE_SETTINGS, BOOTSTRAP_ENV)
     settings = {
@@ -487,10 +487,10 @@ def test_the_bucket_in_lakehouse_data_is_the_one_minio_init_creates_and_allows()
 
 
 def test_the_broker_runs_with_the_local_brokers_settings() -> None:
-    """Each of lakehouse.broker's settings as the image's KAFKA_* variable: no topic created by a
+    """Each of lakehouse.runtime.broker's settings as the image's KAFKA_* variable: no topic created by a
     client, records kept until deleted, one replica and partition for internal topics. The
     listeners' map has one listener more here (the host's), checked below."""
-    from lakehouse.broker import _SETTINGS as LOCAL_BROKER
+    from lakehouse.runtime.broker import _SETTINGS as LOCAL_BROKER
 
     wanted = {
         "KAFKA_" + key.upper().replace(".", "_"): value
@@ -505,7 +505,7 @@ def test_the_broker_runs_with_the_local_brokers_settings() -> None:
 
 
 def test_services_and_the_host_reach_the_broker_where_it_advertises_itself() -> None:
-    from lakehouse.kafka import BOOTSTRAP_ENV
+    from lakehouse.topics.kafka import BOOTSTRAP_ENV
 
     kafka = services()["kafka"]
     env = environment(kafka)
@@ -559,9 +559,9 @@ def test_the_triggerer_gets_each_kafka_topics_connection_to_the_compose_broker(
     """The triggerer starts through `lakehouse airflow`, which makes each Kafka-sourced topic's
     connection from its contract: with the compose environment, a contract that names no broker
     gets the compose broker, and what compose sets wins over the command's defaults."""
-    from lakehouse.airflow_env import airflow_environment, kafka_conn_id
-    from lakehouse.config import Settings
-    from lakehouse.kafka import BOOTSTRAP_ENV
+    from lakehouse.orchestration.airflow_env import airflow_environment, kafka_conn_id
+    from lakehouse.runtime.config import Settings
+    from lakehouse.topics.kafka import BOOTSTRAP_ENV
 
     triggerer = services()["airflow-triggerer"]
     assert command(triggerer) == ["lakehouse", "airflow", "triggerer"]
@@ -590,7 +590,7 @@ def test_dockerfile_copies_only_sources_that_exist_and_are_not_ignored() -> None
 
 
 def test_dags_jobs_and_contracts_sit_beside_the_package_in_the_image() -> None:
-    # lakehouse.config.REPO_ROOT is parents[2] of include/lakehouse/config.py.
+    # lakehouse.runtime.config.REPO_ROOT is parents[2] of include/lakehouse/config.py.
     copied = dockerfile_copies()
     project = copied["include"].parent
     assert {copied[folder].parent for folder in ("dags", "jobs", "contracts")} == {project}
@@ -627,8 +627,8 @@ def test_the_compose_schedulers_hand_off_tasks_as_soon_as_the_local_airflow(
 ) -> None:
     """The scheduler's idle sleep (how late a finished task is noticed) is the same in the
     compose stack as in ``make airflow``'s environment."""
-    from lakehouse.airflow_env import airflow_environment
-    from lakehouse.config import Settings
+    from lakehouse.orchestration.airflow_env import airflow_environment
+    from lakehouse.runtime.config import Settings
 
     key = "AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME"
     local = airflow_environment(Settings.from_env(tmp_path, ROOT / "contracts"), {})
@@ -636,7 +636,7 @@ def test_the_compose_schedulers_hand_off_tasks_as_soon_as_the_local_airflow(
 
 
 def test_the_image_copies_the_jvm_jars_where_jobs_look_for_them() -> None:
-    """`lakehouse.jvm.jars_dir` is the interpreter's prefix's ``jars``: /usr/local/jars in the
+    """`lakehouse.runtime.jvm.jars_dir` is the interpreter's prefix's ``jars``: /usr/local/jars in the
     image. Maven is installed, the jars are copied there by make's own step (before the image
     switches to its non-root user), and checked against the lock once the package is in."""
     instructions = dockerfile_instructions()
@@ -644,7 +644,7 @@ def test_the_image_copies_the_jvm_jars_where_jobs_look_for_them() -> None:
     apt = [i for i in runs if "apt-get install" in instructions[i][1]]
     copy = [i for i in runs if "include/jvm/copy-jars.sh /usr/local/jars" in instructions[i][1]]
     install = [i for i in runs if "pip install --no-cache-dir --no-deps -e ." in instructions[i][1]]
-    check = [i for i in runs if "python -m lakehouse.jvm" in instructions[i][1]]
+    check = [i for i in runs if "python -m lakehouse.runtime.jvm" in instructions[i][1]]
     user = [i for i, (instruction, _) in enumerate(instructions) if instruction == "USER"]
     assert apt and " maven" in instructions[apt[0]][1]
     assert len(copy) == 1 and len(check) == 1 and install and user
@@ -652,7 +652,7 @@ def test_the_image_copies_the_jvm_jars_where_jobs_look_for_them() -> None:
     assert install[0] <= check[0]
     assert "include/jvm" in dockerfile_copies()
     assert "include/jvm/copy-jars.sh $(JARS)" in (ROOT / "Makefile").read_text()
-    # The broker's jars beside them, where lakehouse.jvm.kafka_jars_dir looks, checked too.
+    # The broker's jars beside them, where lakehouse.runtime.jvm.kafka_jars_dir looks, checked too.
     broker = "include/jvm/copy-jars.sh /usr/local/kafka-jars include/jvm/kafka/pom.xml"
     assert broker in instructions[copy[0]][1]
-    assert "python -m lakehouse.jvm kafka" in instructions[check[0]][1]
+    assert "python -m lakehouse.runtime.jvm kafka" in instructions[check[0]][1]

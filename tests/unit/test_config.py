@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from lakehouse.config import Settings, validate_table_name, validate_topic_name
 from lakehouse.errors import ConfigError
+from lakehouse.runtime.config import Settings, validate_table_name, validate_topic_name
 
 
 def test_every_path_derives_from_the_root(tmp_path: Path) -> None:

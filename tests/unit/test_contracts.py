@@ -6,9 +6,9 @@ from textwrap import dedent, indent
 
 import pytest
 
-from lakehouse.config import REPO_ROOT
-from lakehouse.contracts import Catalog, load_contract
+from lakehouse.contracts.model import Catalog, load_contract
 from lakehouse.errors import ContractError, UnknownTableError, UnknownTopicError
+from lakehouse.runtime.config import REPO_ROOT
 
 VALID = dedent(
     """\

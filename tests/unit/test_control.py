@@ -1,4 +1,4 @@
-"""The Params of a pipeline run (lakehouse.control): read, checked against the contract before
+"""The Params of a pipeline run (lakehouse.pipeline.request): read, checked against the contract before
 any job starts, turned into each layer job's flags, and explained."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ import importlib.util
 
 import pytest
 
-from lakehouse.config import REPO_ROOT
-from lakehouse.contracts import Catalog
-from lakehouse.control import (
+from lakehouse.contracts.model import Catalog
+from lakehouse.errors import ConfigError
+from lakehouse.pipeline.request import (
     LayerRequest,
     RunRequest,
     joined,
@@ -18,7 +18,7 @@ from lakehouse.control import (
     readers_of,
     reprocessable,
 )
-from lakehouse.errors import ConfigError
+from lakehouse.runtime.config import REPO_ROOT
 
 CATALOG = Catalog.load(REPO_ROOT / "contracts")
 LOCATIONS = CATALOG.topic("user-locations")

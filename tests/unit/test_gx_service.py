@@ -1,4 +1,4 @@
-"""The Great Expectations validation service (lakehouse.gx_service): a job validates its
+"""The Great Expectations validation service (lakehouse.quality.gx_service): a job validates its
 pandas-sized batches there without importing GX, with the verdict and result document of
 validating in its own process; a job whose service is gone validates itself."""
 
@@ -19,10 +19,13 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from lakehouse import gx_service
-from lakehouse.config import Settings
-from lakehouse.contracts import Expectation
-from lakehouse.quality import read_ledger, run_suite
+from lakehouse.contracts.model import Expectation
+from lakehouse.quality import gx_service
+from lakehouse.quality.ledger import read_ledger
+from lakehouse.quality.verdict import run_suite
+from lakehouse.runtime import server
+from lakehouse.runtime.config import Settings
+from lakehouse.runtime.process import socket_answers
 
 
 def _e(name: str, expect: str, severity: str = "warn", column: str | None = None, **params: Any):  # type: ignore[no-untyped-def]
@@ -77,10 +80,10 @@ def _stable(document: Any) -> Any:
 @pytest.fixture
 def service(settings: Settings) -> Iterator[subprocess.Popen[bytes]]:
     """The validation service of this test's lakehouse, in a process group of its own."""
-    proc = gx_service.spawn(settings)
+    proc = server.spawn_validation_service(settings)
     path = gx_service.address(settings)
     deadline = time.monotonic() + 180
-    while not gx_service.answers(path):
+    while not socket_answers(path):
         assert proc.poll() is None, (path.parent / "gx.log").read_text()
         assert time.monotonic() < deadline, "the validation service did not listen"
         time.sleep(0.1)
@@ -112,14 +115,14 @@ def test_a_job_gets_the_verdict_of_its_own_process_without_importing_gx(
         f"""
         import json, sys
         import pyarrow as pa
-        from lakehouse import gx_service
-        from lakehouse.config import Settings
+        from lakehouse.quality import gx_service
+        from lakehouse.runtime.config import Settings
         sys.path.insert(0, {str(Path(__file__).parent)!r})
         from test_gx_service import EXPECTATIONS
-        from lakehouse.quality import run_suite
+        from lakehouse.quality.verdict import run_suite
         batch = pa.ipc.open_file({str(batch)!r}).read_all()
         path = gx_service.address(Settings.from_env())
-        outcomes, engine, document = run_suite("silver.t", EXPECTATIONS, batch, 6, service=path)
+        outcomes, engine, document = run_suite("silver.t", EXPECTATIONS, batch, 6, service=gx_service.client(path))
         print(json.dumps({{
             "outcomes": [[o.expectation, o.success, o.unexpected_count, list(o.sample)]
                          for o in outcomes],
@@ -161,7 +164,9 @@ def test_a_job_whose_service_died_validates_itself(
     expected, _, _ = run_suite("silver.t", EXPECTATIONS, BATCH, 6)
     service.kill()
     service.wait()
-    outcomes, engine, _ = run_suite("silver.t", EXPECTATIONS, BATCH, 6, service=path)
+    outcomes, engine, _ = run_suite(
+        "silver.t", EXPECTATIONS, BATCH, 6, service=gx_service.client(path)
+    )
     assert (outcomes, engine) == (expected, "pandas")
     err = capfd.readouterr().err
     assert f"quality: no answer from the validation service at {path}" in err
@@ -176,11 +181,13 @@ def test_an_error_in_the_service_is_raised_in_the_job_too(
     path = gx_service.address(settings)
     bad = [_e("odd", "no_such_kind", "warn", "user")]
     with pytest.raises(ValueError, match="unknown expectation kind 'no_such_kind'"):
-        run_suite("silver.t", bad, BATCH, 6, service=path)
+        run_suite("silver.t", bad, BATCH, 6, service=gx_service.client(path))
     assert (
         "the validation service failed: ValueError: unknown expectation" in capfd.readouterr().err
     )
-    outcomes, _, _ = run_suite("silver.t", EXPECTATIONS[:1], BATCH, 6, service=path)
+    outcomes, _, _ = run_suite(
+        "silver.t", EXPECTATIONS[:1], BATCH, 6, service=gx_service.client(path)
+    )
     assert [o.success for o in outcomes] == [True]
     assert "validating in this process" not in capfd.readouterr().err
 

@@ -1,4 +1,4 @@
-"""The JVM jars beyond pyspark's (lakehouse.jvm): the installed ones are the locked ones and
+"""The JVM jars beyond pyspark's (lakehouse.runtime.jvm): the installed ones are the locked ones and
 duplicate nothing of pyspark's; a missing, changed, unlocked or duplicate jar is refused with a
 message naming it. No Spark here (tests/integration/test_delta_spark.py starts one)."""
 
@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from lakehouse import jvm, spark
 from lakehouse.errors import ConfigError, JarsError
+from lakehouse.runtime import jvm, spark
 
 # What pyspark lacks and include/jvm/pom.xml adds: nothing else may be copied.
 EXPECTED = {
@@ -72,7 +72,7 @@ EXPECTED = {
 
 @pytest.fixture
 def jars(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A copy of the installed jars, where lakehouse.jvm now looks for them."""
+    """A copy of the installed jars, where lakehouse.runtime.jvm now looks for them."""
     copy = tmp_path / "jars"
     shutil.copytree(jvm.jars_dir(), copy)
     monkeypatch.setattr(jvm, "jars_dir", lambda: copy)

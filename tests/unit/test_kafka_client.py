@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from lakehouse import kafka
-from lakehouse.config import Settings
-from lakehouse.contracts import Contract, KafkaSource, load_contract
+from lakehouse.contracts.model import Contract, KafkaSource, load_contract
 from lakehouse.errors import BrokerUnavailableError, ConfigError
+from lakehouse.runtime.config import Settings
+from lakehouse.topics import kafka
 
 CONTRACT = """\
 topic: payments
@@ -89,7 +89,7 @@ def test_a_broker_that_does_not_answer_is_a_broker_unavailable_error(
     """Nothing listens at the servers: every request ends, within the client's timeout, in a
     BrokerUnavailableError naming them (never a bare timeout: bronze keeps a commit the group's
     mirror failed after, and the command line prints the message)."""
-    from lakehouse.runtime import free_port
+    from lakehouse.runtime.process import free_port
 
     monkeypatch.setattr(kafka, "TIMEOUT_S", 1.0)
     servers = f"127.0.0.1:{free_port()}"

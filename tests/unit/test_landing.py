@@ -6,16 +6,16 @@ from pathlib import Path
 
 import pytest
 
-from lakehouse.config import Settings
+from lakehouse.contracts.serde import parse_timestamp
 from lakehouse.errors import BadRecordError
-from lakehouse.landing import (
+from lakehouse.runtime.config import Settings
+from lakehouse.topics.landing import (
     Producer,
     Record,
     default_partition,
     end_offsets,
     list_segments,
     murmur2,
-    parse_timestamp,
     record_from_json_line,
     segment_name,
     survey,
@@ -150,7 +150,7 @@ def test_iso_timestamps_default_to_utc() -> None:
 
 
 def test_start_offset_from_segment_names() -> None:
-    from lakehouse.landing import start_offset_of
+    from lakehouse.topics.landing import start_offset_of
 
     assert start_offset_of("user-locations+2+0000000042.json") == 42
     assert start_offset_of("t+0+0000000007.json.gz") == 7

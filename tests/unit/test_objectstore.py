@@ -8,10 +8,10 @@ from pathlib import Path, PurePosixPath
 
 import pytest
 
-from lakehouse import objectstore
-from lakehouse.config import Settings
 from lakehouse.errors import ConfigError
-from lakehouse.objectstore import ObjectPath, S3Settings, location
+from lakehouse.runtime import objectstore
+from lakehouse.runtime.config import Settings
+from lakehouse.runtime.objectstore import ObjectPath, S3Settings, location
 
 SECRET = "wJalrXUtnFEMI-not-a-real-secret"
 
@@ -147,7 +147,7 @@ def test_path_style_follows_the_endpoint_unless_set(monkeypatch: pytest.MonkeyPa
 def test_spark_and_delta_rs_get_the_store_settings_and_no_credentials(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from lakehouse.spark import spark_conf
+    from lakehouse.runtime.spark import spark_conf
 
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIA-not-a-real-key")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET)

@@ -14,10 +14,10 @@ import yaml
 from airflow.sdk import DAG, Asset, AssetOrTimeSchedule
 from airflow.serialization.serialized_objects import DagSerialization
 
-from lakehouse.airflow_env import kafka_conn_id
-from lakehouse.config import REPO_ROOT, Settings
-from lakehouse.contracts import Catalog, Contract, parse_contract
-from lakehouse.orchestration import START, pipeline_dag, pipeline_dags
+from lakehouse.contracts.model import Catalog, Contract, parse_contract
+from lakehouse.orchestration.airflow_env import kafka_conn_id
+from lakehouse.orchestration.dags import START, pipeline_dag, pipeline_dags
+from lakehouse.runtime.config import REPO_ROOT, Settings
 
 CONTRACT = {
     "topic": "payments",
@@ -94,7 +94,7 @@ def test_store_credentials_come_from_the_airflow_connection_when_there_is_one(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from lakehouse.errors import ConfigError
-    from lakehouse.orchestration import S3_CONN_ID, store_credentials
+    from lakehouse.orchestration.dags import S3_CONN_ID, store_credentials
 
     monkeypatch.delenv("AIRFLOW_CONN_LAKEHOUSE_S3", raising=False)
     assert store_credentials() == {}  # none: the processes' own environment is used

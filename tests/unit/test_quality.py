@@ -13,24 +13,13 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from lakehouse.config import Settings
-from lakehouse.contracts import Expectation, load_contract
+from lakehouse.contracts.model import Expectation, load_contract
 from lakehouse.errors import ContractError
-from lakehouse.quality import (
-    Outcome,
-    RunInfo,
-    Verdict,
-    check_constraint,
-    freshness_outcome,
-    gx_expectation,
-    ledger_rows,
-    pandas_frame,
-    read_ledger,
-    run_suite,
-    save_result,
-    volume_outcome,
-    write_ledger,
-)
+from lakehouse.quality.expectations import check_constraint, gx_expectation
+from lakehouse.quality.gate import freshness_outcome, volume_outcome
+from lakehouse.quality.ledger import RunInfo, ledger_rows, read_ledger, save_result, write_ledger
+from lakehouse.quality.verdict import Outcome, Verdict, pandas_frame, run_suite
+from lakehouse.runtime.config import Settings
 
 
 def _e(expect: str, severity: str = "warn", column: str | None = "x", **params: Any) -> Expectation:
@@ -275,7 +264,7 @@ def test_a_bad_engine_threshold_is_a_clear_configuration_error(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from lakehouse.errors import ConfigError
-    from lakehouse.quality import pandas_max_rows
+    from lakehouse.quality.expectations import pandas_max_rows
 
     monkeypatch.setenv("LAKEHOUSE_GX_PANDAS_MAX_ROWS", "lots")
     with pytest.raises(ConfigError, match="LAKEHOUSE_GX_PANDAS_MAX_ROWS must be a whole number"):

@@ -20,9 +20,9 @@ from typing import Any
 import pytest
 import yaml
 
-from lakehouse.contracts import Contract, parse_contract
+from lakehouse.contracts.model import Contract, parse_contract
 from lakehouse.errors import ContractError, LakehouseError, SchemaEvolutionError
-from lakehouse.registry import (
+from lakehouse.streams.registry import (
     SUBJECTS,
     RegisteredVersion,
     SchemaRegistry,
@@ -128,7 +128,7 @@ def test_each_contract_version_is_kept_with_its_text(spark: Any, tmp_path: Path)
         """
     )
     path.write_text(v1)
-    from lakehouse.contracts import load_contract
+    from lakehouse.contracts.model import load_contract
 
     registry.register(load_contract(path), spark)
     v2 = v1.replace("{name: a, type: long}", "{name: a, type: long}, {name: b, type: string}")
@@ -339,7 +339,7 @@ def test_registered_versions_are_read_back_by_a_new_process(spark: Any, tmp_path
         f"""\
         import json, sys
         from pathlib import Path
-        from lakehouse.registry import SchemaRegistry
+        from lakehouse.streams.registry import SchemaRegistry
         registry = SchemaRegistry(Path({str(registry.path)!r}))
         print(json.dumps([v.to_row() for v in registry.versions("t", "value")], default=str))
         print("spark imported:", "pyspark" in sys.modules)

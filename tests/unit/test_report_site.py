@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from fastapi import Depends, HTTPException
 
-from lakehouse.report_site import create_app, site_file
+from lakehouse.quality.report_site import create_app, site_file
 
 with warnings.catch_warnings():
     # Starlette asks for `httpx2` under its TestClient; the stack pins `httpx`, which works.

@@ -1,4 +1,4 @@
-"""The local S3 API's parts that need no server (lakehouse.s3server): its port setting, what
+"""The local S3 API's parts that need no server (lakehouse.runtime.s3server): its port setting, what
 status says with no server or a stale record, what a start refuses before it runs anything, and
 the probe that tells an S3 API from another server. tests/integration/test_s3_server.py runs one."""
 
@@ -16,9 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from lakehouse import cli, s3server
+from lakehouse import cli
 from lakehouse.errors import ConfigError
-from lakehouse.s3server import S3Server, S3ServerError
+from lakehouse.runtime import s3server
+from lakehouse.runtime.s3server import S3Server, S3ServerError
 
 
 def test_the_port_is_the_settings_or_19000(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -16,13 +16,14 @@ import pytest
 import yaml
 
 from lakehouse import cli
-from lakehouse.airflow_env import airflow_secrets
-from lakehouse.config import REPO_ROOT, Settings
-from lakehouse.contracts import Catalog, Expectation, load_contract, parse_contract
-from lakehouse.control import LayerRequest, RunRequest, own
+from lakehouse.contracts.model import Catalog, Expectation, load_contract, parse_contract
 from lakehouse.errors import CONFIG_ERROR_EXIT, ConfigError, ContractError
-from lakehouse.quality import check_constraint, ledger_schema, read_ledger, write_ledger
-from lakehouse.registry import SchemaRegistry
+from lakehouse.orchestration.airflow_env import airflow_secrets
+from lakehouse.pipeline.request import LayerRequest, RunRequest, own
+from lakehouse.quality.expectations import check_constraint
+from lakehouse.quality.ledger import ledger_schema, read_ledger, write_ledger
+from lakehouse.runtime.config import REPO_ROOT, Settings
+from lakehouse.streams.registry import SchemaRegistry
 
 # Each is refused wherever a name goes: traversal, absolute paths, SQL quotes and comments,
 # backticks, statement separators, spaces, line breaks (also the trailing one Python's '$'
@@ -461,7 +462,7 @@ def test_the_job_refuses_unknown_tables_before_spark_starts(
     message: str,
     layer_job: ModuleType,
 ) -> None:
-    monkeypatch.setattr("lakehouse.spark.get_session", _no_spark)
+    monkeypatch.setattr("lakehouse.runtime.spark.get_session", _no_spark)
     monkeypatch.setenv("LAKEHOUSE_HOME", str(tmp_path / "lakehouse"))
     monkeypatch.setenv("LAKEHOUSE_CONTRACTS", str(REPO_ROOT / "contracts"))
     argv = ["--topic", "user-locations", "--layer", "gold", *flags]
@@ -479,7 +480,7 @@ def test_a_run_id_reaches_the_job_as_one_value(
     the run's id, and takes no other flag from it (a ``spark`` connection: a spark-submit)."""
     from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
-    from lakehouse.orchestration import SPARK_CONN_ID, LayerJobOperator
+    from lakehouse.orchestration.dags import SPARK_CONN_ID, LayerJobOperator
 
     monkeypatch.setenv(
         f"AIRFLOW_CONN_{SPARK_CONN_ID.upper()}", json.dumps({"conn_type": "spark", "host": "local"})
@@ -537,7 +538,7 @@ def test_the_cli_refuses_hostile_table_and_topic_names(
     command: list[str],
     hostile: str,
 ) -> None:
-    monkeypatch.setattr("lakehouse.spark.get_session", _no_spark)
+    monkeypatch.setattr("lakehouse.runtime.spark.get_session", _no_spark)
     monkeypatch.setattr("sys.stdin", None)  # produce must fail before reading
     home = tmp_path / "lakehouse"
     argv = ["--home", str(home), "--contracts", str(REPO_ROOT / "contracts")]

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from lakehouse.segments import SegmentFile, read_segment
+from lakehouse.topics.segments import SegmentFile, read_segment
 
 
 def _env(offset: int, key: str | None = "k", value: str | None = "v", **extra: object) -> str:
@@ -158,7 +158,7 @@ CLEAN = [
 def test_fast_and_careful_paths_read_a_clean_file_alike(tmp_path: Path, gz: bool) -> None:
     """The fast path (polars, whole file) must produce exactly what the line-by-line path
     does: the same table, types included."""
-    from lakehouse.segments import _envelope_fast, _envelope_row, _line_spans, _lines
+    from lakehouse.topics.segments import _envelope_fast, _envelope_row, _line_spans, _lines
 
     data = ("\n".join(CLEAN) + "\n").encode()
     name = "t+0+0000000000.json" + (".gz" if gz else "")
@@ -195,7 +195,7 @@ def test_any_single_problem_sends_a_file_down_the_careful_path(
 ) -> None:
     """Each check of the fast path alone: a file that is clean but for one line is read line
     by line, so the line is reported with its reason (or decoded), and the others land."""
-    from lakehouse.segments import _envelope_fast
+    from lakehouse.topics.segments import _envelope_fast
 
     data = ("\n".join([*CLEAN, line]) + "\n").encode()
     seg = SegmentFile(_write(tmp_path, "t+0+0000000000.json", data), 0, 0)
@@ -211,7 +211,7 @@ def test_any_single_problem_sends_a_file_down_the_careful_path(
 
 
 def test_a_file_without_its_last_newline_is_read_line_by_line(tmp_path: Path) -> None:
-    from lakehouse.segments import _envelope_fast
+    from lakehouse.topics.segments import _envelope_fast
 
     seg = SegmentFile(_write(tmp_path, "t+0+0000000000.json", "\n".join(CLEAN).encode()), 0, 0)
     assert _envelope_fast(seg, "t", 150) is None

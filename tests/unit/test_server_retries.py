@@ -8,7 +8,7 @@ import socket
 import grpc
 import pytest
 
-from lakehouse import server
+from lakehouse.runtime import server
 
 
 class Unavailable(grpc.RpcError):

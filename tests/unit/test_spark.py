@@ -1,4 +1,4 @@
-"""The settings a job's Spark starts with (lakehouse.spark) and the conf a spark-submit of a
+"""The settings a job's Spark starts with (lakehouse.runtime.spark) and the conf a spark-submit of a
 layer job passes (no Spark here)."""
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from lakehouse import jvm, spark
-from lakehouse.config import REPO_ROOT, Settings
-from lakehouse.contracts import Catalog
+from lakehouse.contracts.model import Catalog
 from lakehouse.errors import ConfigError
+from lakehouse.runtime import jvm, spark
+from lakehouse.runtime.config import REPO_ROOT, Settings
 
 LOCATIONS = Catalog.load(REPO_ROOT / "contracts").topic("user-locations")
 
@@ -48,7 +48,7 @@ def test_the_operator_takes_the_conf_when_it_runs(
     from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
     from airflow.sdk.exceptions import AirflowFailException
 
-    from lakehouse.orchestration import SPARK_CONN_ID, LayerJobOperator
+    from lakehouse.orchestration.dags import SPARK_CONN_ID, LayerJobOperator
 
     monkeypatch.setenv(
         f"AIRFLOW_CONN_{SPARK_CONN_ID.upper()}", json.dumps({"conn_type": "spark", "host": "local"})

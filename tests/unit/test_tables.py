@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from lakehouse.config import REPO_ROOT
-from lakehouse.contracts import Aggregation, Catalog, Contract, TableSpec
-from lakehouse.tables import _combine, aggregate_per_key, latest_per_key
+from lakehouse.contracts.model import Aggregation, Catalog, Contract, TableSpec
+from lakehouse.runtime.config import REPO_ROOT
+from lakehouse.tables.aggregates import _combine, aggregate_per_key, latest_per_key
 
 pytestmark = pytest.mark.integration  # needs the shared SparkSession
 
@@ -76,7 +76,7 @@ def test_count_ignores_null_keys_and_tombstones(spark: Any, contract: Contract) 
 
 
 def test_sum_min_max_of_a_field(spark: Any) -> None:
-    from lakehouse.contracts import Field
+    from lakehouse.contracts.fields import Field
 
     c = Contract(
         topic="payments",

@@ -4,12 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from lakehouse.windows import (
-    Placement,
-    format_duration,
-    sessionize,
-    time_windows,
-)
+from lakehouse.tables.windows import Placement, format_duration, sessionize, time_windows
 
 
 @pytest.mark.parametrize(

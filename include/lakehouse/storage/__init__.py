@@ -4,14 +4,9 @@ Import from here. :mod:`lakehouse.storage.delta_spark` writes every table with D
 connector; :class:`DeltaStore` reads them (Spark's Delta reader for jobs, delta-rs for the log).
 """
 
-from lakehouse.storage.delta_spark import CDF_PROPERTIES, is_table
-from lakehouse.storage.store import (
-    DeltaStore,
-    Txn,
-    WriteResult,
-    changes_arrow,
-    read_arrow,
-)
+from lakehouse.storage.delta_spark import CDF_PROPERTIES
+from lakehouse.storage.log import Txn, WriteResult, is_table
+from lakehouse.storage.store import DeltaStore, changes_arrow, read_arrow
 
 __all__ = [
     "CDF_PROPERTIES",

@@ -25,9 +25,22 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from lakehouse import objectstore
 from lakehouse.errors import ConcurrentWriteError
-from lakehouse.objectstore import Location
+from lakehouse.runtime import objectstore
+from lakehouse.runtime.objectstore import Location
+from lakehouse.storage.log import (
+    FENCE_APP,
+    POSITIONS_KEY,
+    WRITE_ID_KEY,
+    Txn,
+    WriteResult,
+    as_txns,
+    is_table,
+    kept_positions,
+    load,
+    table_rows,
+    user_metadata,
+)
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -35,26 +48,12 @@ if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
     from pyspark.sql.types import StructType
 
-    from lakehouse.storage.store import Txn, WriteResult
 
-WRITE_ID_KEY = "lakehouse.write_id"
 CDF_PROPERTIES: Mapping[str, str] = {"delta.enableChangeDataFeed": "true"}
 # The platform's tables: the change data feed on, and Delta's own cleanup of expired commits off
 # (it runs at every checkpoint, and would delete commits a lagging consumer still reads for the
 # change feed); `lakehouse maintain` cleans the log once every consumer is past it.
 TABLE_PROPERTIES: Mapping[str, str] = {**CDF_PROPERTIES, "delta.enableExpiredLogCleanup": "false"}
-
-
-def is_table(path: Location) -> bool:
-    """Whether ``path`` holds a Delta table: a log with at least one commit or checkpoint.
-
-    delta-spark makes ``_delta_log`` before it writes commit 0; a creator killed in between
-    leaves a log folder that is no table yet."""
-    return any(
-        name.endswith(".json") or ".checkpoint." in name
-        for name in objectstore.names(path / "_delta_log")
-        if name[:20].isdigit()
-    )
 
 
 @contextmanager
@@ -63,7 +62,7 @@ def table_lock(path: Location) -> Iterator[None]:
     table, under ``$LAKEHOUSE_HOME/locks`` for one in a bucket) for the ``with`` block; threads
     and processes of this machine take turns. Only this machine's: on S3 the platform's rule is
     one committing driver, the Spark server every layer task is a client of."""
-    from lakehouse.config import Settings
+    from lakehouse.runtime.config import Settings
 
     lock = Settings.from_env().lock_path(path)
     lock.parent.mkdir(parents=True, exist_ok=True)
@@ -131,11 +130,10 @@ def append(
     (the table's schema stays). A gate registered for the table judges ``df`` first (see
     :func:`merge`). The caller holds :func:`table_lock`."""
     from lakehouse.storage.gates import gate_for
-    from lakehouse.storage.store import WriteResult, _load
 
     if create is not None:
         create_table(df.sparkSession, path, create)
-    dt = _load(path, own=True)
+    dt = load(path, own=True)
     before = int(dt.version())
     plan = _plan(path, dt, txn, metadata)
     if plan is None:
@@ -178,61 +176,6 @@ def record_positions(
 
 # -- positions ------------------------------------------------------------------------------------
 
-POSITIONS_KEY = "lakehouse.positions"
-# The app transaction of a table that keeps its positions in commit metadata: its version counts
-# those commits and fences them (a second writer of the same commit is skipped by Delta).
-FENCE_APP = "lakehouse.commit"
-
-
-def position(path: Location, app_id: str) -> int | None:
-    """The last input version ``app_id`` consumed into the table (its position), or None.
-
-    A table keeps its readers' positions as Delta app transactions (``txnAppId`` /
-    ``txnVersion``, one per commit) until a commit needs more: several positions at once (a
-    join reads two inputs) or one moving back (a rebuild). Delta records one app transaction per
-    command and never lowers one, so from then on every commit carries all the table's positions
-    as ``lakehouse.positions`` in its metadata, and the app transaction :data:`FENCE_APP`
-    counting those commits, which makes each commit happen at most once."""
-    from lakehouse.storage.store import _load
-
-    if not is_table(path):
-        return None
-    dt = _load(path)
-    kept = _kept_positions(dt, path)
-    if kept is not None:
-        return kept.get(app_id)
-    v = dt.transaction_version(app_id)
-    return None if v is None else int(v)
-
-
-def positions_commit(path: Location) -> int | None:
-    """The version of the commit holding a table's positions, if it keeps them in commit
-    metadata (see :func:`position`); log cleanup must not delete it."""
-    from lakehouse.storage.store import _load
-
-    kept = _kept(_load(path), path) if is_table(path) else None
-    return None if kept is None else kept[0]
-
-
-def _kept_positions(dt: DeltaTable, path: Location) -> dict[str, int] | None:
-    kept = _kept(dt, path)
-    return None if kept is None else kept[1]
-
-
-def _kept(dt: DeltaTable, path: Location) -> tuple[int, dict[str, int]] | None:
-    """The newest commit carrying a table's positions, with them; None if the table does not
-    keep them in commit metadata."""
-    from lakehouse.errors import LakehouseError
-
-    if dt.transaction_version(FENCE_APP) is None:
-        return None
-    for limit in (16, None):
-        for commit in dt.history(limit):  # newest first
-            value = commit_metadata(commit, POSITIONS_KEY)
-            if value is not None:
-                return int(commit["version"]), {str(k): int(v) for k, v in value.items()}
-    raise LakehouseError(f"{path}: the commit holding its readers' positions is gone from the log")
-
 
 @dataclass(frozen=True)
 class _Plan:
@@ -256,10 +199,9 @@ def _plan(
 ) -> _Plan | None:
     """The commit's plan, or None when every position of ``txn`` is already recorded (the
     batch is in; a rewind never is)."""
-    from lakehouse.storage.store import _txns
 
-    txns = _txns(txn)
-    kept = _kept_positions(dt, path)
+    txns = as_txns(txn)
+    kept = kept_positions(dt, path)
 
     def current(app: str) -> int | None:
         v = kept.get(app) if kept is not None else dt.transaction_version(app)
@@ -338,9 +280,8 @@ def merge(
     would publish, computed by Spark from the same clauses, before anything is written. The
     caller holds :func:`table_lock`."""
     from lakehouse.storage.gates import gate_for
-    from lakehouse.storage.store import WriteResult, _load
 
-    dt = _load(path, own=True)
+    dt = load(path, own=True)
     before = int(dt.version())
     plan = _plan(path, dt, txn, metadata)
     if plan is None:
@@ -400,7 +341,6 @@ def _merge_bounds(source: DataFrame, dt: DeltaTable) -> tuple[int, int | None]:
     and the table has after it: the source's rows (a table the merges write has one row per
     key), and the table's own (from its log) with them. The gate then collects what it judges
     without counting it first."""
-    from lakehouse.storage.store import table_rows
 
     incoming = source.count()
     rows = table_rows(dt)
@@ -510,9 +450,8 @@ def session_settings(spark: SparkSession, settings: Mapping[str, str]) -> Iterat
 
 def _outcome(path: Location, before: int, write_id: str) -> WriteResult:
     """Whether the log holds the commit of ``write_id`` after version ``before``, and which."""
-    from lakehouse.storage.store import WriteResult, _load
 
-    after = _load(path, own=True)
+    after = load(path, own=True)
     newer = int(after.version()) - before
     commits = after.history(newer) if newer > 0 else []
     ours = [c for c in commits if user_metadata(c).get(WRITE_ID_KEY) == write_id]
@@ -533,27 +472,3 @@ def arrow_frame(spark: SparkSession, data: pa.Table) -> DataFrame:
     from pyspark.sql.pandas.types import from_arrow_schema
 
     return spark.createDataFrame(data, schema=from_arrow_schema(data.schema))
-
-
-def user_metadata(commit: Mapping[str, Any]) -> dict[str, Any]:
-    """A commit's ``userMetadata`` as the JSON object the platform writes there ({} if none)."""
-    raw = commit.get("userMetadata")
-    if not isinstance(raw, str):
-        return {}
-    try:
-        value = json.loads(raw)
-    except ValueError:
-        return {}
-    return value if isinstance(value, dict) else {}
-
-
-def commit_metadata(commit: Mapping[str, Any], key: str) -> Any:
-    """A commit's value for the platform's metadata ``key``: in its ``userMetadata`` (written by
-    delta-spark) or a top-level commit field (written by delta-rs); ``None`` if neither."""
-    user = user_metadata(commit)
-    if key in user:
-        return user[key]
-    if key in commit:
-        raw = commit[key]
-        return json.loads(raw) if isinstance(raw, str) else raw
-    return None

@@ -12,7 +12,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any, Protocol
 
-from lakehouse.objectstore import Location, as_location
+from lakehouse.runtime.objectstore import Location, as_location
 
 
 class PublishGate(Protocol):

@@ -3,7 +3,7 @@ log cleanup.
 
 A *consumer* is a downstream job that reads a table's change feed, and its position is the last
 source version it consumed, recorded in its own output table (see
-:func:`~lakehouse.storage.delta_spark.position`). A consumer at position ``p`` still reads the
+:func:`~lakehouse.storage.log.position`). A consumer at position ``p`` still reads the
 versions after ``p``: the files those versions removed, and their commits.
 
 * ``VACUUM`` deletes a removed file once its removal is older than the retention. Its retention
@@ -29,10 +29,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from lakehouse import objectstore
 from lakehouse.errors import ConfigError, LakehouseError
-from lakehouse.objectstore import Location
-from lakehouse.storage.delta_spark import position, positions_commit, session_settings, table_lock
+from lakehouse.runtime import objectstore
+from lakehouse.runtime.objectstore import Location
+from lakehouse.storage.delta_spark import session_settings, table_lock
+from lakehouse.storage.log import position, positions_commit
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -141,9 +142,9 @@ def maintain(
 
 
 def _version(path: Location) -> int:
-    from lakehouse.storage.store import _load
+    from lakehouse.storage.log import load
 
-    return int(_load(path).version())
+    return int(load(path).version())
 
 
 def _commit_time(path: Location, version: int) -> float:
@@ -236,13 +237,13 @@ def _checkpoint(spark: SparkSession, path: Location, oldest: int | None) -> tupl
     has it), and drop the record last: a run killed before that leaves the record, and the next
     run restores from it first. They run under the table's commit lock the caller holds, so no
     other commit comes between."""
-    from lakehouse.storage.store import _load
+    from lakehouse.storage.log import load
 
     table = f"delta.`{path}`"
-    own = dict(_load(path).metadata().configuration)
+    own = dict(load(path).metadata().configuration)
     if RESTORE in own:  # a maintain run died before it put the table's values back
         _restore(spark, table, json.loads(own[RESTORE]))
-        own = dict(_load(path).metadata().configuration)
+        own = dict(load(path).metadata().configuration)
     held = _held_back(path, oldest)
     wanted = {CHECKPOINT_INTERVAL: "1", LOG_CLEANUP: "false" if held is not None else "true"}
     changed = [k for k, v in wanted.items() if own.get(k) != v]
@@ -305,9 +306,9 @@ def _pairs(properties: Mapping[str, str]) -> str:
 def _interval_seconds(path: Location, key: str, default: str) -> float:
     """The table property ``key`` (an interval in Delta's syntax, ``default`` if unset) in
     seconds, read from the table's log."""
-    from lakehouse.storage.store import _load
+    from lakehouse.storage.log import load
 
-    raw = _load(path).metadata().configuration.get(key, default)
+    raw = load(path).metadata().configuration.get(key, default)
     words = raw.strip().lower().split()
     words = words[1:] if words[:1] == ["interval"] else words
     seconds = 0.0

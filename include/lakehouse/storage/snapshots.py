@@ -27,8 +27,8 @@ import threading
 from collections import OrderedDict
 from typing import TYPE_CHECKING
 
-from lakehouse import objectstore
-from lakehouse.objectstore import Location, as_location
+from lakehouse.runtime import objectstore
+from lakehouse.runtime.objectstore import Location, as_location
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable

@@ -15,62 +15,20 @@ Every write goes through :mod:`lakehouse.storage.delta_spark`.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from lakehouse import objectstore
 from lakehouse.errors import LakehouseError, TableNotFoundError
-from lakehouse.objectstore import Location
+from lakehouse.runtime import objectstore
+from lakehouse.runtime.objectstore import Location
 from lakehouse.storage.arrow import normalize_table, plain_schema
-from lakehouse.storage.delta_spark import is_table
+from lakehouse.storage.log import commit_metadata, is_table, load, position
 
 if TYPE_CHECKING:
     import pyarrow as pa
     from deltalake import DeltaTable
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import StructType
-
-
-@dataclass(frozen=True)
-class Txn:
-    """A reader's position in one commit: ``version`` (the last input version consumed) must
-    grow for every new batch of ``app_id``."""
-
-    app_id: str
-    version: int
-    # Set the app's position even when ``version`` is not newer: a reprocess that moves a
-    # consumer back to an earlier source version. Never treated as already applied.
-    rewind: bool = False
-
-
-@dataclass(frozen=True)
-class WriteResult:
-    committed: bool  # False when the positions were already recorded (the batch is in)
-    table_version: int | None
-    source_rows: int | None = None  # merge: the table rows it inserted, updated or deleted
-    rows_written: int | None = None  # an append's rows, from its commit's operation metrics
-
-
-def _load(path: Location, version: int | None = None, *, own: bool = False) -> DeltaTable:
-    """The table's log at ``version``, or its newest snapshot: the thread's shared one
-    (:mod:`lakehouse.storage.snapshots`) for what is read from it at once. ``own``: a snapshot
-    nobody else holds, for a caller that time-travels it, or that plans a commit on it and runs
-    other code (a gate) before committing."""
-    from deltalake import DeltaTable
-    from deltalake.exceptions import TableNotFoundError as DeltaMissing
-
-    from lakehouse.storage import snapshots
-
-    try:
-        if version is None and not own:
-            return snapshots.latest(path)
-        return DeltaTable(
-            str(path), version=version, storage_options=objectstore.storage_options(path)
-        )
-    except DeltaMissing:
-        raise TableNotFoundError(str(path)) from None
 
 
 # Spark makes commit times increase over this many commits before the first it reports (Delta's
@@ -124,12 +82,6 @@ def _check_existed(path: Location, as_of: datetime) -> None:
     _version_at(path, as_of)
 
 
-def _txns(txn: Txn | Sequence[Txn] | None) -> list[Txn]:
-    if txn is None:
-        return []
-    return [txn] if isinstance(txn, Txn) else list(txn)
-
-
 def table_arrow_schema(dt: DeltaTable) -> pa.Schema:
     import pyarrow as pa
 
@@ -153,8 +105,7 @@ class DeltaStore:
 
     def transaction_version(self, path: Location, app_id: str) -> int | None:
         """The last version committed by ``app_id`` (its position), or ``None``: see
-        :func:`lakehouse.storage.delta_spark.position`."""
-        from lakehouse.storage.delta_spark import position
+        :func:`lakehouse.storage.log.position`."""
 
         return position(path, app_id)
 
@@ -165,7 +116,7 @@ class DeltaStore:
     def spark_schema(self, path: Location, version: int | None = None) -> StructType:
         from pyspark.sql.pandas.types import from_arrow_schema
 
-        return from_arrow_schema(table_arrow_schema(_load(path, version)))
+        return from_arrow_schema(table_arrow_schema(load(path, version)))
 
     # -- reads --------------------------------------------------------------------------------
     def read(
@@ -230,28 +181,14 @@ def table_version(path: Location) -> int | None:
     """The table's latest version, or None if there is no table."""
     if not is_table(path):
         return None
-    return int(_load(path).version())
-
-
-def table_rows(dt: DeltaTable) -> int | None:
-    """The rows of a table snapshot, from the record counts its log keeps per file (no data is
-    read); None if a file was added without them."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    counts = pa.table(dt.get_add_actions(flatten=True))
-    if counts.num_rows == 0:
-        return 0
-    if "num_records" not in counts.column_names or counts["num_records"].null_count:
-        return None
-    return int(pc.sum(counts["num_records"]).as_py())
+    return int(load(path).version())
 
 
 def last_commit_time(path: Location) -> datetime | None:
     """When the table's latest commit was made, or None if there is no table."""
     if not is_table(path):
         return None
-    (commit,) = _load(path).history(1)
+    (commit,) = load(path).history(1)
     return datetime.fromtimestamp(commit["timestamp"] / 1000, UTC)
 
 
@@ -263,9 +200,8 @@ def latest_metadata(path: Location, key: str) -> Any:
     """
     if not is_table(path):
         return None
-    from lakehouse.storage.delta_spark import commit_metadata
 
-    dt = _load(path)
+    dt = load(path)
     for limit in (16, None):
         for commit in dt.history(limit):
             value = commit_metadata(commit, key)
@@ -282,7 +218,7 @@ def read_arrow(
     delta-spark would read then (:func:`_version_at`)."""
     if as_of is not None:
         version = _version_at(path, as_of)
-    return snapshot_arrow(_load(path, version))
+    return snapshot_arrow(load(path, version))
 
 
 def changes_arrow(
@@ -293,7 +229,7 @@ def changes_arrow(
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    dt = _load(path)
+    dt = load(path)
     end = dt.version() if end_version is None else end_version
     reader = dt.load_cdf(starting_version=start_version, ending_version=end)
     feed = normalize_table(pa.table(reader.read_all()))

@@ -48,7 +48,7 @@ def rows_from_tasks(
     from pyspark.sql import functions as F
     from pyspark.sql.pandas.types import from_arrow_schema
 
-    from lakehouse.spark import task_slots
+    from lakehouse.runtime.spark import task_slots
 
     loose = pa.schema([f.with_nullable(True) for f in schema])
     out = loose.append(pa.field(SIDE, pa.string()))

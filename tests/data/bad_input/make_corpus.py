@@ -1,5 +1,5 @@
 """Write the bad-input corpus: landing segment files of topic ``bad-input`` in the project's
-envelope format (see :mod:`lakehouse.landing`), ``expected.json`` (the outcome every input item
+envelope format (see :mod:`lakehouse.topics.landing`), ``expected.json`` (the outcome every input item
 must have) and ``README.md`` (the same, for people).
 
     .venv/bin/python tests/data/bad_input/make_corpus.py

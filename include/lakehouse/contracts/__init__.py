@@ -1,0 +1,5 @@
+"""Data contracts: one YAML file per topic declares its formats, schemas, tables and
+expectations (:mod:`~lakehouse.contracts.model`), and the wire formats it names: Avro in the
+Confluent framing (:mod:`~lakehouse.contracts.avro`) and the producer's serializers
+(:mod:`~lakehouse.contracts.serde`).
+"""

@@ -1,0 +1,404 @@
+"""One micro-batch of a topic's pipeline: bronze -> silver -> gold, layer by layer."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+from lakehouse.contracts.model import Catalog, Contract, TableSpec
+from lakehouse.pipeline.request import LayerRequest, RunRequest, reprocessable
+from lakehouse.quality.expectations import pandas_max_rows, sync_constraints
+from lakehouse.quality.gate import Gate, freshness_outcome
+from lakehouse.quality.ledger import LedgerBuffer, RunInfo, restore_ledger
+from lakehouse.quality.verdict import Verdict
+from lakehouse.runtime import objectstore
+from lakehouse.runtime.config import LAYERS, Layer, Settings
+from lakehouse.runtime.objectstore import Location
+from lakehouse.storage import DeltaStore, is_table
+from lakehouse.storage.gates import gating
+from lakehouse.storage.maintenance import Consumer, MaintenanceReport, maintain
+from lakehouse.streams import silver
+from lakehouse.streams.registry import SchemaRegistry
+from lakehouse.tables import common, gold
+from lakehouse.topics import bronze
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+
+def layer_tables(
+    settings: Settings, contract: Contract, layer: Layer
+) -> list[tuple[str, Location]]:
+    """The tables a layer of a topic publishes (name, path): the gated ones."""
+    path = {
+        "bronze": settings.bronze_path,
+        "silver": settings.silver_path,
+        "gold": settings.gold_path,
+    }
+    return [(name, path[layer](name)) for name in contract.published_tables(layer)]
+
+
+def run_layer(
+    spark: SparkSession,
+    settings: Settings,
+    contract: Contract,
+    layer: Layer,
+    catalog: Catalog | None = None,
+    *,
+    run: RunInfo | None = None,
+    echo: Callable[[str], None] = print,
+    request: LayerRequest | None = None,
+) -> list[str]:
+    """Run one layer of one topic; return one summary line per table written.
+
+    The contract's schemas are checked against the topic's registered versions first, so a
+    contract that breaks its compatibility mode stops every layer before any data moves. Each
+    table the layer publishes is gated by the contract's expectations for it (see
+    :mod:`lakehouse.quality`); the gates' results go to the ledger and, line by line, to
+    ``echo`` (the task log). ``catalog`` resolves the other topic of a gold join. ``request``
+    adds a reprocess or full refresh, restricts gold to some tables, or makes it a dry run
+    (:mod:`lakehouse.pipeline.request`).
+    """
+    request = request or LayerRequest()
+    specs = _selected(contract, layer, request)
+    objectstore.check_reachable(settings.data_root)
+    registry = SchemaRegistry(settings.registry_path)
+    if request.dry_run:
+        registry.check(contract)
+        return plan_layer(spark, settings, contract, layer, catalog, request)
+    registry.register(contract, spark)
+    # A bad setting fails here, before any data moves.
+    pandas_max_rows()
+    run = run or RunInfo.from_env()
+    ledger = LedgerBuffer(spark, settings)
+    names = None if specs is None else {s.name for s in specs}
+    gates = {
+        path: Gate(settings, contract, layer, name, run, path, ledger, echo=echo)
+        for name, path in layer_tables(settings, contract, layer)
+        if names is None or name in names
+    }
+    # The verdicts of commits whose job died before writing them to the ledger.
+    ledger.rows += restore_ledger(settings, [path for path, gate in gates.items() if gate.active])
+    # A table this run creates gets its constraints when it is created (Gate.created).
+    for path, gate in gates.items():
+        if is_table(path):
+            _constrain(spark, path, gate, echo)
+    # A reprocess or a refresh is judged by the same expectations, but it is not a micro-batch:
+    # its size is no sign of an unusual volume (``Gate.regular``).
+    resets = {p: replace(g, regular=False, verdicts=g.verdicts) for p, g in gates.items()}
+    lines: list[str] = []
+    try:
+        if layer == "gold":
+            with gating({p: g for p, g in resets.items() if g.active}):
+                lines += _reset_gold(spark, settings, contract, catalog, request)
+        with gating({p: g for p, g in gates.items() if g.active}):
+            if layer == "bronze":
+                lines.append(bronze.ingest(spark, settings, contract).summary())
+            elif layer == "silver":
+                lines.append(silver.build(spark, settings, contract).summary())
+            else:
+                assert specs is not None
+                lines += [
+                    gold.build_table(spark, settings, contract, spec, catalog).summary()
+                    for spec in specs
+                ]
+        if layer == "silver" and request.reprocesses:
+            with gating({p: g for p, g in resets.items() if g.active}):
+                lines.append(_reprocess_silver(spark, settings, contract, request))
+        for gate in gates.values():
+            check_freshness(gate)
+    finally:
+        ledger.flush()  # failed checks too: a failed gate is recorded, then raised
+    return lines
+
+
+def _reprocess_silver(
+    spark: SparkSession, settings: Settings, contract: Contract, request: LayerRequest
+) -> str:
+    result = silver.reprocess(
+        spark,
+        settings,
+        contract,
+        from_version=request.from_version,
+        from_offsets=request.from_offsets,
+        dry_run=request.dry_run,
+    )
+    return result.summary()
+
+
+def _selected(contract: Contract, layer: Layer, request: LayerRequest) -> list[TableSpec] | None:
+    """The gold tables this job builds (all the topic's, or the request's), in declaration
+    order; None for bronze and silver. An unknown name is a configuration error."""
+    if layer != "gold":
+        return None
+    request.check(contract)
+    names = [t.name for t in contract.tables]
+    wanted = set(names if request.tables is None else request.tables)
+    return [t for t in contract.tables if t.name in wanted]
+
+
+def _reset_gold(
+    spark: SparkSession,
+    settings: Settings,
+    contract: Contract,
+    catalog: Catalog | None,
+    request: LayerRequest,
+) -> list[str]:
+    """Full refreshes and reprocesses first; the micro-batch that follows then reads on from the
+    positions they set, and the tables reading their changelogs take the corrections."""
+    from lakehouse.tables import rebuild
+
+    catalog = catalog or Catalog.of([contract])
+    lines = []
+    for spec in contract.tables:
+        if spec.name in request.full_refresh:
+            lines.append(rebuild.refresh(spark, settings, catalog, contract, spec).summary())
+        elif request.from_version is not None and spec.name in _reprocessed(contract, request):
+            result = rebuild.refresh(
+                spark, settings, catalog, contract, spec, request.from_version, catch_up=True
+            )
+            lines.append(f"{result.summary()} (reprocessed from version {request.from_version})")
+    return lines
+
+
+def _reprocessed(contract: Contract, request: LayerRequest) -> list[str]:
+    return [] if request.from_version is None else reprocessable(contract, request.tables)
+
+
+def plan_layer(
+    spark: SparkSession,
+    settings: Settings,
+    contract: Contract,
+    layer: Layer,
+    catalog: Catalog | None,
+    request: LayerRequest,
+) -> list[str]:
+    """A dry run: what the layer would read and write, from the tables' logs and positions
+    (and, for a reprocess, a count of the records in scope). Changes nothing."""
+    from lakehouse.storage.store import table_version
+
+    tag = "(dry run)"
+    if layer == "bronze":
+        return [bronze.plan(settings, contract)]
+    if layer == "silver":
+        store = DeltaStore(spark)
+        head = table_version(settings.bronze_path(contract.topic))
+        consumed = store.transaction_version(
+            settings.silver_path(contract.stream), silver.source_app(contract)
+        )
+        start = 0 if consumed is None else consumed + 1
+        lines = [
+            f"silver {contract.stream} {tag}: bronze has no new versions"
+            if head is None or start > head
+            else f"silver {contract.stream} {tag}: would decode bronze versions {start}..{head} "
+            f"({_bronze_records(settings.bronze_path(contract.topic), start, head)} records) "
+            f"into silver.{contract.stream} and its quarantine"
+        ]
+        if request.reprocesses:
+            lines.append(_reprocess_silver(spark, settings, contract, request))
+        return lines
+    specs = _selected(contract, layer, request) or []
+    store = DeltaStore(spark)
+    lines = []
+    reset = set(request.full_refresh) | set(_reprocessed(contract, request))
+    for spec in specs:
+        source = common.input_path(settings, contract, spec)
+        if spec.name in request.full_refresh:
+            lines.append(
+                f"gold {spec.name} {tag}: would rebuild from the whole of "
+                f"{_table_name(settings, source)} (version {table_version(source)}) and publish "
+                "only the rows that differ"
+            )
+            continue
+        if spec.name in reset:
+            lines.append(
+                f"gold {spec.name} {tag}: would be put back to {_table_name(settings, source)} "
+                f"version {request.from_version - 1 if request.from_version else -1} and "
+                f"read again from version {request.from_version} to {table_version(source)}"
+            )
+            continue
+        todo = common.pending(
+            store, settings.gold_path(spec.name), common.input_app(contract, spec), source
+        )
+        feeding = [n for n in reset if spec.changelog == n]
+        note = f"; then the corrections of {', '.join(feeding)}" if feeding else ""
+        lines.append(
+            f"gold {spec.name} {tag}: {_table_name(settings, source)} has no new versions{note}"
+            if todo is None
+            else f"gold {spec.name} {tag}: would fold {_table_name(settings, source)} versions "
+            f"{todo[0]}..{todo[1]} into gold.{spec.name}{note}"
+        )
+    return lines
+
+
+def _table_name(settings: Settings, path: Location) -> str:
+    return f"{path.parent.name}.{path.name}"
+
+
+def _bronze_records(path: Location, start: int, end: int) -> int:
+    """The records bronze added in versions start..end, from its commits' batch summaries (or,
+    where one does not count them, the commit's own metrics)."""
+    from lakehouse.storage import snapshots
+    from lakehouse.storage.log import commit_metadata
+
+    total = 0
+    for commit in snapshots.latest(path).history():
+        version = commit.get("version")
+        value = commit_metadata(commit, bronze.BATCH_KEY)
+        if version is None or value is None or not start <= int(version) <= end:
+            continue
+        metrics = commit.get("operationMetrics") or {}
+        total += int(value.get("records", metrics.get("numOutputRows", 0)))
+    return total
+
+
+def _constrain(
+    spark: SparkSession, path: Location, gate: Gate, echo: Callable[[str], None]
+) -> None:
+    for note in sync_constraints(spark, path, gate.expectations):
+        echo(f"quality {gate.layer}.{gate.table}: {note}")
+
+
+def check_freshness(gate: Gate) -> None:
+    """Record whether the table has had new data within the contract's freshness interval."""
+    if gate.contract.quality.freshness_ms is None:
+        return
+    from lakehouse.storage.store import last_commit_time, table_version
+
+    published = [v for v in gate.verdicts if v.published_version is not None]
+    last: datetime | None
+    if published:  # this very run added data: no need to read the table's log
+        last, version = published[-1].validated_at, published[-1].published_version
+    else:
+        last, version = last_commit_time(gate.path), table_version(gate.path)
+    outcome = freshness_outcome(gate.contract, last)
+    if outcome is not None:
+        verdict = Verdict(gate.layer, gate.table, [outcome], 0, "none")
+        gate.record(verdict, table_version=version, published=False)
+
+
+def run(
+    spark: SparkSession,
+    settings: Settings,
+    catalog: Catalog,
+    *,
+    topics: Sequence[str] = (),
+    layers: Sequence[Layer] = LAYERS,
+    echo: Callable[[str], None] = print,
+    requests: Mapping[str, RunRequest] | None = None,
+) -> None:
+    """Run the given layers (in pipeline order) for the given topics (all when empty);
+    ``requests``: what a topic's run asks besides its micro-batch (checked by the caller)."""
+    contracts = [catalog.topic(t) for t in topics] if topics else list(catalog)
+    ordered = [layer for layer in LAYERS if layer in layers]
+
+    # Layer by layer across topics: a gold join then sees the other topic's stream as of this
+    # run, not as of the previous one.
+    for layer in ordered:
+        for contract in contracts:
+            asked = (requests or {}).get(contract.topic)
+            request = None if asked is None else asked.for_layer(layer)
+            for line in run_layer(
+                spark, settings, contract, layer, catalog, echo=echo, request=request
+            ):
+                echo(line)
+
+
+def topic_tables(
+    settings: Settings, contract: Contract, catalog: Catalog | None = None
+) -> list[tuple[Location, list[Consumer]]]:
+    """Every table of a topic's pipeline with the consumers reading its change feed (a gold
+    table reads the stream, another table's changelog, or for a join the other topic's stream
+    too; its private state tables read what it reads)."""
+    readers: dict[Location, list[Consumer]] = {
+        settings.bronze_path(contract.topic): [
+            Consumer(
+                f"silver.{contract.stream}",
+                settings.silver_path(contract.stream),
+                silver.source_app(contract),
+            )
+        ],
+        settings.silver_path(contract.stream): [],
+    }
+    owned: list[Location] = []
+    for spec in contract.tables:
+        out = common.outputs(settings, spec)
+        source = common.input_path(settings, contract, spec)
+        app = common.input_app(contract, spec)
+        feeds = [(source, app)]
+        if spec.join is not None and catalog is not None:
+            other = catalog.topic(spec.join.other)
+            feeds.append((settings.silver_path(other.stream), common.source_app(other)))
+        # The gold table always; its state and late-record tables once they exist (a consumer
+        # without a position would keep the whole history from being vacuumed).
+        extra = (
+            e.path
+            for e in objectstore.listdir(out.state.parent)
+            if e.name.startswith(f"{out.state.name}__")
+        )
+        private = [out.state, *sorted(extra, key=str), out.late]
+        for path in [out.gold, *(p for p in private if is_table(p))]:
+            owned.append(path)
+            for feed, feed_app in feeds:
+                readers.setdefault(feed, []).append(Consumer(f"gold.{spec.name}", path, feed_app))
+    listed = [*readers.items(), *((p, []) for p in owned if p not in readers)]
+    return [
+        *listed,
+        (settings.quarantine_path("bronze", contract.topic), []),
+        (settings.quarantine_path("silver", contract.stream), []),
+    ]
+
+
+def maintained_tables(
+    settings: Settings,
+    catalog: Catalog,
+    *,
+    topics: Sequence[str] = (),
+    ledger: bool = False,
+) -> list[tuple[Location, list[Consumer]]]:
+    """The existing tables :func:`maintain_topics` maintains, each with the consumers of its
+    change feed: every table of the topics (all when empty), or with ``ledger`` the data-quality
+    results ledger alone. Read from the filesystem, without Spark; an unknown topic is a
+    ConfigError."""
+    contracts = [catalog.topic(t) for t in topics] if topics else list(catalog)
+    if ledger:  # no consumers: the reports read snapshots
+        return [(settings.ledger_path, [])] if is_table(settings.ledger_path) else []
+    return [
+        (path, consumers)
+        for contract in contracts
+        for path, consumers in topic_tables(settings, contract, catalog)
+        if is_table(path)
+    ]
+
+
+def maintain_topics(
+    spark: SparkSession,
+    settings: Settings,
+    catalog: Catalog,
+    *,
+    topics: Sequence[str] = (),
+    retention_hours: float,
+    compact: bool = True,
+    dry_run: bool = False,
+    ledger: bool = False,
+    echo: Callable[[str], None] = print,
+) -> list[MaintenanceReport]:
+    """Compact, vacuum (consumer-aware), checkpoint and clean the logs of every existing table of
+    the topics (all when empty); with ``ledger``, of the data-quality results ledger instead
+    (every job appends one small commit to it: it needs compacting most of all). The tables are
+    :func:`maintained_tables`."""
+    reports = []
+    for path, consumers in maintained_tables(settings, catalog, topics=topics, ledger=ledger):
+        report = maintain(
+            spark,
+            path,
+            consumers,
+            retention_hours=retention_hours,
+            compact=compact,
+            dry_run=dry_run,
+        )
+        echo(report.summary())
+        reports.append(report)
+    return reports

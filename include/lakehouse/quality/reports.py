@@ -1,0 +1,300 @@
+"""Data-quality reports: Great Expectations Data Docs, and the ledger's latest results and trends.
+
+The gates keep each validation's full GX result as JSON under ``quality/validations``; Data Docs
+are rebuilt from those files by ``lakehouse report`` (the pipeline DAG's last task), into
+``reports/data_docs``, which the Airflow UI links to. Jobs never touch GX's project folder, so
+two jobs validating at once cannot race on it: this module is its only writer.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+import shutil
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from lakehouse.contracts.model import Catalog
+from lakehouse.quality.expectations import import_gx, suite, suite_name
+from lakehouse.runtime.config import LAYERS, Settings
+
+SITE = "lakehouse"
+KEEP_PER_SUITE = 30
+
+
+def _saved_results(settings: Settings, keep: int) -> dict[str, list[dict[str, Any]]]:
+    """The newest ``keep`` saved results of each suite (file names sort by time)."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    root = settings.validations_root
+    if not root.is_dir():
+        return out
+    for folder in sorted(p for p in root.iterdir() if p.is_dir()):
+        files = sorted(folder.glob("*.json"))[-keep:]
+        out[folder.name] = [json.loads(f.read_text(encoding="utf-8")) for f in files]
+    return out
+
+
+def build_data_docs(
+    settings: Settings, catalog: Catalog | None = None, *, keep: int = KEEP_PER_SUITE
+) -> Path:
+    """Rebuild Data Docs from the saved validation results; return the site's index page.
+
+    The GX project under ``quality/gx`` is rebuilt each time from the contracts (suites) and the
+    newest ``keep`` results per suite, so the site shows what the contracts say now and its
+    build time does not grow with history (the ledger keeps all of it)."""
+    gx = import_gx()
+    from great_expectations.core.expectation_validation_result import (
+        ExpectationSuiteValidationResultSchema,
+    )
+    from great_expectations.core.run_identifier import RunIdentifier
+    from great_expectations.data_context.types.resource_identifiers import (
+        ExpectationSuiteIdentifier,
+        ValidationResultIdentifier,
+    )
+
+    project = settings.quality_root / "gx"
+    shutil.rmtree(project, ignore_errors=True)
+    site = settings.data_docs_root
+    shutil.rmtree(site, ignore_errors=True)
+    site.mkdir(parents=True, exist_ok=True)
+    context = gx.get_context(mode="file", project_root_dir=str(project))
+    for name in list(context.get_config().data_docs_sites or {}):
+        context.delete_data_docs_site(name)
+    context.add_data_docs_site(
+        SITE,
+        {
+            "class_name": "SiteBuilder",
+            "show_how_to_buttons": False,
+            "store_backend": {
+                "class_name": "TupleFilesystemStoreBackend",
+                "base_directory": str(site),
+            },
+            "site_index_builder": {"class_name": "DefaultSiteIndexBuilder"},
+        },
+    )
+    catalog = catalog or Catalog.load(settings.contracts_dir)
+    for contract in catalog:
+        for layer in LAYERS:
+            for table in contract.published_tables(layer):
+                if exps := contract.expectations_for(layer, table):
+                    context.suites.add_or_update(suite(suite_name(layer, table), exps))
+    loader = ExpectationSuiteValidationResultSchema()
+    for name, documents in _saved_results(settings, keep).items():
+        for doc in documents:
+            result = loader.load(doc["result"])
+            key = ValidationResultIdentifier(
+                expectation_suite_identifier=ExpectationSuiteIdentifier(name=name),
+                run_id=RunIdentifier(
+                    run_name=doc.get("dag_run_id") or doc["run_id"],
+                    run_time=doc["validated_at"],
+                ),
+                batch_identifier=doc["run_id"][:12],
+            )
+            context.validation_results_store.set(key, result)
+    context.build_data_docs(site_names=[SITE])
+    _keep_offline(site)
+    (site / "index.html").replace(site / GX_INDEX)
+    overview = _overview(site, _saved_results(settings, keep))
+    (site / "index.html").write_text(overview, encoding="utf-8")
+    return site / "index.html"
+
+
+GX_INDEX = "gx-index.html"
+# Data Docs pages load their logo from GX's servers with the context's id in the address.
+_REMOTE_LOGO = re.compile(r"https://great-expectations-web-assets\.s3[^\"']*logo-long\.png[^\"']*")
+
+
+def _keep_offline(site: Path) -> None:
+    """Point the pages' logo at the site's own copy: a report read on a closed network should not
+    try to reach the internet, nor tell anyone that it was opened."""
+    for page in site.rglob("*.html"):
+        text = page.read_text(encoding="utf-8")
+        depth = len(page.relative_to(site).parts) - 1
+        local = "../" * depth + "static/images/logo-long.png"
+        fixed = _REMOTE_LOGO.sub(local, text)
+        if fixed != text:
+            page.write_text(fixed, encoding="utf-8")
+
+
+_STYLE = """
+body { font-family: system-ui, sans-serif; margin: 2rem; color: #222; }
+table { border-collapse: collapse; margin: 0.5rem 0 1.5rem; }
+th, td { border: 1px solid #ccc; padding: 0.3rem 0.6rem; text-align: left; vertical-align: top; }
+th { background: #f4f4f4; }
+.ok { color: #176f2c; font-weight: 600; } .failed { color: #b00020; font-weight: 600; }
+.muted { color: #666; }
+"""
+
+
+def _overview(site: Path, results: dict[str, list[dict[str, Any]]]) -> str:
+    """The site's front page, plain HTML without scripts (GX's own index builds its tables with
+    scripts from CDNs, which a closed network does not reach): each suite's validations, newest
+    first, with their verdict and a link to GX's page of each."""
+    esc = html.escape
+    parts = [
+        "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>",
+        f"<title>Data quality</title><style>{_STYLE}</style></head><body>",
+        "<h1>Data quality</h1>",
+        f"<p class='muted'>Built {datetime.now(UTC):%Y-%m-%d %H:%M:%S} UTC from the newest "
+        f"validations of each table; each links to its page in the Great Expectations Data "
+        f"Docs (<a href='{GX_INDEX}'>their own index</a>).</p>",
+    ]
+    if not results:
+        parts.append("<p>No validation has been recorded yet.</p>")
+    for name, documents in sorted(results.items()):
+        layer, _, table = name.partition(".")
+        suite_page = f"expectations/{layer}/{table}.html"
+        parts.append(f"<h2 id='{esc(name)}'>{esc(name)}</h2>")
+        if (site / suite_page).is_file():
+            parts.append(f"<p><a href='{esc(suite_page)}'>Expectation suite</a></p>")
+        parts.append(
+            "<table><tr><th>validated at (UTC)</th><th>DAG run</th><th>verdict</th>"
+            "<th>expectations met</th><th>failed</th></tr>"
+        )
+        for doc in reversed(documents):
+            result = doc["result"]
+            stats = result.get("statistics", {})
+            failed = [
+                r["expectation_config"].get("meta", {}).get("name", r["expectation_config"]["type"])
+                for r in result.get("results", [])
+                if not r.get("success")
+            ]
+            page = next(
+                iter(
+                    sorted(
+                        (site / "validations" / layer / table).rglob(f"{doc['run_id'][:12]}.html")
+                    )
+                ),
+                None,
+            )
+            when = esc(doc["validated_at"][:19].replace("T", " "))
+            if page is not None:
+                when = f"<a href='{esc(page.relative_to(site).as_posix())}'>{when}</a>"
+            verdict = (
+                "<span class='ok'>passed</span>"
+                if result.get("success")
+                else "<span class='failed'>failed</span>"
+            )
+            parts.append(
+                f"<tr><td>{when}</td><td>{esc(doc.get('dag_run_id') or '-')}</td>"
+                f"<td>{verdict}</td><td>{stats.get('successful_expectations', '?')}/"
+                f"{stats.get('evaluated_expectations', '?')}</td>"
+                f"<td>{esc(', '.join(failed)) or '-'}</td></tr>"
+            )
+        parts.append("</table>")
+    parts.append("</body></html>")
+    return "\n".join(parts)
+
+
+def ledger_report(settings: Settings, *, table: str | None = None, last: int = 10) -> list[str]:
+    """The latest validation of each table and its trend: how many of its last ``last``
+    validations met every expectation, and each expectation's failures among them."""
+    from lakehouse.quality.ledger import read_ledger
+
+    data = read_ledger(settings, table).to_pylist()
+    if not data:
+        return ["no validations recorded" + ("" if table is None else f" for {table}")]
+    # One job run's checks of a table belong together (its gate and its freshness check).
+    runs: dict[tuple[str, str], dict[str, list[dict[str, Any]]]] = defaultdict(
+        lambda: defaultdict(list)
+    )
+    for row in sorted(data, key=lambda r: r["validated_at"]):
+        runs[(row["layer"], row["table"])][row["run_id"]].append(row)
+    lines: list[str] = []
+    for (layer, name), by_run in sorted(runs.items()):
+        ordered = list(by_run)[-last:]  # runs in order of their first check
+        latest = by_run[ordered[-1]]
+        published = [r for r in latest if r["published"]]
+        version = f"v{published[0]['table_version']}" if published else "nothing published"
+        rows = max(r["rows"] for r in latest)
+        ok = sum(r["success"] for r in latest)
+        clean = sum(all(r["success"] for r in by_run[k]) for k in ordered)
+        lines.append(
+            f"{layer}.{name}: latest {latest[0]['validated_at']:%Y-%m-%d %H:%M:%S} ({version}, "
+            f"{rows} rows): {ok}/{len(latest)} met; last {len(ordered)} runs: {clean} clean"
+        )
+        failures: dict[str, int] = defaultdict(int)
+        for k in ordered:
+            for r in by_run[k]:
+                if not r["success"]:
+                    failures[r["expectation"]] += 1
+        for r in latest:
+            trend = f"failed {failures[r['expectation']]}/{len(ordered)}"
+            mark = "ok  " if r["success"] else "FAIL"
+            observed = (
+                r["observed_value"]
+                if r["unexpected_count"] is None
+                else f"{r['unexpected_count']} of {r['element_count']} unexpected"
+            )
+            lines.append(f"  {mark} {r['severity']:10} {r['expectation']:28} {observed}  ({trend})")
+    return lines
+
+
+def run_summary(settings: Settings, dag_run_id: str) -> list[str]:
+    """One DAG run's validations: each table's verdict, and every expectation that failed."""
+    from lakehouse.quality.ledger import read_ledger
+
+    rows = read_ledger(settings, dag_run_id=dag_run_id).to_pylist()
+    if not rows:
+        return [f"no validations recorded for run {dag_run_id}"]
+    by_table: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+    for r in rows:
+        by_table[(r["layer"], r["table"])].append(r)
+    lines = [f"data quality of run {dag_run_id}:"]
+    for (layer, name), checks in sorted(by_table.items()):
+        met = sum(r["success"] for r in checks)
+        published = any(r["published"] for r in checks)
+        lines.append(
+            f"  {layer}.{name}: {met}/{len(checks)} checks met"
+            + ("" if published else " (not published)")
+        )
+        for r in checks:
+            if not r["success"]:
+                lines.append(
+                    f"    {r['severity'].upper()} {r['expectation']}: observed "
+                    f"{r['observed_value'] or ''} unexpected {r['unexpected_count']}"
+                )
+    return lines
+
+
+def layer_verdict(
+    settings: Settings, dag_run_id: str, layer: str, tables: Sequence[str]
+) -> tuple[list[str], list[str]]:
+    """The verdicts one layer's job recorded in a DAG run, for the DAG's gate task: the lines to
+    print, and the failed ``fail`` checks (which must stop the run's next layer)."""
+    from lakehouse.quality.ledger import read_ledger
+
+    rows = [
+        r
+        for r in read_ledger(settings, dag_run_id=dag_run_id, layer=layer).to_pylist()
+        if r["table"] in tables
+    ]
+    lines, failed = [], []
+    for name in tables:
+        checks = [r for r in rows if r["table"] == name]
+        if not checks:
+            lines.append(f"{layer}.{name}: no batch validated in this run (no new data)")
+            continue
+        met = sum(r["success"] for r in checks)
+        published = sorted({r["table_version"] for r in checks if r["published"]})
+        lines.append(
+            f"{layer}.{name}: {met}/{len(checks)} checks met; "
+            + (f"published version(s) {published}" if published else "nothing published")
+        )
+        for r in checks:
+            if r["success"]:
+                continue
+            text = f"{r['severity'].upper()} {r['expectation']} ({r['kind']}): observed {r['observed_value'] or ''}"
+            lines.append(f"  {text}")
+            if r["severity"] == "fail":
+                failed.append(f"{layer}.{name}: {text}")
+    return lines, failed
+
+
+def print_report(settings: Settings, echo: Callable[[str], None] = print, **kwargs: Any) -> None:
+    for line in ledger_report(settings, **kwargs):
+        echo(line)

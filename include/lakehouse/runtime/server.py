@@ -1,0 +1,433 @@
+"""The platform's long-lived Spark: one Spark Connect server that holds the JVM, the jars, the
+caches and every commit, and the thin clients (Airflow tasks, the CLI) that hand it their work.
+
+    lakehouse spark start | stop | status
+
+The server is ``org.apache.spark.sql.connect.service.SparkConnectServer`` from the jars pyspark
+ships, started by pyspark's own ``spark-submit`` with the platform's Spark settings and JVM jars
+(:func:`lakehouse.runtime.spark.spark_conf`). Delta has no Connect plugin for this Spark line, so clients
+use Delta through SQL and the DataFrame reader and writer, which Delta's session extension
+serves on the server (``MERGE INTO``, ``readChangeFeed``, ``txnAppId`` ...).
+
+* It listens on 127.0.0.1 only: the Connect port, and Spark's own driver and block manager
+  ports, which have no authentication of their own.
+* Clients must present the platform's token (a pre-shared bearer token Spark Connect checks on
+  every call). It is generated on the first start and kept at ``<home>/spark/token``, mode 0600,
+  outside the repository; the server gets it through its environment, so it is not on a command
+  line. Spark's client sends a token over plain TCP only to the host named ``localhost`` (to any
+  other it insists on TLS), so clients connect to ``sc://localhost:<port>``.
+* Its pid, its settings and its log live under ``<home>/spark/``; ``status`` reads them and
+  checks that the process is alive and the port answers.
+* Great Expectations' validation service starts and stops with it: clients validate their
+  pandas-sized batches there, so no client imports GX. The server runs it as a process
+  (``python -m lakehouse.quality.gx_service``) listening at :func:`validation_socket`; what it
+  does is the quality layer's.
+* ``LAKEHOUSE_SPARK_MASTER`` chooses local mode (``local[2]``, the default) or a standalone
+  cluster (``spark://host:7077``); ``LAKEHOUSE_SPARK_PORT`` the port (default 15002).
+
+The server is the platform's single committing driver: Delta's log store excludes concurrent
+commits only inside one JVM on a local filesystem, and assumes one driver on S3.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from lakehouse.errors import ConfigError, LakehouseError
+from lakehouse.runtime import objectstore
+from lakehouse.runtime.config import Settings
+from lakehouse.runtime.process import (
+    alive,
+    answers,
+    port_setting,
+    private_file,
+    socket_answers,
+    tail,
+)
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+    from pyspark.sql.connect.client.retries import RetryPolicy
+
+SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
+PORT_ENV = "LAKEHOUSE_SPARK_PORT"
+DEFAULT_PORT = 15002
+TOKEN_ENV = "SPARK_CONNECT_AUTHENTICATE_TOKEN"  # read by both Spark's server and its client
+LOOPBACK = "127.0.0.1"
+START_TIMEOUT_S = 180.0
+
+
+class ServerError(LakehouseError):
+    """The Spark server could not be started, stopped or reached."""
+
+
+class ServerDown(ServerError):
+    """No Spark server answers: the message says how to start one."""
+
+
+def port() -> int:
+    """The Connect port (``LAKEHOUSE_SPARK_PORT``, default 15002); anything but a port number
+    is a ConfigError naming the variable."""
+    return port_setting(PORT_ENV, DEFAULT_PORT)
+
+
+def state_dir(settings: Settings) -> Path:
+    """Where the server keeps its pid, settings, log and token: local state, never data."""
+    return settings.home / "spark"
+
+
+def validation_socket(settings: Settings) -> Path:
+    """Where the validation service listens: a Unix socket beside the server's state."""
+    return state_dir(settings) / "gx.sock"
+
+
+def spawn_validation_service(settings: Settings) -> subprocess.Popen[bytes]:
+    """Start the validation service for ``settings``' lakehouse, in a process group of its own
+    (its pid: ending the group ends the children it forked too); its output goes to
+    ``<home>/spark/gx.log``."""
+    path = validation_socket(settings)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with (path.parent / "gx.log").open("ab") as log:
+        return subprocess.Popen(
+            [sys.executable, "-m", "lakehouse.quality.gx_service", str(path)],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            cwd=path.parent,
+        )
+
+
+def token(settings: Settings, *, create: bool = False) -> str:
+    """The clients' token: read from ``<home>/spark/token``; with ``create``, generated there
+    first if missing (mode 0600, written whole before it is visible)."""
+    path = state_dir(settings) / "token"
+    if not create and not path.is_file():
+        raise ServerDown(
+            f"no Spark server token at {path}: start the server with `lakehouse spark start`"
+        )
+    return private_file(path, lambda: secrets.token_urlsafe(32)).strip()
+
+
+@dataclass(frozen=True)
+class Status:
+    """What ``lakehouse spark status`` reports."""
+
+    running: bool
+    port: int
+    master: str | None = None
+    pid: int | None = None
+    started_at: str | None = None
+    log: str | None = None
+
+    def describe(self) -> str:
+        if not self.running:
+            return (
+                f"Spark server: not running (port {self.port}); start it with "
+                "`lakehouse spark start`"
+            )
+        return (
+            f"Spark server: running, pid {self.pid}, sc://localhost:{self.port}, master "
+            f"{self.master}, since {self.started_at} (log: {self.log})"
+        )
+
+
+def _recorded(settings: Settings) -> dict[str, object] | None:
+    path = state_dir(settings) / "server.json"
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def status(settings: Settings) -> Status:
+    """Whether this lakehouse's server is up: its recorded process is alive and its port
+    answers."""
+    rec = _recorded(settings) or {}
+    recorded_port, pid = rec.get("port"), rec.get("pid")
+    at = recorded_port if isinstance(recorded_port, int) else port()
+    if not isinstance(pid, int) or not alive(pid) or not answers(LOOPBACK, at):
+        return Status(False, at)
+    return Status(
+        True,
+        at,
+        master=str(rec.get("master")),
+        pid=pid,
+        started_at=str(rec.get("started_at")),
+        log=str(state_dir(settings) / "server.log"),
+    )
+
+
+def server_conf(settings: Settings, at: int) -> dict[str, str]:
+    """Every setting the server starts with: the platform's (:func:`lakehouse.runtime.spark.spark_conf`)
+    and the Connect service's, every listener on the loopback address."""
+    from lakehouse.runtime.spark import spark_conf
+
+    conf = spark_conf(settings.spark_master, "lakehouse-spark-server")
+    return {
+        **conf,
+        "spark.connect.grpc.binding.address": LOOPBACK,
+        "spark.connect.grpc.binding.port": str(at),
+        "spark.driver.bindAddress": LOOPBACK,
+        "spark.driver.host": LOOPBACK,
+    }
+
+
+def command(settings: Settings, at: int) -> list[str]:
+    """The ``spark-submit`` that runs the server."""
+    import pyspark
+
+    from lakehouse.runtime.spark import conf_args
+
+    submit = Path(pyspark.__file__).parent / "bin" / "spark-submit"
+    conf = server_conf(settings, at)
+    master = conf.pop("spark.master")
+    name = conf.pop("spark.app.name")
+    memory = conf.pop("spark.driver.memory")
+    return [
+        str(submit),
+        "--class",
+        SERVER_CLASS,
+        "--master",
+        master,
+        "--name",
+        name,
+        "--driver-memory",
+        memory,
+        *conf_args(conf),
+        "spark-internal",
+    ]
+
+
+def start(settings: Settings, *, timeout: float = START_TIMEOUT_S) -> Status:
+    """Start the server unless it runs; return once it accepts connections. Raises
+    :class:`ServerError` with the end of its log if it exits or does not listen in time."""
+    import pyspark
+
+    from lakehouse.runtime.process import ensure_java
+
+    current = status(settings)
+    if current.running:
+        return current
+    at = port()
+    if answers(LOOPBACK, at):
+        raise ServerError(
+            f"port {at} on {LOOPBACK} is taken by another process: stop it, or choose another "
+            f"port with {PORT_ENV}"
+        )
+    ensure_java()
+    objectstore.check_reachable(settings.data_root)
+    folder = state_dir(settings)
+    folder.mkdir(parents=True, exist_ok=True)
+    secret = token(settings, create=True)
+    spark_home = Path(pyspark.__file__).parent
+    env = {
+        **os.environ,
+        "SPARK_HOME": str(spark_home),
+        # Spark Connect runs Python work (UDFs, mapInArrow) with this interpreter, which has the
+        # platform's package; it reads this variable, not spark.pyspark.python.
+        "PYSPARK_PYTHON": sys.executable,
+        "PYSPARK_DRIVER_PYTHON": sys.executable,
+        TOKEN_ENV: secret,
+    }
+    log_path = folder / "server.log"
+    with log_path.open("ab") as log:
+        log.write(f"\n--- starting at {time.strftime('%Y-%m-%dT%H:%M:%S%z')}\n".encode())
+        log.flush()
+        proc = subprocess.Popen(
+            command(settings, at),
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # its own process group: stop() ends it whole
+            cwd=folder,
+        )
+    # Great Expectations' validation service: it imports GX while the JVM starts, and stop()
+    # ends it with the server.
+    try:
+        service = spawn_validation_service(settings)
+    except BaseException:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)  # no server without its service
+        raise
+    record = {
+        "pid": proc.pid,
+        "validation_pid": service.pid,
+        "port": at,
+        "master": settings.spark_master,
+        "data": str(settings.data_root),
+        "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+    partial = folder / f".server.json.{os.getpid()}"
+    partial.write_text(json.dumps(record), encoding="utf-8")
+    partial.replace(folder / "server.json")
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(service.pid, signal.SIGTERM)
+            raise ServerError(
+                f"the Spark server exited with code {proc.returncode} while starting; its log "
+                f"({log_path}) ends with:\n{tail(log_path)}"
+            )
+        if service.poll() is not None:
+            stop(settings)
+            service_log = state_dir(settings) / "gx.log"
+            raise ServerError(
+                f"the validation service exited with code {service.returncode} while starting; "
+                f"its log ({service_log}) ends with:\n{tail(service_log)}"
+            )
+        if answers(LOOPBACK, at) and socket_answers(validation_socket(settings)):
+            return status(settings)
+        time.sleep(0.25)
+    stop(settings)
+    raise ServerError(
+        f"the Spark server did not listen on port {at} within {timeout:.0f} s; its log "
+        f"({log_path}) ends with:\n{tail(log_path)}"
+    )
+
+
+def _descendants(pid: int) -> list[int]:
+    """``pid``'s descendant processes (Python workers leave the server's process group)."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def stop(settings: Settings, *, timeout: float = 30.0) -> bool:
+    """Stop the server, its Python workers and its validation service; False if none was
+    running."""
+    rec = _recorded(settings)
+    pid = rec.get("pid") if rec else None
+    if not isinstance(pid, int) or not alive(pid):
+        (state_dir(settings) / "server.json").unlink(missing_ok=True)
+        (state_dir(settings) / "gx.sock").unlink(missing_ok=True)
+        return False
+    service = rec.get("validation_pid") if rec else None
+    family = [pid, *_descendants(pid)]
+    if isinstance(service, int) and alive(service):
+        family += [service, *_descendants(service)]
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pid, signal.SIGTERM)
+    if isinstance(service, int):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(service, signal.SIGTERM)  # the service and the children it forked
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and alive(pid):
+        time.sleep(0.2)
+    for member in family:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(member, signal.SIGKILL)
+    (state_dir(settings) / "server.json").unlink(missing_ok=True)
+    (state_dir(settings) / "gx.sock").unlink(missing_ok=True)
+    return True
+
+
+def remote(settings: Settings, at: int) -> str:
+    """The Connect address of this lakehouse's server on port ``at``, token included
+    (``sc://localhost``: the only host Spark's client sends a token to without TLS)."""
+    return f"sc://localhost:{at}/;token={token(settings)}"
+
+
+def connect(settings: Settings) -> SparkSession:
+    """A Spark Connect session on this lakehouse's server. Raises :class:`ServerDown`, saying how
+    to start it, when no server answers, and from any call of the session once the server
+    process it connected to has died (instead of the client's minutes of retries)."""
+    from pyspark.sql import SparkSession
+
+    current = status(settings)
+    if not current.running or current.pid is None:
+        raise ServerDown(current.describe())
+    serves = (_recorded(settings) or {}).get("data")
+    if serves is not None and serves != str(settings.data_root):
+        raise ServerError(
+            f"the Spark server at port {current.port} was started for the data at {serves}, and "
+            f"this process's is at {settings.data_root} (LAKEHOUSE_DATA): restart the server with "
+            "this process's settings (`lakehouse spark stop`, then `lakehouse spark start`)"
+        )
+    spark = SparkSession.builder.remote(remote(settings, current.port)).getOrCreate()
+    client = spark.client  # a Connect session's
+    client.set_retry_policies([_while_alive(current.pid, current.port)])
+    return spark
+
+
+def _while_alive(pid: int, at: int) -> RetryPolicy:
+    """Spark's retry policy of its Connect client, which retries an unavailable server for at
+    least 10 minutes (its connection drops while the server is busy or its network hiccups),
+    held to the life of the server process: once that process is dead (crashed, killed, or
+    restarted as another process, which knows nothing of this session), a call that fails
+    raises :class:`ServerDown` at once, whatever gRPC status the broken call ended with."""
+    import grpc
+    from pyspark.sql.connect.client.retries import DefaultPolicy
+
+    class WhileAlive(DefaultPolicy):
+        def can_retry(self, e: BaseException) -> bool:
+            if isinstance(e, grpc.RpcError) and not alive(pid):
+                raise ServerDown(
+                    f"the Spark server (pid {pid}, sc://localhost:{at}) went down while this "
+                    "client used it: start it again with `lakehouse spark start`, then rerun"
+                ) from e
+            return super().can_retry(e)
+
+    return WhileAlive()
+
+
+def hold_to_address(spark: SparkSession, host: str, at: int) -> None:
+    """Hold a Connect session's retries to its server's port answering (for a server that may
+    be on another machine, where its process cannot be watched, e.g. an Airflow connection's):
+    once nothing accepts connections at ``host:at``, a call that fails raises
+    :class:`ServerDown` at once instead of retrying for minutes."""
+    spark.client.set_retry_policies([_while_answering(host, at)])
+
+
+def _while_answering(host: str, at: int) -> RetryPolicy:
+    import grpc
+    from pyspark.sql.connect.client.retries import DefaultPolicy
+
+    class WhileAnswering(DefaultPolicy):
+        def can_retry(self, e: BaseException) -> bool:
+            if isinstance(e, grpc.RpcError) and not answers(host, at, timeout=2.0):
+                raise ServerDown(
+                    f"the Spark server at {host}:{at} went down while this client used it: "
+                    "start it again (`lakehouse spark start`), then rerun"
+                ) from e
+            return super().can_retry(e)
+
+    return WhileAnswering()
+
+
+def main(settings: Settings, action: str) -> int:
+    """``lakehouse spark start | stop | status`` (status: exit code 1 when it is down)."""
+    if action == "start":
+        print(start(settings).describe())
+        return 0
+    if action == "stop":
+        print("Spark server: stopped" if stop(settings) else "Spark server: was not running")
+        return 0
+    if action == "status":
+        current = status(settings)
+        print(current.describe())
+        return 0 if current.running else 1
+    raise ConfigError(f"lakehouse spark {action}: expected start, stop or status")

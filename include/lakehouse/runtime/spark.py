@@ -1,0 +1,186 @@
+"""The one place a SparkSession is built. Jobs and tests receive it; nothing builds its own."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from lakehouse.errors import ConfigError, JarsError
+from lakehouse.runtime import jvm
+from lakehouse.runtime.process import ensure_java
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+
+# Delta Lake in every session: its SQL (DESCRIBE HISTORY, `delta.`<path>``, ...) and its catalog
+# over Spark's own, for format("delta") and Delta tables by name. The classes are in the jars of
+# :func:`jvm_conf`.
+DELTA_CONF = {
+    "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+    "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+}
+
+
+def jvm_conf() -> dict[str, str]:
+    """The JVM jars beyond pyspark's (Delta Lake, Spark's Avro source), installed once by
+    ``make install`` (:mod:`lakehouse.runtime.jvm`), as ``spark.jars``, and Delta's settings
+    (:data:`DELTA_CONF`). Raises :class:`~lakehouse.errors.JarsError` if a jar is missing."""
+    return {"spark.jars": jvm.spark_jars_conf(), **DELTA_CONF}
+
+
+def submit_conf() -> dict[str, str]:
+    """The settings a ``spark-submit`` of a job passes beyond its master: the interpreter the
+    driver and executors run (the one with `lakehouse`), the jars and Delta's settings
+    (:func:`jvm_conf`)."""
+    return {
+        "spark.pyspark.python": sys.executable,
+        "spark.pyspark.driver.python": sys.executable,
+        **jvm_conf(),
+    }
+
+
+def conf_args(conf: dict[str, str]) -> list[str]:
+    """``conf`` as spark-submit's command-line flags."""
+    return [arg for key, value in conf.items() for arg in ("--conf", f"{key}={value}")]
+
+
+def spark_conf(master: str, app_name: str) -> dict[str, str]:
+    """Settings every job runs with, whatever the master."""
+    return {
+        "spark.master": master,
+        "spark.app.name": app_name,
+        # Event times and offsets are compared across machines: always UTC.
+        "spark.sql.session.timeZone": "UTC",
+        "spark.sql.shuffle.partitions": os.environ.get("LAKEHOUSE_SHUFFLE_PARTITIONS", "8"),
+        # delta-spark reads a table's log state in this many partitions (default 50): for the
+        # small logs of micro-batch tables, 50 tasks cost more than the work.
+        "spark.databricks.delta.snapshotPartitions": os.environ.get(
+            "LAKEHOUSE_SHUFFLE_PARTITIONS", "8"
+        ),
+        "spark.sql.execution.arrow.pyspark.enabled": "true",
+        "spark.sql.sources.partitionOverwriteMode": "dynamic",
+        **codegen_conf(),
+        # Executors must run the project's interpreter, which has the `lakehouse` package.
+        **submit_conf(),
+        "spark.ui.showConsoleProgress": "false",
+        "spark.ui.enabled": os.environ.get("LAKEHOUSE_SPARK_UI", "false"),
+        "spark.driver.memory": os.environ.get("LAKEHOUSE_DRIVER_MEMORY", "2g"),
+        # HotSpot does not JIT-compile methods over 8000 bytes of bytecode; a whole-stage
+        # method larger than that (silver's decoding with its per-field diagnosis) would run
+        # interpreted, several times slower. Spark's documentation suggests this limit on
+        # HotSpot: larger stages fall back to smaller, compiled pieces.
+        "spark.sql.codegen.hugeMethodLimit": "8000",
+        # A layer caches a batch it reads twice (silver's decoded records feed the gate, the
+        # stream and the quarantine) for the length of one job. Compressing the cache's columns
+        # cost silver a fifth of its time on a million records; the cache is short-lived and
+        # spills to disk when it does not fit (MEMORY_AND_DISK).
+        "spark.sql.inMemoryColumnarStorage.compressed": "false",
+        # A Spark task has one core (spark.task.cpus), and its neighbours use the others. A
+        # Python task that parses with polars (bronze's segment reader) would otherwise start a
+        # thread per core of the machine in every task, and the tasks contend for the cores.
+        "spark.executorEnv.POLARS_MAX_THREADS": "1",
+        **storage_conf(),
+    }
+
+
+def storage_conf() -> dict[str, str]:
+    """Hadoop's S3A settings when the data is in a bucket (``LAKEHOUSE_DATA=s3://...``) or a
+    store is named (``LAKEHOUSE_S3_ENDPOINT``), and
+    the store's settings (no credentials) in the executors' environment, where bronze's
+    Python tasks read landing segments with pyarrow. Credentials stay in each process's
+    environment (or its instance role), where S3A, delta-rs and pyarrow look for them."""
+    from lakehouse.runtime import objectstore
+
+    raw = os.environ.get("LAKEHOUSE_DATA", "")
+    in_bucket = isinstance(objectstore.location(raw) if raw else None, objectstore.ObjectPath)
+    if not in_bucket and not os.environ.get("LAKEHOUSE_S3_ENDPOINT"):
+        return {}
+    conf = objectstore.S3Settings.from_env().spark_conf()
+    for name in ("LAKEHOUSE_DATA", *objectstore.STORE_SETTINGS):
+        if os.environ.get(name):
+            conf[f"spark.executorEnv.{name}"] = os.environ[name]
+    return conf
+
+
+def task_slots(spark: SparkSession) -> int:
+    """How many tasks Spark runs at once: ``spark.default.parallelism`` if set, else the cores of
+    a ``local[N]`` master, else the shuffle partitions. Read from settings, so it works on a
+    Spark Connect session too (which has no SparkContext)."""
+    import re
+
+    given = spark.conf.get("spark.default.parallelism", None)
+    if given and given.isdigit():
+        return int(given)
+    local = re.fullmatch(
+        r"local(?:\[(\d+|\*)(?:,\d+)?\])?", spark.conf.get("spark.master", "") or ""
+    )
+    if local:
+        cores = local.group(1) or "1"
+        return (os.cpu_count() or 1) if cores == "*" else int(cores)
+    return int(spark.conf.get("spark.sql.shuffle.partitions", "8") or 8)
+
+
+def codegen_conf() -> dict[str, str]:
+    """``LAKEHOUSE_SPARK_CODEGEN=off``: Spark evaluates expressions without generating and
+    compiling code for them. For micro-batches of a few thousand rows, compiling a plan's code
+    (about 0.1 s a task, whatever its rows) costs more than running it interpreted; big batches
+    want it ``on`` (the default)."""
+    value = os.environ.get("LAKEHOUSE_SPARK_CODEGEN", "on")
+    if value not in ("on", "off"):
+        raise ConfigError(f"LAKEHOUSE_SPARK_CODEGEN must be 'on' or 'off', not {value!r}")
+    if value == "on":
+        return {}
+    return {"spark.sql.codegen.wholeStage": "false", "spark.sql.codegen.factoryMode": "NO_CODEGEN"}
+
+
+def get_session(master: str | None = None, app_name: str = "lakehouse") -> SparkSession:
+    """Return the process's SparkSession, creating it with the platform's settings. Raises
+    :class:`~lakehouse.errors.JarsError` before Spark starts if a jar of :func:`jvm_conf` is
+    missing, or, under spark-submit, if the submit did not give them."""
+    from pyspark.sql import SparkSession
+
+    launched = "PYSPARK_GATEWAY_PORT" in os.environ  # spark-submit has started the JVM
+    if not launched:
+        ensure_java()
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        return active
+    builder = SparkSession.builder
+    submitted = master is None and launched
+    conf = spark_conf(master or os.environ.get("LAKEHOUSE_SPARK_MASTER", "local[2]"), app_name)
+    if submitted:
+        # Launched by spark-submit: its --master/--name/--driver-memory are the ones to keep.
+        for key in ("spark.master", "spark.app.name", "spark.driver.memory"):
+            conf.pop(key)
+    if launched:
+        _check_submitted_jars(conf["spark.jars"])
+    for key, value in conf.items():
+        builder = builder.config(key, value)
+    session = builder.getOrCreate()
+    session.sparkContext.setLogLevel(os.environ.get("LAKEHOUSE_SPARK_LOG_LEVEL", "WARN"))
+    return session
+
+
+def _check_submitted_jars(jars: str) -> None:
+    """spark-submit started this process's JVM, and its class path was fixed then: the jars
+    must have come with the submit (its ``spark.jars`` or ``--jars``). Setting them now would
+    reach the executors but not the driver, which would miss Delta's classes."""
+    from urllib.parse import urlparse
+
+    from pyspark import SparkConf, SparkContext
+
+    SparkContext._ensure_initialized()  # connects to spark-submit's JVM, to read its settings
+    given = SparkConf().get("spark.jars") or ""
+    names = {Path(urlparse(uri).path).name for uri in given.split(",") if uri}
+    missing = [Path(jar).name for jar in jars.split(",") if Path(jar).name not in names]
+    if missing:
+        raise JarsError(
+            [f"spark-submit started this job without the JVM jars {', '.join(missing)}"],
+            "submit it with lakehouse.runtime.spark.submit_conf()'s settings, as the Airflow operator "
+            "does: `--conf spark.jars=...`",
+        )

@@ -1,0 +1,458 @@
+"""``latest`` and ``aggregate`` tables: pure transforms from a batch of events to one row per
+key (or per group), and the MERGE that folds it into the table with the consumed version.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from lakehouse.contracts.fields import Field
+from lakehouse.contracts.model import (
+    WINDOW_END,
+    WINDOW_START,
+    Aggregation,
+    Contract,
+    TableSpec,
+    aggregate_type,
+)
+from lakehouse.runtime.config import Settings
+from lakehouse.runtime.objectstore import Location
+from lakehouse.storage import DeltaStore, Txn, WriteResult, delta_spark
+from lakehouse.streams.silver import TOMBSTONE, key_spark_type, spark_type
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame, SparkSession
+    from pyspark.sql.types import DataType, StructField, StructType
+from lakehouse.tables.common import (
+    GoldResult,
+    Outputs,
+    arrival_order,
+    input_app,
+    input_path,
+    pending,
+    read_input,
+    source_meta,
+)
+
+
+def latest_per_key(events: DataFrame, contract: Contract) -> DataFrame:
+    """The last event per key of a batch; tombstones kept (they delete), null keys dropped.
+
+    Within a partition the order is the offset. A key normally lives in one partition (the
+    default partitioner hashes the key); if producers placed it in several, the partition whose
+    latest event has the later timestamp wins, as Kafka Streams picks the earlier-timestamped
+    record first when it interleaves partitions.
+    """
+    from pyspark.sql import functions as F
+
+    key = contract.key_name
+    value_cols = [f.name for f in contract.fields]
+    keyed = events.filter(F.col(key).isNotNull())
+    # The last offset of each key in each partition, from the narrow columns alone (an
+    # aggregation over whole rows sorts every row of the batch), then those records' rows: a
+    # key's events in a batch are many, its partitions few.
+    last = keyed.groupBy(key, "partition").agg(F.max("offset").alias("offset"))
+    rows = keyed.select(key, "partition", "offset", "timestamp", *value_cols, TOMBSTONE)
+    per_partition = rows.join(F.broadcast(last), [key, "partition", "offset"], "left_semi")
+    row = F.struct(*[F.col(c) for c in [*value_cols, TOMBSTONE]])
+    ordered = F.struct(F.col("timestamp"), F.col("partition"), F.col("offset"), row.alias("r"))
+    best = per_partition.groupBy(key).agg(F.max(ordered).alias("w"))
+    return best.select(key, *[F.col(f"w.r.{c}").alias(c) for c in [*value_cols, TOMBSTONE]])
+
+
+def _state_columns(a: Aggregation) -> tuple[str, str]:
+    """Hidden columns an ``avg`` keeps so that later batches can fold into it."""
+    return f"__{a.name}_sum", f"__{a.name}_count"
+
+
+def _distinct_column(a: Aggregation) -> str:
+    """Hidden column of a ``count_distinct``: the distinct values seen so far."""
+    return f"__{a.name}_values"
+
+
+MEMBERS = "__members"  # a table source's group: how many keys are in it now
+
+
+def partial_aggregates(spec: TableSpec) -> list[Column]:
+    """Spark aggregate expressions of one batch's partial aggregates, named as the table's
+    columns (hidden ``__`` state columns included); :func:`merge_rules` folds them into the
+    stored ones. earliest/latest/collect follow arrival order (:data:`ARRIVAL`) and ignore nulls,
+    as ksqlDB's EARLIEST_BY_OFFSET, LATEST_BY_OFFSET and COLLECT_LIST do."""
+    from pyspark.sql import functions as F
+
+    exprs = []
+    for a in spec.aggregations:
+        value = F.col(a.field or "")
+        if a.fn == "count":
+            exprs.append(F.count(value if a.field else F.lit(1)).alias(a.name))
+        elif a.fn == "avg":
+            total, count = _state_columns(a)
+            exprs += [
+                F.sum(value.cast("double")).alias(total),
+                F.count(value).alias(count),
+                F.avg(value).alias(a.name),
+            ]
+        elif a.fn == "count_distinct":
+            values = F.array_sort(F.collect_set(value))
+            exprs += [values.alias(_distinct_column(a)), F.size(values).alias(a.name)]
+        elif a.fn in {"earliest", "latest"}:
+            pick = F.min_by if a.fn == "earliest" else F.max_by
+            exprs.append(pick(value, F.when(value.isNotNull(), arrival_order())).alias(a.name))
+        elif a.fn == "collect":
+            pairs = F.array_sort(
+                F.collect_list(
+                    F.when(
+                        value.isNotNull(), F.struct(arrival_order().alias("o"), value.alias("v"))
+                    )
+                )
+            )
+            exprs.append(F.transform(pairs, lambda p: p["v"]).alias(a.name))
+        else:
+            fn = {"sum": F.sum, "min": F.min, "max": F.max}[a.fn]
+            exprs.append(fn(value).alias(a.name))
+    return exprs
+
+
+def aggregate_per_key(
+    events: DataFrame, contract: Contract, spec: TableSpec, by: Sequence[Column] = ()
+) -> DataFrame:
+    """Per-group partial aggregates of a stream batch, ignoring null keys, tombstones and null
+    groups; ``by`` adds grouping columns (a windowed table's window). ``contract`` is the
+    table's input stream (``Contract.input``)."""
+    from pyspark.sql import functions as F
+
+    group = spec.group_by or contract.key_name
+    valid = events.filter(
+        F.col(contract.key_name).isNotNull() & ~F.col(TOMBSTONE) & F.col(group).isNotNull()
+    )
+    return valid.groupBy(F.col(group), *by).agg(*partial_aggregates(spec))
+
+
+def table_deltas(
+    latest: DataFrame, previous: DataFrame, contract: Contract, spec: TableSpec
+) -> DataFrame:
+    """What a batch of a *table* changes per group (KGroupedTable): for every key in ``latest``
+    (one row per key: the batch's last value, tombstones included) take back the contribution of
+    its ``previous`` value (from the state table) and add its new one. ``__members`` counts the
+    keys joining (+) and leaving (-) each group; a group left by its last key is deleted, so the
+    table equals one computed from the current keys alone. Groups whose change nets to nothing
+    are dropped. Pure."""
+    from pyspark.sql import functions as F
+
+    key, group = contract.key_name, spec.group_by or contract.key_name
+    fields = sorted({a.field for a in spec.aggregations if a.field} | {group} - {key})
+    cols = [key, *fields]
+    old = previous.join(latest.select(key), key, "left_semi").select(
+        *cols, F.lit(-1).alias("_sign")
+    )
+    new = latest.filter(~F.col(TOMBSTONE)).select(*cols, F.lit(1).alias("_sign"))
+    both = old.unionByName(new).filter(F.col(group).isNotNull())
+    sign = F.col("_sign")
+    exprs = [F.sum(sign).alias(MEMBERS)]
+    nonzero = [F.col(MEMBERS) != 0]
+    for a in spec.aggregations:
+        value = F.col(a.field or "")
+        if a.fn == "count":
+            counted = F.when(value.isNotNull(), sign).otherwise(0) if a.field else sign
+            exprs.append(F.sum(counted).alias(a.name))
+            nonzero.append(F.col(a.name) != 0)
+        elif a.fn == "sum":
+            # with how many non-null values: a sum whose values all left is null, not 0
+            _, count = _state_columns(a)
+            exprs += [
+                F.sum(value * sign).alias(a.name),
+                F.sum(F.when(value.isNotNull(), sign).otherwise(0)).alias(count),
+            ]
+            nonzero += [F.coalesce(F.col(a.name) != 0, F.lit(False)), F.col(count) != 0]
+        else:  # avg
+            total, count = _state_columns(a)
+            exprs += [
+                F.sum(value.cast("double") * sign).alias(total),
+                F.sum(F.when(value.isNotNull(), sign).otherwise(0)).alias(count),
+            ]
+            nonzero += [F.col(count) != 0, F.coalesce(F.col(total) != 0, F.lit(False))]
+    changed = nonzero[0]
+    for cond in nonzero[1:]:
+        changed = changed | cond
+    return both.groupBy(group).agg(*exprs).filter(changed)
+
+
+def _agg_type(contract: Contract, a: Aggregation) -> DataType:
+    from pyspark.sql import types as T
+
+    if a.fn == "collect":
+        return T.ArrayType(spark_type(contract.field(a.field or "")), True)
+    return spark_type(Field(a.name, aggregate_type(contract, a)))
+
+
+def aggregation_fields(contract: Contract, spec: TableSpec) -> list[StructField]:
+    """The columns of a table's aggregations, hidden state columns included (``contract`` is the
+    table's input stream)."""
+    from pyspark.sql import types as T
+
+    fields = []
+    for a in spec.aggregations:
+        fields.append(T.StructField(a.name, _agg_type(contract, a), True))
+        if a.fn == "avg":
+            total, count = _state_columns(a)
+            fields += [
+                T.StructField(total, T.DoubleType(), True),
+                T.StructField(count, T.LongType(), True),
+            ]
+        elif a.fn == "sum" and spec.source == "table":
+            fields.append(T.StructField(_state_columns(a)[1], T.LongType(), True))
+        elif a.fn == "count_distinct":
+            element = spark_type(contract.field(a.field or ""))
+            fields.append(T.StructField(_distinct_column(a), T.ArrayType(element, True), True))
+    if spec.source == "table":
+        fields.append(T.StructField(MEMBERS, T.LongType(), True))
+    return fields
+
+
+def group_field(contract: Contract, spec: TableSpec) -> StructField:
+    """The (non-null) key column of an aggregate: the input's key, or the re-keying field."""
+    from pyspark.sql.types import StructField
+
+    if spec.group_by:
+        return StructField(spec.group_by, spark_type(contract.field(spec.group_by)), False)
+    return StructField(contract.key_name, key_spark_type(contract), False)
+
+
+def table_schema(contract: Contract, spec: TableSpec) -> StructType:
+    """The schema of a latest or (windowed) aggregate table; ``contract`` is the table's input
+    stream (``Contract.input``)."""
+    from pyspark.sql.types import StructField, StructType, TimestampType
+
+    if spec.kind == "latest":
+        key = StructField(contract.key_name, key_spark_type(contract), False)
+        return StructType(
+            [key, *(StructField(f.name, spark_type(f), True) for f in contract.fields)]
+        )
+    keys = [group_field(contract, spec)]
+    if spec.window is not None:
+        keys += [
+            StructField(WINDOW_START, TimestampType(), False),
+            StructField(WINDOW_END, TimestampType(), False),
+        ]
+    return StructType([*keys, *aggregation_fields(contract, spec)])
+
+
+def _add(t: str, s: str) -> str:
+    return f"CASE WHEN {t} IS NULL THEN {s} WHEN {s} IS NULL THEN {t} ELSE {t} + {s} END"
+
+
+def _combine(a: Aggregation, table: bool = False) -> dict[str, str]:
+    """Spark SQL folding a batch's partial aggregate into the stored one in a MERGE, per column.
+    Deltas of a table source may be negative; the same sums apply. A batch always arrives after
+    what is stored, so earliest keeps the stored value and latest takes the batch's."""
+    t, s = f"t.{a.name}", f"s.{a.name}"
+    if a.fn == "sum" and table:  # values can leave: null once no non-null value is left
+        _, count = _state_columns(a)
+        new_count = _add(f"t.{count}", f"s.{count}")
+        return {
+            count: new_count,
+            a.name: f"CASE WHEN ({new_count}) = 0 THEN NULL ELSE {_add(t, s)} END",
+        }
+    if a.fn in {"count", "sum"}:
+        return {a.name: _add(t, s)}
+    if a.fn == "avg":
+        total, count = _state_columns(a)
+        new_total, new_count = _add(f"t.{total}", f"s.{total}"), _add(f"t.{count}", f"s.{count}")
+        return {
+            total: new_total,
+            count: new_count,
+            a.name: f"CASE WHEN ({new_count}) = 0 THEN NULL ELSE ({new_total}) / ({new_count}) END",
+        }
+    if a.fn == "count_distinct":
+        values = _distinct_column(a)
+        union = f"array_sort(array_union(t.{values}, s.{values}))"
+        return {values: union, a.name: f"cardinality({union})"}
+    if a.fn == "earliest":
+        return {a.name: f"CASE WHEN {t} IS NULL THEN {s} ELSE {t} END"}
+    if a.fn == "latest":
+        return {a.name: f"CASE WHEN {s} IS NULL THEN {t} ELSE {s} END"}
+    if a.fn == "collect":
+        return {
+            a.name: f"CASE WHEN {t} IS NULL THEN {s} WHEN {s} IS NULL THEN {t} "
+            f"ELSE concat({t}, {s}) END"
+        }
+    op = "<" if a.fn == "min" else ">"
+    return {
+        a.name: f"CASE WHEN {t} IS NULL OR ({s} IS NOT NULL AND {s} {op} {t}) THEN {s} ELSE {t} END"
+    }
+
+
+def _insert(a: Aggregation, table: bool = False) -> dict[str, str]:
+    if a.fn == "avg":
+        total, count = _state_columns(a)
+        return {
+            total: f"s.{total}",
+            count: f"s.{count}",
+            a.name: f"CASE WHEN s.{count} = 0 THEN NULL ELSE s.{total} / s.{count} END",
+        }
+    if a.fn == "count_distinct":
+        return {_distinct_column(a): f"s.{_distinct_column(a)}", a.name: f"s.{a.name}"}
+    if a.fn == "sum" and table:
+        _, count = _state_columns(a)
+        return {
+            count: f"s.{count}",
+            a.name: f"CASE WHEN s.{count} = 0 THEN NULL ELSE s.{a.name} END",
+        }
+    return {a.name: f"s.{a.name}"}
+
+
+@dataclass(frozen=True)
+class MergeRules:
+    """How a batch of partial aggregates (one row per table key) folds into the stored table."""
+
+    on: list[str]
+    update: dict[str, str]
+    insert: dict[str, str]
+    delete_when: str | None = None
+    insert_when: str | None = None
+
+
+def merge_rules(contract: Contract, spec: TableSpec) -> MergeRules:
+    """The merge of an aggregate table (``contract`` is the table's input stream). A table
+    source deletes a group when its last key leaves it."""
+    keys = [group_field(contract, spec).name]
+    if spec.window is not None:
+        keys += [WINDOW_START, WINDOW_END]
+    update: dict[str, str] = {}
+    insert: dict[str, str] = {k: f"s.{k}" for k in keys}
+    for a in spec.aggregations:
+        update.update(_combine(a, spec.source == "table"))
+        insert.update(_insert(a, spec.source == "table"))
+    if spec.source != "table":
+        return MergeRules(keys, update, insert)
+    update[MEMBERS] = _add(f"t.{MEMBERS}", f"s.{MEMBERS}")
+    insert[MEMBERS] = f"s.{MEMBERS}"
+    return MergeRules(
+        keys,
+        update,
+        insert,
+        delete_when=f"t.{MEMBERS} + s.{MEMBERS} = 0",
+        insert_when=f"s.{MEMBERS} > 0",
+    )
+
+
+LATEST = TableSpec(name="state", kind="latest")
+
+
+def merge_latest(
+    batch: DataFrame, path: Location, contract: Contract, txn: Txn, meta: dict[str, Any]
+) -> WriteResult:
+    """Upsert one row per key; a tombstone deletes the key."""
+    key = contract.key_name
+    values = [f.name for f in contract.fields]
+    return delta_spark.merge(
+        batch,
+        path,
+        on=[key],
+        delete_when=f"s.{TOMBSTONE}",
+        update={c: f"s.{c}" for c in values},
+        insert={c: f"s.{c}" for c in [key, *values]},
+        insert_when=f"NOT s.{TOMBSTONE}",
+        txn=txn,
+        metadata=meta,
+    )
+
+
+def merge_aggregate(
+    batch: DataFrame,
+    path: Location,
+    source: Contract,
+    spec: TableSpec,
+    txn: Txn,
+    meta: dict[str, Any],
+) -> WriteResult:
+    """Fold a batch of partial aggregates (or a table source's deltas) into an aggregate table
+    by its :func:`merge_rules`."""
+    rules = merge_rules(source, spec)
+    return delta_spark.merge(
+        batch,
+        path,
+        on=rules.on,
+        update=rules.update,
+        insert=rules.insert,
+        delete_when=rules.delete_when,
+        insert_when=rules.insert_when,
+        txn=txn,
+        metadata=meta,
+    )
+
+
+def catch_up_state(
+    store: DeltaStore,
+    settings: Settings,
+    contract: Contract,
+    spec: TableSpec,
+    out: Outputs,
+    upto: int | None,
+) -> Location:
+    """A table source's state (each key's latest value) must stand where the gold table does.
+    The gold commit comes first; if a run died before the state's, fold the missing versions in
+    now (the state depends on the stream alone, so this is exact). The caller holds the state's
+    :func:`~lakehouse.storage.delta_spark.table_lock`."""
+    source, app = contract.input(spec), input_app(contract, spec)
+    delta_spark.create_table(store.spark, out.state, table_schema(source, LATEST))
+    have = store.transaction_version(out.state, app)
+    start = 0 if have is None else have + 1
+    if upto is not None and start <= upto:
+        batch = latest_per_key(read_input(store, settings, contract, spec, start, upto), source)
+        merge_latest(batch, out.state, source, Txn(app, upto), source_meta(app, start, upto))
+    return out.state
+
+
+def build_table(
+    spark: SparkSession,
+    settings: Settings,
+    contract: Contract,
+    spec: TableSpec,
+    out: Outputs,
+    upto: int | None,
+) -> GoldResult:
+    """Fold the input's new versions (up to ``upto``) into a ``latest`` or ``aggregate`` table
+    (and a table source's state): one micro-batch, one commit."""
+    # One committing driver per table: the gold table's lock, then its state's.
+    with delta_spark.table_lock(out.gold), delta_spark.table_lock(out.state):
+        return _build_table(DeltaStore(spark), settings, contract, spec, out, upto)
+
+
+def _build_table(
+    store: DeltaStore,
+    settings: Settings,
+    contract: Contract,
+    spec: TableSpec,
+    out: Outputs,
+    upto: int | None,
+) -> GoldResult:
+    source, app = contract.input(spec), input_app(contract, spec)
+    delta_spark.create_table(store.spark, out.gold, table_schema(source, spec))
+    consumed = store.transaction_version(out.gold, app)
+    if spec.source == "table":
+        catch_up_state(store, settings, contract, spec, out, consumed)
+    todo = pending(store, out.gold, app, input_path(settings, contract, spec), upto)
+    if todo is None:
+        return GoldResult(spec.name, None)
+    start, end = todo
+    txn, meta = Txn(app, end), source_meta(app, start, end)
+    events = read_input(store, settings, contract, spec, start, end)
+    if spec.kind == "latest":
+        batch = latest_per_key(events, source)
+        result = merge_latest(batch, out.gold, source, txn, meta)
+    elif spec.source == "table":
+        # The keys' latest values feed both the deltas and the state: computed once.
+        latest = latest_per_key(events, source).cache()
+        try:
+            batch = table_deltas(latest, store.read(out.state), source, spec)
+            result = merge_aggregate(batch, out.gold, source, spec, txn, meta)
+            merge_latest(latest, out.state, source, txn, meta)
+        finally:
+            latest.unpersist()
+    else:
+        batch = aggregate_per_key(events, source, spec)
+        result = merge_aggregate(batch, out.gold, source, spec, txn, meta)
+    return GoldResult(spec.name, (start, end), result.source_rows or 0, result.committed)

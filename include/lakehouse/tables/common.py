@@ -1,0 +1,139 @@
+"""What every gold table shares: where its input and outputs live, reading its input's change
+feed, arrival order, the input versions it has yet to consume, and its result.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from lakehouse.contracts.model import (
+    Contract,
+    TableSpec,
+)
+from lakehouse.runtime.config import Settings
+from lakehouse.runtime.objectstore import Location
+from lakehouse.storage import DeltaStore
+from lakehouse.streams.silver import TOMBSTONE, spark_type
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame
+
+
+# Arrival order of a stream's records: the stream commit that brought them, then partition and
+# offset. It does not depend on how micro-batches were cut, so incremental runs and a full
+# refresh see the same order (earliest/latest/collect, windows' stream time).
+ARRIVAL = ("_commit_version", "partition", "offset")
+
+
+def source_app(contract: Contract) -> str:
+    """The app id under which a table records the stream version it consumed."""
+    return f"silver.{contract.stream}"
+
+
+def input_app(contract: Contract, spec: TableSpec) -> str:
+    """The app id of a table's input: the topic's stream, or the table whose changelog it reads."""
+    return f"gold.{spec.changelog}" if spec.changelog else source_app(contract)
+
+
+@dataclass(frozen=True)
+class Outputs:
+    """Where one gold table's build writes: the table, its private state (e.g. each key's latest
+    value for a table source), and its late-records side table (windowed tables). A full refresh
+    builds into a scratch set of these and then folds the result into the real ones."""
+
+    gold: Location
+    state: Location
+    late: Location
+
+
+def outputs(settings: Settings, spec: TableSpec) -> Outputs:
+    return Outputs(
+        settings.gold_path(spec.name), settings.state_path(spec.name), settings.late_path(spec.name)
+    )
+
+
+def input_path(settings: Settings, contract: Contract, spec: TableSpec) -> Location:
+    """The Delta table a gold table reads the change feed of."""
+    if spec.changelog:
+        return settings.gold_path(spec.changelog)
+    return settings.silver_path(contract.stream)
+
+
+def read_input(
+    store: DeltaStore, settings: Settings, contract: Contract, spec: TableSpec, start: int, end: int
+) -> DataFrame:
+    """The input records committed in versions ``start..end``, shaped as the stream of
+    ``contract.input(spec)``: its columns, ``tombstone``, ``partition``, ``offset``,
+    ``timestamp``, ``event_time``, and ``_commit_version``."""
+    from pyspark.sql import functions as F
+
+    changes = store.changes(input_path(settings, contract, spec), start, end)
+    if not spec.changelog:
+        return changes.filter(F.col("_change_type") == "insert")
+    return changelog_as_stream(changes, contract.input(spec))
+
+
+def changelog_as_stream(changes: DataFrame, stream: Contract) -> DataFrame:
+    """A table's change feed read as a stream (the stream-table duality): each insert or
+    update's post-image is a record, each delete a tombstone for its key. The commit version is
+    the offset (a key changes at most once per commit) and the commit time the timestamp."""
+    from pyspark.sql import functions as F
+
+    kept = changes.filter(F.col("_change_type").isin("insert", "update_postimage", "delete"))
+    deleted = F.col("_change_type") == "delete"
+    values = [
+        F.when(deleted, F.lit(None)).otherwise(F.col(f.name)).cast(spark_type(f)).alias(f.name)
+        for f in stream.fields
+    ]
+    return kept.select(
+        F.col(stream.key_name),
+        *values,
+        deleted.alias(TOMBSTONE),
+        F.lit(0).cast("int").alias("partition"),
+        F.col("_commit_version").alias("offset"),
+        F.col("_commit_timestamp").alias("timestamp"),
+        F.col("_commit_timestamp").alias("event_time"),
+        F.col("_commit_version"),
+    )
+
+
+def arrival_order() -> Column:
+    from pyspark.sql import functions as F
+
+    return F.struct(*(F.col(c) for c in ARRIVAL))
+
+
+@dataclass
+class GoldResult:
+    table: str
+    source_versions: tuple[int, int] | None
+    keys_changed: int = 0  # the table's rows the batch inserted, updated or deleted
+    committed: bool = False
+
+    def summary(self) -> str:
+        if self.source_versions is None:
+            return f"gold {self.table}: stream has no new versions"
+        lo, hi = self.source_versions
+        state = "committed" if self.committed else "already applied (skipped)"
+        return f"gold {self.table}: stream versions {lo}..{hi} {state}: {self.keys_changed} keys changed"
+
+
+def source_meta(app: str, start: int, end: int) -> dict[str, Any]:
+    """Commit metadata naming the input versions a commit consumed."""
+    return {"lakehouse.source": {"table": app, "versions": [start, end]}}
+
+
+def pending(
+    store: DeltaStore, path: Location, app: str, source: Location, upto: int | None = None
+) -> tuple[int, int] | None:
+    """The input versions a table has yet to consume (``start``, ``end``), or None when it is
+    up to date. ``upto`` caps the end (a reprocess rebuilding the table as of that version)."""
+    head = store.version(source)
+    if upto is not None:
+        head = upto if head is None else min(head, upto)
+    consumed = store.transaction_version(path, app)
+    start = 0 if consumed is None else consumed + 1
+    if head is None or start > head:
+        return None
+    return start, head

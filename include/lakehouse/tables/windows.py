@@ -1,0 +1,736 @@
+"""Windowed aggregations on event time (Kafka Streams' TimeWindows and SessionWindows).
+
+A windowed table is an aggregate table whose key is (group, ``window_start``, ``window_end``).
+The aggregations are those of :mod:`lakehouse.tables.aggregates` (count, sum, min, max, avg,
+count_distinct, earliest, latest, collect), computed per window by the same helpers.
+
+Stream time
+    The largest event time this table has seen, in processing order: :data:`~lakehouse.tables.common.ARRIVAL` (stream commit version, partition, offset; the input key breaks ties, which only a
+    changelog input has). That order does not depend on how micro-batches are cut, so an
+    incremental build equals a full recompute exactly. As in Kafka Streams, the stream time a
+    record is judged by includes the record itself (``observedStreamTime = max(observed, ts)``
+    comes before the check). Records that an aggregation ignores (null key, tombstone, null
+    group) do not move it, nor do records without an event time. One stream time per table
+    (Kafka keeps one per task, that is per partition of the aggregation's input topic). It is stored in the gold table's commit metadata
+    (:data:`WINDOW_META`: the versions consumed, the stream time before and after them), so the
+    next batch continues from it. Being a function of the input versions consumed, it is
+    computed again from the input when the newest such metadata is not for the table's position
+    (a rebuild folded another build in, or moved the position back).
+
+Time windows (tumbling, hopping)
+    Aligned to the epoch: a record at ``t`` belongs to every window ``[start, start + size)``
+    with ``start = k * advance >= 0`` and ``start <= t < start + size`` (tumbling: ``advance =
+    size``; no window starts before the epoch, as in Kafka's ``TimeWindows.windowsFor``).
+    ``window_end`` is exclusive. A window is closed once ``window_end + grace <=
+    stream time`` (Kafka: ``windowEnd > observedStreamTime - grace`` accepts). A record is
+    counted in each of its windows that is open and goes to the late table once for each one
+    that is closed (a hopping record may do both).
+
+Session windows
+    A session per group is a run of records whose event times are at most ``gap`` apart;
+    ``window_start`` is the first event time and ``window_end`` the last, both inclusive (as in
+    Kafka's SessionWindows). Per record, in processing order, exactly as Kafka's
+    ``KStreamSessionWindowAggregate``: find the group's sessions with ``end >= t - gap`` and
+    ``start <= t + gap``; the merged window spans them and ``t``; the record is late when
+    ``merged end + gap + grace < stream time`` (Kafka's ``mergedWindow.end() <
+    observedStreamTime - grace - inactivityGap``; note the strict ``<``, unlike time windows);
+    otherwise the sessions found are replaced by the merged one. In the gold table that is a
+    delete of each old session row and an insert of the merged one, so the changelog shows the
+    deletes as Kafka emits tombstones for merged sessions; a record inside an existing session
+    updates its row in place.
+
+    Which sessions can be found: Kafka's session store keeps a session for ``gap + grace``
+    behind stream time and then drops it. Here a session is *open* while it could still accept a
+    record on its own (``end + gap + grace >= stream time``) and *closed* (final, never merged or
+    extended again) after; a closed session is not found. This is Kafka's rule with a store
+    whose retention boundary is exactly the processor's, rather than RocksDB's segment-granular
+    one. It follows that a record is late exactly when no open session lies within ``gap`` of it
+    and ``t + gap + grace < stream time``; its late row names the window ``[t, t]`` it would
+    have created.
+
+    State: earliest, latest and collect need every value's arrival position to merge two
+    sessions, which the gold row does not keep. So the state table (``out.state``) keeps the raw
+    records of the *open* sessions (the columns the aggregations read, the arrival position and
+    the session bounds), and every batch recomputes the sessions it touches from their records
+    with the same aggregate helper as everything else. Each batch rewrites the state without the
+    records of sessions that have closed, so it stays the size of the open sessions.
+
+Late records
+    Never dropped silently: each goes to the late-records side table (``out.late``) with its
+    key, value, partition, offset, timestamp and event time, the window it missed
+    (``window_start``, ``window_end``), the ``stream_time`` it was judged by and a ``reason``.
+    A record without an event time goes there too, with reason ``no event time`` and no window,
+    as does one with an event time before the epoch (Kafka refuses negative timestamps).
+
+Exactly once
+    A batch commits the gold table first (its Txn and the stream time), then the late table,
+    then (sessions) the state, each with ``Txn(app, end)`` for the same input versions. A run
+    that finds the late table or the state behind the gold table redoes that batch (the
+    versions and starting stream time are in the gold commit's metadata; the state is still as
+    it was before the batch, being committed last): the gold merge is skipped as already
+    applied, and the rest is written. Nothing is counted twice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal, cast
+
+from lakehouse.contracts.model import (
+    WINDOW_END,
+    WINDOW_LATE_COLUMNS,
+    WINDOW_START,
+    Contract,
+    TableSpec,
+    Window,
+)
+from lakehouse.errors import LakehouseError
+from lakehouse.runtime.config import Settings
+from lakehouse.storage import DeltaStore, Txn, WriteResult, delta_spark
+from lakehouse.streams.silver import EVENT_TIME, TOMBSTONE, spark_type, stream_schema
+from lakehouse.tables import aggregates, common
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame, SparkSession
+    from pyspark.sql.types import StructType
+
+WINDOW_META = "lakehouse.window"  # gold commit metadata: versions, stream time before and after
+STREAM_TIME, REASON = "stream_time", "reason"
+LATE_COLUMNS = WINDOW_LATE_COLUMNS  # the contract refuses value fields of these names
+NO_EVENT_TIME = "no event time"
+BEFORE_EPOCH = "event time before 1970-01-01 (a negative timestamp, invalid as in Kafka)"
+# The state table's session bounds (hidden names: a value field may be called window_start).
+SESSION_START, SESSION_END = "__session_start", "__session_end"
+
+# Working columns (epoch milliseconds): event time, stream time at the record, window bounds.
+_T, _ST, _WS, _WE = "__t", "__st", "__ws", "__we"
+_NEW, _STATUS, _OLD_WS, _OLD_WE = "__new", "__status", "__old_ws", "__old_we"
+_OP = "__window_op"
+_LATE = "__late"
+
+
+# -- pure helpers --------------------------------------------------------------------------------
+
+_UNITS = (("d", 86_400_000), ("h", 3_600_000), ("m", 60_000), ("s", 1000))
+
+
+def format_duration(ms: int) -> str:
+    """A duration as the contract writes it: the largest unit that divides it (90000 -> 90s)."""
+    if ms == 0:
+        return "0s"
+    for unit, size in _UNITS:
+        if ms % size == 0:
+            return f"{ms // size}{unit}"
+    return f"{ms}ms"
+
+
+def time_windows(t: int, size: int, advance: int) -> list[tuple[int, int]]:
+    """The epoch-aligned windows ``[start, end)`` that an event time ``t >= 0`` (ms) falls in;
+    none starts before the epoch (Kafka's ``TimeWindows.windowsFor``). The reference for
+    :func:`assign_time_windows`, which does the same in Spark."""
+    last = t - t % advance
+    first = max(0, last - (-(-size // advance) - 1) * advance)
+    return [(s, s + size) for s in range(first, last + 1, advance) if s + size > t]
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where one record lands in :func:`sessionize`: ``member`` of a session the batch left
+    unchanged, of a ``changed`` (new, grown or merged) session, or ``late``; ``start`` and
+    ``end`` are the session's final bounds (for a late record, the window it would have
+    created)."""
+
+    status: Literal["member", "changed", "late"]
+    start: int
+    end: int
+
+
+class _Session:
+    __slots__ = ("changed", "end", "into", "start")
+
+    def __init__(self, start: int, end: int, changed: bool) -> None:
+        self.start, self.end, self.changed = start, end, changed
+        self.into: _Session | None = None  # the session it was merged into
+
+    def final(self) -> _Session:
+        s = self
+        while s.into is not None:
+            s = s.into
+        return s
+
+
+def sessionize(
+    stored: Sequence[tuple[int, int]],
+    new: Sequence[tuple[int, int]],
+    gap: int,
+    grace: int,
+) -> tuple[list[Placement], list[Placement]]:
+    """Session windows of one group, Kafka Streams' way (see the module docstring).
+
+    ``stored``: the bounds ``(start, end)`` of the open session each stored record belongs to;
+    ``new``: each new record's ``(event time, stream time at it)``, in processing order. Returns
+    the placements of the stored records and of the new ones, in the order given. Pure.
+    """
+    sessions: dict[tuple[int, int], _Session] = {}
+    stored_at = [sessions.setdefault(b, _Session(b[0], b[1], False)) for b in stored]
+    live = list(sessions.values())
+    new_at: list[_Session | None] = []
+    for t, st in new:
+        live = [s for s in live if s.end + gap + grace >= st]  # closed: final, never found again
+        found = [s for s in live if s.end >= t - gap and s.start <= t + gap]
+        start = min([t, *(s.start for s in found)])
+        end = max([t, *(s.end for s in found)])
+        if end + gap + grace < st:
+            new_at.append(None)
+            continue
+        merged = _Session(start, end, True)
+        for s in found:
+            s.into = merged
+            live.remove(s)
+        live.append(merged)
+        new_at.append(merged)
+
+    def place(s: _Session) -> Placement:
+        f = s.final()
+        return Placement("changed" if f.changed else "member", f.start, f.end)
+
+    late = [Placement("late", t, t) for t, _ in new]
+    return (
+        [place(s) for s in stored_at],
+        [late[i] if s is None else place(s) for i, s in enumerate(new_at)],
+    )
+
+
+def _sessionize_table(table: Any, key: str, gap: int, grace: int) -> Any:
+    """:func:`sessionize` over one group's rows as Arrow (stored rows and new rows together):
+    adds the status and the final bounds."""
+    import pyarrow as pa
+
+    is_new = table.column(_NEW).to_pylist()
+    stored_idx = [i for i, n in enumerate(is_new) if not n]
+    new_rows = table.filter(pa.array(is_new)).sort_by(
+        [(c, "ascending") for c in (*common.ARRIVAL, key)]
+    )
+    stored_rows = table.take(pa.array(stored_idx, pa.int64()))
+    old_ws, old_we = (
+        stored_rows.column(_OLD_WS).to_pylist(),
+        stored_rows.column(_OLD_WE).to_pylist(),
+    )
+    times, stream_times = new_rows.column(_T).to_pylist(), new_rows.column(_ST).to_pylist()
+    on_stored, on_new = sessionize(
+        list(zip(old_ws, old_we, strict=True)),
+        list(zip(times, stream_times, strict=True)),
+        gap,
+        grace,
+    )
+    rows = pa.concat_tables([stored_rows, new_rows])
+    placed = on_stored + on_new
+    return (
+        rows.append_column(_STATUS, pa.array([p.status for p in placed], pa.string()))
+        .append_column(_WS, pa.array([p.start for p in placed], pa.int64()))
+        .append_column(_WE, pa.array([p.end for p in placed], pa.int64()))
+    )
+
+
+def _session_udf(key: str, gap: int, grace: int) -> Any:
+    # No type hints that Spark could read: the plain-function form takes and returns a Table.
+    def apply(table: Any) -> Any:
+        return _sessionize_table(table, key, gap, grace)
+
+    return apply
+
+
+# -- schemas -------------------------------------------------------------------------------------
+
+
+def late_schema(source: Contract) -> StructType:
+    """The late-records side table: the stream's columns (no tombstone: tombstones are never
+    late), the window missed, the stream time the record was judged by, and why."""
+    from pyspark.sql.types import StringType, StructField, StructType, TimestampType
+
+    kept = [f for f in stream_schema(source).fields if f.name != TOMBSTONE]
+    return StructType(
+        [
+            *kept,
+            StructField(WINDOW_START, TimestampType(), True),
+            StructField(WINDOW_END, TimestampType(), True),
+            StructField(STREAM_TIME, TimestampType(), True),
+            StructField(REASON, StringType(), True),
+        ]
+    )
+
+
+def _state_fields(source: Contract, spec: TableSpec) -> list[str]:
+    """The value fields a session's records must keep to recompute it."""
+    wanted = {spec.group_by, *(a.field for a in spec.aggregations)} - {None, EVENT_TIME}
+    return [f.name for f in source.fields if f.name in wanted]
+
+
+def session_state_schema(source: Contract, spec: TableSpec) -> StructType:
+    """The raw records of a session table's open sessions, with their session's bounds."""
+    from pyspark.sql import types as T
+
+    from lakehouse.streams.silver import key_spark_type
+
+    return T.StructType(
+        [
+            T.StructField(source.key_name, key_spark_type(source), True),
+            *(
+                T.StructField(n, spark_type(source.field(n)), True)
+                for n in _state_fields(source, spec)
+            ),
+            T.StructField(EVENT_TIME, T.TimestampType(), True),
+            T.StructField("partition", T.IntegerType(), True),
+            T.StructField("offset", T.LongType(), True),
+            T.StructField("_commit_version", T.LongType(), True),
+            T.StructField(SESSION_START, T.TimestampType(), True),
+            T.StructField(SESSION_END, T.TimestampType(), True),
+        ]
+    )
+
+
+# -- Spark transforms ----------------------------------------------------------------------------
+
+
+def _valid(events: DataFrame, source: Contract, spec: TableSpec) -> DataFrame:
+    """The records a windowed aggregation takes: a key, a value, a group (as
+    :func:`lakehouse.tables.aggregates.aggregate_per_key`)."""
+    from pyspark.sql import functions as F
+
+    group = spec.group_by or source.key_name
+    key = F.col(source.key_name)
+    return events.filter(key.isNotNull() & ~F.col(TOMBSTONE) & F.col(group).isNotNull())
+
+
+def _event_millis() -> Column:
+    """A record's event time in ms; null when it has none or a negative one (Kafka refuses
+    negative timestamps): such records go to the late table and do not move stream time."""
+    from pyspark.sql import functions as F
+
+    ms = _millis(EVENT_TIME)
+    return F.when(ms >= 0, ms)
+
+
+def _millis(col: Column | str) -> Column:
+    from pyspark.sql import functions as F
+
+    return F.unix_millis(F.col(col) if isinstance(col, str) else col)
+
+
+def _ts(col: str) -> Column:
+    from pyspark.sql import functions as F
+
+    return F.timestamp_millis(F.col(col))
+
+
+def with_stream_time(
+    valid: DataFrame, key: str, before: int | None
+) -> tuple[DataFrame, int | None]:
+    """Add ``__t`` (event time, ms) and ``__st``: the stream time at each record, itself
+    included, in processing order, starting from ``before``; and the stream time after them.
+
+    A record's stream time is the running maximum over (commit version, partition, offset, key).
+    Rather than one window over the whole batch (a single Spark partition), the running maximum
+    is taken within each (commit version, partition) run, in parallel, and the maximum of all
+    earlier runs (a handful of numbers, computed on the driver) is added to it.
+    """
+    from pyspark.sql import Window as W
+    from pyspark.sql import functions as F
+
+    runs = ["_commit_version", "partition"]
+    timed = valid.withColumn(_T, _event_millis())
+    per_run = sorted(
+        (r["_commit_version"], r["partition"], r["m"])
+        for r in timed.groupBy(*runs).agg(F.max(_T).alias("m")).collect()
+    )
+    prefix: list[tuple[int, int, int | None]] = []
+    seen = before
+    for version, partition, top in per_run:
+        prefix.append((version, partition, seen))
+        if top is not None:
+            seen = top if seen is None else max(seen, top)
+    starts = valid.sparkSession.createDataFrame(
+        prefix, "_commit_version long, partition int, __before long"
+    )
+    order = W.partitionBy(*runs).orderBy("offset", key).rowsBetween(W.unboundedPreceding, 0)
+    running = F.max(_T).over(order)
+    placed = (
+        timed.join(F.broadcast(starts), runs, "left")
+        .withColumn(_ST, F.greatest(F.col("__before"), running))
+        .drop("__before")
+    )
+    return placed, seen
+
+
+def _fmt(col: str) -> Column:
+    from pyspark.sql import functions as F
+
+    return F.date_format(_ts(col), "yyyy-MM-dd'T'HH:mm:ss.SSSXXX")
+
+
+def late_reason(window: Window) -> Column:
+    """Why a record with ``__ws``, ``__we`` and ``__st`` (ms) is late."""
+    from pyspark.sql import functions as F
+
+    grace = f"grace {format_duration(window.grace_ms)}"
+    if window.type == "session":
+        head, close, tail = (
+            "session window [",
+            "] ",
+            f"gap {format_duration(window.gap_ms)}, {grace}",
+        )
+    else:
+        head, close, tail = "window [", ") ", grace
+    return F.concat(
+        F.lit(head),
+        _fmt(_WS),
+        F.lit(", "),
+        _fmt(_WE),
+        F.lit(close + "closed at stream time "),
+        _fmt(_ST),
+        F.lit("; " + tail),
+    )
+
+
+def late_rows(records: DataFrame, source: Contract, reason: Column) -> DataFrame:
+    """Late records (with ``__ws``, ``__we``, ``__st`` in ms) shaped as :func:`late_schema`."""
+    from pyspark.sql import functions as F
+
+    schema = late_schema(source)
+    extra = {
+        WINDOW_START: _ts(_WS),
+        WINDOW_END: _ts(_WE),
+        STREAM_TIME: _ts(_ST),
+        REASON: reason,
+    }
+    return records.select(
+        *(
+            (extra[f.name] if f.name in extra else F.col(f.name)).cast(f.dataType).alias(f.name)
+            for f in schema.fields
+        )
+    )
+
+
+def assign_time_windows(timed: DataFrame, window: Window) -> DataFrame:
+    """One row per (record, window it falls in), with ``__ws``/``__we`` (ms) and ``__late``."""
+    from pyspark.sql import functions as F
+
+    size, advance = window.size_ms, window.advance_ms
+    per_record = -(-size // advance)
+    last = F.col(_T) - F.pmod(F.col(_T), F.lit(advance))
+    first = last - F.lit((per_record - 1) * advance)
+    starts = F.sequence(first, last, F.lit(advance).cast("long"))
+    return (
+        timed.withColumn(_WS, F.explode(starts))
+        .filter((F.col(_WS) + size > F.col(_T)) & (F.col(_WS) >= 0))
+        .withColumn(_WE, F.col(_WS) + size)
+        .withColumn(_LATE, F.coalesce(F.col(_WE) + window.grace_ms <= F.col(_ST), F.lit(False)))
+    )
+
+
+# -- the build -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Batch:
+    start: int
+    end: int
+    stream_time: int | None  # before the batch
+
+
+def build_windowed(
+    spark: SparkSession,
+    settings: Settings,
+    contract: Contract,
+    spec: TableSpec,
+    out: common.Outputs,
+    upto: int | None,
+) -> common.GoldResult:
+    """Fold the input's new versions (up to ``upto``) into a windowed table: one micro-batch.
+    Finishes first a batch that a crash left half-written (see the module docstring)."""
+    # One committing driver per table: the gold table's lock, then its late table's and state's.
+    with (
+        delta_spark.table_lock(out.gold),
+        delta_spark.table_lock(out.late),
+        delta_spark.table_lock(out.state),
+    ):
+        return _build_windowed(DeltaStore(spark), settings, contract, spec, out, upto)
+
+
+def _build_windowed(
+    store: DeltaStore,
+    settings: Settings,
+    contract: Contract,
+    spec: TableSpec,
+    out: common.Outputs,
+    upto: int | None,
+) -> common.GoldResult:
+    window = spec.window
+    assert window is not None
+    spark = store.spark
+    source, app = contract.input(spec), common.input_app(contract, spec)
+    delta_spark.create_table(spark, out.gold, aggregates.table_schema(source, spec))
+    delta_spark.create_table(spark, out.late, late_schema(source))
+    followers = [out.late]
+    if window.type == "session":
+        # Nobody reads the state's changes, and its `_commit_version` column is one the change
+        # feed reserves: the state is the one table created without it.
+        no_feed = {"delta.enableExpiredLogCleanup": "false"}
+        delta_spark.create_table(
+            spark, out.state, session_state_schema(source, spec), properties=no_feed
+        )
+        followers.append(out.state)
+    result = None
+    redo = _unfinished(store, out, app, followers)
+    if redo is not None:
+        result = _run_batch(store, contract, spec, out, settings, redo)
+    todo = common.pending(store, out.gold, app, common.input_path(settings, contract, spec), upto)
+    if todo is None:
+        return result or common.GoldResult(spec.name, None)
+    stream_time = _stream_time_at(store, settings, contract, spec, out.gold, todo[0] - 1)
+    return _run_batch(store, contract, spec, out, settings, _Batch(*todo, stream_time))
+
+
+def _stream_time_at(
+    store: DeltaStore,
+    settings: Settings,
+    contract: Contract,
+    spec: TableSpec,
+    gold: Any,
+    consumed: int,
+) -> int | None:
+    """The stream time after input version ``consumed``: from the gold commit that consumed it,
+    else (a rebuild folded another build into the table, or moved its position back) computed
+    again from the input, of which it is a function."""
+    from pyspark.sql import functions as F
+
+    if consumed < 0:
+        return None
+    meta = store.latest_metadata(gold, WINDOW_META)
+    if meta and meta["versions"][1] == consumed:
+        return cast(int | None, meta["stream_time"])
+    source = contract.input(spec)
+    events = common.read_input(store, settings, contract, spec, 0, consumed)
+    top = _valid(events, source, spec).agg(F.max(_event_millis())).first()
+    return None if top is None else top[0]
+
+
+def _unfinished(
+    store: DeltaStore, out: common.Outputs, app: str, followers: list[Any]
+) -> _Batch | None:
+    """The batch whose gold commit is in but whose late (or state) commit is not, if any."""
+    done = store.transaction_version(out.gold, app)
+    if done is None:
+        return None
+    behind = [p for p in followers if (store.transaction_version(p, app) or -1) < done]
+    if not behind:
+        return None
+    meta = store.latest_metadata(out.gold, WINDOW_META)
+    if not meta or meta["versions"][1] != done:
+        raise LakehouseError(
+            f"{out.gold}: consumed version {done} but its commit has no {WINDOW_META!r} "
+            "metadata; the late-records table cannot be caught up (rebuild the table)"
+        )
+    start = meta["versions"][0]
+    if out.state in followers and (store.transaction_version(out.state, app) or -1) >= start:
+        raise LakehouseError(f"{out.state}: session state is ahead of {out.late}; rebuild")
+    return _Batch(start, done, meta["stream_time_before"])
+
+
+def _run_batch(
+    store: DeltaStore,
+    contract: Contract,
+    spec: TableSpec,
+    out: common.Outputs,
+    settings: Settings,
+    batch: _Batch,
+) -> common.GoldResult:
+    from pyspark.sql import functions as F
+
+    window = spec.window
+    assert window is not None
+    source, app = contract.input(spec), common.input_app(contract, spec)
+    events = common.read_input(store, settings, contract, spec, batch.start, batch.end)
+    timed, after = with_stream_time(
+        _valid(events, source, spec), source.key_name, batch.stream_time
+    )
+    timed = timed.cache()
+    cached = [timed]
+    try:
+        no_time = timed.filter(F.col(_T).isNull()).select(
+            "*", *(F.lit(None).cast("long").alias(c) for c in (_WS, _WE))
+        )
+        why = F.when(F.col(EVENT_TIME).isNull(), NO_EVENT_TIME).otherwise(BEFORE_EPOCH)
+        late = late_rows(no_time, source, why)
+        with_time = timed.filter(F.col(_T).isNotNull())
+        state = None
+        if window.type == "session":
+            stored = store.read(out.state)
+            placed = place_sessions(stored, with_time, source, spec).cache()
+            cached.append(placed)
+            gold_rows = session_changes(placed, source, spec)
+            late = late.unionByName(session_late(placed, source, window))
+            state = session_state(placed, stored, with_time, source, spec, after)
+        else:
+            placed = assign_time_windows(with_time, window)
+            gold_rows = aggregates.aggregate_per_key(
+                placed.filter(~F.col(_LATE)), source, spec, by=_window_columns()
+            )
+            late = late.unionByName(
+                late_rows(placed.filter(F.col(_LATE)), source, late_reason(window))
+            )
+        gold_rows = gold_rows.cache()
+        cached.append(gold_rows)
+        position = common.source_meta(app, batch.start, batch.end)
+        meta = {
+            **position,
+            WINDOW_META: {
+                "versions": [batch.start, batch.end],
+                "stream_time_before": batch.stream_time,
+                "stream_time": after,
+            },
+        }
+        txn = Txn(app, batch.end)
+        result = _commit_gold(source, spec, out.gold, gold_rows, txn, meta)
+        delta_spark.append(late, out.late, txn=txn, metadata=position)
+        if state is not None:
+            delta_spark.append(state, out.state, txn=txn, metadata=position, mode="overwrite")
+        changed = gold_rows.count()
+    finally:
+        for df in cached:
+            df.unpersist()
+    return common.GoldResult(spec.name, (batch.start, batch.end), changed, result.committed)
+
+
+def _commit_gold(
+    source: Contract,
+    spec: TableSpec,
+    path: Any,
+    rows: DataFrame,
+    txn: Txn,
+    meta: dict[str, Any],
+) -> WriteResult:
+    """Merge the batch's rows; a session table's rows replace (or, marked, delete) stored ones,
+    a time window's partial aggregates fold into them. The commit always happens, even when
+    nothing changed (a MERGE always commits): it carries the position and the stream
+    time."""
+    rules = aggregates.merge_rules(source, spec)
+    assert spec.window is not None
+    if spec.window.type == "session":
+        update = {c: e for c, e in rules.insert.items() if c not in rules.on}
+        result = delta_spark.merge(
+            rows,
+            path,
+            on=rules.on,
+            update=update,
+            insert=rules.insert,
+            delete_when=f"s.{_OP} = 'delete'",
+            insert_when=f"s.{_OP} = 'upsert'",
+            txn=txn,
+            metadata=meta,
+        )
+    else:
+        result = delta_spark.merge(
+            rows,
+            path,
+            on=rules.on,
+            update=rules.update,
+            insert=rules.insert,
+            txn=txn,
+            metadata=meta,
+        )
+    return result
+
+
+def _window_columns() -> list[Column]:
+    return [_ts(_WS).alias(WINDOW_START), _ts(_WE).alias(WINDOW_END)]
+
+
+def place_sessions(
+    state: DataFrame, timed: DataFrame, source: Contract, spec: TableSpec
+) -> DataFrame:
+    """The batch's timed records (``__new``) and the stored records of their groups' open
+    sessions, each placed by :func:`sessionize`: ``__status`` and the final bounds ``__ws``,
+    ``__we`` (ms); stored records keep their old bounds in ``__old_ws``, ``__old_we``."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+    window = spec.window
+    assert window is not None
+    group = spec.group_by or source.key_name
+    names = [f.name for f in session_state_schema(source, spec).fields]
+    stored = state.join(timed.select(group).distinct(), group, "left_semi").select(
+        *(n for n in names if n not in (SESSION_START, SESSION_END)),
+        _millis(EVENT_TIME).alias(_T),
+        _millis(SESSION_START).alias(_OLD_WS),
+        _millis(SESSION_END).alias(_OLD_WE),
+        F.lit(False).alias(_NEW),
+    )
+    both = timed.withColumn(_NEW, F.lit(True)).unionByName(stored, allowMissingColumns=True)
+    schema = StructType(
+        [
+            *(StructField(f.name, f.dataType, True) for f in both.schema.fields),
+            StructField(_STATUS, StringType(), True),
+            StructField(_WS, LongType(), True),
+            StructField(_WE, LongType(), True),
+        ]
+    )
+    udf = _session_udf(source.key_name, window.gap_ms, window.grace_ms)
+    return both.groupBy(group).applyInArrow(udf, schema)
+
+
+def session_changes(placed: DataFrame, source: Contract, spec: TableSpec) -> DataFrame:
+    """The gold rows a batch of sessions changes: the full aggregates of every changed session
+    (``upsert``: a new, grown or merged one, or one updated in place), and a ``delete`` for each
+    stored session replaced by one with other bounds."""
+    from pyspark.sql import functions as F
+
+    group = spec.group_by or source.key_name
+    changed = placed.filter(F.col(_STATUS) == "changed").withColumn(TOMBSTONE, F.lit(False))
+    upserts = aggregates.aggregate_per_key(changed, source, spec, by=_window_columns())
+    moved = changed.filter(
+        ~F.col(_NEW) & ((F.col(_OLD_WS) != F.col(_WS)) | (F.col(_OLD_WE) != F.col(_WE)))
+    )
+    deletes = moved.select(
+        group, _ts(_OLD_WS).alias(WINDOW_START), _ts(_OLD_WE).alias(WINDOW_END)
+    ).distinct()
+    return upserts.withColumn(_OP, F.lit("upsert")).unionByName(
+        deletes.withColumn(_OP, F.lit("delete")), allowMissingColumns=True
+    )
+
+
+def session_late(placed: DataFrame, source: Contract, window: Window) -> DataFrame:
+    from pyspark.sql import functions as F
+
+    return late_rows(placed.filter(F.col(_STATUS) == "late"), source, late_reason(window))
+
+
+def session_state(
+    placed: DataFrame,
+    state: DataFrame,
+    timed: DataFrame,
+    source: Contract,
+    spec: TableSpec,
+    stream_time: int | None,
+) -> DataFrame:
+    """The state after the batch: the records of every session still open at ``stream_time``
+    (the batch's groups as placed, the other groups' as stored)."""
+    from pyspark.sql import functions as F
+
+    window = spec.window
+    assert window is not None
+    group = spec.group_by or source.key_name
+    schema = session_state_schema(source, spec)
+    bounds = (SESSION_START, SESSION_END)
+    kept = placed.filter(F.col(_STATUS) != "late").select(
+        *(f.name for f in schema.fields if f.name not in bounds),
+        _ts(_WS).alias(SESSION_START),
+        _ts(_WE).alias(SESSION_END),
+    )
+    others = state.join(timed.select(group).distinct(), group, "left_anti")
+    both = kept.unionByName(others.select(*kept.columns))
+    if stream_time is not None:
+        end = _millis(SESSION_END)
+        both = both.filter(end + window.gap_ms + window.grace_ms >= F.lit(stream_time))
+    return both.select(*(F.col(f.name).cast(f.dataType).alias(f.name) for f in schema.fields))
