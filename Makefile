@@ -225,6 +225,10 @@ format: $(STAMP) ## Apply ruff's fixes and formatting
 lock: $(STAMP) ## Re-resolve requirements.lock from pyproject.toml
 	$(BIN)/uv pip compile pyproject.toml --extra dev --universal --python-version 3.11 -o requirements.lock
 
+.PHONY: schema
+schema: $(STAMP) ## Regenerate the contracts' JSON Schema for editors from their models
+	$(BIN)/python -m lakehouse.contracts.model --write-schema
+
 .PHONY: clean-demo
 clean-demo: ## Delete the default lakehouse root (.lakehouse: landing, tables, Airflow state)
 	rm -rf $(CURDIR)/.lakehouse
