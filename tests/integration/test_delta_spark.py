@@ -171,8 +171,11 @@ def _sum_table(spark: Any, path: Path) -> None:
     delta_spark.create_table(spark, path, schema)
 
 
-def _fold(spark: Any, path: Path, rows: list[tuple[str, int, bool]], version: int) -> Any:
-    """Merge (key, amount, delete) rows: a delete removes the key, others add to its sum."""
+def _fold(
+    spark: Any, path: Path, rows: list[tuple[str, int, bool]], version: int, gate: Any = None
+) -> Any:
+    """Merge (key, amount, delete) rows: a delete removes the key, others add to its sum;
+    ``gate`` judges the merge."""
     from lakehouse.storage import Txn, delta_spark
 
     batch = spark.createDataFrame(rows, "k string, n long, gone boolean")
@@ -186,6 +189,7 @@ def _fold(spark: Any, path: Path, rows: list[tuple[str, int, bool]], version: in
         insert_when="NOT s.gone",
         txn=Txn("silver.s", version),
         metadata={"lakehouse.source": {"table": "silver.s", "versions": [version, version]}},
+        gate=gate,
     )
 
 
@@ -289,14 +293,12 @@ def test_a_gated_merge_is_judged_on_the_rows_it_would_publish(spark: Any, tmp_pa
     """The gate sees each merged row as the table would hold it (the stored sum plus the
     batch's), deleted keys not at all, and the whole table after the merge; a refusal writes
     nothing."""
-    from lakehouse.storage.gates import gating
-
     path = tmp_path / "sums"
     _sum_table(spark, path)
     _fold(spark, path, [("a", 1, False), ("b", 2, False), ("c", 4, False)], 0)
 
     class Gate:
-        at_commit, columns, needs_whole_table = True, None, True
+        columns, needs_whole_table = None, True
 
         def __init__(self) -> None:
             self.seen: dict[str, Any] = {}
@@ -321,8 +323,7 @@ def test_a_gated_merge_is_judged_on_the_rows_it_would_publish(spark: Any, tmp_pa
             self.seen["recorded"] = (verdict, table_version, published)
 
     gate = Gate()
-    with gating({path: gate}):
-        _fold(spark, path, [("a", 10, False), ("b", 0, True), ("d", 7, False)], 1)
+    _fold(spark, path, [("a", 10, False), ("b", 0, True), ("d", 7, False)], 1, gate)
     assert gate.seen["post"] == [("a", 11), ("d", 7)]
     assert gate.seen["whole"] == [("a", 11), ("c", 4), ("d", 7)]
     assert gate.seen["source"] == {"table": "silver.s", "versions": [1, 1]}
@@ -331,6 +332,6 @@ def test_a_gated_merge_is_judged_on_the_rows_it_would_publish(spark: Any, tmp_pa
     assert gate.seen["recorded"] == ("ok", 2, True)
     assert _rows(path) == {"a": 11, "c": 4, "d": 7}
 
-    with gating({path: gate}), pytest.raises(ValueError, match="too big"):
-        _fold(spark, path, [("c", 200, False)], 2)
+    with pytest.raises(ValueError, match="too big"):
+        _fold(spark, path, [("c", 200, False)], 2, gate)
     assert _rows(path) == {"a": 11, "c": 4, "d": 7}

@@ -17,7 +17,6 @@ from lakehouse.runtime import objectstore
 from lakehouse.runtime.config import LAYERS, Layer, Settings
 from lakehouse.runtime.objectstore import Location
 from lakehouse.storage import DeltaStore, is_table
-from lakehouse.storage.gates import gating
 from lakehouse.storage.maintenance import Consumer, MaintenanceReport, maintain
 from lakehouse.streams import silver
 from lakehouse.streams.registry import SchemaRegistry
@@ -85,28 +84,33 @@ def run_layer(
     for path, gate in gates.items():
         if is_table(path):
             _constrain(spark, path, gate, echo)
-    # A reprocess or a refresh is judged by the same expectations, but it is not a micro-batch:
-    # its size is no sign of an unusual volume (``Gate.regular``).
-    resets = {p: replace(g, regular=False, verdicts=g.verdicts) for p, g in gates.items()}
+    # Each table's writes are judged by its gate, handed to the layer that writes it. A reprocess
+    # or a refresh is judged by the same expectations, but it is not a micro-batch: its size is
+    # no sign of an unusual volume (``Gate.regular``).
+    active = {path: gate for path, gate in gates.items() if gate.active}
+    resets = {p: replace(g, regular=False, verdicts=g.verdicts) for p, g in active.items()}
     lines: list[str] = []
     try:
         if layer == "gold":
-            with gating({p: g for p, g in resets.items() if g.active}):
-                lines += _reset_gold(spark, settings, contract, catalog, request)
-        with gating({p: g for p, g in gates.items() if g.active}):
-            if layer == "bronze":
-                lines.append(bronze.ingest(spark, settings, contract).summary())
-            elif layer == "silver":
-                lines.append(silver.build(spark, settings, contract).summary())
-            else:
-                assert specs is not None
-                lines += [
-                    gold.build_table(spark, settings, contract, spec, catalog).summary()
-                    for spec in specs
-                ]
+            lines += _reset_gold(spark, settings, contract, catalog, request, resets)
+        if layer == "bronze":
+            judge = active.get(settings.bronze_path(contract.topic))
+            lines.append(bronze.ingest(spark, settings, contract, judge).summary())
+        elif layer == "silver":
+            judge = active.get(settings.silver_path(contract.stream))
+            lines.append(silver.build(spark, settings, contract, judge).summary())
+        else:
+            assert specs is not None
+            lines += [
+                gold.build_table(
+                    spark, settings, contract, spec, catalog, gate=active.get(out)
+                ).summary()
+                for spec in specs
+                for out in [settings.gold_path(spec.name)]
+            ]
         if layer == "silver" and request.reprocesses:
-            with gating({p: g for p, g in resets.items() if g.active}):
-                lines.append(_reprocess_silver(spark, settings, contract, request))
+            judge = resets.get(settings.silver_path(contract.stream))
+            lines.append(_reprocess_silver(spark, settings, contract, request, judge))
         for gate in gates.values():
             check_freshness(gate)
     finally:
@@ -115,7 +119,11 @@ def run_layer(
 
 
 def _reprocess_silver(
-    spark: SparkSession, settings: Settings, contract: Contract, request: LayerRequest
+    spark: SparkSession,
+    settings: Settings,
+    contract: Contract,
+    request: LayerRequest,
+    gate: Gate | None,
 ) -> str:
     result = silver.reprocess(
         spark,
@@ -124,6 +132,7 @@ def _reprocess_silver(
         from_version=request.from_version,
         from_offsets=request.from_offsets,
         dry_run=request.dry_run,
+        gate=gate,
     )
     return result.summary()
 
@@ -145,6 +154,7 @@ def _reset_gold(
     contract: Contract,
     catalog: Catalog | None,
     request: LayerRequest,
+    gates: Mapping[Location, Gate],
 ) -> list[str]:
     """Full refreshes and reprocesses first; the micro-batch that follows then reads on from the
     positions they set, and the tables reading their changelogs take the corrections."""
@@ -154,10 +164,20 @@ def _reset_gold(
     lines = []
     for spec in contract.tables:
         if spec.name in request.full_refresh:
-            lines.append(rebuild.refresh(spark, settings, catalog, contract, spec).summary())
+            gate = gates.get(settings.gold_path(spec.name))
+            lines.append(
+                rebuild.refresh(spark, settings, catalog, contract, spec, gate=gate).summary()
+            )
         elif request.from_version is not None and spec.name in _reprocessed(contract, request):
             result = rebuild.refresh(
-                spark, settings, catalog, contract, spec, request.from_version, catch_up=True
+                spark,
+                settings,
+                catalog,
+                contract,
+                spec,
+                request.from_version,
+                catch_up=True,
+                gate=gates.get(settings.gold_path(spec.name)),
             )
             lines.append(f"{result.summary()} (reprocessed from version {request.from_version})")
     return lines
@@ -197,7 +217,7 @@ def plan_layer(
             f"into silver.{contract.stream} and its quarantine"
         ]
         if request.reprocesses:
-            lines.append(_reprocess_silver(spark, settings, contract, request))
+            lines.append(_reprocess_silver(spark, settings, contract, request, None))
         return lines
     specs = _selected(contract, layer, request) or []
     store = DeltaStore(spark)

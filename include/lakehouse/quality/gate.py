@@ -14,7 +14,7 @@ from lakehouse.contracts.model import Contract, Expectation
 from lakehouse.errors import QualityGateError
 from lakehouse.runtime.config import Layer, Settings
 from lakehouse.runtime.objectstore import Location
-from lakehouse.storage import gates, is_table
+from lakehouse.storage import is_table
 from lakehouse.storage.log import commit_metadata
 
 if TYPE_CHECKING:
@@ -124,11 +124,6 @@ class Gate:
     @property
     def quarantines(self) -> tuple[Expectation, ...]:
         return tuple(e for e in self.expectations if e.severity == "quarantine")
-
-    @property
-    def at_commit(self) -> bool:
-        # A gold table has several writers (merges, appends): DeltaStore gates each commit.
-        return self.layer == "gold"
 
     @property
     def needs_whole_table(self) -> bool:
@@ -269,9 +264,3 @@ def _merge_results(a: dict[str, Any] | None, b: dict[str, Any]) -> dict[str, Any
     merged["results"] = [*a["results"], *b["results"]]
     merged["success"] = a["success"] and b["success"]
     return merged
-
-
-def gate_for(path: Location) -> Gate | None:
-    """The data-quality gate registered (by :func:`lakehouse.storage.gates.gating`) for a table."""
-    gate = gates.gate_for(path)
-    return gate if isinstance(gate, Gate) else None

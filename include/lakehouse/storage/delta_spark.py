@@ -20,7 +20,7 @@ import fcntl
 import json
 import threading
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from lakehouse.errors import ConcurrentWriteError
 from lakehouse.runtime import objectstore
 from lakehouse.runtime.objectstore import Location
+from lakehouse.storage.gates import PublishGate
 from lakehouse.storage.log import (
     FENCE_APP,
     POSITIONS_KEY,
@@ -80,16 +81,15 @@ def create_table(
     schema: StructType | pa.Schema,
     *,
     properties: Mapping[str, str] = TABLE_PROPERTIES,
+    gate: PublishGate | None = None,
 ) -> None:
     """Create an empty table with ``schema`` (its non-nullable fields NOT NULL) and table
-    ``properties`` (by default :data:`TABLE_PROPERTIES`), unless one is there. A gate registered
-    for the table then adds its CHECK constraints while the table is still empty (see
+    ``properties`` (by default :data:`TABLE_PROPERTIES`), unless one is there. The table's
+    ``gate`` then adds its CHECK constraints while the table is still empty (see
     :meth:`~lakehouse.storage.gates.PublishGate.created`): the first batch is held to them by
     Delta like every later one, and adding them reads no rows."""
     from pyspark.sql.pandas.types import from_arrow_schema
     from pyspark.sql.types import StructType
-
-    from lakehouse.storage.gates import gate_for
 
     if is_table(path):
         return
@@ -107,7 +107,6 @@ def create_table(
         f"CREATE TABLE IF NOT EXISTS delta.`{path}` ({columns}) USING delta"
         + (f" TBLPROPERTIES ({props})" if props else "")
     )
-    gate = gate_for(path)
     if gate is not None:
         gate.created(spark, path)
 
@@ -121,57 +120,47 @@ def append(
     schema_mode: Literal["strict", "add_columns"] = "strict",
     create: StructType | pa.Schema | None = None,
     mode: Literal["append", "overwrite"] = "append",
+    gate: PublishGate | None = None,
+    verdict: Any = None,
+    rows: int | None = None,
+    source: Mapping[str, Any] | None = None,
 ) -> WriteResult:
     """Append ``df`` to the table in one commit that records the positions ``txn`` and
     ``metadata``; with ``txn``, at most once (see :func:`position`). ``schema_mode="add_columns"``
     lets new columns of ``df`` into the table (Delta's ``mergeSchema``); otherwise a schema that
     differs from the table's is refused. ``create``: the schema to create the table with (see
     :func:`create_table`) if there is none yet. ``mode="overwrite"`` replaces every row instead
-    (the table's schema stays). A gate registered for the table judges ``df`` first (see
-    :func:`merge`). The caller holds :func:`table_lock`."""
-    from lakehouse.storage.gates import gate_for
+    (the table's schema stays).
 
+    ``gate`` judges ``df`` (``rows`` of them, if the caller knows) as published from ``source``
+    (default: the metadata's ``lakehouse.source``), unless the caller passes the ``verdict`` it
+    already has; see :func:`_publish`. The caller holds :func:`table_lock`."""
     if create is not None:
-        create_table(df.sparkSession, path, create)
-    dt = load(path, own=True)
-    before = int(dt.version())
-    plan = _plan(path, dt, txn, metadata)
-    if plan is None:
-        return WriteResult(False, before)
-    gate, verdict = gate_for(path, at_commit=True), None
-    if gate is not None:
+        create_table(df.sparkSession, path, create, gate=gate)
+
+    def judge(gate: PublishGate, dt: DeltaTable) -> Any:
         whole = None
         if gate.needs_whole_table and mode == "append":
             current = df.sparkSession.read.format("delta").load(str(path))
             whole = current.unionByName(df, allowMissingColumns=True)
         elif gate.needs_whole_table:
             whole = df
-        position = (metadata or {}).get("lakehouse.source")
-        verdict = gate.check(df, whole=whole, source=position)
-        plan = plan.with_metadata(gate.commit_metadata(verdict))
-    writer = df.write.format("delta").mode(mode).option("userMetadata", _json(plan.metadata))
-    if plan.app is not None:
-        writer = writer.option("txnAppId", plan.app[0]).option("txnVersion", plan.app[1])
-    if schema_mode == "add_columns":
-        writer = writer.option("mergeSchema", "true")
-    try:
-        writer.save(str(path))
-    except Exception as exc:
-        _raise_if_conflict(exc, path)
-        raise
-    result = _outcome(path, before, plan.write_id)
-    if gate is not None:
-        gate.record(verdict, table_version=result.table_version, published=result.committed)
+        return gate.check(df, rows, whole=whole, source=_source(source, metadata))
+
+    def commit(plan: _Plan) -> None:
+        writer = df.write.format("delta").mode(mode).option("userMetadata", _json(plan.metadata))
+        if plan.app is not None:
+            writer = writer.option("txnAppId", plan.app[0]).option("txnVersion", plan.app[1])
+        if schema_mode == "add_columns":
+            writer = writer.option("mergeSchema", "true")
+        try:
+            writer.save(str(path))
+        except Exception as exc:
+            _raise_if_conflict(exc, path)
+            raise
+
+    result, _ = _publish(path, txn, metadata, gate, judge, commit, verdict)
     return result
-
-
-def record_positions(
-    spark: SparkSession, path: Location, txn: Txn | Sequence[Txn], metadata: Mapping[str, Any]
-) -> WriteResult:
-    """Commit positions with no rows (a batch with nothing to write still moves its reader on).
-    The caller holds :func:`table_lock`."""
-    schema = spark.read.format("delta").load(str(path)).schema
-    return append(spark.createDataFrame([], schema), path, txn=txn, metadata=metadata)
 
 
 # -- positions ------------------------------------------------------------------------------------
@@ -264,6 +253,7 @@ def merge(
     delete_unmatched: bool = False,
     txn: Txn | Sequence[Txn] | None = None,
     metadata: Mapping[str, Any] | None = None,
+    gate: PublishGate | None = None,
 ) -> WriteResult:
     """Upsert ``source`` (at most one row per ``on`` key) into the table in one MERGE commit
     that records the positions ``txn`` and ``metadata``; with ``txn``, at most once.
@@ -276,34 +266,28 @@ def merge(
     the table's rows the source lacks (the source is then the whole table). The commit is made
     even when no row changes, so the position always advances.
 
-    A gate registered for the table (:mod:`lakehouse.storage.gates`) judges the rows the merge
-    would publish, computed by Spark from the same clauses, before anything is written. The
-    caller holds :func:`table_lock`."""
-    from lakehouse.storage.gates import gate_for
-
-    dt = load(path, own=True)
-    before = int(dt.version())
-    plan = _plan(path, dt, txn, metadata)
-    if plan is None:
-        return WriteResult(False, before)
+    ``gate`` judges the rows the merge would publish, computed by Spark from the same clauses,
+    before anything is written; see :func:`_publish`. The caller holds :func:`table_lock`."""
     spark = source.sparkSession
-    gate, verdict = gate_for(path, at_commit=True), None
+    rules = MergePlan(list(on), update, insert, delete_when, update_when, insert_when)
     # The gate and the MERGE read the same source (a change feed read and folded per key): it
     # is computed once for both, not once per reader.
-    source = source.persist() if gate is not None else source
-    try:
-        if gate is not None:
-            target = spark.read.format("delta").load(str(path))
-            rules = MergePlan(list(on), update, insert, delete_when, update_when, insert_when)
-            post, gone = rules.outcome(source, target)
-            whole = None
-            if gate.needs_whole_table:
-                whole = rules.table_after(source, target, post, gone, delete_unmatched)
-            position = (metadata or {}).get("lakehouse.source")
-            verdict = gate.check(
-                post, whole=whole, source=position, at_most=_merge_bounds(source, dt)
-            )
-            plan = plan.with_metadata(gate.commit_metadata(verdict))
+    staged = source.persist() if gate is not None else source
+
+    def judge(gate: PublishGate, dt: DeltaTable) -> Any:
+        target = spark.read.format("delta").load(str(path))
+        post, gone = rules.outcome(staged, target)
+        whole = None
+        if gate.needs_whole_table:
+            whole = rules.table_after(staged, target, post, gone, delete_unmatched)
+        return gate.check(
+            post,
+            whole=whole,
+            source=_source(None, metadata),
+            at_most=_merge_bounds(staged, dt),
+        )
+
+    def commit(plan: _Plan) -> Any:
         conf = {"spark.databricks.delta.commitInfo.userMetadata": _json(plan.metadata)}
         if plan.app is not None:
             conf["spark.databricks.delta.write.txnAppId"] = plan.app[0]
@@ -322,18 +306,62 @@ def merge(
             clauses.append("WHEN NOT MATCHED BY SOURCE THEN DELETE")
         with session_settings(spark, conf):
             try:
-                metrics = _merge_into(path, source, on, clauses)
+                return _merge_into(path, staged, on, clauses)
             except Exception as exc:
                 _raise_if_conflict(exc, path)
                 raise
-        result = _outcome(path, before, plan.write_id)
-        changed = 0 if metrics is None else int(metrics["num_affected_rows"])
-        if gate is not None:
-            gate.record(verdict, table_version=result.table_version, published=result.committed)
-        return WriteResult(result.committed, result.table_version, changed)
+
+    try:
+        result, metrics = _publish(path, txn, metadata, gate, judge, commit)
     finally:
         if gate is not None:
-            source.unpersist()
+            staged.unpersist()
+    changed = 0 if metrics is None else int(metrics["num_affected_rows"])
+    return WriteResult(result.committed, result.table_version, changed)
+
+
+def _publish(
+    path: Location,
+    txn: Txn | Sequence[Txn] | None,
+    metadata: Mapping[str, Any] | None,
+    gate: PublishGate | None,
+    judge: Callable[[PublishGate, DeltaTable], Any],
+    commit: Callable[[_Plan], Any],
+    verdict: Any = None,
+) -> tuple[WriteResult, Any]:
+    """The one publish sequence every write to a table goes through, in this order:
+
+    1. plan the commit: its positions (``txn``) and ``metadata``; a batch whose positions are
+       all recorded already is in, and nothing more happens;
+    2. the table's ``gate`` judges what the write would publish (``judge``), unless the caller
+       has its ``verdict`` already (silver routes rows by it first); a failed gate raises
+       here, before anything is written;
+    3. ``commit``: one Delta commit carrying the rows, the positions and the verdict's metadata;
+    4. the gate records the verdict with the table version it published (the run's ledger).
+
+    Returns the write's result and what ``commit`` returned (a MERGE's metrics)."""
+    dt = load(path, own=True)
+    before = int(dt.version())
+    plan = _plan(path, dt, txn, metadata)
+    if plan is None:
+        return WriteResult(False, before), None
+    if gate is not None:
+        if verdict is None:
+            verdict = judge(gate, dt)
+        plan = plan.with_metadata(gate.commit_metadata(verdict))
+    returned = commit(plan)
+    result = _outcome(path, before, plan.write_id)
+    if gate is not None:
+        gate.record(verdict, table_version=result.table_version, published=result.committed)
+    return result, returned
+
+
+def _source(
+    source: Mapping[str, Any] | None, metadata: Mapping[str, Any] | None
+) -> Mapping[str, Any] | None:
+    """What a batch was read from, for the gate's record: the caller's, or the commit's
+    ``lakehouse.source`` metadata."""
+    return source if source is not None else (metadata or {}).get("lakehouse.source")
 
 
 def _merge_bounds(source: DataFrame, dt: DeltaTable) -> tuple[int, int | None]:

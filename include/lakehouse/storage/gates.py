@@ -1,26 +1,18 @@
-"""Checks a job registers for the tables it writes, consulted by :class:`DeltaStore` just before
-it commits to one of them (the data-quality gates of :mod:`lakehouse.quality`).
-
-A table may be written by several calls in one job (a gold table by merges and appends): a hook
-here sees every batch about to be published, whichever call publishes it.
+"""What the storage layer asks of a table's gate (the data-quality gates of
+:mod:`lakehouse.quality` are one): the write functions of :mod:`lakehouse.storage.delta_spark`
+take a table's gate as an argument and run it in their one publish sequence
+(:func:`lakehouse.storage.delta_spark._publish`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
-from contextvars import ContextVar
+from collections.abc import Mapping
 from typing import Any, Protocol
 
-from lakehouse.runtime.objectstore import Location, as_location
+from lakehouse.runtime.objectstore import Location
 
 
 class PublishGate(Protocol):
-    @property
-    def at_commit(self) -> bool:
-        """Whether DeltaStore runs the gate at every commit to the table; if not, the job that
-        writes the table runs it itself (silver, bronze: they route or stage rows first)."""
-
     @property
     def columns(self) -> list[str] | None:
         """The columns :meth:`check` reads of a batch (None: any one, for a row count)."""
@@ -51,25 +43,3 @@ class PublishGate(Protocol):
 
     def record(self, verdict: Any, *, table_version: int | None, published: bool) -> None:
         """Keep the verdict once the write is done."""
-
-
-_GATES: ContextVar[Mapping[Location, PublishGate] | None] = ContextVar(
-    "lakehouse_gates", default=None
-)
-
-
-@contextmanager
-def gating(gates: Mapping[Location, PublishGate]) -> Iterator[None]:
-    """Register gates by table path for the writes made inside the ``with`` block."""
-    token = _GATES.set({as_location(p): g for p, g in gates.items()})
-    try:
-        yield
-    finally:
-        _GATES.reset(token)
-
-
-def gate_for(path: Location, *, at_commit: bool = False) -> PublishGate | None:
-    """The gate registered for a table; with ``at_commit``, only one DeltaStore should run."""
-    gates = _GATES.get()
-    gate = None if not gates else gates.get(as_location(path))
-    return None if gate is None or (at_commit and not gate.at_commit) else gate

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from lakehouse.contracts.fields import Field
 from lakehouse.contracts.model import Contract
-from lakehouse.quality.gate import Gate, gate_for
+from lakehouse.quality.gate import Gate
 from lakehouse.quality.verdict import Verdict
 from lakehouse.runtime.config import Settings
 from lakehouse.runtime.objectstore import Location
@@ -483,15 +483,18 @@ class SilverResult:
         )
 
 
-def build(spark: SparkSession, settings: Settings, contract: Contract) -> SilverResult:
-    """Decode bronze versions not yet consumed into the silver stream (one micro-batch).
+def build(
+    spark: SparkSession, settings: Settings, contract: Contract, gate: Gate | None = None
+) -> SilverResult:
+    """Decode bronze versions not yet consumed into the silver stream (one micro-batch), judged
+    by the stream's ``gate``.
 
     The job holds the stream's and its quarantine's commit locks throughout: a second copy of
     it waits, then finds the batch done."""
     silver_path = settings.silver_path(contract.stream)
     quarantine_path = settings.quarantine_path("silver", contract.stream)
     with delta_spark.table_lock(silver_path), delta_spark.table_lock(quarantine_path):
-        return _build(spark, settings, contract, silver_path, quarantine_path)
+        return _build(spark, settings, contract, silver_path, quarantine_path, gate)
 
 
 def _build(
@@ -500,6 +503,7 @@ def _build(
     contract: Contract,
     silver_path: Location,
     quarantine_path: Location,
+    gate: Gate | None,
 ) -> SilverResult:
     from pyspark.sql import functions as F
 
@@ -511,7 +515,6 @@ def _build(
     if head is None or start > head:
         return SilverResult(contract.stream, None)
 
-    gate = gate_for(silver_path)
     changes = store.changes(bronze_path, start, head).filter(F.col("_change_type") == "insert")
     decoded = _decoded(changes, contract)
     txn = Txn(source_app(contract), head)
@@ -533,8 +536,7 @@ def _build(
         delta_spark.append(bad, quarantine_path, txn=txn, metadata=meta, create=bad.schema)
     # The registry (checked when the job started) has allowed the contract's schema: new
     # optional fields become new columns; columns the contract dropped are written as nulls.
-    if gate is not None and verdict is not None:
-        meta = {**meta, **gate.commit_metadata(verdict)}
+    # The gate's verdict is the one that routed the rows.
     result = delta_spark.append(
         good,
         silver_path,
@@ -542,10 +544,10 @@ def _build(
         metadata=meta,
         schema_mode="add_columns",
         create=stream_schema(contract),
+        gate=gate,
+        verdict=verdict,
     )
     decoded.unpersist()
-    if gate is not None and verdict is not None:
-        gate.record(verdict, table_version=result.table_version, published=result.committed)
     return SilverResult(contract.stream, (start, head), n_good, n_bad, result.committed)
 
 
@@ -634,6 +636,7 @@ def reprocess(
     from_version: int | None = None,
     from_offsets: Mapping[int, int] | None = None,
     dry_run: bool = False,
+    gate: Gate | None = None,
 ) -> ReprocessResult:
     """Decode again the bronze records the stream has consumed from bronze version
     ``from_version``, or from an offset per partition (other partitions untouched).
@@ -649,7 +652,7 @@ def reprocess(
     quarantine_path = settings.quarantine_path("silver", contract.stream)
     with delta_spark.table_lock(silver_path), delta_spark.table_lock(quarantine_path):
         return _reprocess(
-            spark, settings, contract, from_version, from_offsets or {}, dry_run=dry_run
+            spark, settings, contract, from_version, from_offsets or {}, dry_run=dry_run, gate=gate
         )
 
 
@@ -661,6 +664,7 @@ def _reprocess(
     from_offsets: Mapping[int, int],
     *,
     dry_run: bool,
+    gate: Gate | None,
 ) -> ReprocessResult:
     from pyspark.sql import functions as F
 
@@ -701,7 +705,6 @@ def _reprocess(
         todo.unpersist()
         return planned
 
-    gate = gate_for(silver_path)
     decoded = _decoded(todo, contract)
     source: dict[str, Any] = {"table": f"bronze.{contract.topic}", "versions": [start, consumed]}
     if from_offsets:
@@ -716,9 +719,9 @@ def _reprocess(
     # The stream first: a crash before the quarantine's release leaves a record in both, which
     # the rerun's release removes (never a record in neither).
     if n_good:
-        result = delta_spark.append(good, silver_path, metadata=meta, schema_mode="add_columns")
-        if gate is not None and verdict is not None:
-            gate.record(verdict, table_version=result.table_version, published=True)
+        delta_spark.append(
+            good, silver_path, metadata=meta, schema_mode="add_columns", gate=gate, verdict=verdict
+        )
     if n_bad:
         delta_spark.append(bad, quarantine_path, metadata=meta, create=bad.schema)
     released = 0

@@ -20,6 +20,7 @@ from lakehouse.contracts.model import (
 from lakehouse.runtime.config import Settings
 from lakehouse.runtime.objectstore import Location
 from lakehouse.storage import DeltaStore, Txn, WriteResult, delta_spark
+from lakehouse.storage.gates import PublishGate
 from lakehouse.streams.silver import TOMBSTONE, key_spark_type, spark_type
 
 if TYPE_CHECKING:
@@ -342,7 +343,12 @@ LATEST = TableSpec(name="state", kind="latest")
 
 
 def merge_latest(
-    batch: DataFrame, path: Location, contract: Contract, txn: Txn, meta: dict[str, Any]
+    batch: DataFrame,
+    path: Location,
+    contract: Contract,
+    txn: Txn,
+    meta: dict[str, Any],
+    gate: PublishGate | None = None,
 ) -> WriteResult:
     """Upsert one row per key; a tombstone deletes the key."""
     key = contract.key_name
@@ -357,6 +363,7 @@ def merge_latest(
         insert_when=f"NOT s.{TOMBSTONE}",
         txn=txn,
         metadata=meta,
+        gate=gate,
     )
 
 
@@ -367,6 +374,7 @@ def merge_aggregate(
     spec: TableSpec,
     txn: Txn,
     meta: dict[str, Any],
+    gate: PublishGate | None = None,
 ) -> WriteResult:
     """Fold a batch of partial aggregates (or a table source's deltas) into an aggregate table
     by its :func:`merge_rules`."""
@@ -381,6 +389,7 @@ def merge_aggregate(
         insert_when=rules.insert_when,
         txn=txn,
         metadata=meta,
+        gate=gate,
     )
 
 
@@ -430,7 +439,7 @@ def _build_table(
     upto: int | None,
 ) -> GoldResult:
     source, app = contract.input(spec), input_app(contract, spec)
-    delta_spark.create_table(store.spark, out.gold, table_schema(source, spec))
+    delta_spark.create_table(store.spark, out.gold, table_schema(source, spec), gate=out.gate)
     consumed = store.transaction_version(out.gold, app)
     if spec.source == "table":
         catch_up_state(store, settings, contract, spec, out, consumed)
@@ -442,17 +451,17 @@ def _build_table(
     events = read_input(store, settings, contract, spec, start, end)
     if spec.kind == "latest":
         batch = latest_per_key(events, source)
-        result = merge_latest(batch, out.gold, source, txn, meta)
+        result = merge_latest(batch, out.gold, source, txn, meta, out.gate)
     elif spec.source == "table":
         # The keys' latest values feed both the deltas and the state: computed once.
         latest = latest_per_key(events, source).cache()
         try:
             batch = table_deltas(latest, store.read(out.state), source, spec)
-            result = merge_aggregate(batch, out.gold, source, spec, txn, meta)
+            result = merge_aggregate(batch, out.gold, source, spec, txn, meta, out.gate)
             merge_latest(latest, out.state, source, txn, meta)
         finally:
             latest.unpersist()
     else:
         batch = aggregate_per_key(events, source, spec)
-        result = merge_aggregate(batch, out.gold, source, spec, txn, meta)
+        result = merge_aggregate(batch, out.gold, source, spec, txn, meta, out.gate)
     return GoldResult(spec.name, (start, end), result.source_rows or 0, result.committed)

@@ -14,6 +14,7 @@ from lakehouse.contracts.model import (
 from lakehouse.runtime.config import Settings
 from lakehouse.runtime.objectstore import Location
 from lakehouse.storage import DeltaStore
+from lakehouse.storage.gates import PublishGate
 from lakehouse.streams.silver import TOMBSTONE, spark_type
 
 if TYPE_CHECKING:
@@ -45,6 +46,8 @@ class Outputs:
     gold: Location
     state: Location
     late: Location
+    # The gold table's gate: every write to ``gold`` is judged by it (none for a scratch build).
+    gate: PublishGate | None = None
 
 
 def outputs(settings: Settings, spec: TableSpec) -> Outputs:

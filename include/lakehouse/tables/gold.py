@@ -5,6 +5,7 @@ builds its kind (:mod:`~lakehouse.tables.aggregates`, :mod:`~lakehouse.tables.wi
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from lakehouse.contracts.model import (
@@ -16,6 +17,7 @@ from lakehouse.runtime.config import Settings
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+from lakehouse.storage.gates import PublishGate
 from lakehouse.tables import aggregates, joins, windows
 from lakehouse.tables.common import GoldResult, Outputs, outputs
 
@@ -29,11 +31,13 @@ def build_table(
     *,
     out: Outputs | None = None,
     upto: int | None = None,
+    gate: PublishGate | None = None,
 ) -> GoldResult:
     """Fold the input's new versions (up to ``upto``, default all) into one gold table: one
     micro-batch, one commit. ``out`` redirects the writes (a full refresh builds into scratch
-    tables); ``catalog`` resolves the other side of a join."""
-    out = out or outputs(settings, spec)
+    tables); ``catalog`` resolves the other side of a join; ``gate`` judges every write to the
+    table (not to a redirected one)."""
+    out = out or replace(outputs(settings, spec), gate=gate)
     if spec.join is not None:
         return joins.build_join(
             spark, settings, catalog or Catalog.of([contract]), contract, spec, out, upto

@@ -118,7 +118,7 @@ def build_join(
         delta_spark.table_lock(other_state_path(out)),
     ):
         store = DeltaStore(spark)
-        delta_spark.create_table(spark, out.gold, join_schema(contract, other, spec))
+        delta_spark.create_table(spark, out.gold, join_schema(contract, other, spec), gate=out.gate)
         if j.type == "stream-table":
             return _stream_table(store, settings, contract, other, spec, out, upto)
         if j.type == "table-table":
@@ -242,7 +242,7 @@ def _stream_table(
     }
     txns = _txns((app, end), (other_app, other_version))
     n = rows.count()
-    result = delta_spark.append(rows, out.gold, txn=txns, metadata=meta)
+    result = delta_spark.append(rows, out.gold, txn=txns, metadata=meta, gate=out.gate)
     rows.unpersist()
     versions = None if other_version is None else (other_version, other_version)
     return JoinResult(spec.name, (start, end), n, result.committed, other_app, versions)
@@ -356,6 +356,7 @@ def _table_table(
         insert_when=f"s.{_PRESENT}",
         txn=txns,
         metadata=meta,
+        gate=out.gate,
     )
     batch.unpersist()
     for side, c, span, state, side_app in (
@@ -485,7 +486,7 @@ def _stream_stream(
     txns = _txns((app, end), (other_app, other_end))
     meta = _meta(app, todo, other_app, other_todo)
     n = rows.count()
-    result = delta_spark.append(rows, out.gold, txn=txns, metadata=meta)
+    result = delta_spark.append(rows, out.gold, txn=txns, metadata=meta, gate=out.gate)
     rows.unpersist()
     return JoinResult(spec.name, todo, n, result.committed, other_app, other_todo)
 

@@ -31,6 +31,7 @@ from lakehouse.runtime import objectstore
 from lakehouse.runtime.config import Settings
 from lakehouse.runtime.objectstore import Location
 from lakehouse.storage import DeltaStore, Txn, delta_spark, log
+from lakehouse.storage.gates import PublishGate
 from lakehouse.tables import common, gold
 
 if TYPE_CHECKING:
@@ -89,6 +90,7 @@ def refresh(
     from_version: int | None = None,
     *,
     catch_up: bool = False,
+    gate: PublishGate | None = None,
 ) -> RefreshResult:
     """Rebuild one gold table from its input (all of it, or the versions before
     ``from_version``), keeping the table's history; see the module docstring.
@@ -96,7 +98,8 @@ def refresh(
     With ``catch_up``, a reprocess goes on in the scratch tables to the input's head, reading
     from ``from_version`` as the next micro-batch would, before the result is folded into the
     table: the table then changes once, by its net differences, and the tables reading its
-    changelog see no back-and-forth (a pipeline run's reprocess does this)."""
+    changelog see no back-and-forth (a pipeline run's reprocess does this). ``gate`` judges
+    the one write to the table."""
     if from_version is not None and from_version < 0:
         raise LakehouseError(f"gold {spec.name}: a source version is >= 0, not {from_version}")
     store = DeltaStore(spark)
@@ -109,7 +112,7 @@ def refresh(
         gold.build_table(spark, settings, contract, spec, catalog, out=out, upto=upto)
         if catch_up and upto is not None:
             gold.build_table(spark, settings, contract, spec, catalog, out=out)
-        _fold(store, out.gold, real.gold, contract.table_key_columns(spec), apps)
+        _fold(store, out.gold, real.gold, contract.table_key_columns(spec), apps, gate)
         pairs = [(out.state, real.state), (out.late, real.late)]
         pairs += [  # further state tables (a join keeps one per side): state__<what>
             (p, real.state.with_name(real.state.name + p.name.removeprefix("state")))
@@ -124,7 +127,12 @@ def refresh(
 
 
 def _fold(
-    store: DeltaStore, scratch: Location, real: Location, keys: tuple[str, ...], apps: list[str]
+    store: DeltaStore,
+    scratch: Location,
+    real: Location,
+    keys: tuple[str, ...],
+    apps: list[str],
+    gate: PublishGate | None,
 ) -> None:
     """Make ``real`` equal ``scratch`` in one merge: rows only in ``real`` are deleted, rows
     that differ updated, new ones inserted; the positions become the scratch build's. A table
@@ -138,7 +146,7 @@ def _fold(
         current = store.read(real).select(*rebuilt.columns)
         if rebuilt.exceptAll(current).isEmpty() and current.exceptAll(rebuilt).isEmpty():
             return
-    delta_spark.create_table(store.spark, real, store.spark_schema(scratch))
+    delta_spark.create_table(store.spark, real, store.spark_schema(scratch), gate=gate)
     values = [c for c in rebuilt.columns if c not in keys]
     delta_spark.merge(
         rebuilt,
@@ -150,6 +158,7 @@ def _fold(
         delete_unmatched=True,
         txn=rewinds,
         metadata={**_carried_metadata(scratch), "lakehouse.refresh": {"rebuilt": True}},
+        gate=gate,
     )
 
 

@@ -470,7 +470,7 @@ def _build_windowed(
     assert window is not None
     spark = store.spark
     source, app = contract.input(spec), common.input_app(contract, spec)
-    delta_spark.create_table(spark, out.gold, aggregates.table_schema(source, spec))
+    delta_spark.create_table(spark, out.gold, aggregates.table_schema(source, spec), gate=out.gate)
     delta_spark.create_table(spark, out.late, late_schema(source))
     followers = [out.late]
     if window.type == "session":
@@ -592,7 +592,7 @@ def _run_batch(
             },
         }
         txn = Txn(app, batch.end)
-        result = _commit_gold(source, spec, out.gold, gold_rows, txn, meta)
+        result = _commit_gold(source, spec, out, gold_rows, txn, meta)
         delta_spark.append(late, out.late, txn=txn, metadata=position)
         if state is not None:
             delta_spark.append(state, out.state, txn=txn, metadata=position, mode="overwrite")
@@ -606,7 +606,7 @@ def _run_batch(
 def _commit_gold(
     source: Contract,
     spec: TableSpec,
-    path: Any,
+    out: common.Outputs,
     rows: DataFrame,
     txn: Txn,
     meta: dict[str, Any],
@@ -621,7 +621,7 @@ def _commit_gold(
         update = {c: e for c, e in rules.insert.items() if c not in rules.on}
         result = delta_spark.merge(
             rows,
-            path,
+            out.gold,
             on=rules.on,
             update=update,
             insert=rules.insert,
@@ -629,16 +629,18 @@ def _commit_gold(
             insert_when=f"s.{_OP} = 'upsert'",
             txn=txn,
             metadata=meta,
+            gate=out.gate,
         )
     else:
         result = delta_spark.merge(
             rows,
-            path,
+            out.gold,
             on=rules.on,
             update=rules.update,
             insert=rules.insert,
             txn=txn,
             metadata=meta,
+            gate=out.gate,
         )
     return result
 

@@ -27,10 +27,10 @@ import pyarrow as pa
 
 from lakehouse.contracts.model import BRONZE_COLUMNS, Contract
 from lakehouse.errors import BrokerUnavailableError, DataLossError
+from lakehouse.quality.gate import Gate
 from lakehouse.runtime.config import Settings
 from lakehouse.runtime.objectstore import Location, ObjectPath
 from lakehouse.storage import DeltaStore, Txn, delta_spark
-from lakehouse.storage.gates import gate_for
 from lakehouse.storage.tasks import rows_from_tasks
 from lakehouse.topics.landing import Segment, end_offsets, list_segments, start_offset_of, survey
 from lakehouse.topics.segments import RECORD_SCHEMA, BadLine, SegmentFile, constant, read_segment
@@ -422,8 +422,11 @@ def _repair_quarantine(spark: SparkSession, settings: Settings, contract: Contra
     _write_quarantine(spark, settings, contract.topic, done, bad)
 
 
-def ingest(spark: SparkSession, settings: Settings, contract: Contract) -> BronzeResult:
-    """Ingest every new landing record of a topic as one bronze batch (one Delta commit).
+def ingest(
+    spark: SparkSession, settings: Settings, contract: Contract, gate: Gate | None = None
+) -> BronzeResult:
+    """Ingest every new landing record of a topic as one bronze batch (one Delta commit),
+    judged by the table's ``gate`` before it is published.
 
     The job holds the table's commit lock throughout: a second copy of it (a retried task
     beside the first) waits, then finds the batch done."""
@@ -435,16 +438,20 @@ def ingest(spark: SparkSession, settings: Settings, contract: Contract) -> Bronz
         client = kafka.client(settings, contract)
         kafka.check_topic(client, contract)
     with delta_spark.table_lock(path):
-        delta_spark.create_table(spark, path, BRONZE_SCHEMA)
+        delta_spark.create_table(spark, path, BRONZE_SCHEMA, gate=gate)
         if client is not None:
             _repair_gaps(spark, settings, contract)
-            return _ingest_kafka(spark, settings, contract, path, client)
+            return _ingest_kafka(spark, settings, contract, path, client, gate)
         _repair_quarantine(spark, settings, contract)
-        return _ingest(spark, settings, contract, path)
+        return _ingest(spark, settings, contract, path, gate)
 
 
 def _ingest(
-    spark: SparkSession, settings: Settings, contract: Contract, path: Location
+    spark: SparkSession,
+    settings: Settings,
+    contract: Contract,
+    path: Location,
+    gate: Gate | None,
 ) -> BronzeResult:
     store = DeltaStore(spark)
     topic = contract.topic
@@ -477,31 +484,20 @@ def _ingest(
             "gaps": {str(p): g for p, g in gaps.items()},
             "files_with_bad_lines": [f["file"] for f in files if f["file"]["path"] in bad_files],
         }
-        verdict = None
-        gate = gate_for(path)
-        if gate is not None:
-            verdict = gate.check(
-                records.select(*(gate.columns or ["offset"])),
-                kept,
-                source={
-                    "table": f"landing.{topic}",
-                    "offsets": {str(p): n for p, n in pos.next.items()},
-                },
-            )
         result = delta_spark.append(
             records,
             path,
             txn=Txn(BRONZE_APP, batch_id),
-            metadata={
-                POSITION_KEY: new_pos.to_json(),
-                BATCH_KEY: summary,
-                **({} if gate is None or verdict is None else gate.commit_metadata(verdict)),
+            metadata={POSITION_KEY: new_pos.to_json(), BATCH_KEY: summary},
+            gate=gate,
+            rows=kept,
+            source={
+                "table": f"landing.{topic}",
+                "offsets": {str(p): n for p, n in pos.next.items()},
             },
         )
     if result.committed:
         _write_quarantine(spark, settings, topic, batch_id, bad)
-    if gate is not None and verdict is not None:
-        gate.record(verdict, table_version=result.table_version, published=result.committed)
     return BronzeResult(
         topic,
         batch_id,
@@ -590,7 +586,12 @@ def _kafka_frame(
 
 
 def _ingest_kafka(
-    spark: SparkSession, settings: Settings, contract: Contract, path: Location, c: kafka.Client
+    spark: SparkSession,
+    settings: Settings,
+    contract: Contract,
+    path: Location,
+    c: kafka.Client,
+    gate: Gate | None,
 ) -> BronzeResult:
     """One bounded read of the topic's partitions, from bronze's position to the end offsets
     read at planning, appended in one Delta commit with the new position."""
@@ -621,29 +622,22 @@ def _ingest_kafka(
         "lost": {str(p): list(r) for p, r in lost.items()},
     }
     kept: int | None = None
-    gate, verdict = gate_for(path), None
     if gate is not None:
         # The gate judges the rows before they are written: read them from the broker once.
         records = records.persist(StorageLevel.DISK_ONLY)
         kept = records.count()
         summary["records"] = kept
-        verdict = gate.check(
-            records.select(*(gate.columns or ["offset"])),
-            kept,
-            source={
-                "table": f"kafka.{c.topic}",
-                "offsets": {str(p): n for p, n in pos.next.items()},
-            },
-        )
     try:
         result = delta_spark.append(
             records,
             path,
             txn=Txn(BRONZE_APP, batch_id),
-            metadata={
-                POSITION_KEY: new_pos.to_json(),
-                BATCH_KEY: summary,
-                **({} if gate is None or verdict is None else gate.commit_metadata(verdict)),
+            metadata={POSITION_KEY: new_pos.to_json(), BATCH_KEY: summary},
+            gate=gate,
+            rows=kept,
+            source={
+                "table": f"kafka.{c.topic}",
+                "offsets": {str(p): n for p, n in pos.next.items()},
             },
         )
     finally:
@@ -659,8 +653,6 @@ def _ingest_kafka(
         kafka.commit_group(c, new_pos.next)
     except BrokerUnavailableError as exc:  # the Delta commit stands; the group only mirrors it
         log.warning("bronze %s: consumer group not updated: %s", topic, exc)
-    if gate is not None and verdict is not None:
-        gate.record(verdict, table_version=result.table_version, published=result.committed)
     return BronzeResult(
         topic,
         batch_id,
