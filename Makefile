@@ -227,7 +227,7 @@ lock: $(STAMP) ## Re-resolve requirements.lock from pyproject.toml
 
 .PHONY: schema
 schema: $(STAMP) ## Regenerate the contracts' JSON Schema for editors from their models
-	$(BIN)/python -m lakehouse.contracts.model --write-schema
+	$(BIN)/python -m lakehouse.contracts.document --write-schema
 
 .PHONY: clean-demo
 clean-demo: ## Delete the default lakehouse root (.lakehouse: landing, tables, Airflow state)

@@ -12,7 +12,8 @@ import jsonschema
 import pytest
 import yaml
 
-from lakehouse.contracts.model import SCHEMA_FILE, json_schema, parse_contract
+from lakehouse.contracts.document import SCHEMA_FILE, json_schema
+from lakehouse.contracts.model import parse_contract
 from lakehouse.errors import ContractError
 from lakehouse.runtime.config import REPO_ROOT
 
@@ -27,7 +28,7 @@ def _editor() -> jsonschema.Draft202012Validator:
 
 def test_the_committed_schema_is_the_one_the_models_generate() -> None:
     assert SCHEMA_FILE.read_text(encoding="utf-8") == json_schema(), (
-        "schemas/contract.schema.json is stale: python -m lakehouse.contracts.model --write-schema"
+        "schemas/contract.schema.json is stale: python -m lakehouse.contracts.document --write-schema"
     )
 
 
