@@ -1,16 +1,31 @@
-"""Helpers the test modules share (imported by name: ``from lakes import ...``): the test S3
-API's description, and a lakehouse's settings on local files or in the test bucket."""
+"""Helpers the test modules share (imported by name: ``from lakes import ...``): a lakehouse made
+of contracts (:func:`lake_with`), a table's rows (:func:`rows`, :func:`records`), the
+``lakehouse`` command in a process of its own (:func:`lakehouse`), the size of the fault
+rounds, the test S3 API's description, and a lakehouse's settings on local files or in the test
+bucket."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from lakehouse.runtime.config import REPO_ROOT, Settings
+from lakehouse.runtime.objectstore import Location
 
 S3_REGION = "us-east-1"
+
+# The one setting for the size of every fault test (all marked ``reliability``): how many times
+# each kills its target (kill -9 of a writer, a job, the Spark server, the broker) or cuts the
+# store. `make test` runs 2, `make reliability` 20; 1 when a module is run by hand.
+KILLS = int(os.environ.get("LAKEHOUSE_RELIABILITY_KILLS", "1"))
 
 
 @dataclass(frozen=True)
@@ -60,3 +75,58 @@ def lake_settings(
     objectstore.reset()
     request.addfinalizer(objectstore.reset)
     return Settings.from_env()
+
+
+def lake_with(root: Path, contracts: Mapping[str, str]) -> Settings:
+    """A lakehouse under ``root`` (its home ``root/home``) whose contracts folder holds
+    ``contracts``: each topic's YAML text, by topic."""
+    folder = root / "contracts"
+    folder.mkdir(parents=True, exist_ok=True)
+    for topic, text in contracts.items():
+        (folder / f"{topic}.yaml").write_text(text)
+    return Settings.from_env(root / "home", folder)
+
+
+def row_order(row: Sequence[Any]) -> tuple[tuple[bool, Any], ...]:
+    """The order :func:`rows` sorts in: by each value, a null after any value."""
+    return tuple((value is None, value) for value in row)
+
+
+def rows(path: Location, *columns: str, version: int | None = None) -> list[tuple[Any, ...]]:
+    """The ``columns`` of a table's rows (at ``version``, default the latest), as tuples in
+    :func:`row_order`; [] if there is no table."""
+    from lakehouse.storage import is_table, read_arrow
+
+    if not is_table(path):
+        return []
+    data = read_arrow(path, version).to_pylist()
+    return sorted((tuple(r[c] for c in columns) for r in data), key=row_order)
+
+
+def records(path: Location, *, by: Sequence[str] = ()) -> list[dict[str, Any]]:
+    """A table's rows as dicts, sorted by the ``by`` columns (else by their whole content); []
+    if there is no table."""
+    from lakehouse.storage import is_table, read_arrow
+
+    if not is_table(path):
+        return []
+    data = read_arrow(path).to_pylist()
+    if by:
+        return sorted(data, key=lambda r: row_order([r[c] for c in by]))
+    return sorted(data, key=lambda r: json.dumps(r, sort_keys=True, default=str))
+
+
+def lakehouse(
+    home: Path, *args: str, env: Mapping[str, str] | None = None, timeout: float = 180
+) -> subprocess.CompletedProcess[str]:
+    """``lakehouse --home <home> <args>`` in a process of its own, with none of this process's
+    ``LAKEHOUSE_*`` settings and ``env`` added; its output captured."""
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("LAKEHOUSE_")}
+    return subprocess.run(
+        [sys.executable, "-m", "lakehouse.cli", "--home", str(home), *args],
+        env=clean | dict(env or {}),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )

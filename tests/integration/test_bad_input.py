@@ -26,9 +26,9 @@ from deltalake import DeltaTable
 from lakehouse.contracts.model import Catalog
 from lakehouse.pipeline.runner import run
 from lakehouse.runtime.config import Settings
-from lakehouse.storage import read_arrow
 from lakehouse.storage.log import commit_metadata
 from lakehouse.topics.bronze import BATCH_KEY
+from lakes import records
 
 pytestmark = pytest.mark.integration
 
@@ -75,10 +75,6 @@ def lake(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> Lake:
     return Lake(settings, [first, run_all()])
 
 
-def _rows(path: Path) -> list[dict[str, Any]]:
-    return read_arrow(path).to_pylist() if (path / "_delta_log").is_dir() else []
-
-
 def _iso(t: datetime | None) -> str | None:
     if t is None:
         return None
@@ -104,11 +100,13 @@ def _landed_bytes(item: dict[str, Any]) -> tuple[bytes | None, bytes | None]:
 
 def test_every_input_item_is_accounted_for_exactly_once(lake: Lake) -> None:
     s = lake.settings
-    stream = Counter((r["partition"], r["offset"]) for r in _rows(s.silver_path(STREAM)))
-    silver_bad = [(r["partition"], r["offset"]) for r in _rows(s.quarantine_path("silver", STREAM))]
+    stream = Counter((r["partition"], r["offset"]) for r in records(s.silver_path(STREAM)))
+    silver_bad = [
+        (r["partition"], r["offset"]) for r in records(s.quarantine_path("silver", STREAM))
+    ]
     bronze_bad = {
         (r["partition"], Path(r["source_file"]).name, r["line"])
-        for r in _rows(s.quarantine_path("bronze", TOPIC))
+        for r in records(s.quarantine_path("bronze", TOPIC))
     }
     duplicates = sum(_batch_summary(c)["duplicates"] for c in _bronze_batches(s))
 
@@ -136,7 +134,7 @@ def test_every_input_item_is_accounted_for_exactly_once(lake: Lake) -> None:
     )
     assert len(stream) + len(silver_bad) + len(bronze_bad) + duplicates == len(ITEMS)
     # Bronze holds each readable record once: the stream's and the silver quarantine's.
-    bronze = [(r["partition"], r["offset"]) for r in _rows(s.bronze_path(TOPIC))]
+    bronze = [(r["partition"], r["offset"]) for r in records(s.bronze_path(TOPIC))]
     assert sorted(bronze) == sorted([*stream, *silver_bad])
 
 
@@ -157,7 +155,7 @@ def _origin(case: str, outcome: str = "stream") -> tuple[int, int]:
 
 
 def test_stream_records_keep_their_values(lake: Lake) -> None:
-    stream = {(r["partition"], r["offset"]): r for r in _rows(lake.settings.silver_path(STREAM))}
+    stream = {(r["partition"], r["offset"]): r for r in records(lake.settings.silver_path(STREAM))}
     for item in _items("stream"):
         row = stream[(item["partition"], item["offset"])]
         assert (row["user"], row["tombstone"]) == (item["user"], item["tombstone"]), item
@@ -171,7 +169,7 @@ def test_stream_records_keep_their_values(lake: Lake) -> None:
     assert "referrer" not in stream[added] and "qty" not in stream[renamed]
     assert stream[added]["amount"] == 1
     assert stream[removed]["amount"] is None and stream[renamed]["amount"] is None
-    bronze = {(r["partition"], r["offset"]): r for r in _rows(lake.settings.bronze_path(TOPIC))}
+    bronze = {(r["partition"], r["offset"]): r for r in records(lake.settings.bronze_path(TOPIC))}
     assert b'"referrer": "newsletter"' in bronze[added]["value"]
     assert b'"qty": 4' in bronze[renamed]["value"]
     # No `at` field: the record timestamp stands in as event time.
@@ -180,7 +178,7 @@ def test_stream_records_keep_their_values(lake: Lake) -> None:
 
 
 def test_bronze_quarantine_names_reason_and_origin(lake: Lake) -> None:
-    rows = _rows(lake.settings.quarantine_path("bronze", TOPIC))
+    rows = records(lake.settings.quarantine_path("bronze", TOPIC))
     by_origin = {(r["partition"], Path(r["source_file"]).name, r["line"]): r for r in rows}
     assert len(by_origin) == len(rows)
     expected = _items("bronze_quarantine")
@@ -196,7 +194,7 @@ def test_bronze_quarantine_names_reason_and_origin(lake: Lake) -> None:
 
 
 def test_silver_quarantine_names_reason_and_origin(lake: Lake) -> None:
-    rows = _rows(lake.settings.quarantine_path("silver", STREAM))
+    rows = records(lake.settings.quarantine_path("silver", STREAM))
     by_origin = {(r["partition"], r["offset"]): r for r in rows}
     assert len(by_origin) == len(rows)
     expected = _items("silver_quarantine")
@@ -217,7 +215,7 @@ def test_redeliveries_land_once_and_are_counted(lake: Lake) -> None:
     # The second run read the re-delivered segment only: no bad line was quarantined twice.
     assert _batch_summary(batches[1])["records"] == 0
     assert _batch_summary(batches[1])["quarantined"] == 0
-    bronze = [r for r in _rows(lake.settings.bronze_path(TOPIC)) if r["partition"] == 2]
+    bronze = [r for r in records(lake.settings.bronze_path(TOPIC)) if r["partition"] == 2]
     assert sorted(r["offset"] for r in bronze) == list(range(8))
 
 
@@ -237,7 +235,7 @@ def test_offset_gaps_of_unreadable_lines_are_reported(lake: Lake) -> None:
 def test_latest_table(lake: Lake) -> None:
     """Latest per key in offset order (not file order: carol's offsets come shuffled), erin
     deleted by a tombstone, the null key ignored."""
-    rows = _rows(lake.settings.gold_path(LATEST))
+    rows = records(lake.settings.gold_path(LATEST))
     assert {r["user"]: r["page"] for r in rows} == EXPECTED["latest"]
 
 
@@ -245,11 +243,11 @@ def test_windowed_table_counts_or_sends_to_late(lake: Lake) -> None:
     s = lake.settings
     windows = [
         {"user": r["user"], "window_start": _iso(r["window_start"]), "clicks": r["clicks"]}
-        for r in _rows(s.gold_path(WINDOWED))
+        for r in records(s.gold_path(WINDOWED))
     ]
     assert sorted(windows, key=lambda w: (w["user"], w["window_start"])) == EXPECTED["windows"]
 
-    late = {(r["partition"], r["offset"]): r for r in _rows(s.late_path(WINDOWED))}
+    late = {(r["partition"], r["offset"]): r for r in records(s.late_path(WINDOWED))}
     expected_late = [i for i in _items("stream") if i["gold"] == "late"]
     assert len(late) == len(expected_late)
     for item in expected_late:

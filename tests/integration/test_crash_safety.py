@@ -18,13 +18,11 @@ import pytest
 from delta_log import added_files
 
 from lakehouse.storage import DeltaStore, delta_spark
-from lakes import S3Store
+from lakes import KILLS, S3Store
 
 pytestmark = pytest.mark.integration
 
 WRITER = Path(__file__).with_name("writer_proc.py")
-# Kills per test: 8 in `make test`, 20 in `make reliability` (LAKEHOUSE_RELIABILITY_KILLS).
-KILLS = int(os.environ.get("LAKEHOUSE_RELIABILITY_KILLS", "8"))
 BATCHES = 12
 ROWS = 100_000
 
@@ -66,6 +64,7 @@ def _kill_when_uncommitted_files_appear(
     return False
 
 
+@pytest.mark.reliability
 @pytest.mark.heavy  # about 3 minutes of a CI worker; make test keeps the ingest's kill -9 below
 def test_kill_9_at_random_points_then_resume(spark: Any, tmp_path: Path) -> None:
     rng = random.Random(20261122)
@@ -126,6 +125,7 @@ stream: {name: t_stream}
 
 
 # On S3: make reliability's and make test-s3's (with it, make test took over 45 minutes).
+@pytest.mark.reliability
 @pytest.mark.parametrize(
     "storage", ["local", pytest.param("s3", marks=[pytest.mark.s3, pytest.mark.heavy])]
 )

@@ -18,6 +18,7 @@ from lakehouse.pipeline.runner import run
 from lakehouse.runtime.config import Settings
 from lakehouse.storage import read_arrow
 from lakehouse.topics.landing import Producer, Record
+from lakes import lake_with
 
 pytestmark = pytest.mark.integration
 
@@ -63,10 +64,7 @@ tables:
 
 
 def _lake(root: Path) -> Settings:
-    contracts = root / "contracts"
-    contracts.mkdir(parents=True, exist_ok=True)
-    (contracts / "moves.yaml").write_text(CONTRACT)
-    return Settings.from_env(root / "home", contracts)
+    return lake_with(root, {"moves": CONTRACT})
 
 
 Event = tuple[str | None, dict[str, Any] | None]

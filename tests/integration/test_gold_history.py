@@ -21,6 +21,7 @@ from lakehouse.runtime.config import Settings
 from lakehouse.storage import changes_arrow, read_arrow
 from lakehouse.tables.rebuild import at_event_time, refresh, restore
 from lakehouse.topics.landing import Producer, Record
+from lakes import lake_with
 
 pytestmark = pytest.mark.integration
 
@@ -68,10 +69,7 @@ Event = tuple[str | None, dict[str, Any] | None]
 
 
 def _lake(root: Path) -> Settings:
-    contracts = root / "contracts"
-    contracts.mkdir(parents=True, exist_ok=True)
-    (contracts / "trips.yaml").write_text(CONTRACT)
-    return Settings.from_env(root / "home", contracts)
+    return lake_with(root, {"trips": CONTRACT})
 
 
 def _catalog(lake: Settings) -> Catalog:

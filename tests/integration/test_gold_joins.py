@@ -18,6 +18,7 @@ from lakehouse.pipeline.runner import run
 from lakehouse.runtime.config import Settings
 from lakehouse.storage import DeltaStore, changes_arrow, read_arrow
 from lakehouse.topics.landing import Producer, Record
+from lakes import row_order, rows
 
 pytestmark = pytest.mark.integration
 
@@ -108,11 +109,6 @@ def _run(spark: Any, lake: Settings) -> None:
     run(spark, lake, catalog, layers=("gold",), echo=lambda _line: None)
 
 
-def _rows(lake: Settings, table: str, *columns: str) -> list[tuple[Any, ...]]:
-    rows = read_arrow(lake.gold_path(table)).to_pylist()
-    return sorted((tuple(r[c] for c in columns) for r in rows), key=repr)
-
-
 def _version(lake: Settings, table: str) -> int:
     from deltalake import DeltaTable
 
@@ -122,7 +118,7 @@ def _version(lake: Settings, table: str) -> int:
 def _feed(lake: Settings, table: str, start: int, *columns: str) -> list[tuple[Any, ...]]:
     rows = changes_arrow(lake.gold_path(table), start).to_pylist()
     out = [(r["_change_type"], *(r[c] for c in columns)) for r in rows]
-    return sorted(out, key=repr)
+    return sorted(out, key=row_order)
 
 
 # -- stream-table -------------------------------------------------------------------------------
@@ -160,8 +156,8 @@ def test_stream_table_is_as_of_the_event_time_and_never_rewrites_history(
     )
     _run(spark, lake)
     left = [("ann", "p1", None), ("ann", "p2", "Oslo"), ("ann", "p3", "Rome"), ("bob", "p4", None)]
-    assert _rows(lake, "clicks_left", "user", "page", "city") == left
-    assert _rows(lake, "clicks_inner", "user", "page", "u_name", "u_city") == [
+    assert rows(lake.gold_path("clicks_left"), "user", "page", "city") == left
+    assert rows(lake.gold_path("clicks_inner"), "user", "page", "u_name", "u_city") == [
         ("ann", "p2", "Ann", "Oslo"),
         ("ann", "p3", None, "Rome"),
     ]
@@ -179,7 +175,7 @@ def test_stream_table_is_as_of_the_event_time_and_never_rewrites_history(
         ],
     )
     _run(spark, lake)
-    assert _rows(lake, "clicks_left", "user", "page", "city") == sorted(
+    assert rows(lake.gold_path("clicks_left"), "user", "page", "city") == sorted(
         [
             *left,
             ("ann", "p6", "Paris"),
@@ -189,7 +185,7 @@ def test_stream_table_is_as_of_the_event_time_and_never_rewrites_history(
         ],
         key=repr,
     )
-    assert _rows(lake, "clicks_inner", "page", "u_city") == [
+    assert rows(lake.gold_path("clicks_inner"), "page", "u_city") == [
         ("p2", "Oslo"),
         ("p3", "Rome"),
         ("p6", "Paris"),
@@ -243,12 +239,12 @@ def test_table_table_follows_both_sides_changes_and_deletes(spark: Any, tmp_path
     _produce(lake, "impressions", [("ad1", {"placement": "top"})])
     _produce(lake, "clicks", [("ann", {"page": "p1", "ad": "ad1"}), ("cy", {"page": "p2"})])
     _run(spark, lake)
-    assert _rows(lake, inner, "user", "page", "u_city") == [("ann", "p1", "Oslo")]
-    assert _rows(lake, left, "user", "page", "u_city") == [
+    assert rows(lake.gold_path(inner), "user", "page", "u_city") == [("ann", "p1", "Oslo")]
+    assert rows(lake.gold_path(left), "user", "page", "u_city") == [
         ("ann", "p1", "Oslo"),
         ("cy", "p2", None),
     ]
-    assert _rows(lake, "last_click_ad", "user", "ad", "placement") == [
+    assert rows(lake.gold_path("last_click_ad"), "user", "ad", "placement") == [
         ("ann", "ad1", "top"),
         ("cy", None, None),
     ]
@@ -258,7 +254,7 @@ def test_table_table_follows_both_sides_changes_and_deletes(spark: Any, tmp_path
     _produce(lake, "users", [("ann", {"city": "Lima"}), ("cy", {"city": "Paris"})])
     _produce(lake, "impressions", [("ad1", {"placement": "side"})])
     _run(spark, lake)
-    assert _rows(lake, inner, "user", "page", "u_city") == [
+    assert rows(lake.gold_path(inner), "user", "page", "u_city") == [
         ("ann", "p1", "Lima"),
         ("cy", "p2", "Paris"),
     ]
@@ -283,7 +279,7 @@ def test_table_table_follows_both_sides_changes_and_deletes(spark: Any, tmp_path
     _produce(lake, "clicks", [("ann", {"page": "p3"}), ("bob", {"page": "p4", "ad": "ad1"})])
     _produce(lake, "users", [("cy", None)])
     _run(spark, lake)
-    assert _rows(lake, inner, "user", "page", "u_city") == [
+    assert rows(lake.gold_path(inner), "user", "page", "u_city") == [
         ("ann", "p3", "Lima"),
         ("bob", "p4", "Rome"),
     ]
@@ -293,12 +289,12 @@ def test_table_table_follows_both_sides_changes_and_deletes(spark: Any, tmp_path
         ("update_postimage", "ann", "p3"),
         ("update_preimage", "ann", "p1"),
     ]
-    assert _rows(lake, left, "user", "page", "u_city") == [
+    assert rows(lake.gold_path(left), "user", "page", "u_city") == [
         ("ann", "p3", "Lima"),
         ("bob", "p4", "Rome"),
         ("cy", "p2", None),
     ]
-    assert _rows(lake, "last_click_ad", "user", "ad", "placement") == [
+    assert rows(lake.gold_path("last_click_ad"), "user", "ad", "placement") == [
         ("ann", None, None),
         ("bob", "ad1", "side"),
         ("cy", None, None),
@@ -386,7 +382,7 @@ def test_stream_stream_pairs_events_within_the_window_once(spark: Any, tmp_path:
         ],
     )
     _run(spark, lake)
-    assert _rows(lake, table, *columns) == [("ann", "top", 11_000, 0)]
+    assert rows(lake.gold_path(table), *columns) == [("ann", "top", 11_000, 0)]
     # Both sides move: a new click pairs with an old impression, new impressions pair with old
     # clicks and with the new click, each pair once.
     _produce(lake, "clicks", [("eve", {"ad": "ad1", "ts": 9_000})])
@@ -406,14 +402,16 @@ def test_stream_stream_pairs_events_within_the_window_once(spark: Any, tmp_path:
         ("eve", "low", 9_000, 3),
         ("eve", "top", 9_000, 0),
     ]
-    assert _rows(lake, table, *columns) == expected
+    assert rows(lake.gold_path(table), *columns) == expected
     row = next(r for r in read_arrow(lake.gold_path(table)).to_pylist() if r["user"] == "bob")
     assert (row["partition"], row["offset"], row["imp_partition"]) == (0, 1, 0)
     assert (row["event_time"].timestamp(), row["imp_event_time"].timestamp()) == (20.0, 15.0)
     # Only the other side moves: pairs with clicks consumed earlier.
     _produce(lake, "impressions", [("ad2", {"placement": "late", "ts": 29_000})])
     _run(spark, lake)
-    assert _rows(lake, table, *columns) == sorted([*expected, ("bob", "late", 20_000, 4)], key=repr)
+    assert rows(lake.gold_path(table), *columns) == sorted(
+        [*expected, ("bob", "late", 20_000, 4)], key=row_order
+    )
     # Rerun: a no-op; the table is append-only (its change feed has inserts only).
     version = _version(lake, table)
     _run(spark, lake)

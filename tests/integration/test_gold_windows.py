@@ -20,6 +20,7 @@ from lakehouse.pipeline.runner import run
 from lakehouse.runtime.config import Settings
 from lakehouse.storage import DeltaStore, changes_arrow, delta_spark, read_arrow
 from lakehouse.topics.landing import Producer, Record
+from lakes import lake_with
 
 pytestmark = pytest.mark.integration
 
@@ -46,10 +47,7 @@ Event = tuple[str | None, dict[str, Any] | None]
 
 
 def _lake(root: Path, tables: str) -> Settings:
-    contracts = root / "contracts"
-    contracts.mkdir(parents=True, exist_ok=True)
-    (contracts / "clicks.yaml").write_text(HEAD + tables)
-    return Settings.from_env(root / "home", contracts)
+    return lake_with(root, {"clicks": HEAD + tables})
 
 
 def _iso(minutes: float) -> str:

@@ -4,10 +4,8 @@ in a temporary lakehouse root, driven through the command line as a user would."
 from __future__ import annotations
 
 import json
-import os
 import socket
 import subprocess
-import sys
 import time
 import uuid
 from pathlib import Path
@@ -20,6 +18,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from lakehouse.runtime.broker import Broker, BrokerDown, Metadata, bootstrap_servers, metadata
 from lakehouse.runtime.config import REPO_ROOT, Settings
 from lakehouse.runtime.process import alive
+from lakes import lakehouse
 
 pytestmark = pytest.mark.integration
 
@@ -31,15 +30,7 @@ def _free_port() -> int:
 
 
 def _lakehouse(home: Path, port: int, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LAKEHOUSE_")}
-    return subprocess.run(
-        [sys.executable, "-m", "lakehouse.cli", "--home", str(home), *args],
-        env=env | {"LAKEHOUSE_KAFKA_PORT": str(port)},
-        capture_output=True,
-        text=True,
-        timeout=180,
-        check=False,
-    )
+    return lakehouse(home, *args, env={"LAKEHOUSE_KAFKA_PORT": str(port)})
 
 
 def _brokers_of(root: Path) -> list[int]:

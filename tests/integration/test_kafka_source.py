@@ -24,6 +24,7 @@ from lakehouse.runtime.process import free_port
 from lakehouse.storage import read_arrow
 from lakehouse.topics import bronze, kafka
 from lakehouse.topics.landing import Producer, Record, default_partition
+from lakes import lake_with
 
 pytestmark = pytest.mark.integration
 
@@ -44,10 +45,7 @@ def _contract_text(kafka_topic: str, servers: str, partitions: int = 3, extra: s
 
 
 def _lake(tmp_path: Path, text: str) -> Settings:
-    contracts = tmp_path / "contracts"
-    contracts.mkdir(parents=True, exist_ok=True)
-    (contracts / "payments.yaml").write_text(text)
-    return Settings.from_env(tmp_path / "home", contracts)
+    return lake_with(tmp_path, {"payments": text})
 
 
 def _contract(lake: Settings) -> Contract:

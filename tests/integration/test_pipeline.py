@@ -21,7 +21,7 @@ from lakehouse.runtime.config import REPO_ROOT, Settings
 from lakehouse.storage import changes_arrow, read_arrow
 from lakehouse.topics import samples
 from lakehouse.topics.landing import Producer, Record
-from lakes import STORAGES, lake_settings
+from lakes import STORAGES, lake_settings, rows
 
 pytestmark = pytest.mark.integration
 TOPIC = "user-locations"
@@ -59,11 +59,6 @@ def _run(spark: Any, settings: Settings) -> list[str]:
     return lines
 
 
-def _rows(settings: Settings, table: str, *cols: str) -> list[tuple[Any, ...]]:
-    data = read_arrow(settings.gold_path(table)).to_pylist()
-    return sorted(tuple(r[c] for c in cols) for r in data)
-
-
 def _versions(settings: Settings) -> dict[str, int]:
     from deltalake import DeltaTable
 
@@ -82,11 +77,11 @@ def _versions(settings: Settings) -> dict[str, int]:
 def test_seed_example_tombstone_null_key_and_changelog(spark: Any, settings: Settings) -> None:
     _produce(settings, *[(u, {"location": p}) for u, p in samples.SAMPLE_EVENTS])
     _run(spark, settings)
-    assert _rows(settings, "user_latest_location", "username", "location") == [
+    assert rows(settings.gold_path("user_latest_location"), "username", "location") == [
         ("alice", "Berlin"),
         ("bob", "Lima"),
     ]
-    assert _rows(settings, "user_location_counts", "username", "count") == [
+    assert rows(settings.gold_path("user_location_counts"), "username", "count") == [
         ("alice", 3),
         ("bob", 2),
     ]
@@ -98,8 +93,10 @@ def test_seed_example_tombstone_null_key_and_changelog(spark: Any, settings: Set
         settings, (None, {"location": "Nowhere"}), ("bob", None), ("alice", {"location": "Madrid"})
     )
     _run(spark, settings)
-    assert _rows(settings, "user_latest_location", "username", "location") == [("alice", "Madrid")]
-    assert _rows(settings, "user_location_counts", "username", "count") == [
+    assert rows(settings.gold_path("user_latest_location"), "username", "location") == [
+        ("alice", "Madrid")
+    ]
+    assert rows(settings.gold_path("user_location_counts"), "username", "count") == [
         ("alice", 4),
         ("bob", 2),
     ]
@@ -131,7 +128,7 @@ def test_rerun_without_new_data_changes_nothing(spark: Any, local: Settings) -> 
     lines = _run(spark, settings)
     assert _versions(settings) == before
     assert any("no new segments" in line for line in lines)
-    assert _rows(settings, "user_location_counts", "username", "count") == [("alice", 1)]
+    assert rows(settings.gold_path("user_location_counts"), "username", "count") == [("alice", 1)]
 
 
 def test_bad_values_go_to_quarantine_and_good_ones_still_land(spark: Any, local: Settings) -> None:
@@ -144,7 +141,7 @@ def test_bad_values_go_to_quarantine_and_good_ones_still_land(spark: Any, local:
         ("dave", {"location": "Oslo"}),
     )
     _run(spark, settings)
-    assert _rows(settings, "user_latest_location", "username", "location") == [
+    assert rows(settings.gold_path("user_latest_location"), "username", "location") == [
         ("alice", "Paris"),
         ("dave", "Oslo"),
     ]
@@ -173,7 +170,9 @@ def test_corrupt_segment_line_is_quarantined_with_its_origin(
         (b"this is not an envelope", str(segment), 2, len(good_line))
     ]
     assert bad[0]["reason"].startswith("not JSON")
-    assert _rows(settings, "user_latest_location", "username", "location") == [("alice", "Paris")]
+    assert rows(settings.gold_path("user_latest_location"), "username", "location") == [
+        ("alice", "Paris")
+    ]
 
 
 CONTRACT = """\

@@ -8,7 +8,6 @@ import shutil
 import socket
 import stat
 import subprocess
-import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,6 +19,7 @@ from lakehouse.orchestration.airflow_env import airflow_environment
 from lakehouse.runtime.config import REPO_ROOT, Settings
 from lakehouse.runtime.postgres import Cluster, PostgresError
 from lakehouse.runtime.process import free_port
+from lakes import lakehouse
 
 pytestmark = pytest.mark.integration
 
@@ -27,15 +27,7 @@ CONN = "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"
 
 
 def _lakehouse(settings: Settings, port: int, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LAKEHOUSE_")}
-    return subprocess.run(
-        [sys.executable, "-m", "lakehouse.cli", "--home", str(settings.home), *args],
-        env=env | {"LAKEHOUSE_POSTGRES_PORT": str(port)},
-        capture_output=True,
-        text=True,
-        timeout=180,
-        check=False,
-    )
+    return lakehouse(settings.home, *args, env={"LAKEHOUSE_POSTGRES_PORT": str(port)})
 
 
 def _libpq(url: str) -> str:

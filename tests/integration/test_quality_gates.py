@@ -23,6 +23,7 @@ from lakehouse.runtime.config import Settings
 from lakehouse.storage import read_arrow
 from lakehouse.storage.store import table_version
 from lakehouse.topics.landing import Producer, Record
+from lakes import lake_with
 
 pytestmark = pytest.mark.integration
 
@@ -46,11 +47,7 @@ tables:
 
 
 def _lake(root: Path, expectations: str, quality: str = "") -> Settings:
-    contracts = root / "contracts"
-    contracts.mkdir(parents=True, exist_ok=True)
-    text = HEAD + "expectations:\n" + expectations + quality
-    (contracts / "orders.yaml").write_text(text)
-    return Settings.from_env(root / "home", contracts)
+    return lake_with(root, {"orders": HEAD + "expectations:\n" + expectations + quality})
 
 
 def _send(lake: Settings, rows: list[tuple[str | None, dict[str, Any] | None]]) -> None:

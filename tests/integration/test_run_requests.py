@@ -20,6 +20,7 @@ from lakehouse.runtime.config import Settings
 from lakehouse.storage import read_arrow
 from lakehouse.storage.store import table_version
 from lakehouse.topics.landing import Producer, Record
+from lakes import lake_with, records
 
 pytestmark = pytest.mark.integration
 
@@ -54,10 +55,7 @@ expectations:
 
 
 def _lake(root: Path, expectations: str = STRICT) -> Settings:
-    contracts = root / "contracts"
-    contracts.mkdir(parents=True, exist_ok=True)
-    (contracts / "orders.yaml").write_text(CONTRACT + expectations)
-    return Settings.from_env(root / "home", contracts)
+    return lake_with(root, {"orders": CONTRACT + expectations})
 
 
 def _send(lake: Settings, rows: list[tuple[str, Any]], partition: int = 0) -> None:
@@ -86,10 +84,6 @@ def _run(
             request=request,
         )
     return lines
-
-
-def _rows(path: Path, *keys: str) -> list[dict[str, Any]]:
-    return sorted(read_arrow(path).to_pylist(), key=lambda r: tuple(r[k] for k in keys))
 
 
 def _versions(lake: Settings) -> dict[str, int | None]:
@@ -122,8 +116,8 @@ def test_silver_reprocess_from_offsets_recovers_quarantined_records(
         lake.silver_path("orders_stream"),
         lake.quarantine_path("silver", "orders_stream"),
     )
-    assert [r["order_id"] for r in _rows(silver, "offset")] == ["o1", "o4"]
-    assert [r["offset"] for r in _rows(quarantine, "offset")] == [1, 2]
+    assert [r["order_id"] for r in records(silver, by=["offset"])] == ["o1", "o4"]
+    assert [r["offset"] for r in records(quarantine, by=["offset"])] == [1, 2]
     totals = {
         r["order_id"]: r["total"] for r in read_arrow(lake.gold_path("order_totals")).to_pylist()
     }
@@ -145,10 +139,10 @@ def test_silver_reprocess_from_offsets_recovers_quarantined_records(
         "2 record(s) not in the stream decoded again: 1 joined the stream, 0 newly "
         "quarantined, 1 released from quarantine"
     )
-    assert [r["order_id"] for r in _rows(silver, "offset")] == ["o1", "o2", "o4"]
+    assert [r["order_id"] for r in records(silver, by=["offset"])] == ["o1", "o2", "o4"]
     # Every bronze record is in exactly one of the stream and its quarantine.
-    in_stream = {(r["partition"], r["offset"]) for r in _rows(silver, "offset")}
-    held = {(r["partition"], r["offset"]) for r in _rows(quarantine, "offset")}
+    in_stream = {(r["partition"], r["offset"]) for r in records(silver, by=["offset"])}
+    held = {(r["partition"], r["offset"]) for r in records(quarantine, by=["offset"])}
     assert held == {(0, 2)} and not in_stream & held
     assert len(in_stream) + len(held) == len(FIRST)
 
@@ -181,9 +175,9 @@ def test_silver_reprocess_from_a_bronze_version_only_reads_from_there(
     assert first_batch is not None
     lines = _run(spark, lake, "silver", request=LayerRequest(from_version=first_batch + 1))
     assert "1 joined the stream" in lines[1] and "1 released from quarantine" in lines[1]
-    silver = _rows(lake.silver_path("orders_stream"), "order_id")
+    silver = records(lake.silver_path("orders_stream"), by=["order_id"])
     assert [r["order_id"] for r in silver] == ["b"]  # "a" came before that version
-    held = _rows(lake.quarantine_path("silver", "orders_stream"), "offset")
+    held = records(lake.quarantine_path("silver", "orders_stream"), by=["offset"])
     assert [(r["partition"], r["offset"]) for r in held] == [(0, 0)]
 
 
@@ -195,7 +189,7 @@ def test_gold_reprocess_from_a_silver_version_and_full_refresh(spark: Any, tmp_p
     _run(spark, lake, "bronze", "silver", "gold")
     names = ("order_latest", "order_totals", "order_moves")
     keys = {"order_latest": "order_id", "order_totals": "order_id", "order_moves": "order_id"}
-    expected = {n: _rows(lake.gold_path(n), keys[n]) for n in names}
+    expected = {n: records(lake.gold_path(n), by=[keys[n]]) for n in names}
     silver_head = table_version(lake.silver_path("orders_stream"))
     assert silver_head is not None
 
@@ -206,7 +200,7 @@ def test_gold_reprocess_from_a_silver_version_and_full_refresh(spark: Any, tmp_p
         "gold order_latest",
         "gold order_totals",
     ]
-    assert {n: _rows(lake.gold_path(n), keys[n]) for n in names} == expected
+    assert {n: records(lake.gold_path(n), by=[keys[n]]) for n in names} == expected
     ledger = [r for r in read_ledger(lake).to_pylist() if r["layer"] == "gold"]
     assert ledger == [] or all(r["dag_run_id"] == "manual__requests" for r in ledger)
 
@@ -217,7 +211,7 @@ def test_gold_reprocess_from_a_silver_version_and_full_refresh(spark: Any, tmp_p
     damaged = table_version(lake.gold_path("order_totals"))
     lines = _run(spark, lake, "gold", request=LayerRequest(full_refresh=("order_totals",)))
     assert any(x.startswith("gold order_totals: rebuilt from input versions 0..") for x in lines)
-    assert _rows(lake.gold_path("order_totals"), "order_id") == expected["order_totals"]
+    assert records(lake.gold_path("order_totals"), by=["order_id"]) == expected["order_totals"]
     assert damaged is not None
     feed = pa.table(
         DeltaTable(str(lake.gold_path("order_totals")))
@@ -291,7 +285,7 @@ def test_lakehouse_run_takes_the_same_requests(
     monkeypatch.setenv("LAKEHOUSE_CONTRACTS", str(lake.contracts_dir))
     _send(lake, [("k1", {"city": "A", "amount": 1}), ("k2", {"city": "B", "amount": 2})])
     assert cli.main(["run", "--topic", "orders"]) == 0
-    expected = _rows(lake.gold_path("order_totals"), "order_id")
+    expected = records(lake.gold_path("order_totals"), by=["order_id"])
     assert [r["order_id"] for r in expected] == ["k1", "k2"]
 
     DeltaTable(str(lake.gold_path("order_totals"))).delete("order_id = 'k2'")
@@ -301,7 +295,7 @@ def test_lakehouse_run_takes_the_same_requests(
     out = capsys.readouterr().out
     assert "gold order_totals: full refresh from the whole silver stream" in out
     assert "gold order_totals: rebuilt from input versions 0.." in out
-    assert _rows(lake.gold_path("order_totals"), "order_id") == expected
+    assert records(lake.gold_path("order_totals"), by=["order_id"]) == expected
 
     _send(lake, [("k3", {"city": "C", "amount": 3})], partition=1)
     before = _versions(lake)

@@ -21,6 +21,7 @@ import pytest
 
 from lakehouse.runtime.process import alive
 from lakehouse.runtime.s3server import lists_buckets
+from lakes import lakehouse
 
 pytestmark = pytest.mark.integration
 
@@ -32,15 +33,7 @@ def _free_port() -> int:
 
 
 def _lakehouse(home: Path, port: int, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LAKEHOUSE_")}
-    return subprocess.run(
-        [sys.executable, "-m", "lakehouse.cli", "--home", str(home), *args],
-        env=env | {"LAKEHOUSE_S3_PORT": str(port)},
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    return lakehouse(home, *args, env={"LAKEHOUSE_S3_PORT": str(port)}, timeout=120)
 
 
 def _servers_on(port: int) -> list[int]:

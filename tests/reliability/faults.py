@@ -3,7 +3,7 @@ landing batches, the layer jobs started the way Airflow's operator starts them (
 the lakehouse's Spark server), kill -9 of a whole job or of the server, and every table of a root
 compared with another root's as multisets of rows.
 
-Size: ``LAKEHOUSE_RELIABILITY_KILLS`` kills (default 3, for CI; ``make reliability`` sets 20);
+Size: ``LAKEHOUSE_RELIABILITY_KILLS`` kills (``lakes.KILLS``: 1 by hand, 20 in ``make reliability``);
 ``LAKEHOUSE_RELIABILITY_SEED`` replays a run's kill points (the seed is printed, and named in
 every failure)."""
 
@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import lakes
 from lakehouse.runtime.config import REPO_ROOT, Settings
 from lakehouse.runtime.spark import conf_args, submit_conf
 from lakehouse.topics.landing import Producer, Record
@@ -92,9 +93,9 @@ EXCLUDED: dict[str, tuple[str, ...]] = {
     f"bronze.{TOPIC}": ("_ingested_at",),
     f"quarantine.bronze.{TOPIC}": ("_ingested_at",),
 }
-# Kills per layer: 20 in `make reliability`, which runs these rounds (`make test` does not: a
-# cold JVM per job makes them long); 1 when a test module is run by hand.
-KILLS = int(os.environ.get("LAKEHOUSE_RELIABILITY_KILLS", "1"))
+# Kills per layer (tests/lakes.py): 20 in `make reliability`, which runs these rounds (`make
+# test` does not: a cold JVM per job makes them long); 1 when a test module is run by hand.
+KILLS = lakes.KILLS
 SEED = int(
     os.environ.get("LAKEHOUSE_RELIABILITY_SEED", str(random.SystemRandom().randrange(10**6)))
 )

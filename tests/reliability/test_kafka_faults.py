@@ -16,7 +16,7 @@ test_an_unreachable_broker_fails_the_ingest_in_bounded_time_and_commits_nothing;
 Airflow, whose retry succeeds once the broker is back: tests/e2e/test_airflow.py::
 test_a_task_whose_broker_is_down_fails_and_its_retry_succeeds.
 
-Size: ``LAKEHOUSE_RELIABILITY_KILLS`` kills in each test (default 2, for ``make test``), at most
+Size: ``LAKEHOUSE_RELIABILITY_KILLS`` kills in each test (``lakes.KILLS``: 2 in ``make test``), at most
 10, the issue's count, which ``make reliability`` reaches. The broker's kills are ``heavy``
 (``make reliability`` only): a round whose broker dies under Spark's read waits out the Kafka
 clients' timeouts (see :data:`FAIL_BOUND_S`).
@@ -62,8 +62,9 @@ from lakehouse.runtime.broker import Broker, BrokerError
 from lakehouse.runtime.process import alive, free_port
 from lakehouse.topics import kafka
 from lakehouse.topics.landing import Record
+from lakes import KILLS
 
-ROUNDS = min(int(os.environ.get("LAKEHOUSE_RELIABILITY_KILLS", "2")), 10)
+ROUNDS = min(KILLS, 10)
 TOPIC = "orders"
 PARTITIONS = 3
 RECORDS = 30_000  # produced before each round

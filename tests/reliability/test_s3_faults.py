@@ -21,7 +21,7 @@ itself is never stopped; the test watches the bucket through moto's own endpoint
 * **Gone before the run starts**: the run fails with the platform's message that the bucket
   cannot be reached, naming the bucket and the endpoint, and writes nothing.
 
-Size: ``LAKEHOUSE_RELIABILITY_KILLS`` cuts per outage (default 1, for ``make test``; at most 10);
+Size: ``LAKEHOUSE_RELIABILITY_KILLS`` cuts per outage (``lakes.KILLS``; at most 10);
 ``LAKEHOUSE_RELIABILITY_SEED`` replays the cut moments.
 """
 
