@@ -190,7 +190,7 @@ browser: ## Install headless Chromium and its WebDriver if missing (Debian packa
 # writer killed at random points) are `make reliability`'s: with them CI took over 45 minutes.
 TEST_PROCESSES ?= 2
 test: java lint browser postgres-server ## Run the test suite (unit, integration, Airflow end to end; not the heavy fault rounds)
-	LAKEHOUSE_RELIABILITY_KILLS=2 $(BIN)/pytest -n $(TEST_PROCESSES) --dist loadfile --durations=30 -m "not heavy"
+	LAKEHOUSE_RELIABILITY_KILLS=1 $(BIN)/pytest -n $(TEST_PROCESSES) --dist loadfile --durations=30 -m "not heavy"
 
 .PHONY: test-s3
 test-s3: java $(STAMP) ## Run the tests marked s3 alone: the pipeline end to end on the local S3 API (moto's server)
@@ -202,7 +202,7 @@ unit: $(STAMP) ## Run the fast unit tests only
 
 .PHONY: reliability
 reliability: java ## Fault injection at full size (kill -9 of each layer job, of the Spark server under the layers, of a writer 20 times, of a Kafka ingest and of its broker 10 times each; reruns, maintenance during writes)
-	LAKEHOUSE_RELIABILITY_KILLS=20 $(BIN)/pytest -m reliability -q
+	LAKEHOUSE_RELIABILITY_KILLS=20 $(BIN)/pytest -m "reliability or heavy" -q
 
 BENCH_SIZE ?= small
 .PHONY: bench

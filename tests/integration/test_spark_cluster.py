@@ -31,7 +31,9 @@ from lakehouse.runtime.process import find_java, free_port
 from lakehouse.runtime.spark import conf_args, jvm_conf
 from lakehouse.storage import changes_arrow, read_arrow
 
-pytestmark = pytest.mark.integration
+# 3 to 6 minutes of a CI worker (a master, a worker and their JVMs beside the suite's): `make
+# reliability` runs it with the other heavy tests, so that `make test` stays under 45 minutes.
+pytestmark = [pytest.mark.integration, pytest.mark.heavy]
 
 JOB = REPO_ROOT / "jobs" / "run_layer.py"
 # user-profiles first (as `make demo`): the gold joins of user-locations read its stream, silver
