@@ -87,15 +87,14 @@ def main() -> None:
         env = os.environ | {"BENCH_ROWS": str(args.rows), "LAKEHOUSE_HOME": scratch}
         service = None
         if "service" in modes:
-            from lakehouse.quality import gx_service
             from lakehouse.runtime import server
             from lakehouse.runtime.config import Settings
             from lakehouse.runtime.process import socket_answers
 
             settings = Settings.from_env(Path(scratch))
             service = server.spawn_validation_service(settings)
-            env["BENCH_SOCKET"] = str(gx_service.address(settings))
-            while not socket_answers(gx_service.address(settings)):
+            env["BENCH_SOCKET"] = str(server.validation_socket(settings))
+            while not socket_answers(server.validation_socket(settings)):
                 assert service.poll() is None, "the validation service did not start"
                 time.sleep(0.1)
         try:

@@ -249,7 +249,7 @@ def show(
 
 
 def _instant(text: str, flag: str) -> datetime:
-    from lakehouse.contracts.serde import parse_timestamp
+    from lakehouse.contracts.fields import parse_timestamp
 
     ms = parse_timestamp(int(text) if text.isdigit() else text, flag)
     return datetime.fromtimestamp((ms or 0) / 1000, tz=UTC)

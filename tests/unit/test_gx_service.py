@@ -81,7 +81,7 @@ def _stable(document: Any) -> Any:
 def service(settings: Settings) -> Iterator[subprocess.Popen[bytes]]:
     """The validation service of this test's lakehouse, in a process group of its own."""
     proc = server.spawn_validation_service(settings)
-    path = gx_service.address(settings)
+    path = server.validation_socket(settings)
     deadline = time.monotonic() + 180
     while not socket_answers(path):
         assert proc.poll() is None, (path.parent / "gx.log").read_text()
@@ -116,12 +116,13 @@ def test_a_job_gets_the_verdict_of_its_own_process_without_importing_gx(
         import json, sys
         import pyarrow as pa
         from lakehouse.quality import gx_service
+        from lakehouse.runtime import server
         from lakehouse.runtime.config import Settings
         sys.path.insert(0, {str(Path(__file__).parent)!r})
         from test_gx_service import EXPECTATIONS
         from lakehouse.quality.verdict import run_suite
         batch = pa.ipc.open_file({str(batch)!r}).read_all()
-        path = gx_service.address(Settings.from_env())
+        path = server.validation_socket(Settings.from_env())
         outcomes, engine, document = run_suite("silver.t", EXPECTATIONS, batch, 6, service=gx_service.client(path))
         print(json.dumps({{
             "outcomes": [[o.expectation, o.success, o.unexpected_count, list(o.sample)]
@@ -160,7 +161,7 @@ def test_a_job_gets_the_verdict_of_its_own_process_without_importing_gx(
 def test_a_job_whose_service_died_validates_itself(
     settings: Settings, service: subprocess.Popen[bytes], capfd: pytest.CaptureFixture[str]
 ) -> None:
-    path = gx_service.address(settings)
+    path = server.validation_socket(settings)
     expected, _, _ = run_suite("silver.t", EXPECTATIONS, BATCH, 6)
     service.kill()
     service.wait()
@@ -178,7 +179,7 @@ def test_an_error_in_the_service_is_raised_in_the_job_too(
 ) -> None:
     """A failure of GX on the batch is not swallowed: the job validates again and raises it,
     and the service stays up for the next batch."""
-    path = gx_service.address(settings)
+    path = server.validation_socket(settings)
     bad = [_e("odd", "no_such_kind", "warn", "user")]
     with pytest.raises(ValueError, match="unknown expectation kind 'no_such_kind'"):
         run_suite("silver.t", bad, BATCH, 6, service=gx_service.client(path))

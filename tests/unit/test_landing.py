@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from lakehouse.contracts.serde import parse_timestamp
+from lakehouse.contracts.fields import parse_timestamp
 from lakehouse.errors import BadRecordError
 from lakehouse.runtime.config import Settings
 from lakehouse.topics.landing import (

@@ -13,6 +13,7 @@ import json
 from datetime import UTC, datetime
 from typing import Any
 
+from lakehouse.contracts.fields import parse_timestamp
 from lakehouse.contracts.model import Contract, SchemaVersion
 from lakehouse.errors import BadRecordError
 
@@ -100,22 +101,3 @@ def _timestamp(value: Any, origin: str, name: str) -> Any:
     ms = parse_timestamp(value, f"{origin}: field {name!r}")
     assert ms is not None
     return datetime.fromtimestamp(ms / 1000, tz=UTC)
-
-
-def parse_timestamp(raw: Any, origin: str) -> int | None:
-    """Epoch milliseconds or ISO-8601 text (UTC when no offset is given) -> epoch ms."""
-    if raw is None:
-        return None
-    if isinstance(raw, bool):
-        raise BadRecordError(origin, "timestamp must be epoch milliseconds or ISO-8601 text")
-    if isinstance(raw, int):
-        return raw
-    if isinstance(raw, str):
-        try:
-            dt = datetime.fromisoformat(raw.replace("Z", "+00:00"))
-        except ValueError:
-            raise BadRecordError(origin, f"timestamp {raw!r} is not ISO-8601") from None
-        if dt.tzinfo is None:
-            dt = dt.replace(tzinfo=UTC)
-        return int(dt.timestamp() * 1000)
-    raise BadRecordError(origin, "timestamp must be epoch milliseconds or ISO-8601 text")

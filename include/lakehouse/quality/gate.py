@@ -14,6 +14,7 @@ from lakehouse.contracts.model import Contract, Expectation
 from lakehouse.errors import QualityGateError
 from lakehouse.runtime.config import Layer, Settings
 from lakehouse.runtime.objectstore import Location
+from lakehouse.runtime.server import validation_socket
 from lakehouse.storage import is_table
 from lakehouse.storage.log import commit_metadata
 
@@ -191,7 +192,7 @@ class Gate:
         validated there."""
         from lakehouse.quality import gx_service
 
-        path = gx_service.address(self.settings)
+        path = validation_socket(self.settings)
         return gx_service.client(path) if path.exists() else None
 
     def quarantine_reason(self, names: Sequence[str]) -> Column:

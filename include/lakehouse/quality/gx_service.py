@@ -48,8 +48,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from lakehouse.quality.verdict import Outcome, Remote, ServiceUnavailable, run_suite
-from lakehouse.runtime.config import Settings
-from lakehouse.runtime.server import validation_socket
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -59,11 +57,6 @@ BLOCKED = ("pyspark", "sqlalchemy")
 LAZY = ("scipy.stats", "scipy.spatial", "altair")
 _HEADER = struct.Struct(">I")
 _BODY = struct.Struct(">Q")
-
-
-def address(settings: Settings) -> Path:
-    """The service's socket for this lakehouse (beside the Spark server's state)."""
-    return validation_socket(settings)
 
 
 def client(path: Path) -> Remote:

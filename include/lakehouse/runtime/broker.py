@@ -23,16 +23,12 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import fcntl
-import json
-import os
 import shutil
 import socket
 import struct
 import subprocess
 import time
 import uuid
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -48,9 +44,12 @@ from lakehouse.runtime.process import (
     free_port,
     now,
     port_setting,
+    read_record,
     service_main,
+    start_lock,
     stop_group,
     tail,
+    write_record,
 )
 
 PORT_ENV = "LAKEHOUSE_KAFKA_PORT"
@@ -197,16 +196,9 @@ class Broker:
                 return value.strip()
         return None
 
-    def _recorded(self) -> dict[str, object]:
-        try:
-            value = json.loads(self.state.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            return {}
-        return value if isinstance(value, dict) else {}
-
     def status(self) -> Status:
         """Running when the recorded process is alive and its client port answers."""
-        rec = self._recorded()
+        rec = read_record(self.state)
         pid, at = rec.get("pid"), rec.get("port")
         if not isinstance(pid, int) or not isinstance(at, int):
             return Status(False, self.data)
@@ -229,7 +221,7 @@ class Broker:
         Raises :class:`BrokerError` with the end of its log if it exits or is not ready in
         time."""
         self.root.mkdir(parents=True, exist_ok=True)
-        with self._start_lock():
+        with start_lock(self.root):
             current = self.status()
             if current.running:
                 return current
@@ -249,18 +241,11 @@ class Broker:
     def stop(self, *, timeout: float = STOP_TIMEOUT_S) -> bool:
         """Stop the broker: SIGTERM (it shuts down cleanly), SIGKILL after ``timeout`` seconds.
         False if none was running."""
-        stopped = stop_group(self._recorded().get("pid"), timeout)
+        stopped = stop_group(read_record(self.state).get("pid"), timeout)
         self.state.unlink(missing_ok=True)
         return stopped
 
     # -- helpers -----------------------------------------------------------------------------
-    @contextlib.contextmanager
-    def _start_lock(self) -> Iterator[None]:
-        """One start at a time for this root: a second waits, then finds the first running."""
-        with (self.root / ".start.lock").open("w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            yield
-
     def _write_settings(self, at: int, controller: int) -> None:
         conf = {
             **_SETTINGS,
@@ -340,9 +325,7 @@ class Broker:
             "bootstrap_servers": f"{LOOPBACK}:{at}",
             "started_at": now(),
         }
-        partial = self.root / f".broker.json.{os.getpid()}"
-        partial.write_text(json.dumps(record), encoding="utf-8")
-        partial.replace(self.state)
+        write_record(self.state, record)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if proc.poll() is not None:

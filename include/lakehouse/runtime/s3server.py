@@ -18,16 +18,12 @@ credentials or signatures: any access key and secret will do. Clients reach it a
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import http.client
 import importlib.util
-import json
 import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,9 +34,12 @@ from lakehouse.runtime.process import (
     answers,
     now,
     port_setting,
+    read_record,
     service_main,
+    start_lock,
     stop_group,
     tail,
+    write_record,
 )
 
 PORT_ENV = "LAKEHOUSE_S3_PORT"
@@ -106,16 +105,9 @@ class S3Server:
         return self.root / "server.json"
 
     # -- state -------------------------------------------------------------------------------
-    def _recorded(self) -> dict[str, object]:
-        try:
-            value = json.loads(self.state.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            return {}
-        return value if isinstance(value, dict) else {}
-
     def status(self) -> Status:
         """Running when the recorded process is alive and its port answers."""
-        rec = self._recorded()
+        rec = read_record(self.state)
         pid, at = rec.get("pid"), rec.get("port")
         if not isinstance(pid, int) or not isinstance(at, int):
             return Status(False, self.root)
@@ -130,7 +122,7 @@ class S3Server:
         ran, if moto is not installed, the port is taken, or the server exits or does not
         answer in time."""
         self.root.mkdir(parents=True, exist_ok=True)
-        with self._start_lock():
+        with start_lock(self.root):
             current = self.status()
             if current.running:
                 return current
@@ -150,18 +142,11 @@ class S3Server:
     def stop(self, *, timeout: float = STOP_TIMEOUT_S) -> bool:
         """Stop the server and whatever it started: SIGTERM to its process group, SIGKILL after
         ``timeout`` seconds. False if none was running."""
-        stopped = stop_group(self._recorded().get("pid"), timeout)
+        stopped = stop_group(read_record(self.state).get("pid"), timeout)
         self.state.unlink(missing_ok=True)
         return stopped
 
     # -- helpers -----------------------------------------------------------------------------
-    @contextlib.contextmanager
-    def _start_lock(self) -> Iterator[None]:
-        """One start at a time for this root: a second waits, then finds the first running."""
-        with (self.root / ".start.lock").open("w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            yield
-
     def _run(self, at: int, timeout: float) -> Status:
         # MOTO_PORT: the port moto puts into the URLs it hands out.
         env = {**os.environ, "MOTO_PORT": str(at)}
@@ -178,9 +163,7 @@ class S3Server:
                 env=env,
             )
         record = {"pid": proc.pid, "port": at, "endpoint": endpoint(at), "started_at": now()}
-        partial = self.root / f".server.json.{os.getpid()}"
-        partial.write_text(json.dumps(record), encoding="utf-8")
-        partial.replace(self.state)
+        write_record(self.state, record)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if proc.poll() is not None:

@@ -32,7 +32,6 @@ commits only inside one JVM on a local filesystem, and assumes one driver on S3.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import secrets
 import signal
@@ -51,8 +50,10 @@ from lakehouse.runtime.process import (
     answers,
     port_setting,
     private_file,
+    read_record,
     socket_answers,
     tail,
+    write_record,
 )
 
 if TYPE_CHECKING:
@@ -142,19 +143,14 @@ class Status:
         )
 
 
-def _recorded(settings: Settings) -> dict[str, object] | None:
-    path = state_dir(settings) / "server.json"
-    try:
-        value = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return value if isinstance(value, dict) else None
+def _recorded(settings: Settings) -> dict[str, object]:
+    return read_record(state_dir(settings) / "server.json")
 
 
 def status(settings: Settings) -> Status:
     """Whether this lakehouse's server is up: its recorded process is alive and its port
     answers."""
-    rec = _recorded(settings) or {}
+    rec = _recorded(settings)
     recorded_port, pid = rec.get("port"), rec.get("pid")
     at = recorded_port if isinstance(recorded_port, int) else port()
     if not isinstance(pid, int) or not alive(pid) or not answers(LOOPBACK, at):
@@ -270,9 +266,7 @@ def start(settings: Settings, *, timeout: float = START_TIMEOUT_S) -> Status:
         "data": str(settings.data_root),
         "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
-    partial = folder / f".server.json.{os.getpid()}"
-    partial.write_text(json.dumps(record), encoding="utf-8")
-    partial.replace(folder / "server.json")
+    write_record(folder / "server.json", record)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -320,12 +314,12 @@ def stop(settings: Settings, *, timeout: float = 30.0) -> bool:
     """Stop the server, its Python workers and its validation service; False if none was
     running."""
     rec = _recorded(settings)
-    pid = rec.get("pid") if rec else None
+    pid = rec.get("pid")
     if not isinstance(pid, int) or not alive(pid):
         (state_dir(settings) / "server.json").unlink(missing_ok=True)
         (state_dir(settings) / "gx.sock").unlink(missing_ok=True)
         return False
-    service = rec.get("validation_pid") if rec else None
+    service = rec.get("validation_pid")
     family = [pid, *_descendants(pid)]
     if isinstance(service, int) and alive(service):
         family += [service, *_descendants(service)]
@@ -360,7 +354,7 @@ def connect(settings: Settings) -> SparkSession:
     current = status(settings)
     if not current.running or current.pid is None:
         raise ServerDown(current.describe())
-    serves = (_recorded(settings) or {}).get("data")
+    serves = _recorded(settings).get("data")
     if serves is not None and serves != str(settings.data_root):
         raise ServerError(
             f"the Spark server at port {current.port} was started for the data at {serves}, and "

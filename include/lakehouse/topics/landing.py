@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from lakehouse.contracts.serde import parse_timestamp
+from lakehouse.contracts.fields import parse_timestamp
 from lakehouse.errors import BadRecordError
 from lakehouse.runtime import objectstore
 from lakehouse.runtime.config import Settings, validate_topic_name
