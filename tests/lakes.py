@@ -24,7 +24,7 @@ S3_REGION = "us-east-1"
 
 # The one setting for the size of every fault test (all marked ``reliability``): how many times
 # each kills its target (kill -9 of a writer, a job, the Spark server, the broker) or cuts the
-# store. `make test` runs 1, `make reliability` 20; 1 when a module is run by hand.
+# store. `make reliability` runs 20, CI's short rounds 1; 1 when a module is run by hand.
 KILLS = int(os.environ.get("LAKEHOUSE_RELIABILITY_KILLS", "1"))
 
 

@@ -468,6 +468,7 @@ def _test_dag_mended(
     return run.returncode, log
 
 
+@pytest.mark.reliability  # an outage: make reliability's
 def test_a_task_whose_server_is_down_fails_at_once_and_its_retry_succeeds(
     settings: Settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -510,6 +511,7 @@ kafka: {{topic: kb-orders, bootstrap_servers: '{servers}'}}
 """
 
 
+@pytest.mark.reliability  # an outage: make reliability's
 def test_a_task_whose_broker_is_down_fails_and_its_retry_succeeds(
     settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, served: str
 ) -> None:

@@ -65,7 +65,7 @@ def _kill_when_uncommitted_files_appear(
 
 
 @pytest.mark.reliability
-@pytest.mark.heavy  # about 3 minutes of a CI worker; make test keeps the ingest's kill -9 below
+@pytest.mark.heavy  # about 3 minutes of a CI worker; CI's short rounds keep the ingest's kill -9 below
 def test_kill_9_at_random_points_then_resume(spark: Any, tmp_path: Path) -> None:
     rng = random.Random(20261122)
     table = tmp_path / "t"
@@ -124,7 +124,7 @@ stream: {name: t_stream}
 """
 
 
-# On S3: make reliability's and make test-s3's (with it, make test took over 45 minutes).
+# On S3: make reliability's and make test-s3's, not CI's short rounds (too long for CI's 45 minutes).
 @pytest.mark.reliability
 @pytest.mark.parametrize(
     "storage", ["local", pytest.param("s3", marks=[pytest.mark.s3, pytest.mark.heavy])]

@@ -32,7 +32,7 @@ from lakehouse.runtime.spark import conf_args, jvm_conf
 from lakehouse.storage import changes_arrow, read_arrow
 
 # 3 to 6 minutes of a CI worker (a master, a worker and their JVMs beside the suite's): `make
-# reliability` runs it with the other heavy tests, so that `make test` stays under 45 minutes.
+# reliability` runs it with the heavy fault rounds; neither make test nor CI does.
 pytestmark = [pytest.mark.integration, pytest.mark.heavy]
 
 JOB = REPO_ROOT / "jobs" / "run_layer.py"

@@ -69,7 +69,7 @@ pytestmark = [
     pytest.mark.reliability,
     pytest.mark.integration,  # Spark and Java: not part of `make unit`
     # About 22 minutes of a CI worker at one kill per layer (the clean run alone, a cold
-    # spark-submit per layer job, about 8): `make reliability` runs them, `make test` does not.
+    # spark-submit per layer job, about 8): `make reliability` runs them, CI's short rounds not.
     pytest.mark.heavy,
     pytest.mark.timeout(1800 + KILLS * len(LAYERS) * 90),
 ]

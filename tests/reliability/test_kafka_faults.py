@@ -16,10 +16,10 @@ test_an_unreachable_broker_fails_the_ingest_in_bounded_time_and_commits_nothing;
 Airflow, whose retry succeeds once the broker is back: tests/e2e/test_airflow.py::
 test_a_task_whose_broker_is_down_fails_and_its_retry_succeeds.
 
-Size: ``LAKEHOUSE_RELIABILITY_KILLS`` kills in each test (``lakes.KILLS``: 2 in ``make test``), at most
-10, the issue's count, which ``make reliability`` reaches. The broker's kills are ``heavy``
-(``make reliability`` only): a round whose broker dies under Spark's read waits out the Kafka
-clients' timeouts (see :data:`FAIL_BOUND_S`).
+Size: ``LAKEHOUSE_RELIABILITY_KILLS`` kills in each test (``lakes.KILLS``: 1 in CI), at most 10, the
+issue's count, which ``make reliability`` reaches. The broker's kills are ``heavy`` (not in CI's
+short rounds): a round whose broker dies under Spark's read waits out the Kafka clients'
+timeouts (see :data:`FAIL_BOUND_S`).
 ``LAKEHOUSE_RELIABILITY_SEED`` replays the kill points (the seed is printed, and named in every
 failure).
 """
@@ -352,7 +352,7 @@ def own_broker(tmp_path: Path) -> Iterator[OwnBroker]:
         broker.broker.stop()
 
 
-# Three minutes at two kills: make reliability's, as the other layer-job rounds (CI's 45 minutes).
+# Three minutes at two kills: not in CI's short rounds, as the other layer-job rounds.
 @pytest.mark.heavy
 def test_kill_9_of_the_broker_during_an_ingest_then_restart_and_rerun(
     own_broker: OwnBroker, tmp_path: Path

@@ -93,7 +93,7 @@ pytestmark = [
     pytest.mark.reliability,
     pytest.mark.integration,  # Spark, Java and the S3 API: not part of `make unit`
     pytest.mark.s3,
-    # make reliability's and make test-s3's: with it, make test took over 45 minutes.
+    # make reliability's and make test-s3's, not CI's short rounds (too long at one cut).
     pytest.mark.heavy,
     pytest.mark.timeout(600 + ROUNDS * 900),
 ]

@@ -68,7 +68,7 @@ from lakehouse.runtime.process import alive
 
 pytestmark = [
     pytest.mark.reliability,
-    pytest.mark.heavy,  # 10-18 minutes at 3 kills here: `make reliability`, not `make test`
+    pytest.mark.heavy,  # 10-18 minutes at 3 kills here: `make reliability`, not CI's short rounds
     pytest.mark.integration,  # Spark and Java: not part of `make unit`
     pytest.mark.timeout(1200 + KILLS * 400),
 ]
