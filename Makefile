@@ -186,10 +186,13 @@ browser: ## Install headless Chromium and its WebDriver if missing (Debian packa
 # Two processes finish the suite sooner than one on 2 cores (much of a test's time is a JVM or
 # an Airflow component waiting on another); three are slower. A test file stays in one process
 # (its module fixtures are shared). Fault injection (tests marked `reliability`: kill -9,
-# outages, reruns, maintenance while jobs write) is `make reliability`'s, never make test's.
+# outages, reruns, maintenance while jobs write) is `make reliability`'s, not make test's. CI
+# (.ci/run) adds the short rounds to this run at one kill each (TEST_MARKERS='not heavy',
+# LAKEHOUSE_RELIABILITY_KILLS=1): as a second pytest run they cost about 4 minutes more.
 TEST_PROCESSES ?= 2
+TEST_MARKERS ?= not reliability and not heavy
 test: java lint browser postgres-server ## Run the test suite (unit, integration, Airflow end to end; no fault injection)
-	$(BIN)/pytest -n $(TEST_PROCESSES) --dist loadfile --no-loadscope-reorder --durations=30 -m "not reliability and not heavy"
+	$(BIN)/pytest -n $(TEST_PROCESSES) --dist loadfile --durations=30 -m "$(TEST_MARKERS)"
 
 .PHONY: test-s3
 test-s3: java $(STAMP) ## Run the tests marked s3 alone: the pipeline end to end on the local S3 API (moto's server)
@@ -200,17 +203,14 @@ unit: $(STAMP) ## Run the fast unit tests only
 	$(BIN)/pytest -m "not integration and not e2e"
 
 # Every fault-injection test, sized by one setting (LAKEHOUSE_RELIABILITY_KILLS, read by
-# tests/lakes.py), plus the standalone-cluster run. CI (.ci/run) runs the short rounds at one
-# kill each (RELIABILITY_KILLS=1 RELIABILITY_TESTS='reliability and not heavy'): the `heavy`
-# ones take 5 to 22 minutes each here even at one kill. A file's tests stay in one process
-# (test_fault_injection.py's share a clean run of 8 minutes); CI's four short rounds, two of
-# them in one file, go a test to a process (RELIABILITY_DIST=load).
+# tests/lakes.py), plus the standalone-cluster run. A file's tests stay in one process
+# (test_fault_injection.py's share a clean run of 8 minutes). The `heavy` rounds take 5 to 22
+# minutes each here even at one kill: CI runs only the others (see `test`).
 RELIABILITY_KILLS ?= 20
 RELIABILITY_TESTS ?= reliability or heavy
-RELIABILITY_DIST ?= loadfile
 .PHONY: reliability
 reliability: java ## Fault injection at full size (kill -9 of each layer job, of the Spark server under the layers, of a writer 20 times, of a Kafka ingest and of its broker 10 times each; outages, reruns, maintenance during writes)
-	LAKEHOUSE_RELIABILITY_KILLS=$(RELIABILITY_KILLS) $(BIN)/pytest -n $(TEST_PROCESSES) --dist $(RELIABILITY_DIST) --no-loadscope-reorder --durations=10 -m "$(RELIABILITY_TESTS)"
+	LAKEHOUSE_RELIABILITY_KILLS=$(RELIABILITY_KILLS) $(BIN)/pytest -n $(TEST_PROCESSES) --dist loadfile --durations=10 -m "$(RELIABILITY_TESTS)"
 
 BENCH_SIZE ?= small
 .PHONY: bench
