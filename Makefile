@@ -206,11 +206,10 @@ unit: $(STAMP) ## Run the fast unit tests only
 # tests/lakes.py), plus the standalone-cluster run. A file's tests stay in one process
 # (test_fault_injection.py's share a clean run of 8 minutes). The `heavy` rounds take 5 to 22
 # minutes each here even at one kill: CI runs only the others (see `test`).
-RELIABILITY_KILLS ?= 20
 RELIABILITY_TESTS ?= reliability or heavy
 .PHONY: reliability
 reliability: java ## Fault injection at full size (kill -9 of each layer job, of the Spark server under the layers, of a writer 20 times, of a Kafka ingest and of its broker 10 times each; outages, reruns, maintenance during writes)
-	LAKEHOUSE_RELIABILITY_KILLS=$(RELIABILITY_KILLS) $(BIN)/pytest -n $(TEST_PROCESSES) --dist loadfile --durations=10 -m "$(RELIABILITY_TESTS)"
+	LAKEHOUSE_RELIABILITY_KILLS=$${LAKEHOUSE_RELIABILITY_KILLS:-20} $(BIN)/pytest -n $(TEST_PROCESSES) --dist loadfile --durations=10 -m "$(RELIABILITY_TESTS)"
 
 BENCH_SIZE ?= small
 .PHONY: bench
