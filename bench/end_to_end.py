@@ -771,6 +771,8 @@ def latency(work: Path, args: argparse.Namespace) -> tuple[list[Figure], dict[st
         _agree(ours, reference_facts(roots["reference"], BATCHED), f"{what} (reference)")
 
     agree("warm batches")
+    for name, run in warm.items():
+        print(f"warm batches, {name}: p50 {_percentile(run['batch_s'], 50):.2f} s", flush=True)
     served = served_batches(work / "batches-served", args.batch, args.batches, args.warmup)
     _agree(
         our_facts(roots["ours"], BATCHED),
@@ -781,10 +783,10 @@ def latency(work: Path, args: argparse.Namespace) -> tuple[list[Figure], dict[st
     agree("cold batches")
     tag = f"e2e.batch_{_size(args.batch)}"
     figures = []
-    for mode, times in (
-        ("warm", {k: v["batch_s"] for k, v in warm.items()}),
-        ("cold", cold),
-    ):
+    modes = [("warm", {k: v["batch_s"] for k, v in warm.items()})]
+    if args.cold:
+        modes.append(("cold", cold))
+    for mode, times in modes:
         for q in (50, 95):
             for other, label, suffix in (
                 ("peer", PEER, ""),

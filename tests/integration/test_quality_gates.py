@@ -148,6 +148,65 @@ def test_a_verdict_lost_with_its_job_is_written_by_the_next_run(
     assert table_version(silver) == published
 
 
+def test_a_run_of_every_layer_writes_their_verdicts_once_even_if_it_dies_before(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run of all three layers writes their verdicts to the ledger in one commit at its end.
+    One that dies before that commit has published three gated tables: the next run writes
+    each of their verdicts, once, with the version it judged, beside its own."""
+
+    lake = _lake(
+        tmp_path,
+        "  bronze:\n"
+        "    - {name: few, expect: row_count_between, max: 10, severity: warn}\n"
+        + AMOUNT_WARN
+        + "  gold:\n"
+        "    - {name: one_row_per_order, table: order_latest, expect: unique, column: order_id, "
+        "severity: fail}\n",
+    )
+    catalog = Catalog.load(lake.contracts_dir)
+    tables = {
+        "bronze": lake.bronze_path("orders"),
+        "silver": lake.silver_path("orders_stream"),
+        "gold": lake.gold_path("order_latest"),
+    }
+    _send(lake, GOOD)
+    ledger_versions = []
+
+    def killed(spark: Any, settings: Settings, rows: Any) -> None:
+        raise RuntimeError("killed")
+
+    monkeypatch.setattr("lakehouse.quality.ledger.write_ledger", killed)
+    with pytest.raises(RuntimeError, match="killed"):
+        run(spark, lake, catalog, echo=lambda _: None)
+    monkeypatch.undo()
+    first = {layer: table_version(path) for layer, path in tables.items()}
+    assert read_ledger(lake).num_rows == 0
+
+    _send(lake, [("o3", {"city": "Oslo", "amount": 500})])
+    for _ in range(2):  # the second run has nothing new: it writes no verdict again
+        run(spark, lake, catalog, echo=lambda _: None)
+        ledger_versions.append(table_version(lake.ledger_path))
+    second = {layer: table_version(path) for layer, path in tables.items()}
+    published = sorted(
+        (r["layer"], r["table_version"], r["expectation"], r["rows"])
+        for r in read_ledger(lake).to_pylist()
+        if r["published"]
+    )
+    assert published == sorted(
+        [
+            ("bronze", first["bronze"], "few", 2),
+            ("bronze", second["bronze"], "few", 1),
+            ("silver", first["silver"], "amount_range", 2),
+            ("silver", second["silver"], "amount_range", 1),
+            ("gold", first["gold"], "one_row_per_order", 2),
+            ("gold", second["gold"], "one_row_per_order", 1),
+        ]
+    )
+    assert second["bronze"] > first["bronze"] and second["gold"] > first["gold"]
+    assert ledger_versions[1] == ledger_versions[0]
+
+
 @pytest.mark.parametrize("engine", ["pandas", "spark"])
 def test_quarantine_routes_failing_rows_with_the_expectation_as_reason(
     spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, engine: str

@@ -11,7 +11,7 @@ from lakehouse.contracts.model import Catalog, Contract, TableSpec
 from lakehouse.pipeline.request import LayerRequest, RunRequest, reprocessable
 from lakehouse.quality.expectations import pandas_max_rows, sync_constraints
 from lakehouse.quality.gate import Gate, freshness_outcome
-from lakehouse.quality.ledger import LedgerBuffer, RunInfo, restore_ledger
+from lakehouse.quality.ledger import LedgerBuffer, RunInfo, restore_ledger, write_ledger
 from lakehouse.quality.verdict import Verdict
 from lakehouse.runtime import objectstore
 from lakehouse.runtime.config import LAYERS, Layer, Settings
@@ -49,6 +49,7 @@ def run_layer(
     run: RunInfo | None = None,
     echo: Callable[[str], None] = print,
     request: LayerRequest | None = None,
+    ledger: LedgerBuffer | None = None,
 ) -> list[str]:
     """Run one layer of one topic; return one summary line per table written.
 
@@ -58,7 +59,9 @@ def run_layer(
     :mod:`lakehouse.quality`); the gates' results go to the ledger and, line by line, to
     ``echo`` (the task log). ``catalog`` resolves the other topic of a gold join. ``request``
     adds a reprocess or full refresh, restricts gold to some tables, or makes it a dry run
-    (:mod:`lakehouse.pipeline.request`).
+    (:mod:`lakehouse.pipeline.request`). The layer's ledger rows are written when it ends, in
+    one commit, unless the caller passes the ``ledger`` it writes them with (:func:`run`: one
+    commit for all the layers it runs).
     """
     request = request or LayerRequest()
     specs = _selected(contract, layer, request)
@@ -71,15 +74,19 @@ def run_layer(
     # A bad setting fails here, before any data moves.
     pandas_max_rows()
     run = run or RunInfo.from_env()
-    ledger = LedgerBuffer(spark, settings)
+    own_ledger = ledger is None
+    ledger = ledger or LedgerBuffer(spark, settings)
     names = None if specs is None else {s.name for s in specs}
     gates = {
         path: Gate(settings, contract, layer, name, run, path, ledger, echo=echo)
         for name, path in layer_tables(settings, contract, layer)
         if names is None or name in names
     }
-    # The verdicts of commits whose job died before writing them to the ledger.
-    ledger.rows += restore_ledger(settings, [path for path, gate in gates.items() if gate.active])
+    # The verdicts of commits whose job died before writing them to the ledger, written now:
+    # this layer's commits will make newer ones, which the next job would look at instead.
+    write_ledger(
+        spark, settings, restore_ledger(settings, [p for p, g in gates.items() if g.active])
+    )
     # A table this run creates gets its constraints when it is created (Gate.created).
     for path, gate in gates.items():
         if is_table(path):
@@ -114,7 +121,8 @@ def run_layer(
         for gate in gates.values():
             check_freshness(gate)
     finally:
-        ledger.flush()  # failed checks too: a failed gate is recorded, then raised
+        if own_ledger:
+            ledger.flush()  # failed checks too: a failed gate is recorded, then raised
     return lines
 
 
@@ -314,16 +322,30 @@ def run(
     contracts = [catalog.topic(t) for t in topics] if topics else list(catalog)
     ordered = [layer for layer in LAYERS if layer in layers]
 
-    # Layer by layer across topics: a gold join then sees the other topic's stream as of this
-    # run, not as of the previous one.
-    for layer in ordered:
-        for contract in contracts:
-            asked = (requests or {}).get(contract.topic)
-            request = None if asked is None else asked.for_layer(layer)
-            for line in run_layer(
-                spark, settings, contract, layer, catalog, echo=echo, request=request
-            ):
-                echo(line)
+    # Every layer's verdicts go to the ledger in one commit at the end (a commit costs as much
+    # as a small layer); a run killed before it leaves them in the tables' commits, and the next
+    # run restores them (see run_layer).
+    ledger = LedgerBuffer(spark, settings)
+    try:
+        # Layer by layer across topics: a gold join then sees the other topic's stream as of
+        # this run, not as of the previous one.
+        for layer in ordered:
+            for contract in contracts:
+                asked = (requests or {}).get(contract.topic)
+                request = None if asked is None else asked.for_layer(layer)
+                for line in run_layer(
+                    spark,
+                    settings,
+                    contract,
+                    layer,
+                    catalog,
+                    echo=echo,
+                    request=request,
+                    ledger=ledger,
+                ):
+                    echo(line)
+    finally:
+        ledger.flush()
 
 
 def topic_tables(
