@@ -142,31 +142,35 @@ class Gate:
         whole: DataFrame | pa.Table | None = None,
         source: Mapping[str, Any] | None = None,
         at_most: tuple[int | None, int | None] = (None, None),
+        marker: str | None = None,
     ) -> Verdict:
         """Validate a batch before it is published; on a failed ``fail`` expectation, record
         it and raise. ``rows`` is the batch's size if known; a Spark batch small enough for
         GX's pandas engine is brought to Arrow (:func:`collect_if_small`). ``whole`` is what
         table-level gold expectations judge (the table as it would be after the batch).
         ``at_most``: bounds on the sizes of the batch and of ``whole``, if the caller knows
-        them (a Spark batch within the bound is collected without being counted first)."""
+        them (a Spark batch within the bound is collected without being counted first).
+        ``marker``: a boolean column of ``whole``, true on the batch's rows; a ``whole`` small
+        enough is then collected once, and the batch read out of it."""
+        exps = self.expectations
+        batch_level = [e for e in exps if not (self.layer == "gold" and e.expect in TABLE_LEVEL)]
+        table_level = [e for e in exps if e not in batch_level]
+        table_columns = sorted({e.column for e in table_level if e.column is not None}) or None
+        if whole is not None and marker is not None:
+            whole, batch, rows = _split_marked(
+                whole, batch, marker, self.columns, table_columns, at_most[1]
+            )
         if rows is None:
             batch, rows = collect_if_small(batch, self.columns, at_most=at_most[0])
-        exps = self.expectations
         name = suite_name(self.layer, self.table)
         outcomes: list[Outcome] = []
         engine, result = "none", None
-        batch_level = [e for e in exps if not (self.layer == "gold" and e.expect in TABLE_LEVEL)]
-        table_level = [e for e in exps if e not in batch_level]
         service = self.validation_service()
         if batch_level:
             outcomes, engine, result = run_suite(name, batch_level, batch, rows, service=service)
         if table_level:
             assert whole is not None, "table-level expectations need the would-be table"
-            table, rows_after = collect_if_small(
-                whole,
-                sorted({e.column for e in table_level if e.column is not None}) or None,
-                at_most=at_most[1],
-            )
+            table, rows_after = collect_if_small(whole, table_columns, at_most=at_most[1])
             more, engine2, result2 = run_suite(
                 name, table_level, table, rows_after, service=service
             )
@@ -256,6 +260,30 @@ def collect_if_small(
             return batch, rows
     table = batch.select(*(columns or batch.columns[:1])).toArrow()
     return table, table.num_rows
+
+
+def _split_marked(
+    whole: DataFrame | pa.Table,
+    batch: DataFrame | pa.Table,
+    marker: str,
+    batch_columns: Sequence[str] | None,
+    table_columns: Sequence[str] | None,
+    at_most: int | None,
+) -> tuple[DataFrame | pa.Table, DataFrame | pa.Table, int | None]:
+    """``whole`` without its ``marker`` column, the batch and its size (None if not known): read
+    out of ``whole`` if it is small enough to collect (the columns both levels read, at once),
+    else ``batch`` as given."""
+    import pyarrow as pa
+
+    wanted = sorted({*(batch_columns or ()), *(table_columns or ())})
+    if not wanted:  # row counts only: any one column
+        names = whole.column_names if isinstance(whole, pa.Table) else whole.columns
+        wanted = [c for c in names if c != marker][:1]
+    table, _ = collect_if_small(whole, [*wanted, marker], at_most=at_most)
+    if not isinstance(table, pa.Table):
+        return table.drop(marker), batch, None
+    ours = table.filter(table[marker]).drop_columns([marker])
+    return table.drop_columns([marker]), ours, ours.num_rows
 
 
 def _merge_results(a: dict[str, Any] | None, b: dict[str, Any]) -> dict[str, Any]:

@@ -279,12 +279,13 @@ def merge(
         post, gone = rules.outcome(staged, target)
         whole = None
         if gate.needs_whole_table:
-            whole = rules.table_after(staged, target, post, gone, delete_unmatched)
+            whole = rules.table_after(staged, target, post, gone, delete_unmatched, BATCH_MARKER)
         return gate.check(
             post,
             whole=whole,
             source=_source(None, metadata),
             at_most=_merge_bounds(staged, dt),
+            marker=None if whole is None else BATCH_MARKER,
         )
 
     def commit(plan: _Plan) -> Any:
@@ -375,6 +376,10 @@ def _merge_bounds(source: DataFrame, dt: DeltaTable) -> tuple[int, int | None]:
     return incoming, None if rows is None else rows + incoming
 
 
+# The column of a MERGE's would-be table that marks the rows the MERGE writes (for its gate).
+BATCH_MARKER = "__lakehouse_written"
+
+
 def _and(condition: str | None) -> str:
     return "" if condition is None else f" AND ({condition})"
 
@@ -440,12 +445,18 @@ class MergePlan:
         post: DataFrame,
         gone: DataFrame,
         delete_unmatched: bool,
+        marker: str,
     ) -> DataFrame:
-        """The whole table as the merge would leave it (for table-level checks)."""
+        """The whole table as the merge would leave it (for table-level checks), with a boolean
+        column ``marker`` that is true on the rows the merge writes (``post``)."""
+        from pyspark.sql import functions as F
+
         kept = target.join(post.select(*self.on).unionByName(gone), self.on, "left_anti")
         if delete_unmatched:
             kept = kept.join(source.select(*self.on), self.on, "left_semi")
-        return kept.unionByName(post)
+        return kept.withColumn(marker, F.lit(False)).unionByName(
+            post.withColumn(marker, F.lit(True))
+        )
 
 
 def _holds(condition: str | None, *, default: bool = False) -> Column:

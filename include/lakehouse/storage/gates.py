@@ -29,10 +29,12 @@ class PublishGate(Protocol):
         whole: Any = None,
         source: Mapping[str, Any] | None = None,
         at_most: tuple[int | None, int | None] = (None, None),
+        marker: str | None = None,
     ) -> Any:
         """Judge a batch (the rows a write is about to publish), and ``whole`` (the table after
         it) if given, each known to have at most ``at_most`` rows if given; raise to stop the
-        write."""
+        write. ``marker``: a boolean column of ``whole`` that is true on the batch's rows (the
+        batch can be read out of it)."""
 
     def created(self, spark: Any, path: Location) -> None:
         """The table was just created, and is empty: give it what every write to it must meet
