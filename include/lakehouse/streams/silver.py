@@ -520,10 +520,12 @@ def _build(
     txn = Txn(source_app(contract), head)
     source = {"table": f"bronze.{contract.topic}", "versions": [start, head]}
     meta: dict[str, Any] = {"lakehouse.source": source}
-    decoded, verdict = _judge(decoded, contract, gate, source)
+    n_good, n_bad = _split_counts(decoded)
+    decoded, verdict = _judge(decoded, contract, gate, source, at_most=n_good)
+    if verdict is not None and verdict.to_quarantine:  # the gate routed some: count again
+        n_good, n_bad = _split_counts(decoded)
     good = stream_rows(decoded, contract)
     bad = quarantine_rows(decoded, changes, verdict)
-    n_good, n_bad = _split_counts(decoded)
     quarantined = store.transaction_version(quarantine_path, source_app(contract))
     if n_bad and quarantined is not None and quarantined >= start:
         # A run died between the quarantine's commit and the stream's: the quarantine already
@@ -581,17 +583,23 @@ def _decoded(changes: DataFrame, contract: Contract) -> DataFrame:
 
 
 def _judge(
-    decoded: DataFrame, contract: Contract, gate: Gate | None, source: dict[str, Any]
+    decoded: DataFrame,
+    contract: Contract,
+    gate: Gate | None,
+    source: dict[str, Any],
+    *,
+    at_most: int | None = None,
 ) -> tuple[DataFrame, Verdict | None]:
-    """The gate judges the records that decoded and carry a value; tombstones (deletes) pass
-    through. A failed `fail` expectation raises here, before anything is written; the records
-    failing a `quarantine` expectation are given its reason."""
+    """The gate judges the records that decoded and carry a value (``at_most`` of them, if the
+    caller knows a bound); tombstones (deletes) pass through. A failed `fail` expectation raises
+    here, before anything is written; the records failing a `quarantine` expectation are given
+    its reason."""
     from pyspark.sql import functions as F
 
     if gate is None:
         return decoded, None
     judged = stream_rows(decoded, contract).filter(~F.col(TOMBSTONE))
-    verdict = gate.check(judged, source=source)
+    verdict = gate.check(judged, source=source, at_most=(at_most, None))
     if verdict.to_quarantine:
         routed = F.when(~F.col(TOMBSTONE), gate.quarantine_reason(verdict.to_quarantine))
         decoded = decoded.withColumn("_reason", F.coalesce(F.col("_reason"), routed))
