@@ -304,11 +304,18 @@ def test_a_gated_merge_is_judged_on_the_rows_it_would_publish(spark: Any, tmp_pa
             self.seen: dict[str, Any] = {}
 
         def check(
-            self, batch: Any, rows: Any = None, *, whole: Any, source: Any, at_most: Any
+            self,
+            batch: Any,
+            rows: Any = None,
+            *,
+            whole: Any,
+            source: Any,
+            at_most: Any,
+            marker: str,
         ) -> str:
             self.seen = {
                 "post": sorted(tuple(r) for r in batch.collect()),
-                "whole": sorted(tuple(r) for r in whole.collect()),
+                "whole": sorted(tuple(r) for r in whole.select("k", "n", marker).collect()),
                 "source": source,
                 "at_most": at_most,
             }
@@ -325,7 +332,8 @@ def test_a_gated_merge_is_judged_on_the_rows_it_would_publish(spark: Any, tmp_pa
     gate = Gate()
     _fold(spark, path, [("a", 10, False), ("b", 0, True), ("d", 7, False)], 1, gate)
     assert gate.seen["post"] == [("a", 11), ("d", 7)]
-    assert gate.seen["whole"] == [("a", 11), ("c", 4), ("d", 7)]
+    # The table after the merge, its merged rows marked: the batch can be read out of it.
+    assert gate.seen["whole"] == [("a", 11, True), ("c", 4, False), ("d", 7, True)]
     assert gate.seen["source"] == {"table": "silver.s", "versions": [1, 1]}
     # Bounds on both: the source's 3 rows, and the table's 3 with them.
     assert gate.seen["at_most"] == (3, 6)
