@@ -99,20 +99,22 @@ def test_code_generation_is_a_setting_refused_when_misspelt(
     assert spark.codegen_conf() == {}
 
 
-@pytest.mark.parametrize("name", ["LAKEHOUSE_SHUFFLE_PARTITIONS", "LAKEHOUSE_SNAPSHOT_PARTITIONS"])
+@pytest.mark.parametrize(
+    ("name", "key", "default"),
+    [
+        ("LAKEHOUSE_SHUFFLE_PARTITIONS", "spark.sql.shuffle.partitions", "8"),
+        ("LAKEHOUSE_SNAPSHOT_PARTITIONS", "spark.databricks.delta.snapshotPartitions", "1"),
+    ],
+)
 def test_partition_counts_are_settings_refused_unless_positive(
-    monkeypatch: pytest.MonkeyPatch, name: str
+    monkeypatch: pytest.MonkeyPatch, name: str, key: str, default: str
 ) -> None:
-    key = {
-        "LAKEHOUSE_SHUFFLE_PARTITIONS": "spark.sql.shuffle.partitions",
-        "LAKEHOUSE_SNAPSHOT_PARTITIONS": "spark.databricks.delta.snapshotPartitions",
-    }[name]
     for bad in ("0", "-2", "eight", "1.5"):
         monkeypatch.setenv(name, bad)
-        with pytest.raises(ConfigError, match=f"{name} must be a whole number of at least 1"):
+        match = f"{name} must be a whole number of partitions \\(at least 1\\), not '{bad}'"
+        with pytest.raises(ConfigError, match=match):
             spark.spark_conf("local[1]", "t")
     monkeypatch.setenv(name, "3")
     assert spark.spark_conf("local[1]", "t")[key] == "3"
     monkeypatch.delenv(name)
-    default = {"LAKEHOUSE_SHUFFLE_PARTITIONS": "8", "LAKEHOUSE_SNAPSHOT_PARTITIONS": "1"}[name]
     assert spark.spark_conf("local[1]", "t")[key] == default

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from lakehouse.contracts.model import Expectation
 from lakehouse.errors import ConfigError
-from lakehouse.runtime.config import Layer
+from lakehouse.runtime.config import Layer, whole_number_setting
 from lakehouse.runtime.objectstore import Location
 
 if TYPE_CHECKING:
@@ -38,12 +38,7 @@ REASON_PREFIX = "expectation "
 
 def pandas_max_rows() -> int:
     """Batches up to this many rows are judged by GX's pandas engine, bigger ones by Spark's."""
-    raw = os.environ.get("LAKEHOUSE_GX_PANDAS_MAX_ROWS", "2000000")
-    if not raw.strip().isdigit():
-        raise ConfigError(
-            f"LAKEHOUSE_GX_PANDAS_MAX_ROWS must be a whole number of rows, not {raw!r}"
-        )
-    return int(raw)
+    return whole_number_setting("LAKEHOUSE_GX_PANDAS_MAX_ROWS", 2_000_000, "rows")
 
 
 def suite_name(layer: Layer, table: str) -> str:

@@ -60,13 +60,14 @@ def stream_table_name(topic: str) -> str:
     return re.sub(r"[^a-z0-9_]", "_", validate_topic_name(topic).lower())
 
 
-def megabytes_setting(name: str, default: int) -> int:
-    """A size in whole MB from the environment variable ``name`` (``default`` when unset), in
-    bytes; anything but a whole number is a ConfigError naming the variable."""
+def whole_number_setting(name: str, default: int, unit: str, *, least: int = 0) -> int:
+    """The whole number of ``unit`` in the environment variable ``name`` (``default`` when
+    unset); anything else, or one below ``least``, is a ConfigError naming the variable."""
     raw = os.environ.get(name, str(default))
-    if not raw.strip().isdigit():
-        raise ConfigError(f"{name} must be a whole number of MB, not {raw!r}")
-    return int(raw) << 20
+    if not raw.strip().isdigit() or int(raw) < least:
+        bound = f" (at least {least})" if least else ""
+        raise ConfigError(f"{name} must be a whole number of {unit}{bound}, not {raw!r}")
+    return int(raw)
 
 
 @dataclass(frozen=True)
