@@ -27,6 +27,8 @@ os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 # micro-batches, for this process and every job it starts (spark-submit, Airflow, the CLI).
 os.environ.setdefault("LAKEHOUSE_SHUFFLE_PARTITIONS", "1")
 os.environ.setdefault("LAKEHOUSE_SPARK_CODEGEN", "off")
+# Other Spark defaults for the tests' JVMs (see the file).
+os.environ.setdefault("SPARK_CONF_DIR", str(Path(__file__).with_name("spark")))
 
 
 @pytest.fixture
