@@ -171,71 +171,16 @@ def test_dag_folder_parses_without_heavy_imports(settings: Settings) -> None:
     ]
 
 
-def test_pipeline_dag_runs_through_airflow(settings: Settings, served: str) -> None:
-    assert _lakehouse(settings, "sample").returncode == 0
-    migrate = _lakehouse(settings, "airflow", "db", "migrate")
-    assert migrate.returncode == 0, migrate.stderr[-3000:]
-    run = _lakehouse(settings, "airflow", "dags", "test", "pipeline__user-locations", timeout=900)
-    log = run.stdout + run.stderr
-    assert run.returncode == 0, log[-5000:]
-    assert "state=success" in log
-    port = json.loads(served)["port"]
-    assert log.count(f"on the Spark server at localhost:{port}") == 3  # each layer's task
-    for layer in (
-        "bronze user-locations: batch 0 committed",
-        "silver user_locations:",
-        "gold user_latest_location:",
-        # the gates' per-run summary, from the jobs and from the report task
-        "quality silver.user_locations: 3/3 checks met on 5 rows",
-        f"data quality of run {_run_id(log)}:",
-    ):
-        assert layer in log
-    assert (settings.data_docs_root / "index.html").is_file()
-
-    latest = read_arrow(settings.gold_path("user_latest_location")).to_pylist()
-    assert sorted((r["username"], r["location"]) for r in latest) == [
-        ("alice", "Berlin"),
-        ("bob", "Lima"),
-    ]
-    counts = read_arrow(settings.gold_path("user_location_counts")).to_pylist()
-    assert sorted((r["username"], r["count"]) for r in counts) == [("alice", 3), ("bob", 2)]
-    feed = changes_arrow(settings.gold_path("user_location_counts")).to_pylist()
-    assert sorted((r["_change_type"], r["username"]) for r in feed) == [
-        ("insert", "alice"),
-        ("insert", "bob"),
-    ]
-
-    shown = _lakehouse(settings, "show", "user_latest_location", "--format", "json")
-    assert shown.returncode == 0, shown.stderr
-    assert [json.loads(x) for x in shown.stdout.splitlines()] == [
-        {"username": "alice", "location": "Berlin"},
-        {"username": "bob", "location": "Lima"},
-    ]
-
-    # The joins are not the pipeline's: its gold step left them alone. Their own DAG (which
-    # Airflow's scheduler runs when either stream's asset is updated) builds them; the
-    # profiles stream does not exist yet, so each check-in is enriched with nulls.
-    assert not (settings.gold_path("checkins_with_profile") / "_delta_log").exists()
-    joins = _lakehouse(settings, "airflow", "dags", "test", "joins__user-locations", timeout=900)
-    log = joins.stdout + joins.stderr
-    assert joins.returncode == 0 and "state=success" in log, log[-5000:]
-    enriched = read_arrow(settings.gold_path("checkins_with_profile")).to_pylist()
-    assert len(enriched) == 5 and all(r["profile_city"] is None for r in enriched), enriched
-
-    # No secret of the deployment reaches the tasks' output (`dags test` prints every task's
-    # log; the browser test checks the log files a scheduler writes).
-    secrets = airflow_secrets(settings.airflow_home) | {"spark": json.loads(served)["password"]}
-    assert [name for name, value in secrets.items() if value in run.stdout + log] == []
-
-
 @pytest.mark.s3
-def test_pipeline_dag_runs_with_its_data_in_a_bucket(
+def test_pipeline_dag_runs_through_airflow_with_its_data_in_a_bucket(
     tmp_path: Path, s3_server: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The deployment shape on object storage: the data in the test bucket, the layer tasks
-    clients of a Spark server started with the store's settings (the one committing driver),
-    credentials only in the processes' environment: the run succeeds, the tables are in the
-    bucket and nowhere else, and the secret key is in no task output or server log."""
+    """The deployment shape: the data in the test bucket, the layer tasks clients of a Spark
+    server started with the store's settings (the one committing driver), credentials only in
+    the processes' environment. The pipeline DAG runs each layer on the server and the quality
+    report; the tables are in the bucket and nowhere else; the joins' own DAG builds them; no
+    secret of the deployment (the store's key, Airflow's, the server's token) is in any task
+    output, server log or report."""
     from lakehouse.runtime import objectstore
 
     secret = f"not-a-real-secret-{tmp_path.name}"  # moto checks no signature
@@ -250,6 +195,7 @@ def test_pipeline_dag_runs_with_its_data_in_a_bucket(
     settings = Settings.from_env()
     running = server.start(settings)
     try:
+        token = server.token(settings)
         monkeypatch.setenv(
             SPARK_CONN_ENV,
             json.dumps(
@@ -257,7 +203,7 @@ def test_pipeline_dag_runs_with_its_data_in_a_bucket(
                     "conn_type": "spark_connect",
                     "host": "localhost",
                     "port": running.port,
-                    "password": server.token(settings),
+                    "password": token,
                 }
             ),
         )
@@ -269,28 +215,68 @@ def test_pipeline_dag_runs_with_its_data_in_a_bucket(
         )
         log = run.stdout + run.stderr
         assert run.returncode == 0 and "state=success" in log, log[-5000:]
-        assert log.count(f"on the Spark server at localhost:{running.port}") == 3
+        assert log.count(f"on the Spark server at localhost:{running.port}") == 3  # each layer
+        for layer in (
+            "bronze user-locations: batch 0 committed",
+            "silver user_locations:",
+            "gold user_latest_location:",
+            # the gates' per-run summary, from the jobs and from the report task
+            "quality silver.user_locations: 3/3 checks met on 5 rows",
+            f"data quality of run {_run_id(log)}:",
+        ):
+            assert layer in log
+        assert (settings.data_docs_root / "index.html").is_file()
+
         latest = read_arrow(settings.gold_path("user_latest_location")).to_pylist()
         assert sorted((r["username"], r["location"]) for r in latest) == [
             ("alice", "Berlin"),
             ("bob", "Lima"),
         ]
+        counts = read_arrow(settings.gold_path("user_location_counts")).to_pylist()
+        assert sorted((r["username"], r["count"]) for r in counts) == [("alice", 3), ("bob", 2)]
         feed = changes_arrow(settings.gold_path("user_location_counts")).to_pylist()
         assert sorted((r["_change_type"], r["username"]) for r in feed) == [
             ("insert", "alice"),
             ("insert", "bob"),
         ]
-        shown = _lakehouse(settings, "show", "user_location_counts", "--format", "json")
+        shown = _lakehouse(settings, "show", "user_latest_location", "--format", "json")
         assert shown.returncode == 0, shown.stderr
-        assert sorted(json.loads(x)["count"] for x in shown.stdout.splitlines()) == [2, 3]
+        assert [json.loads(x) for x in shown.stdout.splitlines()] == [
+            {"username": "alice", "location": "Berlin"},
+            {"username": "bob", "location": "Lima"},
+        ]
+        counted = _lakehouse(settings, "show", "user_location_counts", "--format", "json")
+        assert counted.returncode == 0, counted.stderr
+        assert sorted(json.loads(x)["count"] for x in counted.stdout.splitlines()) == [2, 3]
+
         # Every table in the bucket; none under the home, which keeps this machine's state.
         assert isinstance(settings.tables_root, objectstore.ObjectPath)
         assert objectstore.is_dir(settings.bronze_path("user-locations") / "_delta_log")
         assert objectstore.is_dir(settings.ledger_path / "_delta_log")
         assert not (settings.home / "tables").exists()
         assert not list(settings.home.rglob("_delta_log"))
+
+        # The joins are not the pipeline's: its gold step left them alone. Their own DAG (which
+        # Airflow's scheduler runs when either stream's asset is updated) builds them; the
+        # profiles stream does not exist yet, so each check-in is enriched with nulls.
+        joined = settings.gold_path("checkins_with_profile")
+        assert not objectstore.is_dir(joined / "_delta_log")
+        joins = _lakehouse(
+            settings, "airflow", "dags", "test", "joins__user-locations", timeout=900
+        )
+        joins_log = joins.stdout + joins.stderr
+        assert joins.returncode == 0 and "state=success" in joins_log, joins_log[-5000:]
+        enriched = read_arrow(joined).to_pylist()
+        assert len(enriched) == 5 and all(r["profile_city"] is None for r in enriched), enriched
+
+        # No secret of the deployment reaches the tasks' output (`dags test` prints every
+        # task's log; the browser test checks the log files a scheduler writes), the server's
+        # log or the reports.
+        outputs = log + joins_log + shown.stdout + shown.stderr + counted.stdout + counted.stderr
         server_log = (server.state_dir(settings) / "server.log").read_text(errors="replace")
-        assert secret not in log + shown.stdout + shown.stderr + server_log
+        secrets = airflow_secrets(settings.airflow_home) | {"spark": token, "s3": secret}
+        assert [name for name, value in secrets.items() if value in outputs] == []
+        assert secret not in server_log
         docs = [p for p in settings.data_docs_root.rglob("*") if p.is_file()]
         assert docs and not [p for p in docs if secret.encode() in p.read_bytes()]
     finally:
