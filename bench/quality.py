@@ -638,6 +638,8 @@ def main() -> None:
                 f"gate overhead {part}: {100 * overhead[part]:+.1f}% (p50 {mine:.3f} s vs "
                 f"{peer:.3f} s); goal <= {100 * GOAL:.0f}%: {'met' if met[part] else 'NOT met'}"
             )
+        from lakehouse.quality.expectations import pandas_max_rows
+
         context: dict[str, Any] = {
             "cores": os.cpu_count(),
             "spark_cores": CORES,
@@ -651,7 +653,7 @@ def main() -> None:
             "keys": args.keys,
             "partitions": PARTITIONS,
             "tombstone_every": TOMBSTONE_EVERY,
-            "gx_pandas_max_rows": int(os.environ.get("LAKEHOUSE_GX_PANDAS_MAX_ROWS", "250000")),
+            "gx_pandas_max_rows": pandas_max_rows(),
             "goal_max_overhead": GOAL,
             "overhead_pct": {k: round(100 * v, 1) for k, v in overhead.items()},
             "goal_met": met,
