@@ -8,6 +8,7 @@ import contextlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -256,3 +257,54 @@ def test_a_gated_run_validates_every_layer_in_the_service(
         ("silver", "service_check", "user_present", True, 0),
     ]
     assert all(r["published"] for r in ledger)
+
+
+def _record_a_dead_server(settings: Settings, validation_pid: int) -> None:
+    """server.json as a server whose JVM was killed (kill -9) leaves it: its pid dead, its
+    validation service's recorded."""
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    server.state_dir(settings).mkdir(parents=True, exist_ok=True)
+    server.write_record(
+        server.state_dir(settings) / "server.json",
+        {"pid": gone.pid, "validation_pid": validation_pid, "port": 1},
+    )
+
+
+def test_stop_after_the_server_died_ends_its_validation_service(
+    settings: Settings, service: subprocess.Popen[bytes]
+) -> None:
+    _record_a_dead_server(settings, service.pid)
+    assert not server.stop(settings)  # no server was running
+    assert service.wait(timeout=30) is not None
+    assert not server.validation_socket(settings).exists()
+    assert not (server.state_dir(settings) / "server.json").exists()
+
+
+def test_start_after_the_server_died_ends_its_validation_service_first(
+    settings: Settings, service: subprocess.Popen[bytes], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before it spawns a service of its own; here the start then fails (its port is taken),
+    after the cleanup."""
+    _record_a_dead_server(settings, service.pid)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        monkeypatch.setenv(server.PORT_ENV, str(taken.getsockname()[1]))
+        with pytest.raises(server.ServerError, match="is taken by another process"):
+            server.start(settings)
+    assert service.wait(timeout=30) is not None
+
+
+def test_a_recorded_service_pid_reused_by_another_process_is_left_alone(
+    settings: Settings,
+) -> None:
+    other = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    try:
+        _record_a_dead_server(settings, other.pid)
+        assert not server.stop(settings)
+        time.sleep(0.5)
+        assert other.poll() is None
+    finally:
+        other.kill()
+        other.wait()

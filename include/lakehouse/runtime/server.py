@@ -66,6 +66,7 @@ DEFAULT_PORT = 15002
 TOKEN_ENV = "SPARK_CONNECT_AUTHENTICATE_TOKEN"  # read by both Spark's server and its client
 LOOPBACK = "127.0.0.1"
 START_TIMEOUT_S = 180.0
+SERVICE_MODULE = "lakehouse.quality.gx_service"  # the validation service, run with python -m
 
 
 class ServerError(LakehouseError):
@@ -100,7 +101,7 @@ def spawn_validation_service(settings: Settings) -> subprocess.Popen[bytes]:
     path.parent.mkdir(parents=True, exist_ok=True)
     with (path.parent / "gx.log").open("ab") as log:
         return subprocess.Popen(
-            [sys.executable, "-m", "lakehouse.quality.gx_service", str(path)],
+            [sys.executable, "-m", SERVICE_MODULE, str(path)],
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -216,6 +217,9 @@ def start(settings: Settings, *, timeout: float = START_TIMEOUT_S) -> Status:
     current = status(settings)
     if current.running:
         return current
+    recorded = _recorded(settings).get("pid")
+    if not isinstance(recorded, int) or not alive(recorded):
+        stop(settings)  # what a dead server left: its validation service, its socket
     at = port()
     if answers(LOOPBACK, at):
         raise ServerError(
@@ -293,6 +297,29 @@ def start(settings: Settings, *, timeout: float = START_TIMEOUT_S) -> Status:
     )
 
 
+def _end_orphaned_service(pid: object, timeout: float) -> None:
+    """End the validation service recorded as ``pid`` (its process group: the children it
+    forked too), if that process still runs the service: a recorded pid can since have been
+    reused by an unrelated process, which is left alone."""
+    if not isinstance(pid, int) or not alive(pid):
+        return
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return
+    if SERVICE_MODULE.encode() not in argv:
+        return
+    family = [pid, *_descendants(pid)]
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and alive(pid):
+        time.sleep(0.1)
+    for member in family:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(member, signal.SIGKILL)
+
+
 def _descendants(pid: int) -> list[int]:
     """``pid``'s descendant processes (Python workers leave the server's process group)."""
     children: dict[int, list[int]] = {}
@@ -316,6 +343,9 @@ def stop(settings: Settings, *, timeout: float = 30.0) -> bool:
     rec = _recorded(settings)
     pid = rec.get("pid")
     if not isinstance(pid, int) or not alive(pid):
+        # The JVM died alone (kill -9, out of memory): its validation service is still ours to
+        # end, or it outlives every server (and a new start spawns another beside it).
+        _end_orphaned_service(rec.get("validation_pid"), timeout)
         (state_dir(settings) / "server.json").unlink(missing_ok=True)
         (state_dir(settings) / "gx.sock").unlink(missing_ok=True)
         return False
