@@ -8,8 +8,8 @@ side.
 
 Each stack gets a database of its own in a PostgreSQL cluster: the caller's (the end-to-end
 tests share one per session, see conftest.py), or one started for the stack in a temporary
-folder and removed with it. Used by tests/e2e/test_ui_trigger.py, test_airflow_postgres.py and
-bench/airflow_trigger.py, so it depends on neither pytest nor the test fixtures.
+folder and removed with it. Used by tests/e2e/test_airflow_on_postgres.py,
+test_records_start_runs.py and bench/airflow_trigger.py, so it depends on neither pytest nor the test fixtures.
 """
 
 from __future__ import annotations

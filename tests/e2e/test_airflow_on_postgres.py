@@ -1,12 +1,17 @@
-"""A pipeline run triggered from the Airflow UI, as a user would: log in, open the topic's DAG,
-Trigger, ask for a full refresh of one gold table in the Params form, submit; the run succeeds
-and the gold tables move on.
+"""Airflow 3 running for real on PostgreSQL, as `make airflow` runs it (scheduler, DAG processor
+and API server; LocalExecutor; see airflow_stack.py), under a temporary lakehouse root with small
+test contracts, its layer tasks clients of a Spark server. One stack for these tests:
 
-Airflow 3 runs for real (scheduler, DAG processor and API server; LocalExecutor on PostgreSQL;
-see airflow_stack.py) under a temporary lakehouse root, with a small test contract. The scheduler
-does not start interval runs here ([scheduler] use_job_schedule off), so the run the test
-triggers is the only one. Headless Chromium drives the UI; screenshots of the filled-in trigger
-form and of the succeeded run go to tests/artifacts/.
+- The metadata database is the lakehouse's PostgreSQL cluster, and the LocalExecutor runs a DAG
+  run's independent tasks at the same time: one run of the run DAG (``lakehouse__run``), bronze
+  only, for two topics, triggered through the REST API.
+- A pipeline run triggered from the Airflow UI, as a user would: log in, open the topic's DAG,
+  Trigger, ask for a full refresh of one gold table in the Params form, submit; the run succeeds
+  and the gold tables move on. Headless Chromium drives the UI; screenshots of the filled-in
+  trigger form and of the succeeded run go to tests/artifacts/.
+
+The scheduler does not start interval runs here ([scheduler] use_job_schedule off), so the runs
+the tests trigger are the only ones.
 """
 
 from __future__ import annotations
@@ -18,11 +23,13 @@ import time
 import urllib.parse
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
-from airflow_stack import Airflow, clean_environment, running_airflow
+from airflow_stack import AIRFLOW, Airflow, clean_environment, running_airflow
 from browser import ARTIFACTS, Browser, screenshot
 
 from lakehouse.orchestration.airflow_env import SPARK_CONN_ENV, airflow_secrets
@@ -56,6 +63,25 @@ FIRST = [("alice", "Paris"), ("bob", "Lima"), ("alice", "Rome")]
 SECOND = [("bob", "Oslo"), ("carol", "Quito")]
 BASE_MS = 1_700_000_000_000
 NO_SCHEDULE = {"AIRFLOW__SCHEDULER__USE_JOB_SCHEDULE": "False"}
+RUN_DAG = "lakehouse__run"  # (lakehouse.orchestration.dags.RUN_DAG; importing it loads Airflow)
+PG_TOPICS = ("pg-east", "pg-west")  # the run DAG's two bronze jobs, independent of each other
+
+
+def _pg_contract(topic: str) -> str:
+    name = topic.replace("-", "_")
+    return f"""\
+topic: {topic}
+description: Check-ins, for the PostgreSQL test.
+partitions: 1
+key: {{format: string, name: username}}
+value:
+  format: json
+  fields:
+    - {{name: location, type: string, nullable: true}}
+stream: {{name: {name}}}
+tables:
+  - {{name: {name}_latest, kind: latest}}
+"""
 
 
 def _lakehouse(settings: Settings, *args: str, stdin: str | None = None) -> str:
@@ -72,15 +98,17 @@ def _lakehouse(settings: Settings, *args: str, stdin: str | None = None) -> str:
     return proc.stdout + proc.stderr
 
 
-def _produce(settings: Settings, events: list[tuple[str, str]], first: int) -> None:
+def _produce(
+    settings: Settings, events: list[tuple[str, str]], first: int, topic: str = TOPIC
+) -> None:
     lines = [
         json.dumps(
             {"key": user, "value": {"location": place}, "timestamp": BASE_MS + 60_000 * (first + i)}
         )
         for i, (user, place) in enumerate(events)
     ]
-    out = _lakehouse(settings, "produce", TOPIC, stdin="\n".join(lines) + "\n")
-    assert f"produced {len(events)} record(s) to {TOPIC}" in out
+    out = _lakehouse(settings, "produce", topic, stdin="\n".join(lines) + "\n")
+    assert f"produced {len(events)} record(s) to {topic}" in out
 
 
 def _version(settings: Settings, table: str) -> int:
@@ -100,23 +128,88 @@ class Lakehouse:
 def lakehouse(
     tmp_path_factory: pytest.TempPathFactory, postgres: Cluster, spark_server: str
 ) -> Iterator[Lakehouse]:
-    """A first batch already through the pipeline (``lakehouse run``, no Airflow), a second
-    one waiting in landing, and Airflow running, its layer tasks clients of a Spark server."""
-    root = tmp_path_factory.mktemp("ui-trigger")
+    """The UI's topic: a first batch already through the pipeline (``lakehouse run``, no
+    Airflow), a second one waiting in landing; the PostgreSQL test's two topics: a batch each in
+    landing. Airflow running, its layer tasks clients of a Spark server."""
+    root = tmp_path_factory.mktemp("airflow-on-postgres")
     contracts = root / "contracts"
     contracts.mkdir()
     (contracts / f"{TOPIC}.yaml").write_text(CONTRACT)
+    for topic in PG_TOPICS:
+        (contracts / f"{topic}.yaml").write_text(_pg_contract(topic))
     settings = Settings.from_env(home=root / "lakehouse", contracts_dir=contracts)
     _produce(settings, FIRST, 0)
     _lakehouse(settings, "run", "--topic", TOPIC)
     before = {t: _version(settings, t) for t in (LATEST, COUNTS)}
     _produce(settings, SECOND, len(FIRST))
+    for topic in PG_TOPICS:
+        _produce(settings, [("alice", "Paris"), ("bob", "Lima")], 0, topic)
     extra = NO_SCHEDULE | {SPARK_CONN_ENV: spark_server}
     with running_airflow(
         settings, root / "airflow-logs", postgres=postgres, extra_env=extra
     ) as airflow:
         airflow.wait_for_dag(DAG_ID)
         yield Lakehouse(settings, airflow, before)
+
+
+# -- PostgreSQL and the LocalExecutor ----------------------------------------------------------
+@dataclass
+class Run:
+    airflow: Airflow
+    run_id: str
+    state: str
+    tasks: dict[str, dict[str, Any]]  # task id -> task instance, from the REST API
+
+
+@pytest.fixture(scope="module")
+def run(lakehouse: Lakehouse) -> Run:
+    """The run DAG triggered once for bronze of the two PostgreSQL-test topics, and finished
+    (the UI's topic is left out by the run's Params)."""
+    airflow = lakehouse.airflow
+    airflow.wait_for_dag(RUN_DAG)
+    airflow.set_paused(RUN_DAG, False)
+    conf = {"layers": ["bronze"], "topics": list(PG_TOPICS)}
+    run_id = str(airflow.trigger(RUN_DAG, conf)["dag_run_id"])
+    finished = airflow.wait_for_run(RUN_DAG, run_id, timeout=600)
+    tasks = {t["task_id"]: t for t in airflow.task_instances(RUN_DAG, run_id)}
+    return Run(airflow, run_id, finished["state"], tasks)
+
+
+def test_the_metadata_database_is_postgres(run: Run, postgres: Cluster) -> None:
+    proc = subprocess.run(
+        [str(AIRFLOW), "config", "get-value", "database", "sql_alchemy_conn"],
+        env=run.airflow.env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    url = proc.stdout.strip()
+    port = postgres.status().port
+    assert url.startswith("postgresql+psycopg://lakehouse:"), url.split(":")[0]
+    assert f"@127.0.0.1:{port}/airflow_" in url
+    # The run Airflow reports is a row of dag_run in that database.
+    with psycopg.connect(url.replace("postgresql+psycopg:", "postgresql:")) as conn:
+        row = conn.execute(
+            "SELECT dag_id, state FROM dag_run WHERE run_id = %s", (run.run_id,)
+        ).fetchone()
+    assert row == (RUN_DAG, run.state)
+
+
+def test_independent_tasks_of_a_run_overlap(run: Run) -> None:
+    bronze = [run.tasks[f"bronze__{topic}"] for topic in PG_TOPICS]
+    assert run.state == "success", {t: ti["state"] for t, ti in run.tasks.items()}
+    assert [ti["state"] for ti in bronze] == ["success", "success"]
+    # Left out by the run's Params: skipped, not run.
+    assert {run.tasks[f"silver__{topic}"]["state"] for topic in PG_TOPICS} == {"skipped"}
+    assert run.tasks[f"bronze__{TOPIC}"]["state"] == "skipped"
+    (start_a, end_a), (start_b, end_b) = [
+        (datetime.fromisoformat(ti["start_date"]), datetime.fromisoformat(ti["end_date"]))
+        for ti in bronze
+    ]
+    # Each of the two bronze jobs started before the other one ended.
+    assert start_a < end_b and start_b < end_a, (start_a, end_a, start_b, end_b)
 
 
 # -- the UI ------------------------------------------------------------------------------------
