@@ -297,27 +297,16 @@ def start(settings: Settings, *, timeout: float = START_TIMEOUT_S) -> Status:
     )
 
 
-def _end_orphaned_service(pid: object, timeout: float) -> None:
-    """End the validation service recorded as ``pid`` (its process group: the children it
-    forked too), if that process still runs the service: a recorded pid can since have been
+def _is_service(pid: object) -> bool:
+    """Whether ``pid`` is a running validation service: a recorded pid can since have been
     reused by an unrelated process, which is left alone."""
     if not isinstance(pid, int) or not alive(pid):
-        return
+        return False
     try:
         argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
     except OSError:
-        return
-    if SERVICE_MODULE.encode() not in argv:
-        return
-    family = [pid, *_descendants(pid)]
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(pid, signal.SIGTERM)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and alive(pid):
-        time.sleep(0.1)
-    for member in family:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(member, signal.SIGKILL)
+        return False
+    return SERVICE_MODULE.encode() in argv
 
 
 def _descendants(pid: int) -> list[int]:
@@ -338,35 +327,28 @@ def _descendants(pid: int) -> list[int]:
 
 
 def stop(settings: Settings, *, timeout: float = 30.0) -> bool:
-    """Stop the server, its Python workers and its validation service; False if none was
-    running."""
+    """Stop the server, its Python workers and its validation service; False if no server was
+    running. A service whose JVM died alone (kill -9, out of memory) is ended too: otherwise it
+    outlives every server, and a new start spawns another beside it."""
     rec = _recorded(settings)
-    pid = rec.get("pid")
-    if not isinstance(pid, int) or not alive(pid):
-        # The JVM died alone (kill -9, out of memory): its validation service is still ours to
-        # end, or it outlives every server (and a new start spawns another beside it).
-        _end_orphaned_service(rec.get("validation_pid"), timeout)
-        (state_dir(settings) / "server.json").unlink(missing_ok=True)
-        (state_dir(settings) / "gx.sock").unlink(missing_ok=True)
-        return False
-    service = rec.get("validation_pid")
-    family = [pid, *_descendants(pid)]
-    if isinstance(service, int) and alive(service):
-        family += [service, *_descendants(service)]
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(pid, signal.SIGTERM)
-    if isinstance(service, int):
+    pid, service = rec.get("pid"), rec.get("validation_pid")
+    leaders = [pid] if isinstance(pid, int) and alive(pid) else []
+    running = bool(leaders)
+    if isinstance(service, int) and _is_service(service):
+        leaders.append(service)
+    family = [m for p in leaders for m in (p, *_descendants(p))]
+    for leader in leaders:  # each one's process group: the children it forked too
         with contextlib.suppress(ProcessLookupError):
-            os.killpg(service, signal.SIGTERM)  # the service and the children it forked
+            os.killpg(leader, signal.SIGTERM)
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and alive(pid):
+    while time.monotonic() < deadline and any(alive(p) for p in leaders):
         time.sleep(0.2)
     for member in family:
         with contextlib.suppress(ProcessLookupError):
             os.kill(member, signal.SIGKILL)
     (state_dir(settings) / "server.json").unlink(missing_ok=True)
     (state_dir(settings) / "gx.sock").unlink(missing_ok=True)
-    return True
+    return running
 
 
 def remote(settings: Settings, at: int) -> str:
