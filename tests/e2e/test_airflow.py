@@ -30,6 +30,9 @@ HEAVY = ("pyspark", "deltalake", "great_expectations", "polars", "pyarrow")
 
 INSPECT_DAGS = Path(__file__).with_name("inspect_dags.py")
 
+# The ``migrated`` fixture (conftest.py): gives a lakehouse a migrated SQLite metadata database.
+Migrated = Callable[[Settings], None]
+
 
 def _env(settings: Settings) -> dict[str, str]:
     return airflow_environment(settings)
@@ -173,7 +176,7 @@ def test_dag_folder_parses_without_heavy_imports(settings: Settings) -> None:
 
 @pytest.mark.s3
 def test_pipeline_dag_runs_through_airflow_with_its_data_in_a_bucket(
-    tmp_path: Path, s3_server: Any, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, s3_server: Any, monkeypatch: pytest.MonkeyPatch, migrated: Migrated
 ) -> None:
     """The deployment shape: the data in the test bucket, the layer tasks clients of a Spark
     server started with the store's settings (the one committing driver), credentials only in
@@ -208,8 +211,7 @@ def test_pipeline_dag_runs_through_airflow_with_its_data_in_a_bucket(
             ),
         )
         assert _lakehouse(settings, "sample").returncode == 0
-        migrate = _lakehouse(settings, "airflow", "db", "migrate")
-        assert migrate.returncode == 0, migrate.stderr[-3000:]
+        migrated(settings)
         run = _lakehouse(
             settings, "airflow", "dags", "test", "pipeline__user-locations", timeout=900
         )
@@ -283,12 +285,14 @@ def test_pipeline_dag_runs_through_airflow_with_its_data_in_a_bucket(
         server.stop(settings)
 
 
-def test_params_dry_run_changes_nothing_and_layers_skip(settings: Settings, served: str) -> None:
+def test_params_dry_run_changes_nothing_and_layers_skip(
+    settings: Settings, served: str, migrated: Migrated
+) -> None:
     """Params given to a run (as the UI's trigger form sends them): a dry run says what each
     layer would read and creates or changes no table; a run limited to bronze skips the other
     layers and their gates; bad Params fail the plan task before any job starts."""
     assert _lakehouse(settings, "sample", "--topic", "user-profiles").returncode == 0
-    assert _lakehouse(settings, "airflow", "db", "migrate").returncode == 0
+    migrated(settings)
     dag = "pipeline__user-profiles"
 
     def test(conf: dict[str, object]) -> str:
@@ -338,10 +342,10 @@ def test_params_dry_run_changes_nothing_and_layers_skip(settings: Settings, serv
     assert not (settings.silver_path("user_profile_changes") / "_delta_log").exists()
 
 
-def test_maintenance_dag_runs_through_airflow(settings: Settings) -> None:
+def test_maintenance_dag_runs_through_airflow(settings: Settings, migrated: Migrated) -> None:
     """The daily DAG's tasks run `lakehouse maintain` per topic and for the ledger (on an empty
     lakehouse they find nothing to do, and succeed)."""
-    assert _lakehouse(settings, "airflow", "db", "migrate").returncode == 0
+    migrated(settings)
     run = _lakehouse(settings, "airflow", "dags", "test", "lakehouse__maintenance", timeout=600)
     log = run.stdout + run.stderr
     assert run.returncode == 0, log[-5000:]
@@ -357,7 +361,11 @@ def _run_id(log: str) -> str:
 
 
 def test_failed_gate_fails_the_dag_run_and_publishes_nothing(
-    settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, served: str
+    settings: Settings,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    served: str,
+    migrated: Migrated,
 ) -> None:
     """A `fail` expectation on silver: the silver task fails naming the table, the expectation
     and the observed value; silver publishes nothing, gold does not run, the report is still
@@ -375,7 +383,7 @@ def test_failed_gate_fails_the_dag_run_and_publishes_nothing(
     monkeypatch.setenv("LAKEHOUSE_CONTRACTS", str(contracts))
     settings = Settings.from_env(settings.home, contracts)
     assert _lakehouse(settings, "sample").returncode == 0
-    assert _lakehouse(settings, "airflow", "db", "migrate").returncode == 0
+    migrated(settings)
     run = _lakehouse(settings, "airflow", "dags", "test", "pipeline__user-locations", timeout=900)
     log = run.stdout + run.stderr
     (settings.home / "dags-test.log").write_text(log)  # the whole log, for a failing assert
@@ -394,15 +402,14 @@ def test_failed_gate_fails_the_dag_run_and_publishes_nothing(
 
 
 def test_avro_pipeline_dag_runs_through_airflow(
-    settings: Settings, monkeypatch: pytest.MonkeyPatch
+    settings: Settings, monkeypatch: pytest.MonkeyPatch, migrated: Migrated
 ) -> None:
     """The Avro topic with the ``lakehouse_spark`` connection of type ``spark``: each layer is a
     spark-submit of jobs/run_layer.py (SparkSubmitOperator), for a cluster or a big backfill;
     fastavro decodes in Spark's Python workers."""
     monkeypatch.setenv(SPARK_CONN_ENV, json.dumps({"conn_type": "spark", "host": "local[2]"}))
     assert _lakehouse(settings, "sample", "--topic", "user-profiles").returncode == 0
-    migrate = _lakehouse(settings, "airflow", "db", "migrate")
-    assert migrate.returncode == 0, migrate.stderr[-3000:]
+    migrated(settings)
     run = _lakehouse(settings, "airflow", "dags", "test", "pipeline__user-profiles", timeout=900)
     log = run.stdout + run.stderr
     (settings.home / "dags-test.log").write_text(log)  # the whole log, for a failing assert
@@ -456,7 +463,7 @@ def _test_dag_mended(
 
 @pytest.mark.reliability  # an outage: make reliability's
 def test_a_task_whose_server_is_down_fails_at_once_and_its_retry_succeeds(
-    settings: Settings, monkeypatch: pytest.MonkeyPatch
+    settings: Settings, monkeypatch: pytest.MonkeyPatch, migrated: Migrated
 ) -> None:
     """No Spark server answers the ``lakehouse_spark`` connection: the bronze task's try fails
     at once (no minutes of client retries) saying how to start the server; once the server is
@@ -466,7 +473,7 @@ def test_a_task_whose_server_is_down_fails_at_once_and_its_retry_succeeds(
         port = int(s.getsockname()[1])
     monkeypatch.setenv(server.PORT_ENV, str(port))
     assert _lakehouse(settings, "sample", "--topic", "user-profiles").returncode == 0
-    assert _lakehouse(settings, "airflow", "db", "migrate").returncode == 0
+    migrated(settings)
 
     def start_server(line: str) -> None:
         assert "start it with `lakehouse spark start`" in line
@@ -499,7 +506,11 @@ kafka: {{topic: kb-orders, bootstrap_servers: '{servers}'}}
 
 @pytest.mark.reliability  # an outage: make reliability's
 def test_a_task_whose_broker_is_down_fails_and_its_retry_succeeds(
-    settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, served: str
+    settings: Settings,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    served: str,
+    migrated: Migrated,
 ) -> None:
     """A Kafka-sourced topic whose broker stopped after records were produced: the bronze task's
     try fails naming the broker and how to start it, having committed nothing; once the broker
@@ -534,7 +545,7 @@ def test_a_task_whose_broker_is_down_fails_and_its_retry_succeeds(
         ]
         kafka.Producer(client, 2).send_batch(records)
         broker.stop()
-        assert _lakehouse(settings, "airflow", "db", "migrate").returncode == 0
+        migrated(settings)
         down = f"the broker at {servers} did not answer"
         code, log = _test_dag_mended(settings, "pipeline__kb-orders", down, start_broker)
     finally:
