@@ -4,19 +4,16 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
 from collections.abc import Callable, Iterator
-from pathlib import Path
 
 import pytest
 from airflow_stack import free_port, temporary_postgres
 from browser import Browser
 
-from lakehouse.orchestration.airflow_env import airflow_environment
 from lakehouse.runtime import server
 from lakehouse.runtime.config import REPO_ROOT, Settings
 from lakehouse.runtime.postgres import Cluster
+from lakes import lakehouse
 
 
 @pytest.fixture(scope="module")
@@ -66,17 +63,9 @@ def migrated(tmp_path_factory: pytest.TempPathFactory) -> Callable[[Settings], N
     `lakehouse airflow db migrate`: run once per test process (it takes seconds of CPU), then
     copied. The database holds no path or secret of the home it was made in."""
     home = tmp_path_factory.mktemp("airflow-db") / "lakehouse"
-    template = Settings.from_env(home, REPO_ROOT / "contracts")
-    done = subprocess.run(
-        [str(Path(sys.executable).parent / "lakehouse"), "airflow", "db", "migrate"],
-        env=airflow_environment(template),
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
+    done = lakehouse(home, "airflow", "db", "migrate", timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
-    database = template.airflow_home / "airflow.db"
+    database = Settings.from_env(home, REPO_ROOT / "contracts").airflow_home / "airflow.db"
     assert database.is_file()
 
     def copy(settings: Settings) -> None:
