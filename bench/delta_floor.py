@@ -17,7 +17,8 @@ cores), two empty tables with the change feed on (as every pipeline table has). 
 No parsing, no decoding, no gate, no state table: a real batch does all of that on top. The
 floor of a three-layer batch is two appends and one MERGE; the figures are the p50 of the
 ``--batches`` measured batches after ``--warmup`` ones, and the floor set against the goal
-(ratio = goal / floor, so < 1: the goal is below what the engine alone takes here).
+(ratio = goal / floor, so < 1: the goal is below what the engine alone takes here), printed
+and kept in ``bench/results/delta_floor.json`` with every batch's times.
 """
 
 from __future__ import annotations
@@ -29,6 +30,10 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from common import Figure, report
 
 GOAL_S = 1.0  # issue 28: a warm 10K-record micro-batch, three layers, gates on, p50
 
@@ -96,17 +101,27 @@ def main() -> None:
     counted = slice(args.warmup, None)
     append_p50 = statistics.median(append_s[counted])
     merge_p50 = statistics.median(merge_s[counted])
-    floor = 2 * append_p50 + merge_p50
     print(
-        f"{args.rows} rows per batch, p50 of {args.batches} warm batches "
-        f"(after {args.warmup}):\n"
-        f"  append with its position: {append_p50:.3f} s "
-        f"(min {min(append_s[counted]):.3f})\n"
-        f"  MERGE with its position:  {merge_p50:.3f} s (min {min(merge_s[counted]):.3f})\n"
-        f"  floor of a three-layer batch (2 appends + 1 MERGE): {floor:.3f} s\n"
-        f"  against the goal of {GOAL_S:.1f} s: ratio {GOAL_S / floor:.2f}"
+        f"({args.rows} rows per batch, p50 of {args.batches} warm batches after {args.warmup}: "
+        f"append with its position {append_p50:.3f} s (min {min(append_s[counted]):.3f}), "
+        f"MERGE with its position {merge_p50:.3f} s (min {min(merge_s[counted]):.3f}))"
     )
-    sys.stdout.flush()
+    floor = Figure(
+        "delta_floor.three_layer_commits.p50",
+        2 * append_p50 + merge_p50,
+        "s",
+        "issue 28's goal for the whole batch",
+        GOAL_S,
+        higher_is_better=False,
+    )
+    context = {
+        "rows": args.rows,
+        "batches": args.batches,
+        "warmup": args.warmup,
+        "append_s": append_s,
+        "merge_s": merge_s,
+    }
+    report([floor], "delta_floor", context)
 
 
 if __name__ == "__main__":
