@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
+import os
 import shutil
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 from airflow_stack import free_port, temporary_postgres
@@ -27,26 +31,62 @@ def chrome(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Browser]:
 
 @pytest.fixture(scope="session")
 def spark_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """One Spark server (`lakehouse spark start`) for the Airflow tests of this test process,
-    stopped at its end. Yields the ``lakehouse_spark`` connection (JSON, for
-    :data:`SPARK_CONN_ENV`) that makes the layer tasks its clients: the server holds no
-    lakehouse of its own, every task names its tables' paths."""
-    home = tmp_path_factory.mktemp("spark-server") / "lakehouse"
+    """One Spark server (`lakehouse spark start`) for the Airflow tests of the whole run: the
+    first test process to need it starts it, the others join it, and the last to finish stops
+    it (a count in the run's shared temp folder, under a lock). Yields the ``lakehouse_spark``
+    connection (JSON, for :data:`SPARK_CONN_ENV`) that makes the layer tasks its clients: the
+    server holds no lakehouse of its own, every task names its tables' paths."""
+    shared = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        shared = shared.parent  # the run's folder, above each worker's own
+    state = shared / "spark-server.json"
+    with _locked(shared / "spark-server.lock"):
+        if state.exists():
+            held = json.loads(state.read_text())
+        else:
+            home = shared / "spark-server" / "lakehouse"
+            held = {"home": str(home), "users": 0, "connection": _start_server(home)}
+        held["users"] += 1
+        state.write_text(json.dumps(held))
+    try:
+        yield held["connection"]
+    finally:
+        with _locked(shared / "spark-server.lock"):
+            held = json.loads(state.read_text())
+            held["users"] -= 1
+            if held["users"] == 0:
+                state.unlink()
+                with pytest.MonkeyPatch.context() as mp:
+                    mp.setenv("LAKEHOUSE_HOME", held["home"])
+                    server.stop(Settings.from_env())
+            else:
+                state.write_text(json.dumps(held))
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    with path.open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _start_server(home: Path) -> str:
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("LAKEHOUSE_HOME", str(home))
         mp.setenv(server.PORT_ENV, str(free_port()))
         settings = Settings.from_env()
         running = server.start(settings)
-        connection = {
-            "conn_type": "spark_connect",
-            "host": "localhost",
-            "port": running.port,
-            "password": server.token(settings),
-        }
-    try:
-        yield json.dumps(connection)
-    finally:
-        server.stop(settings)
+        return json.dumps(
+            {
+                "conn_type": "spark_connect",
+                "host": "localhost",
+                "port": running.port,
+                "password": server.token(settings),
+            }
+        )
 
 
 @pytest.fixture(scope="session")
