@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import json
 import os
 import shutil
@@ -14,7 +12,7 @@ import pytest
 from airflow_stack import free_port, temporary_postgres
 from browser import Browser
 
-from lakehouse.runtime import server
+from lakehouse.runtime import process, server
 from lakehouse.runtime.config import REPO_ROOT, Settings
 from lakehouse.runtime.postgres import Cluster
 from lakes import lakehouse
@@ -33,14 +31,15 @@ def chrome(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Browser]:
 def spark_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """One Spark server (`lakehouse spark start`) for the Airflow tests of the whole run: the
     first test process to need it starts it, the others join it, and the last to finish stops
-    it (a count in the run's shared temp folder, under a lock). Yields the ``lakehouse_spark``
-    connection (JSON, for :data:`SPARK_CONN_ENV`) that makes the layer tasks its clients: the
-    server holds no lakehouse of its own, every task names its tables' paths."""
+    it (a count in the run's shared temp folder, under the lock a server's start takes).
+    Yields the ``lakehouse_spark`` connection (JSON, for :data:`SPARK_CONN_ENV`) that makes the
+    layer tasks its clients: the server holds no lakehouse of its own, every task names its
+    tables' paths."""
     shared = tmp_path_factory.getbasetemp()
     if os.environ.get("PYTEST_XDIST_WORKER"):
         shared = shared.parent  # the run's folder, above each worker's own
     state = shared / "spark-server.json"
-    with _locked(shared / "spark-server.lock"):
+    with process.start_lock(shared):
         if state.exists():
             held = json.loads(state.read_text())
         else:
@@ -51,7 +50,7 @@ def spark_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     try:
         yield held["connection"]
     finally:
-        with _locked(shared / "spark-server.lock"):
+        with process.start_lock(shared):
             held = json.loads(state.read_text())
             held["users"] -= 1
             if held["users"] == 0:
@@ -61,16 +60,6 @@ def spark_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
                     server.stop(Settings.from_env())
             else:
                 state.write_text(json.dumps(held))
-
-
-@contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    with path.open("a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def _start_server(home: Path) -> str:
