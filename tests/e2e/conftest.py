@@ -6,7 +6,6 @@ import json
 import os
 import shutil
 from collections.abc import Callable, Iterator
-from pathlib import Path
 
 import pytest
 from airflow_stack import free_port, temporary_postgres
@@ -29,53 +28,37 @@ def chrome(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Browser]:
 
 @pytest.fixture(scope="session")
 def spark_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """One Spark server (`lakehouse spark start`) for the Airflow tests of the whole run: the
-    first test process to need it starts it, the others join it, and the last to finish stops
-    it (a count in the run's shared temp folder, under the lock a server's start takes).
-    Yields the ``lakehouse_spark`` connection (JSON, for :data:`SPARK_CONN_ENV`) that makes the
-    layer tasks its clients: the server holds no lakehouse of its own, every task names its
-    tables' paths."""
+    """One Spark server (`lakehouse spark start`) for the Airflow tests of the whole run, in a
+    home in the run's shared temp folder: the first test process to need it starts it, the
+    others find it running (`server.start` starts it unless it runs), and the last to finish
+    stops it (a count of its users beside it, under the lock a server's start takes). Yields
+    the ``lakehouse_spark`` connection (JSON, for :data:`SPARK_CONN_ENV`) that makes the layer
+    tasks its clients: the server holds no lakehouse of its own, every task names its tables'
+    paths."""
     shared = tmp_path_factory.getbasetemp()
     if os.environ.get("PYTEST_XDIST_WORKER"):
         shared = shared.parent  # the run's folder, above each worker's own
-    state = shared / "spark-server.json"
-    with process.start_lock(shared):
-        if state.exists():
-            held = json.loads(state.read_text())
-        else:
-            home = shared / "spark-server" / "lakehouse"
-            held = {"home": str(home), "users": 0, "connection": _start_server(home)}
-        held["users"] += 1
-        state.write_text(json.dumps(held))
-    try:
-        yield held["connection"]
-    finally:
-        with process.start_lock(shared):
-            held = json.loads(state.read_text())
-            held["users"] -= 1
-            if held["users"] == 0:
-                state.unlink()
-                with pytest.MonkeyPatch.context() as mp:
-                    mp.setenv("LAKEHOUSE_HOME", held["home"])
-                    server.stop(Settings.from_env())
-            else:
-                state.write_text(json.dumps(held))
-
-
-def _start_server(home: Path) -> str:
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("LAKEHOUSE_HOME", str(home))
-        mp.setenv(server.PORT_ENV, str(free_port()))
+    users = shared / "spark-server.users"
+    with pytest.MonkeyPatch.context() as mp, process.start_lock(shared):
+        mp.setenv("LAKEHOUSE_HOME", str(shared / "spark-server" / "lakehouse"))
+        mp.setenv(server.PORT_ENV, str(free_port()))  # for the first start only
         settings = Settings.from_env()
         running = server.start(settings)
-        return json.dumps(
-            {
-                "conn_type": "spark_connect",
-                "host": "localhost",
-                "port": running.port,
-                "password": server.token(settings),
-            }
-        )
+        users.write_text(str(int(users.read_text() if users.exists() else 0) + 1))
+    connection = {
+        "conn_type": "spark_connect",
+        "host": "localhost",
+        "port": running.port,
+        "password": server.token(settings),
+    }
+    try:
+        yield json.dumps(connection)
+    finally:
+        with process.start_lock(shared):
+            left = int(users.read_text()) - 1
+            users.write_text(str(left))
+            if left == 0:
+                server.stop(settings)
 
 
 @pytest.fixture(scope="session")
