@@ -205,11 +205,16 @@ unit: $(STAMP) ## Run the fast unit tests only
 # Every fault-injection test, sized by one setting (LAKEHOUSE_RELIABILITY_KILLS, read by
 # tests/lakes.py), plus the standalone-cluster run. A file's tests stay in one process
 # (test_fault_injection.py's share a clean run of 8 minutes). The `heavy` rounds take 5 to 22
-# minutes each here even at one kill: CI runs only the others (see `test`).
-RELIABILITY_TESTS ?= reliability or heavy
+# minutes each here even at one kill: CI runs only the others (see `test`). The gold property
+# tests (marked `property`) draw 8 new histories each here (LAKEHOUSE_PROPERTY_DRAWS), where
+# make test draws the same 2 every time.
+RELIABILITY_TESTS ?= reliability or heavy or property
 .PHONY: reliability
-reliability: java ## Fault injection at full size (kill -9 of each layer job, of the Spark server under the layers, of a writer 20 times, of a Kafka ingest and of its broker 10 times each; outages, reruns, maintenance during writes)
-	LAKEHOUSE_RELIABILITY_KILLS=$${LAKEHOUSE_RELIABILITY_KILLS:-20} $(BIN)/pytest -n $(TEST_PROCESSES) --dist loadfile --durations=10 -m "$(RELIABILITY_TESTS)"
+reliability: java ## Fault injection at full size (kill -9 of each layer job, of the Spark server under the layers, of a writer 20 times, of a Kafka ingest and of its broker 10 times each; outages, reruns, maintenance during writes) and the gold property tests on new random histories
+	LAKEHOUSE_RELIABILITY_KILLS=$${LAKEHOUSE_RELIABILITY_KILLS:-20} \
+	LAKEHOUSE_PROPERTY_DRAWS=$${LAKEHOUSE_PROPERTY_DRAWS:-8} \
+	$(BIN)/pytest -n $(TEST_PROCESSES) --dist loadfile --durations=10 --hypothesis-profile=random \
+		-m "$(RELIABILITY_TESTS)"
 
 BENCH_SIZE ?= small
 .PHONY: bench

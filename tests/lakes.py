@@ -1,8 +1,8 @@
 """Helpers the test modules share (imported by name: ``from lakes import ...``): a lakehouse made
 of contracts (:func:`lake_with`), a table's rows (:func:`rows`, :func:`records`), the
 ``lakehouse`` command in a process of its own (:func:`lakehouse`), the size of the fault
-rounds, the test S3 API's description, and a lakehouse's settings on local files or in the test
-bucket."""
+rounds and of the property tests, the test S3 API's description, and a lakehouse's settings on
+local files or in the test bucket."""
 
 from __future__ import annotations
 
@@ -26,6 +26,12 @@ S3_REGION = "us-east-1"
 # each kills its target (kill -9 of a writer, a job, the Spark server, the broker) or cuts the
 # store. `make reliability` runs 20, CI's short rounds 1; 1 when a module is run by hand.
 KILLS = int(os.environ.get("LAKEHOUSE_RELIABILITY_KILLS", "1"))
+
+# The one setting for the gold property tests (Hypothesis): how many histories each draws
+# beside its written examples. An example is one to three pipeline runs of 10-40 s here. make
+# test draws 2, the same 2 on every run (the tests/conftest.py profile is derandomized: its time
+# and its verdict do not change by chance); make reliability draws 8 new ones each run.
+DRAWS = int(os.environ.get("LAKEHOUSE_PROPERTY_DRAWS", "2"))
 
 
 @dataclass(frozen=True)

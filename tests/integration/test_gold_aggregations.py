@@ -18,7 +18,7 @@ from lakehouse.pipeline.runner import run
 from lakehouse.runtime.config import Settings
 from lakehouse.storage import read_arrow
 from lakehouse.topics.landing import Producer, Record
-from lakes import lake_with
+from lakes import DRAWS, lake_with
 
 pytestmark = pytest.mark.integration
 
@@ -226,7 +226,8 @@ MOVES: list[Event] = [
 ]
 
 
-@hsettings(max_examples=5, deadline=None, suppress_health_check=list(HealthCheck))
+@pytest.mark.property
+@hsettings(max_examples=DRAWS, deadline=None, suppress_health_check=list(HealthCheck))
 @given(history=HISTORIES, cuts=st.lists(st.integers(1, 9), max_size=2, unique=True))
 @example(history=MOVES, cuts=[3, 5])
 @example(history=MOVES, cuts=[])  # one batch: a full recompute

@@ -21,7 +21,7 @@ from lakehouse.runtime.config import Settings
 from lakehouse.storage import changes_arrow, read_arrow
 from lakehouse.tables.rebuild import at_event_time, refresh, restore
 from lakehouse.topics.landing import Producer, Record
-from lakes import lake_with
+from lakes import DRAWS, lake_with
 
 pytestmark = pytest.mark.integration
 
@@ -168,7 +168,8 @@ COMEBACK: list[Event] = [
 ]
 
 
-@hsettings(max_examples=2, deadline=None, suppress_health_check=list(HealthCheck))
+@pytest.mark.property
+@hsettings(max_examples=DRAWS, deadline=None, suppress_health_check=list(HealthCheck))
 @given(
     history=st.lists(st.tuples(KEYS, VALUES), min_size=1, max_size=9),
     cuts=st.lists(st.integers(1, 8), max_size=2, unique=True),

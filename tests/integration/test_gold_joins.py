@@ -18,7 +18,7 @@ from lakehouse.pipeline.runner import run
 from lakehouse.runtime.config import Settings
 from lakehouse.storage import DeltaStore, changes_arrow, read_arrow
 from lakehouse.topics.landing import Producer, Record
-from lakes import row_order, rows
+from lakes import DRAWS, row_order, rows
 
 pytestmark = pytest.mark.integration
 
@@ -510,7 +510,8 @@ BOTH_SIDES: list[Step] = [
 ]
 
 
-@hsettings(max_examples=3, deadline=None, suppress_health_check=list(HealthCheck))
+@pytest.mark.property
+@hsettings(max_examples=DRAWS, deadline=None, suppress_health_check=list(HealthCheck))
 @given(history=HISTORIES, cuts=st.lists(st.integers(1, 9), max_size=2, unique=True))
 @example(history=BOTH_SIDES, cuts=[3, 6])
 @example(history=BOTH_SIDES, cuts=[])  # one batch: a full recompute

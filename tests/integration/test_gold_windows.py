@@ -20,7 +20,7 @@ from lakehouse.pipeline.runner import run
 from lakehouse.runtime.config import Settings
 from lakehouse.storage import DeltaStore, changes_arrow, delta_spark, read_arrow
 from lakehouse.topics.landing import Producer, Record
-from lakes import lake_with
+from lakes import DRAWS, lake_with
 
 pytestmark = pytest.mark.integration
 
@@ -476,7 +476,8 @@ LATE: History = [
 ]
 
 
-@hsettings(max_examples=3, deadline=None, suppress_health_check=list(HealthCheck))
+@pytest.mark.property
+@hsettings(max_examples=DRAWS, deadline=None, suppress_health_check=list(HealthCheck))
 @given(
     history=st.lists(
         st.tuples(
