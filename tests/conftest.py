@@ -1,5 +1,5 @@
-"""Shared fixtures: a temporary lakehouse root per test, one SparkSession, one Kafka broker and one
-S3 API for the whole run."""
+"""Shared fixtures: a temporary lakehouse root per test, one SparkSession and one S3 API per test
+process, one Kafka broker for the whole run."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ import pytest
 from hypothesis import settings as hypothesis_settings
 
 from lakehouse.runtime.config import REPO_ROOT, Settings
-from lakes import S3_REGION, S3Store
+from lakes import S3_REGION, S3Store, shared_by_the_run
 
 T = TypeVar("T")
 
@@ -65,7 +65,7 @@ def spark(request: pytest.FixtureRequest) -> Iterator[object]:
 
 @dataclass(frozen=True)
 class KafkaBroker:
-    """The test session's broker: where clients find it, and the folder it keeps."""
+    """The test run's broker: where clients find it, and the folder it keeps."""
 
     bootstrap_servers: str
     root: Path
@@ -89,18 +89,21 @@ def _start_on_a_free_port(start: Callable[[int], T], error: type[Exception]) -> 
 
 @pytest.fixture(scope="session")
 def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBroker]:
-    """One local Kafka broker (lakehouse.runtime.broker) for the test session, in a folder of its own, on
-    a free port (each xdist worker starts its own); stopped at the end, whatever the tests did.
-    Tests share it: each uses topics of its own."""
+    """One local Kafka broker (lakehouse.runtime.broker) for the whole test run, on a free port
+    (:func:`lakes.shared_by_the_run`); stopped at the end, whatever the tests did. Tests share it:
+    each uses topics of its own."""
     from lakehouse.runtime.broker import Broker, BrokerError
 
-    broker = Broker(tmp_path_factory.mktemp("kafka-broker") / "kafka")
-    try:
+    def start(folder: Path) -> KafkaBroker:
+        broker = Broker(folder / "kafka")
         status = _start_on_a_free_port(broker.start, BrokerError)
         assert status.bootstrap_servers is not None and status.pid is not None
-        yield KafkaBroker(status.bootstrap_servers, broker.root, status.pid)
-    finally:
-        broker.stop()
+        return KafkaBroker(status.bootstrap_servers, broker.root, status.pid)
+
+    with shared_by_the_run(
+        tmp_path_factory, "kafka-broker", start, lambda folder: Broker(folder / "kafka").stop()
+    ) as broker:
+        yield broker
 
 
 @pytest.fixture(scope="session")

@@ -1,24 +1,29 @@
 """Helpers the test modules share (imported by name: ``from lakes import ...``): a lakehouse made
 of contracts (:func:`lake_with`), a table's rows (:func:`rows`, :func:`records`), the
 ``lakehouse`` command in a process of its own (:func:`lakehouse`), the size of the fault
-rounds and of the property tests, the test S3 API's description, and a lakehouse's settings on
-local files or in the test bucket."""
+rounds and of the property tests, the test S3 API's description, a lakehouse's settings on
+local files or in the test bucket, and a local server the whole test run shares
+(:func:`shared_by_the_run`)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 
+from lakehouse.runtime import process
 from lakehouse.runtime.config import REPO_ROOT, Settings
 from lakehouse.runtime.objectstore import Location
+
+T = TypeVar("T")
 
 S3_REGION = "us-east-1"
 
@@ -136,3 +141,34 @@ def lakehouse(
         timeout=timeout,
         check=False,
     )
+
+
+@contextlib.contextmanager
+def shared_by_the_run(
+    factory: pytest.TempPathFactory,
+    name: str,
+    start: Callable[[Path], T],
+    stop: Callable[[Path], object],
+) -> Iterator[T]:
+    """A local server the whole test run shares, kept in ``<the run's temp folder>/<name>``:
+    every test process (xdist worker) that needs it calls ``start(folder)``, which starts it
+    unless it runs there already and returns how to reach it; the last process to finish with
+    it calls ``stop(folder)``. A count of its users is kept beside it, under a lock: a process
+    never finds it half started, nor stopped under another."""
+    shared = factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        shared = shared.parent  # the run's folder, above each worker's own
+    folder = shared / name
+    folder.mkdir(exist_ok=True)
+    users = folder / "users"
+    with process.start_lock(folder):
+        started = start(folder)
+        users.write_text(str(int(users.read_text() if users.exists() else 0) + 1))
+    try:
+        yield started
+    finally:
+        with process.start_lock(folder):
+            left = int(users.read_text()) - 1
+            users.write_text(str(left))
+            if left == 0:
+                stop(folder)

@@ -3,18 +3,18 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 from airflow_stack import free_port, temporary_postgres
 from browser import Browser
 
-from lakehouse.runtime import process, server
+from lakehouse.runtime import server
 from lakehouse.runtime.config import REPO_ROOT, Settings
 from lakehouse.runtime.postgres import Cluster
-from lakes import lakehouse
+from lakes import lakehouse, shared_by_the_run
 
 
 @pytest.fixture(scope="module")
@@ -28,37 +28,32 @@ def chrome(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Browser]:
 
 @pytest.fixture(scope="session")
 def spark_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """One Spark server (`lakehouse spark start`) for the Airflow tests of the whole run, in a
-    home in the run's shared temp folder: the first test process to need it starts it, the
-    others find it running (`server.start` starts it unless it runs), and the last to finish
-    stops it (a count of its users beside it, under the lock a server's start takes). Yields
-    the ``lakehouse_spark`` connection (JSON, for :data:`SPARK_CONN_ENV`) that makes the layer
-    tasks its clients: the server holds no lakehouse of its own, every task names its tables'
-    paths."""
-    shared = tmp_path_factory.getbasetemp()
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        shared = shared.parent  # the run's folder, above each worker's own
-    users = shared / "spark-server.users"
-    with pytest.MonkeyPatch.context() as mp, process.start_lock(shared):
-        mp.setenv("LAKEHOUSE_HOME", str(shared / "spark-server" / "lakehouse"))
-        mp.setenv(server.PORT_ENV, str(free_port()))  # for the first start only
-        settings = Settings.from_env()
-        running = server.start(settings)
-        users.write_text(str(int(users.read_text() if users.exists() else 0) + 1))
-    connection = {
-        "conn_type": "spark_connect",
-        "host": "localhost",
-        "port": running.port,
-        "password": server.token(settings),
-    }
-    try:
-        yield json.dumps(connection)
-    finally:
-        with process.start_lock(shared):
-            left = int(users.read_text()) - 1
-            users.write_text(str(left))
-            if left == 0:
-                server.stop(settings)
+    """One Spark server (`lakehouse spark start`) for the Airflow tests of the whole run
+    (:func:`lakes.shared_by_the_run`). Yields the ``lakehouse_spark`` connection (JSON, for
+    :data:`SPARK_CONN_ENV`) that makes the layer tasks its clients: the server holds no
+    lakehouse of its own, every task names its tables' paths."""
+
+    def home(folder: Path) -> Settings:
+        return Settings.from_env(folder / "lakehouse", REPO_ROOT / "contracts")
+
+    def start(folder: Path) -> str:
+        settings = home(folder)
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setenv("LAKEHOUSE_HOME", str(settings.home))
+            mp.setenv(server.PORT_ENV, str(free_port()))  # for the first start only
+            running = server.start(settings)
+        connection = {
+            "conn_type": "spark_connect",
+            "host": "localhost",
+            "port": running.port,
+            "password": server.token(settings),
+        }
+        return json.dumps(connection)
+
+    with shared_by_the_run(
+        tmp_path_factory, "spark-server", start, lambda folder: server.stop(home(folder))
+    ) as connection:
+        yield connection
 
 
 @pytest.fixture(scope="session")
