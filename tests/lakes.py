@@ -1,9 +1,9 @@
 """Helpers the test modules share (imported by name: ``from lakes import ...``): a lakehouse made
-of contracts (:func:`lake_with`), a table's rows (:func:`rows`, :func:`records`), the
-``lakehouse`` command in a process of its own (:func:`lakehouse`), the size of the fault
-rounds and of the property tests, the test S3 API's description, a lakehouse's settings on
-local files or in the test bucket, and a local server the whole test run shares
-(:func:`shared_by_the_run`)."""
+of contracts (:func:`lake_with`, :func:`shipped_topic`), a table's rows (:func:`rows`,
+:func:`records`), the ``lakehouse`` command in a process of its own (:func:`lakehouse`), the
+size of the fault rounds and of the property tests, the test S3 API's description, a
+lakehouse's settings on local files or in the test bucket, and a local server the whole test
+run shares (:func:`shared_by_the_run`)."""
 
 from __future__ import annotations
 
@@ -68,15 +68,19 @@ STORAGES = ["local", pytest.param("s3", marks=pytest.mark.s3)]
 
 
 def lake_settings(
-    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    request: pytest.FixtureRequest,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    contracts: Path = REPO_ROOT / "contracts",
 ) -> Settings:
     """The body of a ``settings`` fixture parametrized with :data:`STORAGES`: a fresh lakehouse
-    with the shipped contracts, its data under the home or under a prefix of its own in the
-    test bucket (``LAKEHOUSE_DATA``), set in this process's environment for the test."""
+    with the ``contracts`` (default: the shipped ones), its data under the home or under a
+    prefix of its own in the test bucket (``LAKEHOUSE_DATA``), set in this process's
+    environment for the test."""
     from lakehouse.runtime import objectstore
 
     monkeypatch.setenv("LAKEHOUSE_HOME", str(tmp_path / "lakehouse"))
-    monkeypatch.setenv("LAKEHOUSE_CONTRACTS", str(REPO_ROOT / "contracts"))
+    monkeypatch.setenv("LAKEHOUSE_CONTRACTS", str(contracts))
     if request.param == "s3":
         request.getfixturevalue("spark")  # started with the store's settings
         store: S3Store = request.getfixturevalue("s3_server")
@@ -96,6 +100,23 @@ def lake_with(root: Path, contracts: Mapping[str, str]) -> Settings:
     for topic, text in contracts.items():
         (folder / f"{topic}.yaml").write_text(text)
     return Settings.from_env(root / "home", folder)
+
+
+def shipped_topic(folder: Path, topic: str, tables: Sequence[str]) -> Path:
+    """A contracts ``folder`` holding the shipped contract of ``topic`` with only its gold
+    ``tables`` (and their expectations), for tests of what the other tables do not change: a
+    micro-batch of the shipped topic builds ten. Returns the folder."""
+    import yaml
+
+    contract = yaml.safe_load((REPO_ROOT / "contracts" / f"{topic}.yaml").read_text())
+    contract["tables"] = [t for t in contract["tables"] if t["name"] in tables]
+    assert [t["name"] for t in contract["tables"]] == list(tables), "no such shipped table"
+    checks = contract.get("expectations", {})
+    if "gold" in checks:
+        checks["gold"] = [c for c in checks["gold"] if c["table"] in tables]
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{topic}.yaml").write_text(yaml.safe_dump(contract, sort_keys=False))
+    return folder
 
 
 def row_order(row: Sequence[Any]) -> tuple[tuple[bool, Any], ...]:
