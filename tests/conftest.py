@@ -1,10 +1,11 @@
-"""Shared fixtures: a temporary lakehouse root per test, one SparkSession and one S3 API per test
-process, one Kafka broker for the whole run."""
+"""Shared fixtures: a temporary lakehouse root per test, one SparkSession per test process, one
+Kafka broker and one S3 API for the whole run."""
 
 from __future__ import annotations
 
 import importlib.util
 import os
+import secrets
 import socket
 import sys
 from collections.abc import Callable, Iterator
@@ -108,28 +109,40 @@ def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBrok
 
 @pytest.fixture(scope="session")
 def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Store]:
-    """One local S3 API (lakehouse.runtime.s3server: moto's server, in memory) for the test session, on
-    a free port (each xdist worker starts its own), with one bucket; stopped at the end, whatever
-    the tests did. Tests share the bucket: each uses keys of its own."""
+    """One local S3 API (lakehouse.runtime.s3server: moto's server, in memory) for the whole
+    test run, on a free port (:func:`lakes.shared_by_the_run`), with one bucket; stopped at the
+    end, whatever the tests did. Tests share the bucket: each uses keys of its own. moto checks
+    no signature: the secret key is one of the run's own, so that a test can look for it where
+    it must not be (logs, task output, reports)."""
     import boto3
 
     from lakehouse.runtime.s3server import S3Server, S3ServerError
 
-    server = S3Server(tmp_path_factory.mktemp("s3-server") / "s3")
-    try:
+    def start(folder: Path) -> S3Store:
+        server = S3Server(folder / "s3")
         status = _start_on_a_free_port(server.start, S3ServerError)
         assert status.endpoint is not None and status.pid is not None
-        store = S3Store(status.endpoint, "lakehouse-tests", server.root, status.pid)
-        boto3.client(
+        secret = folder / "secret"
+        if not secret.exists():
+            secret.write_text(f"not-a-real-secret-{secrets.token_hex(8)}")
+        store = S3Store(
+            status.endpoint, "lakehouse-tests", server.root, status.pid, secret.read_text()
+        )
+        client = boto3.client(
             "s3",
             endpoint_url=store.endpoint,
             region_name=S3_REGION,
             aws_access_key_id=store.env["AWS_ACCESS_KEY_ID"],
             aws_secret_access_key=store.env["AWS_SECRET_ACCESS_KEY"],
-        ).create_bucket(Bucket=store.bucket)
+        )
+        if store.bucket not in [b["Name"] for b in client.list_buckets()["Buckets"]]:
+            client.create_bucket(Bucket=store.bucket)
+        return store
+
+    with shared_by_the_run(
+        tmp_path_factory, "s3-server", start, lambda folder: S3Server(folder / "s3").stop()
+    ) as store:
         yield store
-    finally:
-        server.stop()
 
 
 @pytest.fixture

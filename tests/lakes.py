@@ -49,6 +49,7 @@ class S3Store:
     bucket: str
     root: Path
     pid: int
+    secret: str  # the secret access key (moto checks none): the run's own
 
     @property
     def env(self) -> dict[str, str]:
@@ -58,7 +59,7 @@ class S3Store:
             "LAKEHOUSE_S3_REGION": S3_REGION,
             # moto checks no credentials; S3 clients still sign every request with some.
             "AWS_ACCESS_KEY_ID": "testing",
-            "AWS_SECRET_ACCESS_KEY": "testing",
+            "AWS_SECRET_ACCESS_KEY": self.secret,
         }
 
 

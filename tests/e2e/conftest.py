@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import shutil
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -26,19 +27,44 @@ def chrome(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Browser]:
         holder.quit()
 
 
+@dataclass(frozen=True)
+class SparkServer:
+    """The run's Spark server: the ``lakehouse_spark`` connection (JSON, for
+    :data:`SPARK_CONN_ENV`) that makes layer tasks its clients, and its log."""
+
+    connection: str
+    log: Path
+
+    @property
+    def port(self) -> int:
+        return int(json.loads(self.connection)["port"])
+
+    @property
+    def token(self) -> str:
+        return str(json.loads(self.connection)["password"])
+
+
 @pytest.fixture(scope="session")
-def spark_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def shared_spark_server(
+    tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Iterator[SparkServer]:
     """One Spark server (`lakehouse spark start`) for the Airflow tests of the whole run
-    (:func:`lakes.shared_by_the_run`). Yields the ``lakehouse_spark`` connection (JSON, for
-    :data:`SPARK_CONN_ENV`) that makes the layer tasks its clients: the server holds no
-    lakehouse of its own, every task names its tables' paths."""
+    (:func:`lakes.shared_by_the_run`). It holds no lakehouse of its own: every task names its
+    tables' paths. When the run has tests marked ``s3``, it starts with the run's S3 API's
+    settings and credentials in its environment, as a deployment's server would (a JVM reads its
+    environment once), so tasks can keep their tables in the test bucket too."""
+    s3 = None
+    if any(item.get_closest_marker("s3") for item in request.session.items):
+        s3 = request.getfixturevalue("s3_server")
 
     def home(folder: Path) -> Settings:
         return Settings.from_env(folder / "lakehouse", REPO_ROOT / "contracts")
 
-    def start(folder: Path) -> str:
+    def start(folder: Path) -> SparkServer:
         settings = home(folder)
         with pytest.MonkeyPatch.context() as mp:
+            for name, value in (s3.env if s3 is not None else {}).items():
+                mp.setenv(name, value)
             mp.setenv("LAKEHOUSE_HOME", str(settings.home))
             mp.setenv(server.PORT_ENV, str(free_port()))  # for the first start only
             running = server.start(settings)
@@ -48,12 +74,18 @@ def spark_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             "port": running.port,
             "password": server.token(settings),
         }
-        return json.dumps(connection)
+        return SparkServer(json.dumps(connection), server.state_dir(settings) / "server.log")
 
     with shared_by_the_run(
         tmp_path_factory, "spark-server", start, lambda folder: server.stop(home(folder))
-    ) as connection:
-        yield connection
+    ) as running:
+        yield running
+
+
+@pytest.fixture(scope="session")
+def spark_server(shared_spark_server: SparkServer) -> str:
+    """The run's Spark server's ``lakehouse_spark`` connection (JSON)."""
+    return shared_spark_server.connection
 
 
 @pytest.fixture(scope="session")

@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from airflow_stack import free_port
 
 from lakehouse.orchestration.airflow_env import SPARK_CONN_ENV, airflow_environment, airflow_secrets
 from lakehouse.runtime import server
@@ -176,7 +175,11 @@ def test_dag_folder_parses_without_heavy_imports(settings: Settings) -> None:
 
 @pytest.mark.s3
 def test_pipeline_dag_runs_through_airflow_with_its_data_in_a_bucket(
-    tmp_path: Path, s3_server: Any, monkeypatch: pytest.MonkeyPatch, migrated: Migrated
+    tmp_path: Path,
+    s3_server: Any,
+    shared_spark_server: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    migrated: Migrated,
 ) -> None:
     """The deployment shape: the data in the test bucket, the layer tasks clients of a Spark
     server started with the store's settings (the one committing driver), credentials only in
@@ -186,30 +189,17 @@ def test_pipeline_dag_runs_through_airflow_with_its_data_in_a_bucket(
     output, server log or report."""
     from lakehouse.runtime import objectstore
 
-    secret = f"not-a-real-secret-{tmp_path.name}"  # moto checks no signature
     for name, value in s3_server.env.items():
         monkeypatch.setenv(name, value)
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", secret)
+    secret = s3_server.secret  # in the Spark server's environment too (shared_spark_server)
     monkeypatch.setenv("LAKEHOUSE_HOME", str(tmp_path / "lakehouse"))
     monkeypatch.setenv("LAKEHOUSE_CONTRACTS", str(REPO_ROOT / "contracts"))
     monkeypatch.setenv("LAKEHOUSE_DATA", f"s3://{s3_server.bucket}/airflow/{tmp_path.name}")
-    monkeypatch.setenv(server.PORT_ENV, str(free_port()))
+    monkeypatch.setenv(SPARK_CONN_ENV, shared_spark_server.connection)
     objectstore.reset()
     settings = Settings.from_env()
-    running = server.start(settings)
+    port, token = shared_spark_server.port, shared_spark_server.token
     try:
-        token = server.token(settings)
-        monkeypatch.setenv(
-            SPARK_CONN_ENV,
-            json.dumps(
-                {
-                    "conn_type": "spark_connect",
-                    "host": "localhost",
-                    "port": running.port,
-                    "password": token,
-                }
-            ),
-        )
         assert _lakehouse(settings, "sample").returncode == 0
         migrated(settings)
         run = _lakehouse(
@@ -217,7 +207,7 @@ def test_pipeline_dag_runs_through_airflow_with_its_data_in_a_bucket(
         )
         log = run.stdout + run.stderr
         assert run.returncode == 0 and "state=success" in log, log[-5000:]
-        assert log.count(f"on the Spark server at localhost:{running.port}") == 3  # each layer
+        assert log.count(f"on the Spark server at localhost:{port}") == 3  # each layer
         for layer in (
             "bronze user-locations: batch 0 committed",
             "silver user_locations:",
@@ -275,14 +265,14 @@ def test_pipeline_dag_runs_through_airflow_with_its_data_in_a_bucket(
         # task's log; the browser test checks the log files a scheduler writes), the server's
         # log or the reports.
         outputs = log + joins_log + shown.stdout + shown.stderr + counted.stdout + counted.stderr
-        server_log = (server.state_dir(settings) / "server.log").read_text(errors="replace")
+        server_log = shared_spark_server.log.read_text(errors="replace")
         secrets = airflow_secrets(settings.airflow_home) | {"spark": token, "s3": secret}
         assert [name for name, value in secrets.items() if value in outputs] == []
         assert secret not in server_log
         docs = [p for p in settings.data_docs_root.rglob("*") if p.is_file()]
         assert docs and not [p for p in docs if secret.encode() in p.read_bytes()]
     finally:
-        server.stop(settings)
+        objectstore.reset()
 
 
 def test_params_dry_run_changes_nothing_and_layers_skip(
