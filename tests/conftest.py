@@ -50,15 +50,24 @@ def settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Settings:
 
 
 @pytest.fixture(scope="session")
-def spark(request: pytest.FixtureRequest) -> Iterator[object]:
-    """One local SparkSession shared by every test that needs Spark. When the run has tests on
-    S3 (marker ``s3``), the session's JVM and Python workers start with the test S3 API's
-    settings and credentials in their environment, as a deployment's Spark would."""
+def s3_env(request: pytest.FixtureRequest) -> dict[str, str]:
+    """What a JVM the run starts for good (a SparkSession, the Spark server) needs in its
+    environment to use the run's S3 API, as a deployment's Spark would have it: the store's
+    settings and credentials when the run has tests on S3 (marker ``s3``), else nothing. A JVM
+    reads its environment once, when it starts."""
+    if any(item.get_closest_marker("s3") for item in request.session.items):
+        store: S3Store = request.getfixturevalue("s3_server")
+        return store.env
+    return {}
+
+
+@pytest.fixture(scope="session")
+def spark(s3_env: dict[str, str]) -> Iterator[object]:
+    """One local SparkSession shared by every test that needs Spark, started with
+    :func:`s3_env` in its environment (for its JVM and Python workers)."""
     from lakehouse.runtime.spark import get_session
 
-    if any(item.get_closest_marker("s3") for item in request.session.items):
-        store = request.getfixturevalue("s3_server")
-        os.environ.update(store.env)
+    os.environ.update(s3_env)
     session = get_session("local[2]", app_name="lakehouse-tests")
     yield session
     session.stop()

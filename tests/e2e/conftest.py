@@ -29,33 +29,34 @@ def chrome(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Browser]:
 
 @dataclass(frozen=True)
 class SparkServer:
-    """The run's Spark server: the ``lakehouse_spark`` connection (JSON, for
-    :data:`SPARK_CONN_ENV`) that makes layer tasks its clients, and its log."""
+    """The run's Spark server: where layer tasks find it, and its log."""
 
-    connection: str
+    port: int
+    token: str
     log: Path
 
     @property
-    def port(self) -> int:
-        return int(json.loads(self.connection)["port"])
-
-    @property
-    def token(self) -> str:
-        return str(json.loads(self.connection)["password"])
+    def connection(self) -> str:
+        """The ``lakehouse_spark`` connection (JSON, for :data:`SPARK_CONN_ENV`) that makes
+        layer tasks its clients."""
+        return json.dumps(
+            {
+                "conn_type": "spark_connect",
+                "host": "localhost",
+                "port": self.port,
+                "password": self.token,
+            }
+        )
 
 
 @pytest.fixture(scope="session")
 def shared_spark_server(
-    tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+    tmp_path_factory: pytest.TempPathFactory, s3_env: dict[str, str]
 ) -> Iterator[SparkServer]:
     """One Spark server (`lakehouse spark start`) for the Airflow tests of the whole run
-    (:func:`lakes.shared_by_the_run`). It holds no lakehouse of its own: every task names its
-    tables' paths. When the run has tests marked ``s3``, it starts with the run's S3 API's
-    settings and credentials in its environment, as a deployment's server would (a JVM reads its
-    environment once), so tasks can keep their tables in the test bucket too."""
-    s3 = None
-    if any(item.get_closest_marker("s3") for item in request.session.items):
-        s3 = request.getfixturevalue("s3_server")
+    (:func:`lakes.shared_by_the_run`), started with ``s3_env`` (tests/conftest.py) in its
+    environment, so tasks can keep their tables in the test bucket too. It holds no lakehouse
+    of its own: every task names its tables' paths."""
 
     def home(folder: Path) -> Settings:
         return Settings.from_env(folder / "lakehouse", REPO_ROOT / "contracts")
@@ -63,18 +64,13 @@ def shared_spark_server(
     def start(folder: Path) -> SparkServer:
         settings = home(folder)
         with pytest.MonkeyPatch.context() as mp:
-            for name, value in (s3.env if s3 is not None else {}).items():
+            for name, value in s3_env.items():
                 mp.setenv(name, value)
             mp.setenv("LAKEHOUSE_HOME", str(settings.home))
             mp.setenv(server.PORT_ENV, str(free_port()))  # for the first start only
             running = server.start(settings)
-        connection = {
-            "conn_type": "spark_connect",
-            "host": "localhost",
-            "port": running.port,
-            "password": server.token(settings),
-        }
-        return SparkServer(json.dumps(connection), server.state_dir(settings) / "server.log")
+        log = server.state_dir(settings) / "server.log"
+        return SparkServer(running.port, server.token(settings), log)
 
     with shared_by_the_run(
         tmp_path_factory, "spark-server", start, lambda folder: server.stop(home(folder))
