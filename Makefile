@@ -188,7 +188,9 @@ browser: ## Install headless Chromium and its WebDriver if missing (Debian packa
 # (its module fixtures are shared). Fault injection (tests marked `reliability`: kill -9,
 # outages, reruns, maintenance while jobs write) is `make reliability`'s, not make test's. CI
 # (.ci/run) adds the short rounds to this run at one kill each (TEST_MARKERS='not heavy',
-# LAKEHOUSE_RELIABILITY_KILLS=1): as a second pytest run they cost about 4 minutes more.
+# LAKEHOUSE_RELIABILITY_KILLS=1): as a second pytest run they cost about 4 minutes more. The
+# gold property tests (marked `property`) run their written histories here; CI also draws 2
+# (LAKEHOUSE_PROPERTY_DRAWS=2, the same 2 on every run).
 TEST_PROCESSES ?= 2
 TEST_MARKERS ?= not reliability and not heavy
 test: java lint browser postgres-server ## Run the test suite (unit, integration, Airflow end to end; no fault injection)
@@ -206,8 +208,8 @@ unit: $(STAMP) ## Run the fast unit tests only
 # tests/lakes.py), plus the standalone-cluster run. A file's tests stay in one process
 # (test_fault_injection.py's share a clean run of 8 minutes). The `heavy` rounds take 5 to 22
 # minutes each here even at one kill: CI runs only the others (see `test`). The gold property
-# tests (marked `property`) draw 8 new histories each here (LAKEHOUSE_PROPERTY_DRAWS), where
-# make test draws the same 2 every time.
+# tests (marked `property`) draw 8 new histories each here (LAKEHOUSE_PROPERTY_DRAWS), beside
+# the written ones make test runs.
 RELIABILITY_TESTS ?= reliability or heavy or property
 .PHONY: reliability
 reliability: java ## Fault injection at full size (kill -9 of each layer job, of the Spark server under the layers, of a writer 20 times, of a Kafka ingest and of its broker 10 times each; outages, reruns, maintenance during writes) and the gold property tests on new random histories

@@ -32,8 +32,8 @@ os.environ.setdefault("LAKEHOUSE_SPARK_CODEGEN", "off")
 # Other Spark defaults for the tests' JVMs (see the file).
 os.environ.setdefault("SPARK_CONF_DIR", str(Path(__file__).with_name("spark")))
 
-# Hypothesis draws the same examples on every run of make test (seeded from each test), so that
-# a run's time and verdict do not change by chance; make reliability passes
+# Hypothesis draws the same examples on every run that draws any (CI's; seeded from each test),
+# so that a run's time and verdict do not change by chance; make reliability passes
 # --hypothesis-profile=random and draws new ones each time (see lakes.DRAWS).
 hypothesis_settings.register_profile("derandomized", derandomize=True)
 hypothesis_settings.register_profile("random", derandomize=False)

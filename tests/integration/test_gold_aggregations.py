@@ -9,8 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, example, given
-from hypothesis import settings as hsettings
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from lakehouse.contracts.model import Catalog
@@ -18,7 +17,7 @@ from lakehouse.pipeline.runner import run
 from lakehouse.runtime.config import Settings
 from lakehouse.storage import read_arrow
 from lakehouse.topics.landing import Producer, Record
-from lakes import DRAWS, lake_with
+from lakes import histories, lake_with
 
 pytestmark = pytest.mark.integration
 
@@ -227,7 +226,7 @@ MOVES: list[Event] = [
 
 
 @pytest.mark.property
-@hsettings(max_examples=DRAWS, deadline=None, suppress_health_check=list(HealthCheck))
+@histories()
 @given(history=HISTORIES, cuts=st.lists(st.integers(1, 9), max_size=2, unique=True))
 @example(history=MOVES, cuts=[3, 5])
 @example(history=MOVES, cuts=[])  # one batch: a full recompute

@@ -11,8 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, example, given
-from hypothesis import settings as hsettings
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from lakehouse.contracts.model import Catalog
@@ -21,7 +20,7 @@ from lakehouse.runtime.config import Settings
 from lakehouse.storage import changes_arrow, read_arrow
 from lakehouse.tables.rebuild import at_event_time, refresh, restore
 from lakehouse.topics.landing import Producer, Record
-from lakes import DRAWS, lake_with
+from lakes import histories, lake_with
 
 pytestmark = pytest.mark.integration
 
@@ -169,7 +168,7 @@ COMEBACK: list[Event] = [
 
 
 @pytest.mark.property
-@hsettings(max_examples=DRAWS, deadline=None, suppress_health_check=list(HealthCheck))
+@histories()
 @given(
     history=st.lists(st.tuples(KEYS, VALUES), min_size=1, max_size=9),
     cuts=st.lists(st.integers(1, 8), max_size=2, unique=True),

@@ -9,8 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, example, given
-from hypothesis import settings as hsettings
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from lakehouse.contracts.model import Catalog
@@ -18,7 +17,7 @@ from lakehouse.pipeline.runner import run
 from lakehouse.runtime.config import Settings
 from lakehouse.storage import DeltaStore, changes_arrow, read_arrow
 from lakehouse.topics.landing import Producer, Record
-from lakes import DRAWS, row_order, rows
+from lakes import histories, row_order, rows
 
 pytestmark = pytest.mark.integration
 
@@ -511,7 +510,7 @@ BOTH_SIDES: list[Step] = [
 
 
 @pytest.mark.property
-@hsettings(max_examples=DRAWS, deadline=None, suppress_health_check=list(HealthCheck))
+@histories()
 @given(history=HISTORIES, cuts=st.lists(st.integers(1, 9), max_size=2, unique=True))
 @example(history=BOTH_SIDES, cuts=[3, 6])
 @example(history=BOTH_SIDES, cuts=[])  # one batch: a full recompute

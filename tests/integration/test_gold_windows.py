@@ -11,8 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, example, given
-from hypothesis import settings as hsettings
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from lakehouse.contracts.model import Catalog
@@ -20,7 +19,7 @@ from lakehouse.pipeline.runner import run
 from lakehouse.runtime.config import Settings
 from lakehouse.storage import DeltaStore, changes_arrow, delta_spark, read_arrow
 from lakehouse.topics.landing import Producer, Record
-from lakes import DRAWS, lake_with
+from lakes import histories, lake_with
 
 pytestmark = pytest.mark.integration
 
@@ -477,7 +476,7 @@ LATE: History = [
 
 
 @pytest.mark.property
-@hsettings(max_examples=DRAWS, deadline=None, suppress_health_check=list(HealthCheck))
+@histories()
 @given(
     history=st.lists(
         st.tuples(

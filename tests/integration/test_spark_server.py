@@ -23,17 +23,25 @@ from lakehouse.runtime.config import REPO_ROOT, Settings
 from lakehouse.runtime.process import alive, free_port
 from lakehouse.storage import log, read_arrow
 from lakehouse.storage.log import load
+from lakes import shipped_topic
 
 pytestmark = pytest.mark.integration
+
+DEMO_TABLES = ("user_latest_location", "user_location_counts")
 
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Settings]:
-    """A lakehouse with the shipped contracts and sample records, and its server running."""
-    home = tmp_path_factory.mktemp("served") / "lakehouse"
+    """A lakehouse with the shipped topics and sample records, and its server running. Each
+    topic has the gold tables the tests read (the latest and count tables `make demo` prints,
+    the profiles' latest table): what a client of the server does, not every shipped table."""
+    root = tmp_path_factory.mktemp("served")
+    home = root / "lakehouse"
+    contracts = shipped_topic(root / "contracts", "user-locations", DEMO_TABLES)
+    shipped_topic(contracts, "user-profiles", ("user_profiles",))
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("LAKEHOUSE_HOME", str(home))
-        mp.setenv("LAKEHOUSE_CONTRACTS", str(REPO_ROOT / "contracts"))
+        mp.setenv("LAKEHOUSE_CONTRACTS", str(contracts))
         mp.setenv(server.PORT_ENV, str(free_port()))
         settings = Settings.from_env()
         subprocess.run(
