@@ -21,7 +21,7 @@ from lakehouse.runtime.config import REPO_ROOT, Settings
 from lakehouse.storage import changes_arrow, read_arrow
 from lakehouse.topics import samples
 from lakehouse.topics.landing import Producer, Record
-from lakes import STORAGES, lake_settings, rows, shipped_topic
+from lakes import DEMO_TABLES, STORAGES, lake_settings, rows, shipped_topic
 
 pytestmark = pytest.mark.integration
 TOPIC = "user-locations"
@@ -32,7 +32,7 @@ TOPIC = "user-locations"
 # not the shipped ten. Every shipped table is built, in a bucket, by the Airflow bucket test
 # (tests/e2e/test_airflow.py: the pipeline and joins DAGs); one of each kind, on local files,
 # by test_kafka_source's comparison of its two sources.
-TABLES = ("user_latest_location", "user_location_counts")
+TABLES = DEMO_TABLES
 
 
 @pytest.fixture(params=STORAGES)

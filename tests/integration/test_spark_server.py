@@ -23,11 +23,9 @@ from lakehouse.runtime.config import REPO_ROOT, Settings
 from lakehouse.runtime.process import alive, free_port
 from lakehouse.storage import log, read_arrow
 from lakehouse.storage.log import load
-from lakes import shipped_topic
+from lakes import DEMO_TABLES, shipped_topic
 
 pytestmark = pytest.mark.integration
-
-DEMO_TABLES = ("user_latest_location", "user_location_counts")
 
 
 @pytest.fixture(scope="module")
