@@ -289,6 +289,45 @@ def test_threads_sharing_a_session_merge_with_their_own_positions(
     assert spark.conf.get("spark.databricks.delta.write.txnAppId", None) is None
 
 
+class RecordingGate:
+    """A gate that records what a merge asks it to judge, and refuses a row over 100."""
+
+    columns = None
+
+    def __init__(self, needs_whole_table: bool = True) -> None:
+        self.needs_whole_table = needs_whole_table
+        self.seen: dict[str, Any] = {}
+
+    def check(
+        self,
+        batch: Any,
+        rows: Any = None,
+        *,
+        whole: Any,
+        source: Any,
+        at_most: Any,
+        marker: str | None,
+    ) -> str:
+        self.seen = {
+            "post": sorted(tuple(r) for r in batch.collect()),
+            "rows": rows,
+            "whole": None
+            if whole is None
+            else sorted(tuple(r) for r in whole.select("k", "n", marker).collect()),
+            "source": source,
+            "at_most": at_most,
+        }
+        if any(n > 100 for _, n in self.seen["post"]):
+            raise ValueError("too big")
+        return "ok"
+
+    def commit_metadata(self, verdict: str) -> dict[str, Any]:
+        return {"lakehouse.verdict": verdict}
+
+    def record(self, verdict: str, *, table_version: Any, published: bool) -> None:
+        self.seen["recorded"] = (verdict, table_version, published)
+
+
 def test_a_gated_merge_is_judged_on_the_rows_it_would_publish(spark: Any, tmp_path: Path) -> None:
     """The gate sees each merged row as the table would hold it (the stored sum plus the
     batch's), deleted keys not at all, and the whole table after the merge; a refusal writes
@@ -297,41 +336,10 @@ def test_a_gated_merge_is_judged_on_the_rows_it_would_publish(spark: Any, tmp_pa
     _sum_table(spark, path)
     _fold(spark, path, [("a", 1, False), ("b", 2, False), ("c", 4, False)], 0)
 
-    class Gate:
-        columns, needs_whole_table = None, True
-
-        def __init__(self) -> None:
-            self.seen: dict[str, Any] = {}
-
-        def check(
-            self,
-            batch: Any,
-            rows: Any = None,
-            *,
-            whole: Any,
-            source: Any,
-            at_most: Any,
-            marker: str,
-        ) -> str:
-            self.seen = {
-                "post": sorted(tuple(r) for r in batch.collect()),
-                "whole": sorted(tuple(r) for r in whole.select("k", "n", marker).collect()),
-                "source": source,
-                "at_most": at_most,
-            }
-            if any(n > 100 for _, n in self.seen["post"]):
-                raise ValueError("too big")
-            return "ok"
-
-        def commit_metadata(self, verdict: str) -> dict[str, Any]:
-            return {"lakehouse.verdict": verdict}
-
-        def record(self, verdict: str, *, table_version: Any, published: bool) -> None:
-            self.seen["recorded"] = (verdict, table_version, published)
-
-    gate = Gate()
+    gate = RecordingGate()
     _fold(spark, path, [("a", 10, False), ("b", 0, True), ("d", 7, False)], 1, gate)
     assert gate.seen["post"] == [("a", 11), ("d", 7)]
+    assert gate.seen["rows"] is None  # a sum reads the table: the gate counts what it collects
     # The table after the merge, its merged rows marked: the batch can be read out of it.
     assert gate.seen["whole"] == [("a", 11, True), ("c", 4, False), ("d", 7, True)]
     assert gate.seen["source"] == {"table": "silver.s", "versions": [1, 1]}
@@ -343,3 +351,65 @@ def test_a_gated_merge_is_judged_on_the_rows_it_would_publish(spark: Any, tmp_pa
     with pytest.raises(ValueError, match="too big"):
         _fold(spark, path, [("c", 200, False)], 2, gate)
     assert _rows(path) == {"a": 11, "c": 4, "d": 7}
+
+
+def _replace(
+    spark: Any,
+    path: Path,
+    rows: list[tuple[str, int, bool]],
+    version: int,
+    gate: Any = None,
+    insert_when: str = "NOT s.gone",
+) -> Any:
+    """Merge (key, value, delete) rows as a latest table does: a row replaces the stored one or
+    is inserted (where ``insert_when`` holds), a delete removes the key."""
+    from lakehouse.storage import Txn, delta_spark
+
+    batch = spark.createDataFrame(rows, "k string, n long, gone boolean")
+    return delta_spark.merge(
+        batch,
+        path,
+        on=["k"],
+        update={"n": "s.n"},
+        insert={"k": "s.k", "n": "s.n"},
+        delete_when="s.gone",
+        insert_when=insert_when,
+        txn=Txn("silver.s", version),
+        metadata={"lakehouse.source": {"table": "silver.s", "versions": [version, version]}},
+        gate=gate,
+    )
+
+
+def test_a_merge_whose_rows_do_not_depend_on_the_table_is_judged_off_its_source(
+    spark: Any, tmp_path: Path
+) -> None:
+    """A merge whose every source row meets the same fate whether or not the table holds its key
+    (a latest table's: a row replaces the stored one or is inserted, a delete removes the key or
+    nothing) gives its gate the same rows and the same table after it, and the number of rows
+    it writes, counted with the source (the gate has nothing to count). Once a row's fate
+    depends on its key being stored, the rows come from the source joined with the table."""
+    path = tmp_path / "latest"
+    _sum_table(spark, path)
+    _replace(spark, path, [("a", 1, False), ("b", 2, False), ("c", 4, False)], 0)
+
+    gate = RecordingGate()
+    batch = [("a", 10, False), ("b", 0, True), ("d", 7, False), ("x", 0, True)]
+    _replace(spark, path, batch, 1, gate)
+    assert gate.seen["post"] == [("a", 10), ("d", 7)]
+    assert gate.seen["rows"] == 2
+    assert gate.seen["whole"] == [("a", 10, True), ("c", 4, False), ("d", 7, True)]
+    assert gate.seen["at_most"] == (4, 7)
+    assert gate.seen["recorded"] == ("ok", 2, True)
+    assert _rows(path) == {"a": 10, "c": 4, "d": 7}
+
+    # Inserted only where the value is positive, always updated: "a" (stored) takes -1, "e"
+    # (not stored) is left out.
+    gate = RecordingGate(needs_whole_table=False)
+    batch = [("a", -1, False), ("e", -1, False), ("f", 5, False)]
+    _replace(spark, path, batch, 2, gate, insert_when="s.n > 0")
+    assert gate.seen["post"] == [("a", -1), ("f", 5)]
+    assert gate.seen["rows"] is None and gate.seen["whole"] is None
+    assert _rows(path) == {"a": -1, "c": 4, "d": 7, "f": 5}
+    with pytest.raises(ValueError, match="too big"):
+        _replace(spark, path, [("c", 200, False)], 3, gate)
+    assert _rows(path) == {"a": -1, "c": 4, "d": 7, "f": 5}

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import fcntl
 import json
+import re
 import threading
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -268,23 +269,36 @@ def merge(
 
     ``gate`` judges the rows the merge would publish, computed by Spark from the same clauses,
     before anything is written; see :func:`_publish`. The caller holds :func:`table_lock`."""
+    from pyspark import StorageLevel
+
     spark = source.sparkSession
     rules = MergePlan(list(on), update, insert, delete_when, update_when, insert_when)
     # The gate and the MERGE read the same source (a change feed read and folded per key): it
-    # is computed once for both, not once per reader.
-    staged = source.persist() if gate is not None else source
+    # is computed once for both, not once per reader (unless the caller keeps it already).
+    ours = gate is not None and source.storageLevel == StorageLevel.NONE
+    staged = source.persist() if ours else source
 
     def judge(gate: PublishGate, dt: DeltaTable) -> Any:
         target = spark.read.format("delta").load(str(path))
-        post, gone = rules.outcome(staged, target)
+        schema = target.schema
+        incoming, written = rules.survey(staged, schema)
+        if written is not None:
+            post, gone = rules.outcome_of_source(staged, schema)
+        else:
+            post, gone = rules.outcome(staged, target)
         whole = None
         if gate.needs_whole_table:
             whole = rules.table_after(staged, target, post, gone, delete_unmatched, BATCH_MARKER)
+        # At most how many rows the merge publishes (one per source row), and the table has
+        # after it (its own, from its log, and those): the gate collects what it judges
+        # without counting it first (and nothing, if it only counts rows the survey counted).
+        rows = table_rows(dt)
         return gate.check(
             post,
+            written,
             whole=whole,
             source=_source(None, metadata),
-            at_most=_merge_bounds(staged, dt),
+            at_most=(incoming, None if rows is None else rows + incoming),
             marker=None if whole is None else BATCH_MARKER,
         )
 
@@ -315,7 +329,7 @@ def merge(
     try:
         result, metrics = _publish(path, txn, metadata, gate, judge, commit)
     finally:
-        if gate is not None:
+        if ours:
             staged.unpersist()
     changed = 0 if metrics is None else int(metrics["num_affected_rows"])
     return WriteResult(result.committed, result.table_version, changed)
@@ -365,17 +379,6 @@ def _source(
     return source if source is not None else (metadata or {}).get("lakehouse.source")
 
 
-def _merge_bounds(source: DataFrame, dt: DeltaTable) -> tuple[int, int | None]:
-    """At most how many rows a merge of ``source`` (at most one row per key, cached) publishes,
-    and the table has after it: the source's rows (a table the merges write has one row per
-    key), and the table's own (from its log) with them. The gate then collects what it judges
-    without counting it first."""
-
-    incoming = source.count()
-    rows = table_rows(dt)
-    return incoming, None if rows is None else rows + incoming
-
-
 # The column of a MERGE's would-be table that marks the rows the MERGE writes (for its gate).
 BATCH_MARKER = "__lakehouse_written"
 
@@ -413,6 +416,67 @@ class MergePlan:
     delete_when: str | None
     update_when: str | None
     insert_when: str | None
+
+    def survey(self, source: DataFrame, schema: StructType) -> tuple[int, int | None]:
+        """How many rows ``source`` has; and, if each meets the same fate (and the same stored
+        values) whether or not the table (of ``schema``) holds its key, how many the merge
+        writes (else None). :meth:`outcome_of_source` then needs no join with the table. One
+        Spark job either way."""
+        from pyspark.sql import functions as F
+
+        if self._values_of_source(schema) is None:
+            return source.count(), None
+        if_matched = ~_holds(self.delete_when) & _holds(self.update_when, default=True)
+        if_not = _holds(self.insert_when, default=True)
+        row = (
+            source.alias("s")
+            .agg(F.count(F.lit(1)), F.count_if(if_matched != if_not), F.count_if(if_not))
+            .first()
+        )
+        assert row is not None
+        return int(row[0]), int(row[2]) if row[1] == 0 else None
+
+    def outcome_of_source(
+        self, source: DataFrame, schema: StructType
+    ) -> tuple[DataFrame, DataFrame]:
+        """:meth:`outcome` read off the source alone, when :meth:`survey` says it may be: the
+        rows written, and the keys of the source rows that delete (a key the table lacks is
+        deleted from nothing)."""
+        from pyspark.sql import functions as F
+
+        values = self._values_of_source(schema)
+        assert values is not None, "the merge's values depend on the table"
+        rows = source.alias("s")
+        post = rows.filter(_holds(self.insert_when, default=True)).select(
+            *(F.expr(values[f.name]).cast(f.dataType).alias(f.name) for f in schema.fields)
+        )
+        gone = rows.filter(_holds(self.delete_when)).select(
+            *(F.col(f"s.`{k}`").alias(k) for k in self.on)
+        )
+        return post, gone
+
+    def _values_of_source(self, schema: StructType) -> dict[str, str] | None:
+        """Each stored column's value as SQL over the source alone, the same for an updated row
+        and an inserted one; None if a condition or a value reads the table (``t``), or if a
+        column keeps the table's value or is left null on insert. A key column's stored value
+        is the source's either way (the rows matched on it)."""
+        conditions = (self.delete_when, self.update_when, self.insert_when)
+        if any(c is not None and _TARGET.search(c) for c in conditions):
+            return None
+        values = {}
+        for f in schema.fields:
+            fresh = self.insert.get(f.name)
+            if fresh is None or _TARGET.search(fresh):
+                return None
+            if f.name in self.on:
+                same = fresh in (f"s.{f.name}", f"s.`{f.name}`")
+                same = same and self.update.get(f.name, fresh) == fresh
+            else:
+                same = self.update.get(f.name) == fresh
+            if not same:
+                return None
+            values[f.name] = fresh
+        return values
 
     def outcome(self, source: DataFrame, target: DataFrame) -> tuple[DataFrame, DataFrame]:
         """The rows the merge would insert or update, as they would be stored, and the keys of
@@ -457,6 +521,10 @@ class MergePlan:
         return kept.withColumn(marker, F.lit(False)).unionByName(
             post.withColumn(marker, F.lit(True))
         )
+
+
+# A reference to the MERGE's table (``t.column``) in a clause's SQL; not part of a longer name.
+_TARGET = re.compile(r"(?<![\w.`])t\.")
 
 
 def _holds(condition: str | None, *, default: bool = False) -> Column:

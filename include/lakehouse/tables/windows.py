@@ -596,10 +596,10 @@ def _run_batch(
         delta_spark.append(late, out.late, txn=txn, metadata=position)
         if state is not None:
             delta_spark.append(state, out.state, txn=txn, metadata=position, mode="overwrite")
-        changed = gold_rows.count()
     finally:
         for df in cached:
             df.unpersist()
+    changed = result.source_rows or 0
     return common.GoldResult(spec.name, (batch.start, batch.end), changed, result.committed)
 
 
