@@ -339,7 +339,9 @@ def test_a_gated_merge_is_judged_on_the_rows_it_would_publish(spark: Any, tmp_pa
     gate = RecordingGate()
     _fold(spark, path, [("a", 10, False), ("b", 0, True), ("d", 7, False)], 1, gate)
     assert gate.seen["post"] == [("a", 11), ("d", 7)]
-    assert gate.seen["rows"] is None  # a sum reads the table: the gate counts what it collects
+    # Each row is written or deleted whether or not its key is stored: the survey of the source
+    # counted the rows written (their values read the table).
+    assert gate.seen["rows"] == 2
     # The table after the merge, its merged rows marked: the batch can be read out of it.
     assert gate.seen["whole"] == [("a", 11, True), ("c", 4, False), ("d", 7, True)]
     assert gate.seen["source"] == {"table": "silver.s", "versions": [1, 1]}
@@ -383,11 +385,12 @@ def _replace(
 def test_a_merge_whose_rows_do_not_depend_on_the_table_is_judged_off_its_source(
     spark: Any, tmp_path: Path
 ) -> None:
-    """A merge whose every source row meets the same fate whether or not the table holds its key
-    (a latest table's: a row replaces the stored one or is inserted, a delete removes the key or
-    nothing) gives its gate the same rows and the same table after it, and the number of rows
-    it writes, counted with the source (the gate has nothing to count). Once a row's fate
-    depends on its key being stored, the rows come from the source joined with the table."""
+    """A merge whose every source row meets the same fate, and is stored with the same values,
+    whether or not the table holds its key (a latest table's: a row replaces the stored one or
+    is inserted, a delete removes the key or nothing) gives its gate the same rows and the same
+    table after it, and the number of rows it writes, counted with the source (the gate has
+    nothing to count). Once a row's fate depends on its key being stored, the rows come from
+    the source joined with the table, and the gate counts them itself."""
     path = tmp_path / "latest"
     _sum_table(spark, path)
     _replace(spark, path, [("a", 1, False), ("b", 2, False), ("c", 4, False)], 0)

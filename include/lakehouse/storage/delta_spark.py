@@ -280,12 +280,9 @@ def merge(
 
     def judge(gate: PublishGate, dt: DeltaTable) -> Any:
         target = spark.read.format("delta").load(str(path))
-        schema = target.schema
-        incoming, written = rules.survey(staged, schema)
-        if written is not None:
-            post, gone = rules.outcome_of_source(staged, schema)
-        else:
-            post, gone = rules.outcome(staged, target)
+        incoming, written = rules.survey(staged)
+        off_source = None if written is None else rules.outcome_of_source(staged, target.schema)
+        post, gone = off_source or rules.outcome(staged, target)
         whole = None
         if gate.needs_whole_table:
             whole = rules.table_after(staged, target, post, gone, delete_unmatched, BATCH_MARKER)
@@ -417,14 +414,14 @@ class MergePlan:
     update_when: str | None
     insert_when: str | None
 
-    def survey(self, source: DataFrame, schema: StructType) -> tuple[int, int | None]:
-        """How many rows ``source`` has; and, if each meets the same fate (and the same stored
-        values) whether or not the table (of ``schema``) holds its key, how many the merge
-        writes (else None). :meth:`outcome_of_source` then needs no join with the table. One
-        Spark job either way."""
+    def survey(self, source: DataFrame) -> tuple[int, int | None]:
+        """How many rows ``source`` has; and, if each is written or not whether or not the table
+        holds its key (no clause reads the table, and a row is written matched exactly when it
+        would be unmatched), how many the merge writes (else None). One Spark job either way."""
         from pyspark.sql import functions as F
 
-        if self._values_of_source(schema) is None:
+        conditions = (self.delete_when, self.update_when, self.insert_when)
+        if any(c is not None and _TARGET.search(c) for c in conditions):
             return source.count(), None
         if_matched = ~_holds(self.delete_when) & _holds(self.update_when, default=True)
         if_not = _holds(self.insert_when, default=True)
@@ -438,14 +435,16 @@ class MergePlan:
 
     def outcome_of_source(
         self, source: DataFrame, schema: StructType
-    ) -> tuple[DataFrame, DataFrame]:
-        """:meth:`outcome` read off the source alone, when :meth:`survey` says it may be: the
-        rows written, and the keys of the source rows that delete (a key the table lacks is
-        deleted from nothing)."""
+    ) -> tuple[DataFrame, DataFrame] | None:
+        """:meth:`outcome` read off the source alone, if :meth:`survey` counted the rows written
+        and each stored value is the same updated or inserted (None if not): the rows written,
+        and the keys of the source rows that delete (a key the table lacks is deleted from
+        nothing)."""
         from pyspark.sql import functions as F
 
         values = self._values_of_source(schema)
-        assert values is not None, "the merge's values depend on the table"
+        if values is None:
+            return None
         rows = source.alias("s")
         post = rows.filter(_holds(self.insert_when, default=True)).select(
             *(F.expr(values[f.name]).cast(f.dataType).alias(f.name) for f in schema.fields)
@@ -457,12 +456,9 @@ class MergePlan:
 
     def _values_of_source(self, schema: StructType) -> dict[str, str] | None:
         """Each stored column's value as SQL over the source alone, the same for an updated row
-        and an inserted one; None if a condition or a value reads the table (``t``), or if a
-        column keeps the table's value or is left null on insert. A key column's stored value
-        is the source's either way (the rows matched on it)."""
-        conditions = (self.delete_when, self.update_when, self.insert_when)
-        if any(c is not None and _TARGET.search(c) for c in conditions):
-            return None
+        and an inserted one; None if a value reads the table (``t``), or if a column keeps the
+        table's value or is left null on insert. A key column's stored value is the source's
+        either way (the rows matched on it)."""
         values = {}
         for f in schema.fields:
             fresh = self.insert.get(f.name)
