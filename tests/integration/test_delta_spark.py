@@ -172,10 +172,18 @@ def _sum_table(spark: Any, path: Path) -> None:
 
 
 def _fold(
-    spark: Any, path: Path, rows: list[tuple[str, int, bool]], version: int, gate: Any = None
+    spark: Any,
+    path: Path,
+    rows: list[tuple[str, int, bool]],
+    version: int,
+    gate: Any = None,
+    *,
+    update: str = "t.n + s.n",
+    insert_when: str = "NOT s.gone",
 ) -> Any:
-    """Merge (key, amount, delete) rows: a delete removes the key, others add to its sum;
-    ``gate`` judges the merge."""
+    """Merge (key, amount, delete) rows: a delete removes the key, others add to its sum (or
+    set it to ``update``) or are inserted where ``insert_when`` holds; ``gate`` judges the
+    merge."""
     from lakehouse.storage import Txn, delta_spark
 
     batch = spark.createDataFrame(rows, "k string, n long, gone boolean")
@@ -183,10 +191,10 @@ def _fold(
         batch,
         path,
         on=["k"],
-        update={"n": "t.n + s.n"},
+        update={"n": update},
         insert={"k": "s.k", "n": "s.n"},
         delete_when="s.gone",
-        insert_when="NOT s.gone",
+        insert_when=insert_when,
         txn=Txn("silver.s", version),
         metadata={"lakehouse.source": {"table": "silver.s", "versions": [version, version]}},
         gate=gate,
@@ -355,31 +363,9 @@ def test_a_gated_merge_is_judged_on_the_rows_it_would_publish(spark: Any, tmp_pa
     assert _rows(path) == {"a": 11, "c": 4, "d": 7}
 
 
-def _replace(
-    spark: Any,
-    path: Path,
-    rows: list[tuple[str, int, bool]],
-    version: int,
-    gate: Any = None,
-    insert_when: str = "NOT s.gone",
-) -> Any:
-    """Merge (key, value, delete) rows as a latest table does: a row replaces the stored one or
-    is inserted (where ``insert_when`` holds), a delete removes the key."""
-    from lakehouse.storage import Txn, delta_spark
-
-    batch = spark.createDataFrame(rows, "k string, n long, gone boolean")
-    return delta_spark.merge(
-        batch,
-        path,
-        on=["k"],
-        update={"n": "s.n"},
-        insert={"k": "s.k", "n": "s.n"},
-        delete_when="s.gone",
-        insert_when=insert_when,
-        txn=Txn("silver.s", version),
-        metadata={"lakehouse.source": {"table": "silver.s", "versions": [version, version]}},
-        gate=gate,
-    )
+def _replace(spark: Any, path: Path, *args: Any, **kwargs: Any) -> Any:
+    """:func:`_fold` as a latest table merges: a row replaces the stored value."""
+    return _fold(spark, path, *args, update="s.n", **kwargs)
 
 
 def test_a_merge_whose_rows_do_not_depend_on_the_table_is_judged_off_its_source(
