@@ -423,8 +423,7 @@ class MergePlan:
         conditions = (self.delete_when, self.update_when, self.insert_when)
         if any(c is not None and _TARGET.search(c) for c in conditions):
             return source.count(), None
-        if_matched = ~_holds(self.delete_when) & _holds(self.update_when, default=True)
-        if_not = _holds(self.insert_when, default=True)
+        if_matched, if_not = self._writes(F.lit(True)), self._writes(F.lit(False))
         row = (
             source.alias("s")
             .agg(F.count(F.lit(1)), F.count_if(if_matched != if_not), F.count_if(if_not))
@@ -446,13 +445,21 @@ class MergePlan:
         if values is None:
             return None
         rows = source.alias("s")
-        post = rows.filter(_holds(self.insert_when, default=True)).select(
+        post = rows.filter(self._writes(F.lit(False))).select(
             *(F.expr(values[f.name]).cast(f.dataType).alias(f.name) for f in schema.fields)
         )
         gone = rows.filter(_holds(self.delete_when)).select(
             *(F.col(f"s.`{k}`").alias(k) for k in self.on)
         )
         return post, gone
+
+    def _writes(self, matched: Column) -> Column:
+        """Whether the merge writes a source row (updates or inserts it), given whether the
+        table holds its key; the clauses in Delta's order."""
+        from pyspark.sql import functions as F
+
+        updated = ~_holds(self.delete_when) & _holds(self.update_when, default=True)
+        return F.when(matched, updated).otherwise(_holds(self.insert_when, default=True))
 
     def _values_of_source(self, schema: StructType) -> dict[str, str] | None:
         """Each stored column's value as SQL over the source alone, the same for an updated row
@@ -486,15 +493,13 @@ class MergePlan:
             "left",
         )
         deleted = matched & _holds(self.delete_when)
-        updated = matched & ~deleted & _holds(self.update_when, default=True)
-        inserted = ~matched & _holds(self.insert_when, default=True)
         columns = []
         for f in target.schema.fields:
             new = F.expr(self.update[f.name]) if f.name in self.update else F.col(f"t.`{f.name}`")
             fresh = F.expr(self.insert[f.name]) if f.name in self.insert else F.lit(None)
             value = F.when(matched, new).otherwise(fresh)
             columns.append(value.cast(f.dataType).alias(f.name))
-        post = joined.filter(updated | inserted).select(*columns)
+        post = joined.filter(self._writes(matched)).select(*columns)
         gone = joined.filter(deleted).select(*(F.col(f"t.`{k}`").alias(k) for k in self.on))
         return post, gone
 
