@@ -188,7 +188,8 @@ browser: ## Install headless Chromium and its WebDriver if missing (Debian packa
 # (its module fixtures are shared). Fault injection (tests marked `reliability`: kill -9,
 # outages, reruns, maintenance while jobs write) is `make reliability`'s, not make test's. CI
 # (.ci/run) adds the short rounds to this run at one kill each (TEST_MARKERS='not heavy',
-# LAKEHOUSE_RELIABILITY_KILLS=1): as a second pytest run they cost about 4 minutes more. The
+# LAKEHOUSE_RELIABILITY_KILLS=1): the landing ingest's kill -9 and maintenance during appends,
+# about 290 test-seconds here (the rounds over 2 minutes each are marked heavy). The
 # gold property tests (marked `property`) run their written histories here; CI also draws 2
 # (LAKEHOUSE_PROPERTY_DRAWS=2, the same 2 on every run).
 TEST_PROCESSES ?= 2

@@ -452,6 +452,7 @@ def _test_dag_mended(
 
 
 @pytest.mark.reliability  # an outage: make reliability's
+@pytest.mark.heavy  # a Spark server of its own and Airflow's retry delay: about 4.5 minutes
 def test_a_task_whose_server_is_down_fails_at_once_and_its_retry_succeeds(
     settings: Settings, monkeypatch: pytest.MonkeyPatch, migrated: Migrated
 ) -> None:
@@ -495,6 +496,7 @@ kafka: {{topic: kb-orders, bootstrap_servers: '{servers}'}}
 
 
 @pytest.mark.reliability  # an outage: make reliability's
+@pytest.mark.heavy  # a broker of its own and Airflow's retry delay: about 3 minutes
 def test_a_task_whose_broker_is_down_fails_and_its_retry_succeeds(
     settings: Settings,
     tmp_path: Path,

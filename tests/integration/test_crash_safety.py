@@ -99,7 +99,8 @@ def test_kill_9_at_random_points_then_resume(spark: Any, tmp_path: Path) -> None
         assert rows % ROWS == 0  # every version holds whole batches only
 
 
-@pytest.mark.reliability  # writers racing: a fault round (CI runs it; make test does not)
+@pytest.mark.reliability  # writers racing: a fault round
+@pytest.mark.heavy  # three writer JVMs, about 3 minutes of a worker: make reliability's, not CI's
 def test_processes_appending_at_once_lose_nothing(spark: Any, tmp_path: Path) -> None:
     table = tmp_path / "t"
     # The table exists before the writers start, so they race on appends, not on creation.
@@ -193,7 +194,8 @@ def test_kill_9_of_the_ingest_then_rerun(
     assert len({(q.source_file, q.line) for q in quarantined}) == KILLS
 
 
-@pytest.mark.reliability  # writers racing: a fault round (CI runs it; make test does not)
+@pytest.mark.reliability  # writers racing: a fault round
+@pytest.mark.heavy  # two ingest JVMs and reruns, about 2.5 minutes: make reliability's, not CI's
 def test_two_ingests_of_one_topic_at_once_commit_each_batch_once(
     spark: Any, tmp_path: Path
 ) -> None:

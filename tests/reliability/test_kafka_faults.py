@@ -17,9 +17,10 @@ Airflow, whose retry succeeds once the broker is back: tests/e2e/test_airflow.py
 test_a_task_whose_broker_is_down_fails_and_its_retry_succeeds.
 
 Size: ``LAKEHOUSE_RELIABILITY_KILLS`` kills in each test (``lakes.KILLS``: 1 in CI), at most 10, the
-issue's count, which ``make reliability`` reaches. The broker's kills are ``heavy`` (not in CI's
-short rounds): a round whose broker dies under Spark's read waits out the Kafka clients'
-timeouts (see :data:`FAIL_BOUND_S`).
+issue's count, which ``make reliability`` reaches. Every round here is ``heavy`` (not in CI's
+short rounds): each ingest is a JVM of its own, about 3 minutes even at one kill, and a round
+whose broker dies under Spark's read waits out the Kafka clients' timeouts (see
+:data:`FAIL_BOUND_S`).
 ``LAKEHOUSE_RELIABILITY_SEED`` replays the kill points (the seed is printed, and named in every
 failure).
 """
@@ -248,6 +249,7 @@ def _assert_bronze(lake: Lake, produced: Produced, log: list[str]) -> None:
 # -- kill -9 of the ingest ---------------------------------------------------------------------
 
 
+@pytest.mark.heavy  # a JVM per ingest, about 3 minutes even at one kill: not CI's short rounds
 def test_kill_9_of_the_ingest_at_random_points_then_rerun(
     kafka_broker: Any, tmp_path: Path
 ) -> None:
