@@ -111,6 +111,33 @@ def _produce(
     assert f"produced {len(events)} record(s) to {topic}" in out
 
 
+def _run_on_the_server(settings: Settings, connection: str, topic: str) -> str:
+    """One micro-batch of ``topic`` through every layer, the way the DAG's layer tasks run it:
+    in a process of its own, a Spark Connect client of the run's Spark server (``connection``,
+    the ``lakehouse_spark`` connection's JSON), so no JVM starts for it."""
+    conn = json.loads(connection)
+    script = f"""
+from pyspark.sql import SparkSession
+from lakehouse.contracts.model import Catalog
+from lakehouse.pipeline.runner import run
+from lakehouse.runtime.config import Settings
+settings = Settings.from_env()
+catalog = Catalog.load(settings.contracts_dir)
+spark = SparkSession.builder.remote("sc://localhost:{conn["port"]}/;token={conn["password"]}").getOrCreate()
+run(spark, settings, catalog, topics=[{topic!r}])
+"""
+    proc = subprocess.run(
+        [sys.executable, "-c", script],
+        env=clean_environment(settings),
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert proc.returncode == 0, f"the first batch of {topic}:\n{proc.stderr[-3000:]}"
+    return proc.stdout
+
+
 def _version(settings: Settings, table: str) -> int:
     from deltalake import DeltaTable
 
@@ -128,7 +155,7 @@ class Lakehouse:
 def lakehouse(
     tmp_path_factory: pytest.TempPathFactory, postgres: Cluster, spark_server: str
 ) -> Iterator[Lakehouse]:
-    """The UI's topic: a first batch already through the pipeline (``lakehouse run``, no
+    """The UI's topic: a first batch already through the pipeline (on the Spark server, no
     Airflow), a second one waiting in landing; the PostgreSQL test's two topics: a batch each in
     landing. Airflow running, its layer tasks clients of a Spark server."""
     root = tmp_path_factory.mktemp("airflow-on-postgres")
@@ -139,7 +166,7 @@ def lakehouse(
         (contracts / f"{topic}.yaml").write_text(_pg_contract(topic))
     settings = Settings.from_env(home=root / "lakehouse", contracts_dir=contracts)
     _produce(settings, FIRST, 0)
-    _lakehouse(settings, "run", "--topic", TOPIC)
+    _run_on_the_server(settings, spark_server, TOPIC)
     before = {t: _version(settings, t) for t in (LATEST, COUNTS)}
     _produce(settings, SECOND, len(FIRST))
     for topic in PG_TOPICS:
