@@ -190,8 +190,8 @@ browser: ## Install headless Chromium and its WebDriver if missing (Debian packa
 # (.ci/run) adds the short rounds to this run at one kill each (TEST_MARKERS='not heavy',
 # LAKEHOUSE_RELIABILITY_KILLS=1): the landing ingest's kill -9 and maintenance during appends,
 # about 290 test-seconds here (the rounds over 2 minutes each are marked heavy). The
-# gold property tests (marked `property`) run their written histories here; CI also draws 2
-# (LAKEHOUSE_PROPERTY_DRAWS=2, the same 2 on every run).
+# gold property tests (marked `property`) run their written histories here and in CI; make
+# reliability draws 8 new ones each (LAKEHOUSE_PROPERTY_DRAWS).
 TEST_PROCESSES ?= 2
 TEST_MARKERS ?= not reliability and not heavy
 test: java lint browser postgres-server ## Run the test suite (unit, integration, Airflow end to end; no fault injection)
