@@ -84,9 +84,10 @@ tables:
 """
 
 
-def _lakehouse(settings: Settings, *args: str, stdin: str | None = None) -> str:
+def _succeeds(settings: Settings, argv: list[str], what: str, stdin: str | None = None) -> str:
+    """``argv`` run in ``settings``' environment alone; its output, once it has succeeded."""
     proc = subprocess.run(
-        [str(Path(sys.executable).parent / "lakehouse"), *args],
+        argv,
         input=stdin,
         env=clean_environment(settings),
         capture_output=True,
@@ -94,8 +95,13 @@ def _lakehouse(settings: Settings, *args: str, stdin: str | None = None) -> str:
         timeout=600,
         check=False,
     )
-    assert proc.returncode == 0, f"lakehouse {' '.join(args)}:\n{proc.stderr[-3000:]}"
+    assert proc.returncode == 0, f"{what}:\n{proc.stderr[-3000:]}"
     return proc.stdout + proc.stderr
+
+
+def _lakehouse(settings: Settings, *args: str, stdin: str | None = None) -> str:
+    cli = str(Path(sys.executable).parent / "lakehouse")
+    return _succeeds(settings, [cli, *args], f"lakehouse {' '.join(args)}", stdin)
 
 
 def _produce(
@@ -126,16 +132,7 @@ catalog = Catalog.load(settings.contracts_dir)
 spark = SparkSession.builder.remote("sc://localhost:{conn["port"]}/;token={conn["password"]}").getOrCreate()
 run(spark, settings, catalog, topics=[{topic!r}])
 """
-    proc = subprocess.run(
-        [sys.executable, "-c", script],
-        env=clean_environment(settings),
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    assert proc.returncode == 0, f"the first batch of {topic}:\n{proc.stderr[-3000:]}"
-    return proc.stdout
+    return _succeeds(settings, [sys.executable, "-c", script], f"the first batch of {topic}")
 
 
 def _version(settings: Settings, table: str) -> int:
