@@ -84,12 +84,19 @@ tables:
 """
 
 
-def _succeeds(settings: Settings, argv: list[str], what: str, stdin: str | None = None) -> str:
-    """``argv`` run in ``settings``' environment alone; its output, once it has succeeded."""
+def _succeeds(
+    settings: Settings,
+    argv: list[str],
+    what: str,
+    stdin: str | None = None,
+    env: dict[str, str] | None = None,
+) -> str:
+    """``argv`` run in ``settings``' environment alone (and ``env``); its output, once it has
+    succeeded."""
     proc = subprocess.run(
         argv,
         input=stdin,
-        env=clean_environment(settings),
+        env=clean_environment(settings) | (env or {}),
         capture_output=True,
         text=True,
         timeout=600,
@@ -117,22 +124,23 @@ def _produce(
     assert f"produced {len(events)} record(s) to {topic}" in out
 
 
-def _run_on_the_server(settings: Settings, connection: str, topic: str) -> str:
+def _run_on_the_server(settings: Settings, server: Any, topic: str) -> str:
     """One micro-batch of ``topic`` through every layer, the way the DAG's layer tasks run it:
-    in a process of its own, a Spark Connect client of the run's Spark server (``connection``,
-    the ``lakehouse_spark`` connection's JSON), so no JVM starts for it."""
-    conn = json.loads(connection)
-    script = f"""
-from pyspark.sql import SparkSession
-from lakehouse.contracts.model import Catalog
-from lakehouse.pipeline.runner import run
-from lakehouse.runtime.config import Settings
-settings = Settings.from_env()
-catalog = Catalog.load(settings.contracts_dir)
-spark = SparkSession.builder.remote("sc://localhost:{conn["port"]}/;token={conn["password"]}").getOrCreate()
-run(spark, settings, catalog, topics=[{topic!r}])
-"""
-    return _succeeds(settings, [sys.executable, "-c", script], f"the first batch of {topic}")
+    in a process of its own, a Spark Connect client of the run's Spark server (found through
+    Spark's own ``SPARK_REMOTE``, which keeps the token out of the command line), so no JVM
+    starts for it."""
+    script = (
+        "from pyspark.sql import SparkSession\n"
+        "from lakehouse.contracts.model import Catalog\n"
+        "from lakehouse.pipeline.runner import run\n"
+        "from lakehouse.runtime.config import Settings\n"
+        "settings = Settings.from_env()\n"
+        "spark = SparkSession.builder.getOrCreate()\n"
+        f"run(spark, settings, Catalog.load(settings.contracts_dir), topics=[{topic!r}])\n"
+    )
+    remote = {"SPARK_REMOTE": f"sc://localhost:{server.port}/;token={server.token}"}
+    argv = [sys.executable, "-c", script]
+    return _succeeds(settings, argv, f"the first batch of {topic}", env=remote)
 
 
 def _version(settings: Settings, table: str) -> int:
@@ -150,7 +158,9 @@ class Lakehouse:
 
 @pytest.fixture(scope="module")
 def lakehouse(
-    tmp_path_factory: pytest.TempPathFactory, postgres: Cluster, spark_server: str
+    tmp_path_factory: pytest.TempPathFactory,
+    postgres: Cluster,
+    shared_spark_server: Any,  # conftest.SparkServer
 ) -> Iterator[Lakehouse]:
     """The UI's topic: a first batch already through the pipeline (on the Spark server, no
     Airflow), a second one waiting in landing; the PostgreSQL test's two topics: a batch each in
@@ -163,12 +173,12 @@ def lakehouse(
         (contracts / f"{topic}.yaml").write_text(_pg_contract(topic))
     settings = Settings.from_env(home=root / "lakehouse", contracts_dir=contracts)
     _produce(settings, FIRST, 0)
-    _run_on_the_server(settings, spark_server, TOPIC)
+    _run_on_the_server(settings, shared_spark_server, TOPIC)
     before = {t: _version(settings, t) for t in (LATEST, COUNTS)}
     _produce(settings, SECOND, len(FIRST))
     for topic in PG_TOPICS:
         _produce(settings, [("alice", "Paris"), ("bob", "Lima")], 0, topic)
-    extra = NO_SCHEDULE | {SPARK_CONN_ENV: spark_server}
+    extra = NO_SCHEDULE | {SPARK_CONN_ENV: shared_spark_server.connection}
     with running_airflow(
         settings, root / "airflow-logs", postgres=postgres, extra_env=extra
     ) as airflow:
