@@ -79,14 +79,15 @@ def _run(spark: Any, lake: Settings) -> None:
 
 
 def _windows(lake: Settings, name: str) -> dict[tuple[Any, ...], dict[str, Any]]:
-    """(user, start, end in minutes) -> visible columns."""
+    """(group, start, end in minutes) -> visible columns; the group is the first column."""
     out = {}
     for r in read_arrow(lake.gold_path(name)).to_pylist():
-        key = (r["user"], _minutes(r["window_start"]), _minutes(r["window_end"]))
+        group = next(iter(r))
+        key = (r[group], _minutes(r["window_start"]), _minutes(r["window_end"]))
         out[key] = {
             c: v
             for c, v in r.items()
-            if c not in ("user", "window_start", "window_end") and not c.startswith("__")
+            if c not in (group, "window_start", "window_end") and not c.startswith("__")
         }
     return out
 
@@ -199,6 +200,67 @@ def test_tumbling_and_hopping_windows_grace_and_late_records(spark: Any, tmp_pat
     ]
     assert hopping_late[2]["reason"].endswith("; grace 0s")
     assert hopping_late[2]["stream_time"] == T0 + timedelta(seconds=80)
+
+
+IN_ORDER = """\
+topic: clicks
+partitions: {partitions}
+key: {{format: string, name: user}}
+value:
+  format: json
+  fields:
+    - {{name: event_time, type: timestamp}}
+    - {{name: page, type: string}}
+event_time: event_time
+stream: {{name: clicks_stream}}
+tables:
+  - name: per_minute
+    kind: aggregate
+    window: {{type: tumbling, size: 1m, grace: 30s}}
+    aggregations:
+      - {{name: n, fn: count}}
+  - name: visits
+    kind: aggregate
+    window: {{type: session, gap: 1m}}
+    aggregations:
+      - {{name: n, fn: count}}
+  - name: per_page
+    kind: aggregate
+    group_by: page
+    window: {{type: tumbling, size: 1m}}
+    aggregations:
+      - {{name: n, fn: count}}
+"""
+
+
+@pytest.mark.parametrize(("partitions", "cuts"), [(1, [300]), (3, [97, 210]), (12, [1, 150])])
+def test_in_order_records_are_never_late_whatever_the_partitions_and_the_cuts(
+    spark: Any, tmp_path: Path, partitions: int, cuts: list[int]
+) -> None:
+    """300 records whose event times only increase (one every 2 s, keys spread over 30 users
+    by Kafka's default partitioner) are all counted, none late, however many partitions the
+    topic has and wherever the micro-batches are cut: each partition has its own stream time
+    (a single stream time for the topic let partition 0's later records close the windows of
+    the others)."""
+    lake = lake_with(tmp_path, {"clicks": IN_ORDER.format(partitions=partitions)})
+    producer = Producer(lake, "clicks", partitions)
+    records = [
+        Record(
+            f"user-{i % 30}".encode(),
+            json.dumps({"event_time": _iso(2 * i / 60), "page": f"page-{i % 7}"}).encode(),
+        )
+        for i in range(300)
+    ]
+    placed = {m.partition for m in producer.send_batch(records[: cuts[0]])}
+    _run(spark, lake)
+    for lo, hi in itertools.pairwise([*cuts, 300]):
+        placed |= {m.partition for m in producer.send_batch(records[lo:hi])}
+        _run(spark, lake)
+    assert placed == set(range(partitions))  # the records did spread over every partition
+    for table in ("per_minute", "visits", "per_page"):
+        assert sum(row["n"] for row in _windows(lake, table).values()) == 300, table
+        assert _late(lake, table) == [], table
+    assert len(_windows(lake, "per_page")) == 70  # 7 pages x 10 one-minute windows
 
 
 SESSION_TABLE = """\

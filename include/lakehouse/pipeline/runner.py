@@ -20,7 +20,7 @@ from lakehouse.storage import DeltaStore, is_table
 from lakehouse.storage.maintenance import Consumer, MaintenanceReport, maintain
 from lakehouse.streams import silver
 from lakehouse.streams.registry import SchemaRegistry
-from lakehouse.tables import common, gold
+from lakehouse.tables import common, gold, windows
 from lakehouse.topics import bronze
 
 if TYPE_CHECKING:
@@ -169,12 +169,21 @@ def _reset_gold(
     from lakehouse.tables import rebuild
 
     catalog = catalog or Catalog.of([contract])
+    store = DeltaStore(spark)
     lines = []
     for spec in contract.tables:
+        gold_path = settings.gold_path(spec.name)
         if spec.name in request.full_refresh:
-            gate = gates.get(settings.gold_path(spec.name))
+            gate = gates.get(gold_path)
             lines.append(
                 rebuild.refresh(spark, settings, catalog, contract, spec, gate=gate).summary()
+            )
+        elif _outdated(store, settings, spec, request):
+            gate = gates.get(gold_path)
+            result = rebuild.refresh(spark, settings, catalog, contract, spec, gate=gate)
+            lines.append(
+                f"{result.summary()} (built when stream time was one per table: rebuilt with "
+                "a stream time per partition)"
             )
         elif request.from_version is not None and spec.name in _reprocessed(contract, request):
             result = rebuild.refresh(
@@ -189,6 +198,19 @@ def _reset_gold(
             )
             lines.append(f"{result.summary()} (reprocessed from version {request.from_version})")
     return lines
+
+
+def _outdated(
+    store: DeltaStore, settings: Settings, spec: TableSpec, request: LayerRequest
+) -> bool:
+    """A table this run builds that an earlier version of the platform built by another rule
+    (:func:`lakehouse.tables.windows.needs_rebuild`): rebuilt before its micro-batch."""
+    wanted = request.tables is None or spec.name in request.tables
+    return (
+        wanted
+        and spec.window is not None
+        and windows.needs_rebuild(store, settings.gold_path(spec.name))
+    )
 
 
 def _reprocessed(contract: Contract, request: LayerRequest) -> list[str]:
@@ -238,6 +260,13 @@ def plan_layer(
                 f"gold {spec.name} {tag}: would rebuild from the whole of "
                 f"{_table_name(settings, source)} (version {table_version(source)}) and publish "
                 "only the rows that differ"
+            )
+            continue
+        if spec.name not in reset and _outdated(store, settings, spec, request):
+            lines.append(
+                f"gold {spec.name} {tag}: built when stream time was one per table: would "
+                f"rebuild it from the whole of {_table_name(settings, source)} with a stream "
+                "time per partition and publish only the rows that differ"
             )
             continue
         if spec.name in reset:

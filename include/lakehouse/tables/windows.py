@@ -5,17 +5,31 @@ The aggregations are those of :mod:`lakehouse.tables.aggregates` (count, sum, mi
 count_distinct, earliest, latest, collect), computed per window by the same helpers.
 
 Stream time
-    The largest event time this table has seen, in processing order: :data:`~lakehouse.tables.common.ARRIVAL` (stream commit version, partition, offset; the input key breaks ties, which only a
-    changelog input has). That order does not depend on how micro-batches are cut, so an
-    incremental build equals a full recompute exactly. As in Kafka Streams, the stream time a
-    record is judged by includes the record itself (``observedStreamTime = max(observed, ts)``
-    comes before the check). Records that an aggregation ignores (null key, tombstone, null
-    group) do not move it, nor do records without an event time. One stream time per table
-    (Kafka keeps one per task, that is per partition of the aggregation's input topic). It is stored in the gold table's commit metadata
-    (:data:`WINDOW_META`: the versions consumed, the stream time before and after them), so the
-    next batch continues from it. Being a function of the input versions consumed, it is
-    computed again from the input when the newest such metadata is not for the table's position
-    (a rebuild folded another build in, or moved the position back).
+    Kafka Streams' stream time, which belongs to a task: a windowed aggregation grouped by the
+    record key runs in one task per input partition, so each partition has its own stream time,
+    the largest event time among that partition's records so far, in offset order (the stream
+    commit, then the offset; the input key breaks ties, which only a changelog input has). A
+    record is judged by its own partition's stream time, itself included
+    (``observedStreamTime = max(observed, ts)`` comes before the check, as in Kafka). Records
+    that arrive in order are therefore never late, whatever the number of partitions, and the
+    result does not depend on where micro-batches are cut: an incremental build equals a full
+    recompute exactly.
+
+    A re-keyed aggregation (``group_by``) is judged the same way, by the stream time of the
+    partition each record came from. (Kafka Streams repartitions first, and a repartition
+    topic's partition interleaves the source partitions in the order their tasks happened to
+    process them, which no rule can reproduce. If the tasks kept in step by timestamp, the
+    stream time a record met there would be at most its own partition's; this rule is that
+    bound, and it needs nothing but the record's own partition.)
+
+    Records that an aggregation ignores (null key, tombstone, null group) do not move stream
+    time, nor do records without an event time. The stream times are stored in the gold
+    table's commit metadata (:data:`WINDOW_META`: the versions consumed, the stream times per
+    partition before and after them), so the next batch continues from them. Being a function
+    of the input versions consumed, they are computed again from the input when the newest such
+    metadata is not for the table's position (a rebuild folded another build in, or moved the
+    position back). A table built when stream time was one per table (a number in its
+    metadata) is rebuilt by the next pipeline run (:func:`needs_rebuild`).
 
 Time windows (tumbling, hopping)
     Aligned to the epoch: a record at ``t`` belongs to every window ``[start, start + size)``
@@ -73,9 +87,9 @@ Exactly once
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, cast
+from typing import TYPE_CHECKING, Any, Literal
 
 from lakehouse.contracts.model import (
     WINDOW_END,
@@ -95,7 +109,7 @@ if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
     from pyspark.sql.types import StructType
 
-WINDOW_META = "lakehouse.window"  # gold commit metadata: versions, stream time before and after
+WINDOW_META = "lakehouse.window"  # gold commit metadata: versions, stream times before and after
 STREAM_TIME, REASON = "stream_time", "reason"
 LATE_COLUMNS = WINDOW_LATE_COLUMNS  # the contract refuses value fields of these names
 NO_EVENT_TIME = "no event time"
@@ -108,6 +122,7 @@ _T, _ST, _WS, _WE = "__t", "__st", "__ws", "__we"
 _NEW, _STATUS, _OLD_WS, _OLD_WE = "__new", "__status", "__old_ws", "__old_we"
 _OP = "__window_op"
 _LATE = "__late"
+_OPEN = "__open"
 
 
 # -- pure helpers --------------------------------------------------------------------------------
@@ -177,8 +192,11 @@ def sessionize(
     live = list(sessions.values())
     new_at: list[_Session | None] = []
     for t, st in new:
-        live = [s for s in live if s.end + gap + grace >= st]  # closed: final, never found again
-        found = [s for s in live if s.end >= t - gap and s.start <= t + gap]
+        # A session closed at the record's stream time is final: not found, never merged again.
+        # (Each record is judged by its own partition's stream time, so a session closed for
+        # one record may still be found by a record of a partition whose stream time is behind.)
+        near = [s for s in live if s.end >= t - gap and s.start <= t + gap]
+        found = [s for s in near if s.end + gap + grace >= st]
         start = min([t, *(s.start for s in found)])
         end = max([t, *(s.end for s in found)])
         if end + gap + grace < st:
@@ -324,15 +342,19 @@ def _ts(col: str) -> Column:
     return F.timestamp_millis(F.col(col))
 
 
-def with_stream_time(
-    valid: DataFrame, key: str, before: int | None
-) -> tuple[DataFrame, int | None]:
-    """Add ``__t`` (event time, ms) and ``__st``: the stream time at each record, itself
-    included, in processing order, starting from ``before``; and the stream time after them.
+StreamTimes = dict[int, int]  # partition -> the largest event time seen in it
 
-    A record's stream time is the running maximum over (commit version, partition, offset, key).
-    Rather than one window over the whole batch (a single Spark partition), the running maximum
-    is taken within each (commit version, partition) run, in parallel, and the maximum of all
+
+def with_stream_time(
+    valid: DataFrame, key: str, before: StreamTimes
+) -> tuple[DataFrame, StreamTimes]:
+    """Add ``__t`` (event time, ms) and ``__st``: the stream time at each record, itself
+    included, starting from ``before``; and the stream times after them.
+
+    Stream time belongs to a partition (see the module docstring): a record's is the running
+    maximum over its partition's records in (commit version, offset, key) order. Rather than one
+    window over the whole batch (a single Spark partition), the running maximum is taken within
+    each (commit version, partition) run, in parallel, and the maximum of the same partition's
     earlier runs (a handful of numbers, computed on the driver) is added to it.
     """
     from pyspark.sql import Window as W
@@ -345,11 +367,11 @@ def with_stream_time(
         for r in timed.groupBy(*runs).agg(F.max(_T).alias("m")).collect()
     )
     prefix: list[tuple[int, int, int | None]] = []
-    seen = before
+    seen = dict(before)
     for version, partition, top in per_run:
-        prefix.append((version, partition, seen))
+        prefix.append((version, partition, seen.get(partition)))
         if top is not None:
-            seen = top if seen is None else max(seen, top)
+            seen[partition] = max(seen.get(partition, top), top)
     starts = valid.sparkSession.createDataFrame(
         prefix, "_commit_version long, partition int, __before long"
     )
@@ -361,6 +383,28 @@ def with_stream_time(
         .drop("__before")
     )
     return placed, seen
+
+
+def stream_time_column(times: StreamTimes, partition: Column) -> Column:
+    """The stream time (ms) of the row's ``partition`` in ``times``; null where it has none."""
+    from pyspark.sql import functions as F
+
+    if not times:
+        return F.lit(None).cast("long")
+    pairs = [F.lit(x) for p, t in sorted(times.items()) for x in (p, t)]
+    return F.element_at(F.create_map(*pairs), partition).cast("long")
+
+
+def stream_times_meta(times: StreamTimes) -> dict[str, int]:
+    """Stream times as commit metadata (JSON: partitions as strings)."""
+    return {str(p): t for p, t in sorted(times.items())}
+
+
+def stream_times_of(meta: Any) -> StreamTimes:
+    """Stream times from commit metadata written by :func:`stream_times_meta`."""
+    if not isinstance(meta, dict):
+        raise TypeError(f"stream times are a mapping, not {meta!r}")
+    return {int(p): int(t) for p, t in meta.items()}
 
 
 def _fmt(col: str) -> Column:
@@ -436,7 +480,7 @@ def assign_time_windows(timed: DataFrame, window: Window) -> DataFrame:
 class _Batch:
     start: int
     end: int
-    stream_time: int | None  # before the batch
+    stream_times: StreamTimes  # before the batch
 
 
 def build_windowed(
@@ -488,32 +532,54 @@ def _build_windowed(
     todo = common.pending(store, out.gold, app, common.input_path(settings, contract, spec), upto)
     if todo is None:
         return result or common.GoldResult(spec.name, None)
-    stream_time = _stream_time_at(store, settings, contract, spec, out.gold, todo[0] - 1)
-    return _run_batch(store, contract, spec, out, settings, _Batch(*todo, stream_time))
+    stream_times = _stream_times_at(store, settings, contract, spec, out.gold, todo[0] - 1)
+    return _run_batch(store, contract, spec, out, settings, _Batch(*todo, stream_times))
 
 
-def _stream_time_at(
+def _stream_times_at(
     store: DeltaStore,
     settings: Settings,
     contract: Contract,
     spec: TableSpec,
     gold: Any,
     consumed: int,
-) -> int | None:
-    """The stream time after input version ``consumed``: from the gold commit that consumed it,
-    else (a rebuild folded another build into the table, or moved its position back) computed
-    again from the input, of which it is a function."""
+) -> StreamTimes:
+    """The stream times after input version ``consumed``: from the gold commit that consumed
+    it, else (a rebuild folded another build into the table, or moved its position back)
+    computed again from the input, of which they are a function."""
     from pyspark.sql import functions as F
 
     if consumed < 0:
-        return None
+        return {}
     meta = store.latest_metadata(gold, WINDOW_META)
     if meta and meta["versions"][1] == consumed:
-        return cast(int | None, meta["stream_time"])
+        if not built_per_partition(meta):
+            raise LakehouseError(
+                f"{gold}: built when stream time was one per table, not one per partition; "
+                f"rebuild it (`lakehouse refresh {spec.name}`; a pipeline run does it by itself)"
+            )
+        return stream_times_of(meta["stream_time"])
     source = contract.input(spec)
     events = common.read_input(store, settings, contract, spec, 0, consumed)
-    top = _valid(events, source, spec).agg(F.max(_event_millis())).first()
-    return None if top is None else top[0]
+    tops = _valid(events, source, spec).groupBy("partition").agg(F.max(_event_millis()).alias("m"))
+    return {r["partition"]: r["m"] for r in tops.collect() if r["m"] is not None}
+
+
+def built_per_partition(meta: Mapping[str, Any]) -> bool:
+    """Whether a windowed table's commit metadata keeps a stream time per partition; tables
+    built before that kept one for the whole table (a number), and are rebuilt."""
+    return isinstance(meta.get("stream_time"), dict)
+
+
+def needs_rebuild(store: DeltaStore, gold: Any) -> bool:
+    """A windowed table built by the earlier stream-time rule (one stream time per table): its
+    windows and late records may be wrong on a topic with several partitions, so the pipeline
+    rebuilds it (a full refresh, which changes only the rows that differ) before its next
+    micro-batch."""
+    if not DeltaStore.exists(gold):
+        return False
+    meta = store.latest_metadata(gold, WINDOW_META)
+    return bool(meta) and not built_per_partition(meta)
 
 
 def _unfinished(
@@ -535,7 +601,12 @@ def _unfinished(
     start = meta["versions"][0]
     if out.state in followers and (store.transaction_version(out.state, app) or -1) >= start:
         raise LakehouseError(f"{out.state}: session state is ahead of {out.late}; rebuild")
-    return _Batch(start, done, meta["stream_time_before"])
+    if not built_per_partition(meta):
+        raise LakehouseError(
+            f"{out.gold}: built when stream time was one per table; rebuild it "
+            "(`lakehouse refresh`; a pipeline run does it by itself)"
+        )
+    return _Batch(start, done, stream_times_of(meta["stream_time_before"]))
 
 
 def _run_batch(
@@ -553,7 +624,7 @@ def _run_batch(
     source, app = contract.input(spec), common.input_app(contract, spec)
     events = common.read_input(store, settings, contract, spec, batch.start, batch.end)
     timed, after = with_stream_time(
-        _valid(events, source, spec), source.key_name, batch.stream_time
+        _valid(events, source, spec), source.key_name, batch.stream_times
     )
     timed = timed.cache()
     cached = [timed]
@@ -587,8 +658,8 @@ def _run_batch(
             **position,
             WINDOW_META: {
                 "versions": [batch.start, batch.end],
-                "stream_time_before": batch.stream_time,
-                "stream_time": after,
+                "stream_time_before": stream_times_meta(batch.stream_times),
+                "stream_time": stream_times_meta(after),
             },
         }
         txn = Txn(app, batch.end)
@@ -714,10 +785,15 @@ def session_state(
     timed: DataFrame,
     source: Contract,
     spec: TableSpec,
-    stream_time: int | None,
+    stream_times: StreamTimes,
 ) -> DataFrame:
-    """The state after the batch: the records of every session still open at ``stream_time``
-    (the batch's groups as placed, the other groups' as stored)."""
+    """The state after the batch: the records of every session still open (the batch's groups
+    as placed, the other groups' as stored). A session grouped by the record key is open while
+    it is open at the stream time of a partition its records came from (the partition its next
+    records come from); a re-keyed one, whose next record may come from any partition, while it
+    is open at the stream time of every partition of the input (all of them kept until each
+    partition has had a record)."""
+    from pyspark.sql import Window as W
     from pyspark.sql import functions as F
 
     window = spec.window
@@ -732,7 +808,17 @@ def session_state(
     )
     others = state.join(timed.select(group).distinct(), group, "left_anti")
     both = kept.unionByName(others.select(*kept.columns))
-    if stream_time is not None:
-        end = _millis(SESSION_END)
-        both = both.filter(end + window.gap_ms + window.grace_ms >= F.lit(stream_time))
+    closes = _millis(SESSION_END) + window.gap_ms + window.grace_ms
+    if spec.group_by is None:
+        open_here = F.coalesce(
+            closes >= stream_time_column(stream_times, F.col("partition")), F.lit(True)
+        )
+        session = W.partitionBy(group, SESSION_START, SESSION_END)
+        both = (
+            both.withColumn(_OPEN, F.max(open_here.cast("int")).over(session))
+            .filter(F.col(_OPEN) == 1)
+            .drop(_OPEN)
+        )
+    elif set(stream_times) >= set(range(source.partitions)):
+        both = both.filter(closes >= F.lit(min(stream_times.values())))
     return both.select(*(F.col(f.name).cast(f.dataType).alias(f.name) for f in schema.fields))
