@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import shutil
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -261,6 +262,63 @@ def test_in_order_records_are_never_late_whatever_the_partitions_and_the_cuts(
         assert sum(row["n"] for row in _windows(lake, table).values()) == 300, table
         assert _late(lake, table) == [], table
     assert len(_windows(lake, "per_page")) == 70  # 7 pages x 10 one-minute windows
+
+
+V1_LAKE = Path(__file__).parents[1] / "data" / "stream_time_v1" / "lake"
+
+
+def test_a_lake_built_with_one_stream_time_per_topic_is_rebuilt_by_its_next_run(
+    spark: Any, tmp_path: Path
+) -> None:
+    """A lake whose windowed tables were built when stream time was one per topic (written by
+    that code: tests/data/stream_time_v1/make_lake.py) is put right by the next pipeline run:
+    each windowed table is rebuilt with a stream time per partition, publishing only the rows
+    that differ, and the late tables lose the records that were never late."""
+    shutil.copytree(V1_LAKE, tmp_path / "lake")
+    lake = Settings.from_env(tmp_path / "lake" / "home", tmp_path / "lake" / "contracts")
+    tables = ("orders_per_minute", "order_sessions")
+    # As the earlier rule left them: 120 in-order records over 3 partitions, many sent to late.
+    assert {t: len(_late(lake, t)) for t in tables} == {
+        "orders_per_minute": 50,
+        "order_sessions": 48,
+    }
+    store = DeltaStore(spark)
+    before = {t: store.version(lake.gold_path(t)) for t in tables}
+    lines: list[str] = []
+    run(spark, lake, Catalog.load(lake.contracts_dir), echo=lines.append)
+    for t in tables:
+        assert any(
+            line.startswith(f"gold {t}: rebuilt from input versions 0..2")
+            and line.endswith("rebuilt with a stream time per partition)")
+            for line in lines
+        ), (t, lines)
+        assert sum(row["n"] for row in _windows(lake, t).values()) == 120, t
+        assert _late(lake, t) == [], t
+    # One commit per table, changing only what differs: 48 one-minute windows per user were
+    # right for partition 0's users and stay as they were.
+    feed = changes_arrow(lake.gold_path("orders_per_minute"), before["orders_per_minute"] + 1)
+    assert set(feed.column("_commit_version").to_pylist()) == {before["orders_per_minute"] + 1}
+    rows = {
+        (r["user"], r["window_start"])
+        for r in read_arrow(lake.gold_path("orders_per_minute")).to_pylist()
+    }
+    changed = {(r["user"], r["window_start"]) for r in feed.to_pylist()}
+    assert 0 < len(changed) < len(rows)
+    # The next micro-batch goes on incrementally, with nothing to rebuild.
+    more = [
+        Record(
+            f"user-{i % 20}".encode(),
+            json.dumps({"event_time": _iso(2 * i / 60), "amount": i}).encode(),
+        )
+        for i in range(120, 180)
+    ]
+    Producer(lake, "orders", 3).send_batch(more)
+    lines.clear()
+    run(spark, lake, Catalog.load(lake.contracts_dir), echo=lines.append)
+    assert not [line for line in lines if "rebuilt" in line], lines
+    for t in tables:
+        assert sum(row["n"] for row in _windows(lake, t).values()) == 180, t
+        assert _late(lake, t) == [], t
 
 
 SESSION_TABLE = """\
