@@ -149,12 +149,18 @@ def test_stream_table_is_as_of_the_event_time_and_never_rewrites_history(
             ("ann", {"page": "p2", "ts": 150}),  # between Oslo (100) and Rome (200): Oslo
             ("ann", {"page": "p3", "ts": 250}),  # Rome
             ("bob", {"page": "p4", "ts": 100}),  # no profile at all
-            (None, {"page": "p5", "ts": 100}),  # a null key is ignored
-            ("ann", None),  # so is a tombstone
+            (None, {"page": "p5", "ts": 100}),  # a null key: no value (left: kept, KIP-962)
+            ("ann", None),  # a tombstone is ignored
         ],
     )
     _run(spark, lake)
-    left = [("ann", "p1", None), ("ann", "p2", "Oslo"), ("ann", "p3", "Rome"), ("bob", "p4", None)]
+    left = [
+        ("ann", "p1", None),
+        ("ann", "p2", "Oslo"),
+        ("ann", "p3", "Rome"),
+        ("bob", "p4", None),
+        (None, "p5", None),
+    ]
     assert rows(lake.gold_path("clicks_left"), "user", "page", "city") == left
     assert rows(lake.gold_path("clicks_inner"), "user", "page", "u_name", "u_city") == [
         ("ann", "p2", "Ann", "Oslo"),

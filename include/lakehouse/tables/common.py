@@ -101,6 +101,69 @@ def changelog_as_stream(changes: DataFrame, stream: Contract) -> DataFrame:
     )
 
 
+StreamTimes = dict[int, int]  # partition -> the largest event time (ms) seen in it
+
+
+def with_partition_time(
+    records: DataFrame, time: str, out: str, key: str, before: StreamTimes
+) -> tuple[DataFrame, StreamTimes]:
+    """Add ``out``: the stream time of each record's partition at it (Kafka Streams' partition
+    time: the running maximum of ``time``, in ms, over the partition's records in (commit
+    version, offset, ``key``) order, the record itself included), starting from ``before``;
+    and the stream times after them. A null ``time`` does not move it.
+
+    Rather than one window over the whole batch (a single Spark partition), the running maximum
+    is taken within each (commit version, partition) run, in parallel, and the maximum of the
+    same partition's earlier runs (a handful of numbers, computed on the driver) is added to it.
+    """
+    from pyspark.sql import Window as W
+    from pyspark.sql import functions as F
+
+    runs = ["_commit_version", "partition"]
+    per_run = sorted(
+        (r["_commit_version"], r["partition"], r["m"])
+        for r in records.groupBy(*runs).agg(F.max(time).alias("m")).collect()
+    )
+    prefix: list[tuple[int, int, int | None]] = []
+    seen = dict(before)
+    for version, partition, top in per_run:
+        prefix.append((version, partition, seen.get(partition)))
+        if top is not None:
+            seen[partition] = max(seen.get(partition, top), top)
+    starts = records.sparkSession.createDataFrame(
+        prefix, "_commit_version long, partition int, __before long"
+    )
+    order = W.partitionBy(*runs).orderBy("offset", key).rowsBetween(W.unboundedPreceding, 0)
+    placed = (
+        records.join(F.broadcast(starts), runs, "left")
+        .withColumn(out, F.greatest(F.col("__before"), F.max(time).over(order)))
+        .drop("__before")
+    )
+    return placed, seen
+
+
+def stream_time_column(times: StreamTimes, partition: Column) -> Column:
+    """The stream time (ms) of the row's ``partition`` in ``times``; null where it has none."""
+    from pyspark.sql import functions as F
+
+    if not times:
+        return F.lit(None).cast("long")
+    pairs = [F.lit(x) for p, t in sorted(times.items()) for x in (p, t)]
+    return F.element_at(F.create_map(*pairs), partition).cast("long")
+
+
+def stream_times_meta(times: StreamTimes) -> dict[str, int]:
+    """Stream times as commit metadata (JSON: partitions as strings)."""
+    return {str(p): t for p, t in sorted(times.items())}
+
+
+def stream_times_of(meta: Any) -> StreamTimes:
+    """Stream times from commit metadata written by :func:`stream_times_meta`."""
+    if not isinstance(meta, dict):
+        raise TypeError(f"stream times are a mapping, not {meta!r}")
+    return {int(p): int(t) for p, t in meta.items()}
+
+
 def arrival_order() -> Column:
     from pyspark.sql import functions as F
 

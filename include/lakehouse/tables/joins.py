@@ -4,17 +4,26 @@ transactions, the versions of *both* inputs it consumed (``tables.input_app`` fo
 ``tables.source_app(other)`` for the other); a rerun of the same batch is a no-op.
 
 **stream-table** (KStream-KTable with a *versioned* table): an append-only result stream. Each
-event of this stream whose join key (the record key, or the ``on_field``) is not null is joined
-with the other topic read as a versioned table: the other stream's record with that key and the
-greatest event time at or before the event's event time (ties: the later offset). A tombstone
-there means the key was deleted from that time on (no value). ``inner`` drops events without a
-value, ``left`` keeps them with null columns. Tombstones and null join keys on this side are
-ignored. The other side counts as far as its silver stream has got when the batch runs (that
-version is recorded in the commit). "Versioned" means that history is not rewritten: an event
-already joined is never emitted again, and an update of the table that arrives late, with an
-older event time, only affects events processed afterwards whose event time is at or after it
-(an event with event time 130 processed after a late update stamped 120 sees that update; one
-emitted before the update arrived keeps the value it got). Identity: (partition, offset).
+event of this stream (not a tombstone) is joined with the other topic read as a versioned table:
+of the other stream's records with the event's join key (the record key, or the ``on_field``)
+that come before the event in Kafka Streams' order, the one with the greatest event time at or
+before the event's (ties: the later offset). A tombstone there means the key was deleted from
+that time on (no value). ``inner`` drops events without a value, ``left`` keeps them with null
+columns, an event whose join key is null included (Kafka Streams 3.7+, KIP-962). Identity:
+(partition, offset).
+
+Kafka's order across the two inputs: a task that reads a partition of each picks the record with
+the smaller timestamp next, so that the other side's record x comes before the event e exactly
+when x's partition time (the largest event time of its partition up to x) is at most e's (ties:
+the table first). The join keeps this side's partition times in its commit metadata. Among the
+other side's records it has, that rule does not depend on how this join's micro-batches are cut,
+nor on a refresh: an out-of-order update of the table (an older event time after a newer one)
+affects only the events that follow it in that order, and an event already joined is never
+emitted again. What no rule can know is the other side's records it does not have yet: an event
+whose partition time is ahead of every record the other stream has is joined with the table as
+far as it has got (the versions consumed are recorded in the commit), which is Kafka Streams'
+behaviour with its default ``max.task.idle.ms`` (0: process what has arrived; waiting instead
+would hold events back for as long as the other topic is idle).
 
 **table-table** (KTable-KTable): both streams read as tables (latest value per key in offset
 order, tombstones delete, null keys ignored), joined by this side's key, or, with ``on_field``,
@@ -29,9 +38,12 @@ either side deleted; left: this side deleted). Rows whose result did not change 
 rewritten, so the change feed shows real updates and deletes only. The gold commit comes first;
 a run that died before the state commits is caught up from the stream on the next run.
 
-**stream-stream** (KStream-KStream, inner, ``JoinWindows.ofTimeDifferenceWithNoGrace``): every
-pair of events of this stream and the other with equal keys (this key or ``on_field`` against the
-other key; null keys and tombstones ignored) whose event times are at most ``within`` apart.
+**stream-stream** (KStream-KStream, inner): every pair of events of this stream and the other
+with equal keys (this key or ``on_field`` against the other key; null keys and tombstones
+ignored) whose event times are at most ``within`` apart, however late either arrives: Kafka
+Streams' ``JoinWindows.ofTimeDifferenceAndGrace(within, grace)`` with a grace longer than any
+history, so no record is ever too late and no stream time is needed; the pairs do not depend on
+the order or the micro-batches in which the two sides arrive.
 Incremental without duplicates: a batch appends (new events of this side x every event of the
 other side up to its head now) and (events of this side consumed before x new events of the
 other side). Identity: (partition, offset, prefix+partition, prefix+offset). A left
@@ -54,12 +66,16 @@ from lakehouse.tables.aggregates import LATEST, catch_up_state, latest_per_key, 
 from lakehouse.tables.common import (
     GoldResult,
     Outputs,
+    StreamTimes,
     input_app,
     input_path,
     pending,
     read_input,
     source_app,
     source_meta,
+    stream_times_meta,
+    stream_times_of,
+    with_partition_time,
 )
 
 if TYPE_CHECKING:
@@ -67,7 +83,8 @@ if TYPE_CHECKING:
     from pyspark.sql.types import DataType, StructType
 
 JOIN_META = "lakehouse.join"  # commit metadata: the other side's versions a commit consumed
-_KEY, _TIME, _KIND = "__k", "__t", "__kind"
+_KEY, _TIME = "__k", "__t"
+_PT = "__pt"  # a record's partition time (ms): Kafka Streams' order across the two inputs
 _PRESENT = "__present"
 
 
@@ -158,6 +175,12 @@ def _event_time(contract: Contract) -> Column:
     return F.col(EVENT_TIME)
 
 
+def _millis(col: Column) -> Column:
+    from pyspark.sql import functions as F
+
+    return F.unix_millis(col)
+
+
 def _join_key(contract: Contract, j: Join) -> str:
     return j.on or contract.key_name
 
@@ -232,13 +255,28 @@ def _stream_table(
     start, end = todo
     other_path = settings.silver_path(other.stream)
     other_version = store.version(other_path)
-    table = None if other_version is None else store.read(other_path, version=other_version)
-    events = read_input(store, settings, contract, spec, start, end)
+    table = None
+    if other_version is not None:
+        table = with_partition_time_all(store.read(other_path, version=other_version), other)
+    before = _partition_times_at(store, settings, contract, spec, out.gold, start - 1)
+    events, after = with_partition_time(
+        read_input(store, settings, contract, spec, start, end).withColumn(
+            _TIME, _millis(_event_time(contract))
+        ),
+        _TIME,
+        _PT,
+        contract.key_name,
+        before,
+    )
     schema = store.spark_schema(out.gold)
     rows = _conform(as_of_join(events, table, contract, other, j), schema).cache()
     meta = {
         **source_meta(app, start, end),
-        JOIN_META: {"table": other_app, "version": other_version},
+        JOIN_META: {
+            "table": other_app,
+            "version": other_version,
+            "stream_time": stream_times_meta(after),
+        },
     }
     txns = _txns((app, end), (other_app, other_version))
     n = rows.count()
@@ -248,52 +286,96 @@ def _stream_table(
     return JoinResult(spec.name, (start, end), n, result.committed, other_app, versions)
 
 
+def _partition_times_at(
+    store: DeltaStore,
+    settings: Settings,
+    contract: Contract,
+    spec: TableSpec,
+    gold: Location,
+    consumed: int,
+) -> StreamTimes:
+    """This side's partition times after input version ``consumed``: from the join commit that
+    consumed it, else (a rebuild, or a table written before they were kept) computed again from
+    the input, of which they are a function."""
+    from pyspark.sql import functions as F
+
+    if consumed < 0:
+        return {}
+    position = store.latest_metadata(gold, "lakehouse.source")
+    meta = store.latest_metadata(gold, JOIN_META)
+    if position and position["versions"][1] == consumed and meta and "stream_time" in meta:
+        return stream_times_of(meta["stream_time"])
+    events = read_input(store, settings, contract, spec, 0, consumed)
+    tops = events.groupBy("partition").agg(F.max(_millis(_event_time(contract))).alias("m"))
+    return {r["partition"]: r["m"] for r in tops.collect() if r["m"] is not None}
+
+
+def with_partition_time_all(records: DataFrame, contract: Contract) -> DataFrame:
+    """A whole stream's records with ``__t`` (event time, ms) and ``__pt``: its partition's
+    time at each, the running maximum of event time in offset order (every record counts, as
+    every record moves a Kafka Streams task's partition time)."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    order = (
+        Window.partitionBy("partition")
+        .orderBy("offset")
+        .rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    )
+    timed = records.withColumn(_TIME, _millis(_event_time(contract)))
+    return timed.withColumn(_PT, F.max(_TIME).over(order))
+
+
 def as_of_join(
     events: DataFrame, table: DataFrame | None, contract: Contract, other: Contract, j: Join
 ) -> DataFrame:
-    """Each event (non-null join key, not a tombstone) with the other stream's value for its
-    key as of its event time, read as a versioned table. Pure.
+    """Each event (not a tombstone) with the other stream's value for its join key as of its
+    event time, the other stream read as a versioned table, in Kafka Streams' order across the
+    two inputs (see the module docstring). Both inputs carry ``__t`` (event time, ms) and
+    ``__pt`` (their partition's time at the record). Pure.
 
-    One sort instead of a range join: the events and the other side's records of the same keys
-    are ordered by time, table records before events at the same time and by offset among
-    themselves, and each event takes the last table record before it."""
-    from pyspark.sql import Window
+    An event with a null join key has no value: an inner join drops it, a left join keeps it
+    with nulls (Kafka Streams 3.7+, KIP-962)."""
     from pyspark.sql import functions as F
 
     jk = _join_key(contract, j)
     mine = list(dict.fromkeys([*contract.columns, "partition", "offset", "timestamp", EVENT_TIME]))
-    valid = events.filter(F.col(jk).isNotNull() & ~F.col(TOMBSTONE))
+    keyed = F.col(jk).isNotNull()
+    valid = events.filter(~F.col(TOMBSTONE) & (keyed if j.how == "inner" else F.lit(True)))
     if table is None:  # the other stream does not exist yet: no key has a value
         return valid.select(*mine) if j.how == "left" else valid.limit(0).select(*mine)
     key_type = key_spark_type(other)
     left = valid.select(
         F.col(jk).cast(key_type).alias(_KEY),
-        _event_time(contract).alias(_TIME),
-        F.lit(1).alias(_KIND),
+        F.col(_TIME).alias("__et"),
+        F.col(_PT).alias("__ept"),
         F.struct(*mine).alias("__e"),
     )
     records = table.filter(F.col(other.key_name).isNotNull()).join(
         left.select(F.col(_KEY).alias(other.key_name)).distinct(), other.key_name, "left_semi"
     )
     right = records.select(
-        F.col(other.key_name).cast(key_type).alias(_KEY),
-        _event_time(other).alias(_TIME),
-        F.lit(0).alias(_KIND),
-        F.col("offset").alias("__offset"),
-        F.col("partition").alias("__partition"),
+        F.col(other.key_name).cast(key_type).alias("__rk"),
+        F.col(_TIME).alias("__rt"),
+        F.col(_PT).alias("__rpt"),
+        F.struct(F.col(_TIME), F.col("offset"), F.col("partition")).alias("__order"),
         F.struct(F.col(TOMBSTONE).alias("dead"), *(F.col(f) for f in j.fields)).alias("__v"),
     )
-    w = (
-        Window.partitionBy(_KEY)
-        .orderBy(_TIME, _KIND, "__offset", "__partition")
-        .rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    # The table's version at the event: of the other side's records that precede the event in
+    # Kafka's order (partition time at or before the event's) and are at or before its event
+    # time, the latest (by event time, then offset).
+    visible = (
+        (F.col("__rk") == F.col(_KEY))
+        & (F.col("__rt") <= F.col("__et"))
+        & (F.col("__rpt") <= F.col("__ept"))
     )
-    found = F.last("__v", ignorenulls=True).over(w)
-    both = left.unionByName(right, allowMissingColumns=True).withColumn("__found", found)
-    joined = both.filter(F.col(_KIND) == 1).select(
-        "__e",
-        F.when(~F.col("__found.dead"), F.col("__found")).alias("__m"),
+    identity = [F.col("__e.partition"), F.col("__e.offset")]
+    found = (
+        left.join(right, visible, "left")
+        .groupBy(*identity)
+        .agg(F.first("__e").alias("__e"), F.max_by("__v", "__order").alias("__found"))
     )
+    joined = found.select("__e", F.when(~F.col("__found.dead"), F.col("__found")).alias("__m"))
     if j.how == "inner":
         joined = joined.filter(F.col("__m").isNotNull())
     return joined.select(

@@ -104,6 +104,7 @@ from lakehouse.runtime.config import Settings
 from lakehouse.storage import DeltaStore, Txn, WriteResult, delta_spark
 from lakehouse.streams.silver import EVENT_TIME, TOMBSTONE, spark_type, stream_schema
 from lakehouse.tables import aggregates, common
+from lakehouse.tables.common import StreamTimes
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -342,69 +343,13 @@ def _ts(col: str) -> Column:
     return F.timestamp_millis(F.col(col))
 
 
-StreamTimes = dict[int, int]  # partition -> the largest event time seen in it
-
-
 def with_stream_time(
     valid: DataFrame, key: str, before: StreamTimes
 ) -> tuple[DataFrame, StreamTimes]:
-    """Add ``__t`` (event time, ms) and ``__st``: the stream time at each record, itself
-    included, starting from ``before``; and the stream times after them.
-
-    Stream time belongs to a partition (see the module docstring): a record's is the running
-    maximum over its partition's records in (commit version, offset, key) order. Rather than one
-    window over the whole batch (a single Spark partition), the running maximum is taken within
-    each (commit version, partition) run, in parallel, and the maximum of the same partition's
-    earlier runs (a handful of numbers, computed on the driver) is added to it.
-    """
-    from pyspark.sql import Window as W
-    from pyspark.sql import functions as F
-
-    runs = ["_commit_version", "partition"]
-    timed = valid.withColumn(_T, _event_millis())
-    per_run = sorted(
-        (r["_commit_version"], r["partition"], r["m"])
-        for r in timed.groupBy(*runs).agg(F.max(_T).alias("m")).collect()
-    )
-    prefix: list[tuple[int, int, int | None]] = []
-    seen = dict(before)
-    for version, partition, top in per_run:
-        prefix.append((version, partition, seen.get(partition)))
-        if top is not None:
-            seen[partition] = max(seen.get(partition, top), top)
-    starts = valid.sparkSession.createDataFrame(
-        prefix, "_commit_version long, partition int, __before long"
-    )
-    order = W.partitionBy(*runs).orderBy("offset", key).rowsBetween(W.unboundedPreceding, 0)
-    running = F.max(_T).over(order)
-    placed = (
-        timed.join(F.broadcast(starts), runs, "left")
-        .withColumn(_ST, F.greatest(F.col("__before"), running))
-        .drop("__before")
-    )
-    return placed, seen
-
-
-def stream_time_column(times: StreamTimes, partition: Column) -> Column:
-    """The stream time (ms) of the row's ``partition`` in ``times``; null where it has none."""
-    from pyspark.sql import functions as F
-
-    if not times:
-        return F.lit(None).cast("long")
-    pairs = [F.lit(x) for p, t in sorted(times.items()) for x in (p, t)]
-    return F.element_at(F.create_map(*pairs), partition).cast("long")
-
-
-def stream_times_meta(times: StreamTimes) -> dict[str, int]:
-    """Stream times as commit metadata (JSON: partitions as strings)."""
-    return {str(p): t for p, t in sorted(times.items())}
-
-
-def stream_times_of(meta: Any) -> StreamTimes:
-    """Stream times from commit metadata written by :func:`stream_times_meta`."""
-    if not isinstance(meta, dict):
-        raise TypeError(f"stream times are a mapping, not {meta!r}")
-    return {int(p): int(t) for p, t in meta.items()}
+    """Add ``__t`` (event time, ms) and ``__st``: the stream time of the record's partition at
+    it, itself included, starting from ``before``; and the stream times after them
+    (:func:`lakehouse.tables.common.with_partition_time`)."""
+    return common.with_partition_time(valid.withColumn(_T, _event_millis()), _T, _ST, key, before)
 
 
 def _fmt(col: str) -> Column:
@@ -558,7 +503,7 @@ def _stream_times_at(
                 f"{gold}: built when stream time was one per table, not one per partition; "
                 f"rebuild it (`lakehouse refresh {spec.name}`; a pipeline run does it by itself)"
             )
-        return stream_times_of(meta["stream_time"])
+        return common.stream_times_of(meta["stream_time"])
     source = contract.input(spec)
     events = common.read_input(store, settings, contract, spec, 0, consumed)
     tops = _valid(events, source, spec).groupBy("partition").agg(F.max(_event_millis()).alias("m"))
@@ -606,7 +551,7 @@ def _unfinished(
             f"{out.gold}: built when stream time was one per table; rebuild it "
             "(`lakehouse refresh`; a pipeline run does it by itself)"
         )
-    return _Batch(start, done, stream_times_of(meta["stream_time_before"]))
+    return _Batch(start, done, common.stream_times_of(meta["stream_time_before"]))
 
 
 def _run_batch(
@@ -658,8 +603,8 @@ def _run_batch(
             **position,
             WINDOW_META: {
                 "versions": [batch.start, batch.end],
-                "stream_time_before": stream_times_meta(batch.stream_times),
-                "stream_time": stream_times_meta(after),
+                "stream_time_before": common.stream_times_meta(batch.stream_times),
+                "stream_time": common.stream_times_meta(after),
             },
         }
         txn = Txn(app, batch.end)
@@ -811,7 +756,7 @@ def session_state(
     closes = _millis(SESSION_END) + window.gap_ms + window.grace_ms
     if spec.group_by is None:
         open_here = F.coalesce(
-            closes >= stream_time_column(stream_times, F.col("partition")), F.lit(True)
+            closes >= common.stream_time_column(stream_times, F.col("partition")), F.lit(True)
         )
         session = W.partitionBy(group, SESSION_START, SESSION_END)
         both = (
