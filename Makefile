@@ -11,6 +11,7 @@ STAMP := $(VENV)/.installed
 PY_STAMP := $(VENV)/.installed-python
 JARS_STAMP := $(VENV)/.installed-jars
 KAFKA_JARS_STAMP := $(VENV)/.installed-kafka-jars
+ORACLE_JARS_STAMP := $(VENV)/.installed-oracle-jars
 
 export LAKEHOUSE_HOME ?= $(CURDIR)/.lakehouse
 LAKEHOUSE := $(BIN)/lakehouse
@@ -68,20 +69,37 @@ $(KAFKA_JARS_STAMP): $(PY_STAMP) $(KAFKA_POM) $(KAFKA_JARS_LOCK) include/jvm/cop
 	$(BIN)/python -m lakehouse.runtime.jvm kafka
 	@touch $@
 
-$(STAMP): $(PY_STAMP) $(JARS_STAMP) $(KAFKA_JARS_STAMP)
+# The tests' Kafka Streams oracle's jars (tests/oracle/StreamsOracle.java, run by tests/oracle.py:
+# real Kafka Streams in a TopologyTestDriver, which the property tests compare the gold tables with):
+# named in tests/oracle/pom.xml, copied the same way into $(ORACLE_JARS) and checked against
+# tests/oracle/jars.sha256. They are the oracle's class path alone, never Spark's; nothing is built
+# (Java's source launcher compiles the one file when a test starts the oracle).
+ORACLE_JARS := $(VENV)/oracle-jars
+ORACLE_POM := tests/oracle/pom.xml
+ORACLE_JARS_LOCK := tests/oracle/jars.sha256
+
+$(ORACLE_JARS_STAMP): $(PY_STAMP) $(ORACLE_POM) $(ORACLE_JARS_LOCK) include/jvm/copy-jars.sh
+	include/jvm/copy-jars.sh $(ORACLE_JARS) $(ORACLE_POM)
+	$(BIN)/python -m lakehouse.runtime.jvm oracle
+	@touch $@
+
+$(STAMP): $(PY_STAMP) $(JARS_STAMP) $(KAFKA_JARS_STAMP) $(ORACLE_JARS_STAMP)
 	@touch $@
 
 .PHONY: install
-install: $(STAMP) ## Create .venv and install the pinned stack (requirements.lock, include/jvm/**/jars.sha256)
+install: $(STAMP) ## Create .venv and install the pinned stack (requirements.lock, include/jvm/**/jars.sha256, tests/oracle/jars.sha256)
 
 .PHONY: jars-lock
-jars-lock: $(PY_STAMP) ## After a change to a pom in include/jvm: copy the jars of both, rewrite both jars.sha256
+jars-lock: $(PY_STAMP) ## After a change to a pom (include/jvm/**, tests/oracle): copy the jars of each, rewrite each jars.sha256
 	include/jvm/copy-jars.sh $(JARS)
 	$(BIN)/python -m lakehouse.runtime.jvm --lock
 	@touch $(JARS_STAMP)
 	include/jvm/copy-jars.sh $(KAFKA_JARS) $(KAFKA_POM)
 	$(BIN)/python -m lakehouse.runtime.jvm kafka --lock
 	@touch $(KAFKA_JARS_STAMP)
+	include/jvm/copy-jars.sh $(ORACLE_JARS) $(ORACLE_POM)
+	$(BIN)/python -m lakehouse.runtime.jvm oracle --lock
+	@touch $(ORACLE_JARS_STAMP)
 
 .PHONY: java
 java: $(STAMP) ## Check for Java 17+ (Spark needs it)

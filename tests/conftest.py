@@ -1,5 +1,5 @@
-"""Shared fixtures: a temporary lakehouse root per test, one SparkSession per test process, one
-Kafka broker and one S3 API for the whole run."""
+"""Shared fixtures: a temporary lakehouse root per test, one SparkSession and one Kafka Streams
+oracle per test process, one Kafka broker and one S3 API for the whole run."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ from hypothesis import settings as hypothesis_settings
 
 from lakehouse.runtime.config import REPO_ROOT, Settings
 from lakes import S3_REGION, S3Store, shared_by_the_run
+from oracle import StreamsOracle
 
 T = TypeVar("T")
 
@@ -152,6 +153,15 @@ def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Store]:
         tmp_path_factory, "s3-server", start, lambda folder: S3Server(folder / "s3").stop()
     ) as store:
         yield store
+
+
+@pytest.fixture(scope="session")
+def streams_oracle(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StreamsOracle]:
+    """Real Kafka Streams as an oracle (tests/oracle.py): one JVM per test process, started by
+    the first test that asks for it (a few seconds: Java compiles the oracle first), ended at the
+    end of the run. Its log is in the process's temp folder, streams-oracle*/oracle.log."""
+    with StreamsOracle(tmp_path_factory.mktemp("streams-oracle") / "oracle.log") as oracle:
+        yield oracle
 
 
 @pytest.fixture

@@ -6,14 +6,19 @@
 * The local Kafka broker's (:mod:`lakehouse.runtime.broker`): ``include/jvm/kafka/pom.xml`` names them;
   ``make install`` copies them into ``.venv/kafka-jars``. They are the broker's class path alone
   (:func:`broker_classpath`), never Spark's: Kafka brings its own Scala and Jackson.
+* The tests' Kafka Streams oracle's (``tests/oracle/StreamsOracle.java``, real Kafka Streams in a
+  TopologyTestDriver, which the property tests compare the platform's tables with):
+  ``tests/oracle/pom.xml`` names them; ``make install`` copies them into ``.venv/oracle-jars``.
+  They are the oracle's class path alone (:func:`oracle_classpath`), for the tests.
 
 Nothing is resolved when a job or the broker starts. The ``jars.sha256`` beside each pom locks its
 jars: one ``sha256  file`` line per jar (the format of ``sha256sum``).
 
-``python -m lakehouse.runtime.jvm [spark|kafka]`` checks the installed jars against their lock: every
-locked jar there with its checksum, no other jar, and, for Spark's, none with the artifact of a jar
-in pyspark's own ``jars`` folder (a second copy of a library on the class path). ``--lock`` first
-rewrites the lock from the jars there (``make jars-lock``, after a deliberate change of a pom).
+``python -m lakehouse.runtime.jvm [spark|kafka|oracle]`` checks the installed jars against their
+lock: every locked jar there with its checksum, no other jar, and, for Spark's, none with the
+artifact of a jar in pyspark's own ``jars`` folder (a second copy of a library on the class path).
+``--lock`` first rewrites the lock from the jars there (``make jars-lock``, after a deliberate
+change of a pom).
 """
 
 from __future__ import annotations
@@ -23,7 +28,8 @@ import hashlib
 import importlib.util
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from lakehouse.errors import JarsError
@@ -33,6 +39,8 @@ MANIFEST = REPO_ROOT / "include" / "jvm" / "pom.xml"
 LOCK = REPO_ROOT / "include" / "jvm" / "jars.sha256"
 KAFKA_MANIFEST = REPO_ROOT / "include" / "jvm" / "kafka" / "pom.xml"
 KAFKA_LOCK = REPO_ROOT / "include" / "jvm" / "kafka" / "jars.sha256"
+ORACLE_MANIFEST = REPO_ROOT / "tests" / "oracle" / "pom.xml"
+ORACLE_LOCK = REPO_ROOT / "tests" / "oracle" / "jars.sha256"
 
 _RELOCK = "exclude it in include/jvm/pom.xml, then run `make jars-lock`"
 
@@ -56,6 +64,11 @@ def jars_dir() -> Path:
 def kafka_jars_dir() -> Path:
     """Where ``make install`` puts the Kafka broker's jars (``.venv/kafka-jars``)."""
     return Path(sys.prefix) / "kafka-jars"
+
+
+def oracle_jars_dir() -> Path:
+    """Where ``make install`` puts the tests' Kafka Streams oracle's jars (``.venv/oracle-jars``)."""
+    return Path(sys.prefix) / "oracle-jars"
 
 
 def pyspark_jars_dir() -> Path:
@@ -114,9 +127,20 @@ def spark_jars_conf(directory: Path | None = None, lock: Path | None = None) -> 
     return ",".join(str(path.absolute()) for path in spark_jars(directory, lock))
 
 
+def classpath(directory: Path, lock: Path) -> str:
+    """A JVM's class path: the locked jars of ``lock`` in ``directory``, absolute, in the lock's
+    order."""
+    return os.pathsep.join(str(path.absolute()) for path in installed(directory, lock))
+
+
 def broker_classpath() -> str:
-    """The Kafka broker's class path: its locked jars, absolute, in the lock's order."""
-    return os.pathsep.join(str(path.absolute()) for path in installed(kafka_jars_dir(), KAFKA_LOCK))
+    """The Kafka broker's class path."""
+    return classpath(kafka_jars_dir(), KAFKA_LOCK)
+
+
+def oracle_classpath() -> str:
+    """The tests' Kafka Streams oracle's class path."""
+    return classpath(oracle_jars_dir(), ORACLE_LOCK)
 
 
 def artifact(jar: str) -> str:
@@ -205,6 +229,29 @@ def write_lock(directory: Path | None = None, lock: Path | None = None) -> dict[
     return locked
 
 
+@dataclass(frozen=True)
+class _JarSet:
+    """One set of jars ``main`` checks: what it is called, where it is installed (looked up
+    when checked), its lock, and whether it goes on Spark's class path."""
+
+    label: str
+    directory: Callable[[], Path]
+    lock: Path
+    beside_pyspark: bool
+
+
+# The folders are looked up when a set is checked (by name: a test may replace the function).
+_JAR_SETS = {
+    "spark": _JarSet("JVM jars", lambda: jars_dir(), LOCK, beside_pyspark=True),
+    "kafka": _JarSet(
+        "Kafka broker jars", lambda: kafka_jars_dir(), KAFKA_LOCK, beside_pyspark=False
+    ),
+    "oracle": _JarSet(
+        "Kafka Streams oracle jars", lambda: oracle_jars_dir(), ORACLE_LOCK, beside_pyspark=False
+    ),
+}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m lakehouse.runtime.jvm",
@@ -214,27 +261,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "jars",
         nargs="?",
-        choices=("spark", "kafka"),
+        choices=tuple(_JAR_SETS),
         default="spark",
-        help="Spark's jars (the default) or the Kafka broker's",
+        help="Spark's jars (the default), the Kafka broker's or the tests' Kafka Streams oracle's",
     )
     parser.add_argument("--lock", action="store_true", help="first rewrite their jars.sha256")
     args = parser.parse_args(argv)
-    spark = args.jars == "spark"
-    directory, lock = (jars_dir(), LOCK) if spark else (kafka_jars_dir(), KAFKA_LOCK)
+    jar_set = _JAR_SETS[args.jars]
+    directory, lock = jar_set.directory(), jar_set.lock
     try:
         if args.lock:
             write_lock(directory, lock)
             print(f"wrote {lock}")
-        jars = check(directory, lock, beside_pyspark=spark)
+        jars = check(directory, lock, beside_pyspark=jar_set.beside_pyspark)
     except JarsError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     size = sum(path.stat().st_size for path in jars)
     print(
-        f"{'JVM jars' if spark else 'Kafka broker jars'}: {len(jars)} in {directory} "
-        f"({size / 1e6:.1f} MB), as locked"
-        + ("; none duplicates an artifact of pyspark's" if spark else "")
+        f"{jar_set.label}: {len(jars)} in {directory} ({size / 1e6:.1f} MB), as locked"
+        + ("; none duplicates an artifact of pyspark's" if jar_set.beside_pyspark else "")
     )
     return 0
 
