@@ -3,21 +3,18 @@ KGroupedTable), re-keying by a value field, and averages, built incrementally in
 
 from __future__ import annotations
 
-import itertools
 import json
 from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import example, given
-from hypothesis import strategies as st
 
 from lakehouse.contracts.model import Catalog
 from lakehouse.pipeline.runner import run
 from lakehouse.runtime.config import Settings
 from lakehouse.storage import read_arrow
 from lakehouse.topics.landing import Producer, Record
-from lakes import histories, lake_with
+from lakes import lake_with
 
 pytestmark = pytest.mark.integration
 
@@ -138,116 +135,3 @@ def test_rekeyed_table_moves_a_key_between_groups_and_tombstones_take_back(
         ("update_postimage", "Oslo", 1),
         ("update_preimage", "Oslo", 2),
     ]
-
-
-# -- property: incremental == full recompute == a plain-Python model ---------------------------
-
-KEYS = st.sampled_from(["a", "b", "c", None])
-VALUES = st.one_of(
-    st.none(),  # a tombstone
-    st.fixed_dictionaries(
-        {
-            "amount": st.one_of(st.none(), st.integers(-5, 50)),
-            "city": st.one_of(st.none(), st.sampled_from(["Oslo", "Rome"])),
-        }
-    ),
-)
-HISTORIES = st.lists(st.tuples(KEYS, VALUES), min_size=1, max_size=10)
-
-
-def _model(history: list[Event]) -> dict[str, dict[Any, dict[str, Any]]]:
-    """Kafka Streams' semantics written plainly: the stream aggregates every event; the table
-    aggregates each key's latest value (a tombstone removes the key)."""
-    latest: dict[str, dict[str, Any]] = {}
-    stream: dict[str, list[dict[str, Any]]] = {}
-    for key, value in history:
-        if key is None:
-            continue  # null keys are ignored by tables and aggregations
-        if value is None:
-            latest.pop(key, None)
-            continue
-        latest[key] = value
-        stream.setdefault(key, []).append(value)
-
-    def agg(
-        groups: dict[Any, list[dict[str, Any]]], mean: bool = True
-    ) -> dict[Any, dict[str, Any]]:
-        out = {}
-        for g, values in groups.items():
-            amounts = [v["amount"] for v in values if v["amount"] is not None]
-            row: dict[str, Any] = {"n": len(values), "total": sum(amounts) if amounts else None}
-            if mean:
-                row["mean"] = sum(amounts) / len(amounts) if amounts else None
-            out[g] = row
-        return out
-
-    by_city: dict[Any, list[dict[str, Any]]] = {}
-    for v in latest.values():
-        if v["city"] is not None:
-            by_city.setdefault(v["city"], []).append(v)
-    stream_city: dict[Any, list[dict[str, Any]]] = {}
-    for values in stream.values():
-        for v in values:
-            if v["city"] is not None:
-                stream_city.setdefault(v["city"], []).append(v)
-    return {
-        "stream_totals": agg(stream),
-        "table_totals": agg({k: [v] for k, v in latest.items()}),
-        "city_stream": agg(stream_city, mean=False),
-        "city_table": agg(by_city),
-    }
-
-
-KEY_OF = {
-    "stream_totals": "user",
-    "table_totals": "user",
-    "city_stream": "city",
-    "city_table": "city",
-}
-
-
-def _approx(rows: dict[Any, dict[str, Any]]) -> dict[Any, dict[str, Any]]:
-    return {
-        k: {c: (round(x, 9) if isinstance(x, float) else x) for c, x in v.items()}
-        for k, v in rows.items()
-    }
-
-
-# A key moves, is deleted and comes back, across and within batches.
-MOVES: list[Event] = [
-    ("a", {"amount": 1, "city": "Oslo"}),
-    ("b", {"amount": None, "city": "Oslo"}),
-    ("a", {"amount": 2, "city": "Rome"}),
-    ("a", None),
-    ("a", {"amount": 3, "city": "Oslo"}),
-    (None, {"amount": 9, "city": "Rome"}),
-    ("b", {"amount": 4, "city": None}),
-]
-
-
-@pytest.mark.property
-@histories()
-@given(history=HISTORIES, cuts=st.lists(st.integers(1, 9), max_size=2, unique=True))
-@example(history=MOVES, cuts=[3, 5])
-@example(history=MOVES, cuts=[])  # one batch: a full recompute
-@example(  # a key's only non-null amount is replaced by a null: its table sum is null, not 0
-    history=[
-        ("c", {"amount": 38, "city": None}),
-        ("c", {"amount": None, "city": None}),
-    ],
-    cuts=[1],
-)
-def test_every_batching_of_a_history_equals_the_model(
-    spark: Any, tmp_path_factory: pytest.TempPathFactory, history: list[Event], cuts: list[int]
-) -> None:
-    """Micro-batches cut anywhere (no cut: the whole history in one batch, a full recompute)
-    end in the tables the model computes from the history."""
-    lake = _lake(tmp_path_factory.mktemp("prop"))
-    bounds = [0, *sorted(c for c in cuts if c < len(history)), len(history)]
-    for lo, hi in itertools.pairwise(bounds):
-        _produce(lake, history[lo:hi])
-        _run(spark, lake)
-    expected = _model(history)
-    for name, key in KEY_OF.items():
-        # Exactly: a table aggregation deletes a group its last key left.
-        assert _approx(_table(lake, name, key)) == _approx(expected[name]), (name, history, bounds)

@@ -4,15 +4,12 @@ from the changelog, and the table as of an event time."""
 
 from __future__ import annotations
 
-import itertools
 import json
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import example, given
-from hypothesis import strategies as st
 
 from lakehouse.contracts.model import Catalog
 from lakehouse.pipeline.runner import run
@@ -20,7 +17,7 @@ from lakehouse.runtime.config import Settings
 from lakehouse.storage import changes_arrow, read_arrow
 from lakehouse.tables.rebuild import at_event_time, refresh, restore
 from lakehouse.topics.landing import Producer, Record
-from lakes import histories, lake_with
+from lakes import lake_with
 
 pytestmark = pytest.mark.integration
 
@@ -99,94 +96,6 @@ def _rows(path: Path, key: str, version: int | None = None) -> dict[Any, dict[st
 
 def _trip(city: str | None, km: int | None = 1, at: int = 0) -> dict[str, Any]:
     return {"city": city, "km": km, "at": at}
-
-
-def _model(history: list[Event]) -> dict[str, dict[Any, dict[str, Any]]]:
-    """Kafka Streams / ksqlDB semantics written plainly (one partition: arrival = offset)."""
-    per_user: dict[str, dict[str, Any]] = {}
-    current: dict[str, dict[str, Any]] = {}
-    for key, value in history:
-        if key is None:
-            continue
-        if value is None:
-            current.pop(key, None)
-            continue
-        current[key] = value
-        row = per_user.setdefault(key, {"trips": 0, "seen": set(), "trail": [], "km": None})
-        row["trips"] += 1
-        if value["city"] is not None:
-            row["seen"].add(value["city"])
-            row["trail"].append(value["city"])
-        if value["km"] is not None:
-            row["km"] = (row["km"] or 0) + value["km"]
-    living: dict[str, int] = {}
-    for value in current.values():
-        if value["city"] is not None:
-            living[value["city"]] = living.get(value["city"], 0) + 1
-    return {
-        "per_user": {
-            k: {
-                "trips": r["trips"],
-                "cities": len(r["seen"]),
-                "first_city": r["trail"][0] if r["trail"] else None,
-                "last_city": r["trail"][-1] if r["trail"] else None,
-                "trail": r["trail"],
-                "km": r["km"],
-            }
-            for k, r in per_user.items()
-        },
-        "current": current,
-        "current_again": current,
-        "living_in": {c: {"users": n} for c, n in living.items()},
-    }
-
-
-KEY_OF = {"per_user": "user", "current": "user", "current_again": "user", "living_in": "city"}
-
-KEYS = st.sampled_from(["a", "b", None])
-VALUES = st.one_of(
-    st.none(),
-    st.builds(
-        _trip,
-        st.one_of(st.none(), st.sampled_from(["Oslo", "Rome", "Lima"])),
-        st.one_of(st.none(), st.integers(0, 9)),
-    ),
-)
-
-
-# A city seen twice, nulls between, a delete and a comeback, a group emptied.
-COMEBACK: list[Event] = [
-    ("a", _trip("Oslo")),
-    ("a", _trip(None, None)),
-    ("b", _trip("Rome")),
-    ("a", _trip("Rome")),
-    ("b", None),
-    ("a", _trip("Oslo", 4)),
-    ("a", None),
-    ("a", _trip("Lima")),
-]
-
-
-@pytest.mark.property
-@histories()
-@given(
-    history=st.lists(st.tuples(KEYS, VALUES), min_size=1, max_size=9),
-    cuts=st.lists(st.integers(1, 8), max_size=2, unique=True),
-)
-@example(history=COMEBACK, cuts=[2, 5])
-@example(history=COMEBACK, cuts=[])  # one batch: a full recompute
-def test_every_batching_of_a_history_equals_the_model(
-    spark: Any, tmp_path_factory: pytest.TempPathFactory, history: list[Event], cuts: list[int]
-) -> None:
-    """Micro-batches cut anywhere (no cut: one batch) end in the tables the model computes."""
-    lake = _lake(tmp_path_factory.mktemp("hist"))
-    bounds = [0, *sorted(c for c in cuts if c < len(history)), len(history)]
-    for lo, hi in itertools.pairwise(bounds):
-        _produce(lake, history[lo:hi])
-        _run(spark, lake)
-    expected = _model(history)
-    for name, key in KEY_OF.items():
-        assert _rows(lake.gold_path(name), key) == expected[name], (name, bounds)
 
 
 def test_changelog_read_as_stream_counts_each_version_of_a_row(spark: Any, tmp_path: Path) -> None:

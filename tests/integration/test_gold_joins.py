@@ -18,6 +18,7 @@ from lakehouse.runtime.config import Settings
 from lakehouse.storage import DeltaStore, changes_arrow, read_arrow
 from lakehouse.topics.landing import Producer, Record
 from lakes import histories, row_order, rows
+from oracle import StreamsOracle, left, right
 
 pytestmark = pytest.mark.integration
 
@@ -437,7 +438,7 @@ def test_a_left_stream_stream_join_is_refused(spark: Any, tmp_path: Path) -> Non
     assert not lake.gold_path("clicked_impressions").exists()
 
 
-# -- property: table-table, incremental == one batch == a plain-Python model --------------------
+# -- property: table-table, incremental == one batch == Kafka Streams ----------------------------
 
 PROPERTY_TABLES = """\
   - name: tt_inner
@@ -468,19 +469,22 @@ def _produce_steps(lake: Settings, steps: list[Step]) -> None:
         )
 
 
-def _model(history: list[Step]) -> dict[str, dict[str, tuple[Any, ...]]]:
-    tables: dict[str, dict[str, str]] = {"clicks": {}, "users": {}}
-    for topic, key, value in history:
-        if key is None:
-            continue
-        if value is None:
-            tables[topic].pop(key, None)
-        else:
-            tables[topic][key] = value
-    clicks, users = tables["clicks"], tables["users"]
+def _kafka(oracle: StreamsOracle, how: str, history: list[Step]) -> dict[str, tuple[Any, ...]]:
+    """The join as Kafka Streams computes it, fed the two sides' records in the order given."""
+    records = [
+        (left if topic == "clicks" else right)(
+            key,
+            None if value is None else {"page" if topic == "clicks" else "city": value},
+            0,
+        )
+        for topic, key, value in history
+    ]
+    result = oracle.compute(
+        {"kind": "join", "type": "table-table", "how": how, "on": None}, records
+    )
     return {
-        "tt_inner": {k: (p, users[k]) for k, p in clicks.items() if k in users},
-        "tt_left": {k: (p, users.get(k)) for k, p in clicks.items()},
+        key: (value["left"]["page"], None if value["right"] is None else value["right"]["city"])
+        for (key, _window), value in result.rows.items()
     }
 
 
@@ -520,17 +524,21 @@ BOTH_SIDES: list[Step] = [
 @given(history=HISTORIES, cuts=st.lists(st.integers(1, 9), max_size=2, unique=True))
 @example(history=BOTH_SIDES, cuts=[3, 6])
 @example(history=BOTH_SIDES, cuts=[])  # one batch: a full recompute
-def test_table_table_every_batching_equals_the_model(
-    spark: Any, tmp_path_factory: pytest.TempPathFactory, history: list[Step], cuts: list[int]
+def test_table_table_every_batching_equals_kafka_streams(
+    spark: Any,
+    streams_oracle: StreamsOracle,
+    tmp_path_factory: pytest.TempPathFactory,
+    history: list[Step],
+    cuts: list[int],
 ) -> None:
     """Both sides' changes cut into micro-batches anywhere (no cut: one batch) end in the joins
-    the model computes, and their change feeds replay to them."""
+    Kafka Streams computes from the same records, and their change feeds replay to them."""
     lake = _lake(tmp_path_factory.mktemp("joins"), PROPERTY_TABLES, USERS)
     bounds = [0, *sorted(c for c in cuts if c < len(history)), len(history)]
     for lo, hi in itertools.pairwise(bounds):
         _produce_steps(lake, history[lo:hi])
         _run(spark, lake)
-    expected = _model(history)
-    for name in ("tt_inner", "tt_left"):
-        assert _table(lake, name) == expected[name], (name, history, bounds)
-        assert _replayed(lake, name) == expected[name], (name, history, bounds)
+    for name, how in (("tt_inner", "inner"), ("tt_left", "left")):
+        expected = _kafka(streams_oracle, how, history)
+        assert _table(lake, name) == expected, (name, history, bounds)
+        assert _replayed(lake, name) == expected, (name, history, bounds)

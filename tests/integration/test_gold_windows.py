@@ -1,6 +1,7 @@
 """Windowed aggregations on event time (Kafka Streams' TimeWindows and SessionWindows): window
-bounds, grace and the late-records table, sessions merging across micro-batches, exactly-once
-after a crash, and incremental == full recompute == a plain-Python model of Kafka Streams."""
+bounds, grace and the late-records table, stream time per partition, sessions merging across
+micro-batches, exactly-once after a crash, reprocessing, and the upgrade of a lake built when
+stream time was one per topic. test_semantics compares them with Kafka Streams itself."""
 
 from __future__ import annotations
 
@@ -12,15 +13,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import example, given
-from hypothesis import strategies as st
 
 from lakehouse.contracts.model import Catalog
 from lakehouse.pipeline.runner import run
 from lakehouse.runtime.config import Settings
 from lakehouse.storage import DeltaStore, changes_arrow, delta_spark, read_arrow
 from lakehouse.topics.landing import Producer, Record
-from lakes import histories, lake_with
+from lakes import lake_with
 
 pytestmark = pytest.mark.integration
 
@@ -470,9 +469,9 @@ def test_a_crash_between_commits_is_finished_by_the_next_run_without_double_coun
     assert sorted(r["page"] for r in state) == ["p4", "p6"]
 
 
-# -- property: incremental == full recompute == a plain-Python model of Kafka Streams ----------
+# -- reprocessing -----------------------------------------------------------------------------
 
-MODEL_TABLES = """\
+REPROCESSED = """\
   - name: tumbling
     kind: aggregate
     window: {type: tumbling, size: 2m, grace: 1m}
@@ -486,140 +485,36 @@ MODEL_TABLES = """\
       - {name: n, fn: count}
       - {name: pages, fn: collect, field: page}
 """
-SIZE, GRACE, GAP = 2, 1, 2  # minutes, as in MODEL_TABLES
-
-History = list[tuple[str | None, int | None, bool]]  # (key, event minute, tombstone)
-
-
-def _events(history: History) -> list[Event]:
-    """Each record's page is its position in the history: a record's identity."""
-    return [
-        (k, None if tomb else {"m": m, "page": f"r{i}"}) for i, (k, m, tomb) in enumerate(history)
-    ]
-
-
-def _model(history: History) -> dict[str, Any]:
-    """Kafka Streams written plainly: records in offset order; stream time is the largest event
-    time so far, the record itself included. Tumbling: a record's window closes when its end +
-    grace <= stream time. Sessions: the processor finds the sessions within gap of the record in
-    its store, which keeps a session while end + gap + grace >= stream time; the record is late
-    when the merged session's end < stream time - gap - grace."""
-    stream_time = None
-    tumbling: dict[tuple[Any, ...], list[str]] = {}
-    store: dict[str, list[tuple[int, int, list[str]]]] = {}
-    late_t: set[tuple[Any, ...]] = set()
-    late_s: set[tuple[Any, ...]] = set()
-    for i, (key, m, tomb) in enumerate(history):
-        if key is None or tomb:
-            continue
-        page = f"r{i}"
-        if m is None:
-            late_t.add((page, None, None))
-            late_s.add((page, None, None))
-            continue
-        stream_time = m if stream_time is None else max(stream_time, m)
-        start = m - m % SIZE
-        if start + SIZE + GRACE <= stream_time:
-            late_t.add((page, start, start + SIZE))
-        else:
-            tumbling.setdefault((key, start, start + SIZE), []).append(page)
-        sessions = [s for s in store.get(key, []) if s[1] + GAP + GRACE >= stream_time]
-        found = [s for s in sessions if s[1] >= m - GAP and s[0] <= m + GAP]
-        lo, hi = min([m, *(s[0] for s in found)]), max([m, *(s[1] for s in found)])
-        if hi < stream_time - GAP - GRACE:
-            late_s.add((page, m, m))
-            continue
-        pages = sorted([p for s in found for p in s[2]] + [page], key=lambda p: int(p[1:]))
-        store[key] = [s for s in store.get(key, []) if s not in found] + [(lo, hi, pages)]
-    sessions_out = {
-        (k, lo, hi): {"n": len(pages), "pages": pages}
-        for k, found in store.items()
-        for lo, hi, pages in found
-    }
-    return {
-        "tumbling": {k: {"n": len(v), "pages": v} for k, v in tumbling.items()},
-        "sessions": sessions_out,
-        "late": {"tumbling": late_t, "sessions": late_s},
-    }
-
-
-def _late_set(lake: Settings, name: str) -> set[tuple[Any, ...]]:
-    return {
-        (r["page"], _minutes(r["window_start"]), _minutes(r["window_end"]))
-        for r in _late(lake, name)
-    }
-
-
-def _check_model(lake: Settings, history: History, note: Any = None) -> None:
-    expected = _model(history)
-    for name in ("tumbling", "sessions"):
-        got = {(k[0], int(k[1]), int(k[2])): v for k, v in _windows(lake, name).items()}
-        assert got == expected[name], (name, history, note)
-        assert _late_set(lake, name) == expected["late"][name], (name, history, note)
 
 
 def test_reprocess_moves_the_stream_time_back_with_the_position(spark: Any, tmp_path: Path) -> None:
     """A rebuild from an earlier input version moves the table's position back; its stream time
     must move back with it (carried from the rebuilt table's commit, or computed again from the
-    input), so the batches re-read afterwards are judged as they were the first time."""
+    input), so the batches re-read afterwards are judged as they were the first time: the
+    tables end as those of a lake that got the same batches and no reprocess (whose windows the
+    Kafka Streams oracle checks in test_semantics)."""
     from lakehouse.tables.rebuild import refresh
 
-    lake = _lake(tmp_path, MODEL_TABLES)
-    history: History = [("a", 0, False), ("a", 4, False), ("b", 1, False), ("a", 2, False)]
-    history += [("b", 9, False), ("a", 1, False), ("a", 7, False), ("a", 3, False)]
-    events = _events(history)
-    _produce(lake, events[:3])
-    _run(spark, lake)
-    _produce(lake, events[3:6])
-    _run(spark, lake)  # stream time 9: would make the re-read batch's records late
-    catalog = Catalog.load(lake.contracts_dir)
+    events = [_ev("a", m, f"r{i}") for i, m in enumerate([0, 4, 1, 2, 9, 1, 7, 3])]
+    reprocessed = _lake(tmp_path / "reprocessed", REPROCESSED)
+    straight = _lake(tmp_path / "straight", REPROCESSED)
+    for lake in (reprocessed, straight):
+        _produce(lake, events[:3])
+        _run(spark, lake)
+        _produce(lake, events[3:6])
+        _run(spark, lake)  # stream time 9: would make the re-read batch's records late
+    catalog = Catalog.load(reprocessed.contracts_dir)
     contract = catalog.topic("clicks")
     for spec in contract.tables:
-        refresh(spark, lake, catalog, contract, spec, from_version=2)  # back to before batch 2
-    _produce(lake, events[6:])
-    _run(spark, lake)
-    _check_model(lake, history)
-
-
-# Out of order across cuts: late windows, a closed session, no event time.
-LATE: History = [
-    ("a", 0, False),
-    ("a", 4, False),
-    ("b", 1, False),
-    ("a", 2, False),  # joins [4,4] ([0,0] closed at stream time 4)
-    ("b", 9, False),
-    ("a", 1, False),  # late in both tables
-    ("a", None, False),
-    ("a", 7, False),
-    ("a", 6, True),
-]
-
-
-@pytest.mark.property
-@histories()
-@given(
-    history=st.lists(
-        st.tuples(
-            st.sampled_from(["a", "b", None]),
-            st.one_of(st.integers(0, 12), st.none()),
-            st.sampled_from([False, False, False, True]),
-        ),
-        min_size=1,
-        max_size=9,
-    ),
-    cuts=st.lists(st.integers(1, 8), max_size=2, unique=True),
-)
-@example(history=LATE, cuts=[3, 6])
-@example(history=LATE, cuts=[])  # one batch: a full recompute
-def test_every_batching_of_a_history_equals_the_model(
-    spark: Any, tmp_path_factory: pytest.TempPathFactory, history: History, cuts: list[int]
-) -> None:
-    """Micro-batches cut anywhere (no cut: one batch) end in the windows the model computes
-    for those batches (a record is late against the stream time of the batches before it)."""
-    lake = _lake(tmp_path_factory.mktemp("windows"), MODEL_TABLES)
-    bounds = [0, *sorted(c for c in cuts if c < len(history)), len(history)]
-    events = _events(history)
-    for lo, hi in itertools.pairwise(bounds):
-        _produce(lake, events[lo:hi])
+        refresh(spark, reprocessed, catalog, contract, spec, from_version=2)  # before batch 2
+    for lake in (reprocessed, straight):
+        _produce(lake, events[6:])
         _run(spark, lake)
-    _check_model(lake, history, bounds)
+    for name in ("tumbling", "sessions"):
+        assert _windows(reprocessed, name) == _windows(straight, name), name
+        judged = ("page", "window_start", "window_end", "stream_time", "reason")
+        assert [[r[c] for c in judged] for r in _late(reprocessed, name)] == [
+            [r[c] for c in judged] for r in _late(straight, name)
+        ], name
+    # [0, 2) closes at 3: r2 (1, at 4) and r5 (1, at 9); [6, 8) and [2, 4) close by 9: r6, r7
+    assert [r["page"] for r in _late(straight, "tumbling")] == ["r2", "r5", "r6", "r7"]

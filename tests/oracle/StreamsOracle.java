@@ -369,11 +369,18 @@ public class StreamsOracle {
                         Materialized.<String, JsonNode, WindowStore<Bytes, byte[]>>with(KEYS, VALUES)).toStream());
             }
             case "session" -> {
-                SessionWindows windows = SessionWindows.ofInactivityGapAndGrace(
-                        Duration.ofMillis(millis(window, "gap", "the window")), grace);
+                Duration gap = Duration.ofMillis(millis(window, "gap", "the window"));
+                SessionWindows windows = SessionWindows.ofInactivityGapAndGrace(gap, grace);
+                // An in-memory session store drops a session exactly when it has closed (its end
+                // + gap + grace behind stream time); the default RocksDB store drops whole
+                // segments, so it may still find, and merge, a session that has closed.
+                Materialized<String, JsonNode, SessionStore<Bytes, byte[]>> store =
+                        Materialized.<String, JsonNode>as(
+                                        Stores.inMemorySessionStore("sessions", gap.plus(grace)))
+                                .withKeySerde(KEYS)
+                                .withValueSerde(VALUES);
                 toOutputWindowed(grouped.windowedBy(windows).aggregate(aggregates::init, aggregates::add,
-                        aggregates::merge,
-                        Materialized.<String, JsonNode, SessionStore<Bytes, byte[]>>with(KEYS, VALUES)).toStream());
+                        aggregates::merge, store).toStream());
             }
             default -> throw new BadRequest(
                     "the window's \"type\" must be tumbling, hopping or session, not \"" + type + "\"");

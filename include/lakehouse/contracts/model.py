@@ -358,10 +358,14 @@ class Contract:
             taken = tuple(j.column(f) for f in j.fields)
             if j.type == "table-table":
                 return (*source.columns, *taken)
+            # A stream whose event-time field is itself called event_time has it once.
             if j.type == "stream-table":
-                return (*source.columns, *taken, "partition", "offset", "timestamp", "event_time")
+                event = ("partition", "offset", "timestamp", "event_time")
+                return tuple(dict.fromkeys((*source.columns, *taken, *event)))
             mine = ("partition", "offset", "event_time")
-            return (*source.columns, *taken, *mine, *(j.column(c) for c in mine))
+            return tuple(
+                dict.fromkeys((*source.columns, *taken, *mine, *(j.column(c) for c in mine)))
+            )
         return (*self.table_key_columns(spec), *(a.name for a in spec.aggregations))
 
     def field(self, name: str) -> Field:

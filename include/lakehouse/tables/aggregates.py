@@ -119,16 +119,26 @@ def partial_aggregates(spec: TableSpec) -> list[Column]:
 def aggregate_per_key(
     events: DataFrame, contract: Contract, spec: TableSpec, by: Sequence[Column] = ()
 ) -> DataFrame:
-    """Per-group partial aggregates of a stream batch, ignoring null keys, tombstones and null
-    groups; ``by`` adds grouping columns (a windowed table's window). ``contract`` is the
+    """Per-group partial aggregates of a stream batch, ignoring tombstones and null groups
+    (:func:`taken`); ``by`` adds grouping columns (a windowed table's window). ``contract`` is the
     table's input stream (``Contract.input``)."""
     from pyspark.sql import functions as F
 
     group = spec.group_by or contract.key_name
-    valid = events.filter(
-        F.col(contract.key_name).isNotNull() & ~F.col(TOMBSTONE) & F.col(group).isNotNull()
+    return (
+        events.filter(taken(contract, spec))
+        .groupBy(F.col(group), *by)
+        .agg(*partial_aggregates(spec))
     )
-    return valid.groupBy(F.col(group), *by).agg(*partial_aggregates(spec))
+
+
+def taken(contract: Contract, spec: TableSpec) -> Column:
+    """The records an aggregation of a stream takes: not a tombstone, and with a group (the
+    record key, or the ``group_by`` field's value). A re-keyed aggregation takes a record whose
+    own key is null, as Kafka Streams' ``groupBy`` does: only the new key matters."""
+    from pyspark.sql import functions as F
+
+    return ~F.col(TOMBSTONE) & F.col(spec.group_by or contract.key_name).isNotNull()
 
 
 def table_deltas(

@@ -56,9 +56,9 @@ Session windows
     Which sessions can be found: Kafka's session store keeps a session for ``gap + grace``
     behind stream time and then drops it. Here a session is *open* while it could still accept a
     record on its own (``end + gap + grace >= stream time``) and *closed* (final, never merged or
-    extended again) after; a closed session is not found. This is Kafka's rule with a store
-    whose retention boundary is exactly the processor's, rather than RocksDB's segment-granular
-    one. It follows that a record is late exactly when no open session lies within ``gap`` of it
+    extended again) after; a closed session is not found. This is Kafka's rule with an in-memory
+    session store, whose retention boundary is exactly the processor's, rather than RocksDB's
+    segment-granular one. It follows that a record is late exactly when no open session lies within ``gap`` of it
     and ``t + gap + grace < stream time``; its late row names the window ``[t, t]`` it would
     have created.
 
@@ -313,13 +313,8 @@ def session_state_schema(source: Contract, spec: TableSpec) -> StructType:
 
 
 def _valid(events: DataFrame, source: Contract, spec: TableSpec) -> DataFrame:
-    """The records a windowed aggregation takes: a key, a value, a group (as
-    :func:`lakehouse.tables.aggregates.aggregate_per_key`)."""
-    from pyspark.sql import functions as F
-
-    group = spec.group_by or source.key_name
-    key = F.col(source.key_name)
-    return events.filter(key.isNotNull() & ~F.col(TOMBSTONE) & F.col(group).isNotNull())
+    """The records a windowed aggregation takes (:func:`lakehouse.tables.aggregates.taken`)."""
+    return events.filter(aggregates.taken(source, spec))
 
 
 def _event_millis() -> Column:
