@@ -1,10 +1,11 @@
 """Records arriving start a run: a Kafka-sourced topic's pipeline DAG, unpaused and never
-triggered by hand, runs when records are produced to its broker topic.
+triggered by hand, runs when records are produced to its broker topic; and a broken contract in
+the same folder breaks only its own DAG.
 
 Airflow 3 runs for real with its triggerer (see airflow_stack.py; LocalExecutor on PostgreSQL,
 layer tasks as clients of a Spark server), against the test session's Kafka broker. The DAG is
 scheduled on its time schedule or on the Asset that Airflow's Kafka message-queue trigger watches
-(lakehouse.orchestration.dags.records_asset). Unpausing it also starts its first interval run; the
+(lakehouse.orchestration.assets.records_asset). Unpausing it also starts its first interval run; the
 records are produced once the trigger's consumer has joined its group and that run is done, and
 the run the asset events create must take them through bronze, silver and gold, alone.
 """
@@ -38,6 +39,15 @@ DAG_ID = f"pipeline__{TOPIC}"
 LATEST, COUNTS = "kt_latest_location", "kt_checkin_counts"
 EVENTS = [("alice", "Paris"), ("bob", "Lima"), ("alice", "Rome"), ("carol", "Quito")]
 BASE_MS = 1_700_000_000_000
+BROKEN = "kt-broken"
+BROKEN_TEXT = """\
+topic: kt-broken
+partitions: 1
+key: {format: string, name: id}
+value: {format: json, fields: [{name: amount, type: long}]}
+stream: {name: kt_broken}
+tabels: [{name: kt_broken_latest, kind: latest}]
+"""
 # The DAG processor parses the DAG file again this often (Airflow's default: 30 s). The trigger
 # that watches the topic's Asset starts once the file is parsed with the DAG unpaused.
 PARSE_EVERY = {"AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "5"}
@@ -87,6 +97,8 @@ def stack(
     (contracts / f"{TOPIC}.yaml").write_text(
         _contract_text(kafka_topic, kafka_broker.bootstrap_servers)
     )
+    # Beside it, a contract with a misspelled field: it must break its own DAG and nothing else.
+    (contracts / f"{BROKEN}.yaml").write_text(BROKEN_TEXT)
     settings = Settings.from_env(home=root / "lakehouse", contracts_dir=contracts)
     contract = Catalog.load(contracts).topic(TOPIC)
     assert cli.create_topic(settings, contract, io.StringIO()) == 0
@@ -231,3 +243,20 @@ def test_records_arriving_start_a_run_that_takes_them_to_gold(stack: Stack) -> N
 
 def _tasks(airflow: Airflow, run_id: str) -> dict[str, str]:
     return {t["task_id"]: t["state"] for t in airflow.task_instances(DAG_ID, run_id)}
+
+
+def test_a_broken_contract_beside_it_breaks_only_its_own_dag(stack: Stack) -> None:
+    """The good topic's DAG is there and runs (the test above: its interval run and its
+    asset-triggered run, with the broken file in the same folder all along); the DAG files parse
+    without an import error; the broken contract's DAG says what is wrong and where; the
+    maintenance DAG is there."""
+    airflow = stack.airflow
+    assert airflow.api("GET", "/importErrors")["import_errors"] == []
+    broken = airflow.wait_for_dag(f"pipeline__{BROKEN}")
+    assert broken["description"].startswith(f"broken contract {BROKEN}.yaml: ")
+    assert "tabels" in broken["description"]
+    assert {t["name"] for t in broken["tags"]} >= {"broken contract"}
+    details = airflow.api("GET", f"/dags/pipeline__{BROKEN}/details")
+    assert str(stack.settings.contracts_dir / f"{BROKEN}.yaml") in details["doc_md"]
+    assert airflow.wait_for_dag("lakehouse__maintenance")["dag_id"] == "lakehouse__maintenance"
+    assert airflow.wait_for_dag(DAG_ID)["is_paused"] is False

@@ -17,7 +17,7 @@ import pytest
 from lakehouse import cli
 from lakehouse.contracts.model import Catalog, Contract
 from lakehouse.orchestration.airflow_env import kafka_connections
-from lakehouse.orchestration.dags import records_asset
+from lakehouse.orchestration.assets import records_asset
 from lakehouse.runtime.config import Settings
 from lakehouse.topics import kafka
 from lakehouse.topics.landing import Record

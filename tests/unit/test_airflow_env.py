@@ -17,7 +17,7 @@ from lakehouse.orchestration.airflow_env import (
     airflow_secrets,
     kafka_conn_id,
 )
-from lakehouse.orchestration.dags import SPARK_CONN_ID
+from lakehouse.orchestration.operators import SPARK_CONN_ID
 from lakehouse.runtime import server
 from lakehouse.runtime.config import REPO_ROOT, Settings
 from lakehouse.runtime.postgres import PostgresError

@@ -1,5 +1,6 @@
 """The pipeline DAGs' schedules: a landing topic's runs on its clock alone; a Kafka-sourced
-topic's on the same clock or when records arrive on its broker topic."""
+topic's on the same clock or when records arrive on its broker topic. A contract that does not
+load breaks only its own DAGs."""
 
 from __future__ import annotations
 
@@ -15,8 +16,9 @@ from airflow.sdk import DAG, Asset, AssetOrTimeSchedule
 from airflow.serialization.serialized_objects import DagSerialization
 
 from lakehouse.contracts.model import Catalog, Contract, parse_contract
+from lakehouse.errors import ContractError
 from lakehouse.orchestration.airflow_env import kafka_conn_id
-from lakehouse.orchestration.dags import START, pipeline_dag, pipeline_dags
+from lakehouse.orchestration.dags import START, maintenance_dags, pipeline_dag, pipeline_dags
 from lakehouse.runtime.config import REPO_ROOT, Settings
 
 CONTRACT = {
@@ -94,7 +96,7 @@ def test_store_credentials_come_from_the_airflow_connection_when_there_is_one(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from lakehouse.errors import ConfigError
-    from lakehouse.orchestration.dags import S3_CONN_ID, store_credentials
+    from lakehouse.orchestration.operators import S3_CONN_ID, store_credentials
 
     monkeypatch.delenv("AIRFLOW_CONN_LAKEHOUSE_S3", raising=False)
     assert store_credentials() == {}  # none: the processes' own environment is used
@@ -114,3 +116,76 @@ def test_store_credentials_come_from_the_airflow_connection_when_there_is_one(
     monkeypatch.setenv("AIRFLOW_CONN_LAKEHOUSE_S3", json.dumps(connection))
     with pytest.raises(ConfigError, match=f"{S3_CONN_ID!r}: give both the access key id"):
         store_credentials()
+
+
+# -- a contract that does not load is its own problem ---------------------------------------------
+
+JOINING = {
+    **CONTRACT,
+    "topic": "orders",
+    "stream": {"name": "orders_stream"},
+    "tables": [
+        {"name": "order_latest", "kind": "latest"},
+        {
+            "name": "order_payment",
+            "kind": "join",
+            "join": {"type": "table-table", "with": "payments", "fields": ["amount"]},
+        },
+    ],
+}
+
+
+def _folder(tmp_path: Path, **contracts: dict[str, Any] | str) -> Settings:
+    folder = tmp_path / "contracts"
+    folder.mkdir()
+    for topic, body in contracts.items():
+        text = body if isinstance(body, str) else yaml.safe_dump(body)
+        (folder / f"{topic}.yaml").write_text(text)
+    return Settings.from_env(tmp_path / "home", folder)
+
+
+def test_a_contract_that_does_not_load_gets_a_dag_saying_why_and_the_others_are_built(
+    tmp_path: Path,
+) -> None:
+    misspelled = {**CONTRACT, "topic": "refunds", "stream": {"name": "refunds_stream"}}
+    misspelled["tabels"] = misspelled.pop("tables")
+    settings = _folder(tmp_path, payments=CONTRACT, refunds=misspelled)
+    dags = pipeline_dags(settings)
+    assert sorted(dags) == ["lakehouse__run", "pipeline__payments", "pipeline__refunds"]
+    assert "gate_gold" in dags["pipeline__payments"].task_dict  # the good one, whole
+    broken = dags["pipeline__refunds"]
+    source = str(settings.contracts_dir / "refunds.yaml")
+    assert broken.description.startswith("broken contract refunds.yaml: ")
+    assert "tabels" in broken.description
+    assert source in (broken.doc_md or "")
+    assert broken.schedule is None and "broken contract" in broken.tags
+    (task,) = broken.tasks
+    with pytest.raises(ContractError, match=r"refunds\.yaml.*tabels"):
+        task.python_callable()
+    # The run DAG offers the topics that load; maintenance keeps their tables and names the other.
+    assert dags["lakehouse__run"].params["topics"] == ["payments"]
+    (maintenance,) = maintenance_dags(settings).values()
+    assert sorted(maintenance.task_dict) == ["maintain__payments", "maintain__quality_ledger"]
+    assert source in (maintenance.doc_md or "")
+
+
+def test_a_join_with_a_broken_contract_breaks_only_the_join_dag(tmp_path: Path) -> None:
+    not_yaml = "topic: payments\n  partitions: [3\n"
+    dags = pipeline_dags(_folder(tmp_path, payments=not_yaml, orders=JOINING))
+    assert sorted(dags) == [
+        "joins__orders",
+        "lakehouse__run",
+        "pipeline__orders",
+        "pipeline__payments",
+    ]
+    assert "gold" in dags["pipeline__orders"].task_dict  # its own tables still run
+    joins = dags["joins__orders"]
+    assert "broken contract" in joins.tags
+    assert "payments.yaml" in (joins.doc_md or "")
+
+
+def test_a_name_taken_twice_breaks_the_later_file_only(tmp_path: Path) -> None:
+    twin = {**CONTRACT, "topic": "refunds"}  # takes payments_stream and payment_latest again
+    dags = pipeline_dags(_folder(tmp_path, payments=CONTRACT, refunds=twin))
+    assert "broken contract" not in dags["pipeline__payments"].tags
+    assert "already used by" in dags["pipeline__refunds"].description

@@ -480,7 +480,7 @@ def test_a_run_id_reaches_the_job_as_one_value(
     the run's id, and takes no other flag from it (a ``spark`` connection: a spark-submit)."""
     from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
-    from lakehouse.orchestration.dags import SPARK_CONN_ID, LayerJobOperator
+    from lakehouse.orchestration.operators import SPARK_CONN_ID, LayerJobOperator
 
     monkeypatch.setenv(
         f"AIRFLOW_CONN_{SPARK_CONN_ID.upper()}", json.dumps({"conn_type": "spark", "host": "local"})

@@ -48,7 +48,7 @@ def test_the_operator_takes_the_conf_when_it_runs(
     from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
     from airflow.sdk.exceptions import AirflowFailException
 
-    from lakehouse.orchestration.dags import SPARK_CONN_ID, LayerJobOperator
+    from lakehouse.orchestration.operators import SPARK_CONN_ID, LayerJobOperator
 
     monkeypatch.setenv(
         f"AIRFLOW_CONN_{SPARK_CONN_ID.upper()}", json.dumps({"conn_type": "spark", "host": "local"})

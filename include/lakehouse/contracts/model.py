@@ -29,7 +29,7 @@ import contextlib
 import json
 import math
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -732,6 +732,15 @@ def _check_changelog_source(c: Contract, t: TableSpec, earlier: set[str], at: st
         )
 
 
+def _claim(c: Contract, owners: dict[str, str]) -> None:
+    """Record the names ``c`` takes (its stream, its tables) in ``owners``; a name another
+    contract took first is an error of ``c``."""
+    for kind, name in [("stream", c.stream), *(("table", t.name) for t in c.tables)]:
+        if name in owners:
+            raise ContractError(c.source, kind, f"name {name!r} is already used by {owners[name]}")
+    owners.update({name: c.source for name in [c.stream, *(t.name for t in c.tables)]})
+
+
 def _check_join(catalog: Catalog, c: Contract, t: TableSpec, at: str) -> None:
     """A join's other side must exist, have the fields taken, and a key of the matching type."""
     j = t.join
@@ -923,20 +932,56 @@ class Catalog:
         return cls.of(contracts)
 
     @classmethod
-    def of(cls, contracts: Iterable[Contract]) -> Catalog:
+    def load_each(cls, directory: Path) -> LoadedCatalog:
+        """Every contract of a folder that loads, and the error of each that does not: one
+        broken contract is its own problem, not its neighbours'. A contract whose name is
+        already taken by an earlier file (in name order) is broken; a join with a topic whose
+        contract is broken is kept out of the catalog's checks and named in ``unjoinable``."""
+        if not directory.is_dir():
+            raise ContractError(str(directory), "", "contracts folder does not exist")
+        errors: dict[str, ContractError] = {}
+        loaded: list[Contract] = []
+        owners: dict[str, str] = {}
+        for path in sorted(directory.glob("*.yaml")):
+            try:
+                contract = load_contract(path)
+                _claim(contract, owners)
+            except ContractError as exc:
+                errors[str(path)] = exc
+                continue
+            loaded.append(contract)
+        broken = {Path(source).stem: source for source in errors}
+        while True:
+            try:
+                catalog = cls.of(loaded, broken=broken)
+            except ContractError as exc:  # a join names a topic no contract has
+                errors[exc.source] = exc
+                broken[Path(exc.source).stem] = exc.source
+                loaded = [c for c in loaded if c.source != exc.source]
+                continue
+            unjoinable = {
+                c.topic: {
+                    t.join.other: broken[t.join.other]
+                    for t in c.tables
+                    if t.join and t.join.other in broken
+                }
+                for c in catalog
+            }
+            return LoadedCatalog(catalog, errors, {t: o for t, o in unjoinable.items() if o})
+
+    @classmethod
+    def of(cls, contracts: Iterable[Contract], *, broken: Mapping[str, str] = {}) -> Catalog:
+        """The contracts, checked together: names are unique across them, and each join's other
+        side exists and fits (a join with a topic in ``broken``, whose contract did not load,
+        is not checked: its DAG reports it instead)."""
         contracts = tuple(contracts)
         owners: dict[str, str] = {}
         for c in contracts:
-            for kind, name in [("stream", c.stream), *(("table", t.name) for t in c.tables)]:
-                if name in owners:
-                    raise ContractError(
-                        c.source, kind, f"name {name!r} is already used by {owners[name]}"
-                    )
-                owners[name] = c.source
+            _claim(c, owners)
         catalog = cls(contracts)
         for c in contracts:
             for ti, t in enumerate(c.tables):
-                if t.join is not None:
+                if t.join is not None and t.join.other not in broken:
                     _check_join(catalog, c, t, f"tables[{ti}].join")
         return catalog
 
@@ -973,3 +1018,13 @@ class Catalog:
         known = [*self.table_names(), *(f"silver.{c.stream}" for c in self.contracts)]
         known += [f"bronze.{c.topic}" for c in self.contracts]
         raise UnknownTableError(name, known)
+
+
+@dataclass(frozen=True)
+class LoadedCatalog:
+    """A contracts folder read contract by contract (:meth:`Catalog.load_each`)."""
+
+    catalog: Catalog  # the contracts that load, checked together
+    errors: dict[str, ContractError]  # by file: the contracts that do not
+    # By topic: the topics its joins read whose contracts do not load, with their files.
+    unjoinable: dict[str, dict[str, str]]

@@ -53,9 +53,7 @@ def airflow_environment(
     env = dict(os.environ if base is None else base)
     bin_dir = str(Path(sys.executable).parent)
     defaults = {
-        "LAKEHOUSE_HOME": str(settings.home),
-        "LAKEHOUSE_DATA": str(settings.data_root),
-        "LAKEHOUSE_CONTRACTS": str(settings.contracts_dir),
+        **settings.task_environment(),
         "AIRFLOW_HOME": str(settings.airflow_home),
         "AIRFLOW__CORE__DAGS_FOLDER": str(REPO_ROOT / "dags"),
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
@@ -83,7 +81,7 @@ def airflow_environment(
     for key, value in defaults.items():
         env.setdefault(key, value)
     # The layer tasks are clients of this lakehouse's Spark server (`lakehouse spark start`;
-    # lakehouse.orchestration.dags.SPARK_CONN_ID), its token as the password. `localhost`, not
+    # lakehouse.orchestration.operators.SPARK_CONN_ID), its token as the password. `localhost`, not
     # 127.0.0.1: Spark's client sends a token without TLS to that name only.
     if SPARK_CONN_ENV not in env:
         env[SPARK_CONN_ENV] = json.dumps(

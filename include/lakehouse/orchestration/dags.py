@@ -1,45 +1,39 @@
-"""Airflow DAGs generated from the contracts: one pipeline DAG per topic.
+"""The pipeline DAGs built from the contracts: one pipeline DAG per topic, a join DAG per topic
+that joins another, a manual run DAG and the maintenance DAG; a contract that does not load gets
+a DAG of its own that says why, and the others are built as usual.
 
 Imported by the thin files in ``dags/`` at parse time, so it imports Airflow and the contracts
-only: no Spark, Delta or Great Expectations (tasks run those in spark-submit processes).
+only: no Spark, Delta or Great Expectations (import-linter holds it to that). The tasks' code is
+in :mod:`~lakehouse.orchestration.operators` and :mod:`~lakehouse.orchestration.callables`, the
+assets in :mod:`~lakehouse.orchestration.assets`.
 """
 
 from __future__ import annotations
 
 import functools
 import itertools
+import logging
 import operator
-import os
 import shlex
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.providers.standard.operators.bash import BashOperator
 from airflow.providers.standard.operators.python import PythonOperator
-from airflow.sdk import (
-    DAG,
-    Asset,
-    AssetOrTimeSchedule,
-    AssetWatcher,
-    DeltaTriggerTimetable,
-    Param,
-    TriggerRule,
-)
-from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSkipException
+from airflow.sdk import DAG, Asset, Param, TriggerRule
 
-from lakehouse.contracts.model import Catalog, Contract
-from lakehouse.errors import CONFIG_ERROR_EXIT, GATE_FAILED_EXIT, ConfigError
-from lakehouse.orchestration.airflow_env import kafka_conn_id
-from lakehouse.pipeline.request import OFFSETS_PATTERN, RunRequest, joined, own
-from lakehouse.runtime import objectstore, server
+from lakehouse.contracts.model import Catalog, Contract, LoadedCatalog
+from lakehouse.errors import ContractError
+from lakehouse.orchestration.assets import inlets, outlets, pipeline_schedule
+from lakehouse.orchestration.callables import build_report, check_gate, fail_run, plan_run
+from lakehouse.orchestration.operators import SPARK_CONN_ID, LayerJobOperator
+from lakehouse.pipeline.request import OFFSETS_PATTERN, joined, own
 from lakehouse.runtime.config import LAYERS, REPO_ROOT, Layer, Settings
-from lakehouse.runtime.objectstore import Location
-from lakehouse.runtime.process import answers
-from lakehouse.runtime.spark import submit_conf
+
+log = logging.getLogger(__name__)
 
 JOB = str(REPO_ROOT / "jobs" / "run_layer.py")
 START = datetime(2026, 1, 1)
@@ -47,354 +41,6 @@ START = datetime(2026, 1, 1)
 
 def dag_id(topic: str) -> str:
     return f"pipeline__{topic}"
-
-
-def table_asset(settings: Settings, layer: Layer, name: str) -> Asset:
-    path = {
-        "bronze": settings.bronze_path,
-        "silver": settings.silver_path,
-        "gold": settings.gold_path,
-    }[layer](name)
-    return _asset(f"{layer}.{name}", path)
-
-
-def side_assets(
-    settings: Settings, contract: Contract, layer: Layer, names: Sequence[str]
-) -> list[Asset]:
-    """The side tables a layer's job also writes, as Assets: the quarantine of bronze and of
-    silver, the late records of each windowed gold table. (The gold tables' private state
-    tables are the jobs' own business, not data anyone reads.)"""
-    if layer == "bronze":
-        return [
-            _asset(
-                f"quarantine.bronze.{contract.topic}",
-                settings.quarantine_path("bronze", contract.topic),
-            )
-        ]
-    if layer == "silver":
-        return [
-            _asset(
-                f"quarantine.silver.{contract.stream}",
-                settings.quarantine_path("silver", contract.stream),
-            )
-        ]
-    return [
-        _asset(f"late.{t.name}", settings.late_path(t.name))
-        for t in contract.tables
-        if t.name in names and t.window is not None
-    ]
-
-
-def _inlets(
-    settings: Settings, contract: Contract, catalog: Catalog, layer: Layer, names: Sequence[str]
-) -> list[Asset]:
-    """What a layer's job reads: bronze for silver; for gold, the stream, and the other topics'
-    streams that the joins among ``names`` read."""
-    if layer == "bronze":
-        return []
-    if layer == "silver":
-        return [table_asset(settings, "bronze", contract.topic)]
-    others = sorted({t.join.other for t in contract.tables if t.name in names and t.join})
-    return [table_asset(settings, "silver", contract.stream)] + [
-        table_asset(settings, "silver", catalog.topic(o).stream) for o in others
-    ]
-
-
-def _outlets(
-    settings: Settings, contract: Contract, layer: Layer, names: Sequence[str]
-) -> list[Asset]:
-    """What a layer's job writes: the tables it publishes and their side tables."""
-    return [
-        *(table_asset(settings, layer, n) for n in names),
-        *side_assets(settings, contract, layer, names),
-    ]
-
-
-def _asset(name: str, path: Location) -> Asset:
-    return Asset(
-        name=name, uri=path.as_uri() if isinstance(path, Path) else str(path), group="delta"
-    )
-
-
-def records_asset(contract: Contract) -> Asset:
-    """The records arriving on a Kafka-sourced topic's broker, as an Asset watched by Airflow's
-    Kafka message-queue trigger in the triggerer. The trigger consumes the topic with the
-    connection :func:`lakehouse.orchestration.airflow_env.kafka_conn_id` (a consumer group of its own) and
-    asks :func:`record_arrived` about each record; a record that asks for a run becomes an event
-    of this Asset, and the trigger starts again after each event."""
-    assert contract.kafka is not None
-    # Imported here: only a catalog with a Kafka-sourced topic pays for the providers' import.
-    from airflow.providers.apache.kafka.triggers.msg_queue import KafkaMessageQueueTrigger
-
-    conn_id = kafka_conn_id(contract.topic)
-    trigger = KafkaMessageQueueTrigger(
-        topics=[contract.kafka.topic],
-        kafka_config_id=conn_id,
-        apply_function=f"{__name__}.{record_arrived.__name__}",
-        apply_function_kwargs={"kafka_config_id": conn_id, "partitions": contract.partitions},
-        # The provider sleeps this long after each record the function turns down: none, so a
-        # burst already asked for is read through at once.
-        poll_interval=0,
-    )
-    return Asset(
-        name=f"kafka.{contract.topic}",
-        group="kafka",
-        watchers=[AssetWatcher(name=f"records.{contract.topic}", trigger=trigger)],
-    )
-
-
-# Per connection, topic and partition: the end offset when the trigger last asked for a run, in
-# the triggerer's process (a new one starts empty, and asks again at its first record).
-_ASKED: dict[tuple[str, str, int], int] = {}
-
-
-def record_arrived(message: Any, *, kafka_config_id: str, partitions: int) -> Any:
-    """The Kafka trigger's test of each record it reads (in the triggerer). Any record that
-    arrived asks for a run, unless it was on the broker already when the last run was asked for:
-    that run's bronze reads up to end offsets read after the request, so it takes the record.
-    A burst of records therefore makes one asset event, not one each (with the DAG's one active
-    run, Airflow then queues at most one more run, whatever the number of events).
-
-    A request (truthy) is the asset event's payload, which Airflow stores: the record's place,
-    never its key or value. When the end offsets cannot be read, the record asks anyway."""
-    from airflow.sdk import BaseHook
-
-    from lakehouse.errors import BrokerUnavailableError
-    from lakehouse.orchestration.airflow_env import kafka_trigger_settings
-    from lakehouse.topics import kafka
-
-    topic, partition, offset = message.topic(), message.partition(), message.offset()
-    if offset < _ASKED.get((kafka_config_id, topic, partition), 0):
-        return None
-    config = {
-        k: str(v)
-        for k, v in BaseHook.get_connection(kafka_config_id).extra_dejson.items()
-        if k not in kafka_trigger_settings(topic)
-    }
-    client = kafka.Client(topic, topic, config["bootstrap.servers"], config)
-    try:
-        ends = kafka.offsets(client, partitions)
-    except BrokerUnavailableError:
-        ends = {}
-    _ASKED.update({(kafka_config_id, topic, p): end for p, (_, end) in ends.items()})
-    return {"topic": topic, "partition": partition, "offset": offset}
-
-
-def pipeline_schedule(contract: Contract) -> Any:
-    """Every ``schedule_minutes``; a Kafka-sourced topic's DAG also when records arrive on its
-    broker (:func:`records_asset`). The time half is what Airflow makes of a ``timedelta``
-    schedule, so a landing topic's DAG and a Kafka topic's run on the same clock."""
-    every = timedelta(minutes=contract.schedule_minutes)
-    if contract.kafka is None:
-        return every
-    return AssetOrTimeSchedule(
-        timetable=DeltaTriggerTimetable(every), assets=records_asset(contract)
-    )
-
-
-# The Airflow connection the layer tasks get their Spark from. Its type decides how a task runs:
-# ``spark_connect`` (the default `make airflow` sets up: this lakehouse's Spark server, its token
-# as the password) runs the layer in the task's own process as a thin client of the server;
-# ``spark`` (a master such as ``spark://host:7077`` or ``local[2]``) spark-submits the layer's
-# job, for a cluster deployment or a large backfill.
-SPARK_CONN_ID = "lakehouse_spark"
-
-
-class LayerJobOperator(SparkSubmitOperator):
-    """One micro-batch of one layer, on the Spark of the Airflow connection ``conn_id``: as a
-    Spark Connect client of a long-lived server, or as a ``spark-submit`` of jobs/run_layer.py,
-    depending on the connection's type (see :data:`SPARK_CONN_ID`). The same layer code runs
-    either way.
-
-    A layer the run's Params leave out is skipped (the next layer still runs: its trigger rule
-    is ``none_failed``). A failed quality gate fails the task at once: the same batch would fail
-    again, so retrying it only delays the run's failure and its report. A Spark server that does
-    not answer fails the try at once, saying how to start it; Airflow's retries take the batch
-    again once it is back."""
-
-    def __init__(
-        self,
-        *,
-        layer: Layer,
-        contract: Contract,
-        tables: Sequence[str] | None,
-        settings: Settings,
-        **kwargs: Any,
-    ) -> None:
-        super().__init__(**kwargs)
-        self.layer, self.contract, self.tables = layer, contract, tables
-        self.settings = settings
-        self.base_args = list(self.application_args or [])
-        self.base_conf = dict(self.conf or {})
-
-    def execute(self, context: Any) -> None:
-        _skip_if_left_out(context["params"], self.contract.topic, self.layer)
-        request = _request(context, self.contract, self.tables)
-        from airflow.providers.apache.spark.hooks.spark_connect import SparkConnectHook
-        from airflow.sdk import BaseHook
-
-        connection = BaseHook.get_connection(self._conn_id)
-        try:
-            aws = store_credentials()
-            if connection.conn_type != SparkConnectHook.conn_type:
-                # A driver of its own per task must not commit to S3 unless Delta's
-                # multi-driver log store arbitrates.
-                objectstore.check_commit_safety(self.settings.data_root, self.base_conf)
-        except ConfigError as exc:  # before anything runs; every try would fail alike
-            raise AirflowFailException(str(exc)) from None
-        # This process reads the logs and landing files itself (delta-rs, pyarrow).
-        os.environ.update(aws)
-        objectstore.reset()
-        if connection.conn_type == SparkConnectHook.conn_type:
-            url = SparkConnectHook(self._conn_id).get_connection_url()
-            self._run_connected(context, request, url, connection.host, connection.port)
-        else:
-            self.env_vars = {**(self.env_vars or {}), **aws}
-            self._submit(context, request)
-
-    def _run_connected(
-        self, context: Any, request: RunRequest, url: str, host: str | None, port: int | None
-    ) -> None:
-        """The layer in this task's process, on a Spark Connect session of the server."""
-        where = f"{host}:{port or server.DEFAULT_PORT}"
-        if not answers(host or "localhost", port or server.DEFAULT_PORT, timeout=2.0):
-            # Retried by Airflow: the batch is taken again once the server is back.
-            raise AirflowException(
-                f"no Spark server answers at {where} (Airflow connection {self._conn_id!r}): "
-                "start it with `lakehouse spark start`"
-            )
-        from pyspark.sql import SparkSession
-
-        from lakehouse.errors import QualityGateError
-        from lakehouse.pipeline.runner import run_layer
-        from lakehouse.quality.ledger import RunInfo
-        from lakehouse.runtime.server import hold_to_address
-
-        catalog = Catalog.load(self.settings.contracts_dir)
-        layer_request = request.for_layer(self.layer)
-        try:
-            layer_request.check(self.contract)
-        except ConfigError as exc:
-            raise AirflowFailException(str(exc)) from None
-        print(f"on the Spark server at {where}", flush=True)
-        spark = SparkSession.builder.remote(url).getOrCreate()
-        # A server that dies under the task fails the try at once (and Airflow's retry takes the
-        # batch again), instead of the client retrying for ten minutes holding the table's lock.
-        hold_to_address(spark, host or "localhost", port or server.DEFAULT_PORT)
-        run = RunInfo.from_env(dag_run_id=context["run_id"])
-        try:
-            for line in run_layer(
-                spark,
-                self.settings,
-                catalog.topic(self.contract.topic),
-                self.layer,
-                catalog,
-                run=run,
-                echo=_say,
-                request=layer_request,
-            ):
-                _say(line)
-        except QualityGateError as exc:
-            raise AirflowFailException(
-                f"a `fail` expectation stopped the batch: {exc}; nothing was published"
-            ) from None
-        except ConfigError as exc:
-            raise AirflowFailException(
-                f"the job refused its configuration: {exc}; nothing moved"
-            ) from None
-        finally:
-            spark.stop()
-
-    def _submit(self, context: Any, request: RunRequest) -> None:
-        """spark-submit of the layer's job, with the flags the run's Params ask for."""
-        # Set afresh on each try (never appended to: a retry in the same process adds nothing).
-        self.application_args = [
-            *self.base_args,
-            # One argument: a run id chosen in the trigger form may start with '--'.
-            f"--dag-run-id={context['run_id']}",
-            *request.for_layer(self.layer).args(),
-        ]
-        # The interpreter Airflow runs with (it has `lakehouse`) for the driver and executors,
-        # and the JVM jars, as this machine has them now (not when the DAG was parsed); the
-        # DAG's own conf wins.
-        try:
-            self.conf = {**submit_conf(), **self.base_conf}
-        except ConfigError as exc:  # e.g. a jar missing: every try would fail alike
-            raise AirflowFailException(str(exc)) from None
-        try:
-            super().execute(context)
-        except AirflowException as exc:
-            if f"Error code is: {GATE_FAILED_EXIT}." in str(exc):
-                raise AirflowFailException(
-                    "a `fail` expectation stopped the batch (see the quality lines above); "
-                    "nothing was published"
-                ) from exc
-            if f"Error code is: {CONFIG_ERROR_EXIT}." in str(exc):
-                raise AirflowFailException(
-                    "the job refused its configuration (see the error above); nothing moved"
-                ) from exc
-            raise
-
-
-# The Airflow connection whose login and password are the store's access key id and secret
-# (any type; Amazon's `aws` type where its provider is installed), when the deployment keeps
-# them in Airflow rather than in the workers' environment. Extra: ``aws_session_token``.
-S3_CONN_ID = "lakehouse_s3"
-
-
-def store_credentials(conn_id: str = S3_CONN_ID) -> dict[str, str]:
-    """The ``AWS_*`` variables a layer task's processes read the bucket with, from the Airflow
-    connection ``conn_id``; nothing when there is no such connection (the environment's own
-    credentials then)."""
-    from airflow.sdk import BaseHook
-    from airflow.sdk.exceptions import AirflowNotFoundException
-
-    try:
-        connection = BaseHook.get_connection(conn_id)
-    except AirflowNotFoundException:
-        return {}
-    return aws_variables(conn_id, connection.login, connection.password, connection.extra_dejson)
-
-
-def aws_variables(
-    conn_id: str, login: str | None, password: str | None, extra: Mapping[str, Any]
-) -> dict[str, str]:
-    """A connection's credentials as the variables S3A, delta-rs and pyarrow read."""
-    if not login or not password:
-        raise ConfigError(
-            f"Airflow connection {conn_id!r}: give both the access key id (login) and the "
-            "secret access key (password)"
-        )
-    found = {"AWS_ACCESS_KEY_ID": login, "AWS_SECRET_ACCESS_KEY": password}
-    token = extra.get("aws_session_token")
-    if token:
-        found["AWS_SESSION_TOKEN"] = str(token)
-    return found
-
-
-def _say(line: str) -> None:
-    print(line, flush=True)
-
-
-def _chosen(params: Any, topic: str) -> bool:
-    """Whether a run's Param ``topics`` (the run DAG's; pipeline DAGs have one topic) has it."""
-    topics = params.get("topics")
-    return topics is None or topic in topics
-
-
-def _skip_if_left_out(params: Any, topic: str, layer: Layer) -> None:
-    """A layer's job or gate whose topic or layer the run's Params leave out is skipped."""
-    if not _chosen(params, topic):
-        raise AirflowSkipException(f"the run's Param topics leaves out {topic}")
-    if layer not in (params.get("layers") or LAYERS):
-        raise AirflowSkipException(f"the run's Param layers leaves out {layer}")
-
-
-def _request(context: Any, contract: Contract, tables: Sequence[str] | None) -> RunRequest:
-    try:
-        return RunRequest.from_params(context["params"], contract, tables)
-    except ConfigError as exc:  # the same Params would fail again: no retries
-        raise AirflowFailException(str(exc)) from None
 
 
 def _multi_select(choices: Sequence[str], **schema: Any) -> Param:
@@ -492,11 +138,7 @@ def _layer_task(
         settings=settings,
         conn_id=SPARK_CONN_ID,
         name=f"lakehouse-{layer}-{contract.topic}",
-        env_vars={
-            "LAKEHOUSE_HOME": str(settings.home),
-            "LAKEHOUSE_DATA": str(settings.data_root),
-            "LAKEHOUSE_CONTRACTS": str(settings.contracts_dir),
-        },
+        env_vars=settings.task_environment(),
         inlets=inlets,
         outlets=outlets,
         trigger_rule=TriggerRule.NONE_FAILED,
@@ -535,7 +177,7 @@ def _finish(dag_tasks: list[Any], topic: str, last: list[Any] | None = None) -> 
     )
     watcher = PythonOperator(
         task_id="watcher",
-        python_callable=_fail_run,
+        python_callable=fail_run,
         trigger_rule=TriggerRule.ONE_FAILED,
         retries=0,
     )
@@ -598,8 +240,8 @@ def pipeline_dag(contract: Contract, settings: Settings, catalog: Catalog | None
                     settings,
                     contract,
                     layer,
-                    _inlets(settings, contract, catalog, layer, names),
-                    _outlets(settings, contract, layer, names),
+                    inlets(settings, contract, catalog, layer, names),
+                    outlets(settings, contract, layer, names),
                     names if layer == "gold" else None,
                 )
             )
@@ -621,7 +263,7 @@ def join_dag(contract: Contract, settings: Settings, catalog: Catalog) -> DAG:
     topic = contract.topic
     names = joined(contract)
     others = sorted({t.join.other for t in contract.tables if t.join is not None})
-    inputs = _inlets(settings, contract, catalog, "gold", names)
+    inputs = inlets(settings, contract, catalog, "gold", names)
     doc = (
         f"### Joins of topic `{topic}`\n\n"
         + ", ".join(f"`{n}`" for n in names)
@@ -649,7 +291,7 @@ def join_dag(contract: Contract, settings: Settings, catalog: Catalog) -> DAG:
                 contract,
                 "gold",
                 inputs,
-                _outlets(settings, contract, "gold", names),
+                outlets(settings, contract, "gold", names),
                 names,
             ),
             _gate_task(contract, "gold", names),
@@ -663,7 +305,15 @@ def join_dag(contract: Contract, settings: Settings, catalog: Catalog) -> DAG:
 RUN_DAG = "lakehouse__run"
 
 
-def run_dag(settings: Settings, catalog: Catalog) -> DAG:
+def _joins_any(contract: Contract, name: str, topics: Collection[str]) -> bool:
+    """Whether ``name`` is a gold table of ``contract`` that joins one of ``topics``."""
+    spec = next((t for t in contract.tables if t.name == name), None)
+    return spec is not None and spec.join is not None and spec.join.other in topics
+
+
+def run_dag(
+    settings: Settings, catalog: Catalog, unjoinable: Mapping[str, Mapping[str, str]] | None = None
+) -> DAG:
     """A manual run of several topics at once: the chosen layers, layer by layer across the
     chosen topics (so a join sees the other topic's stream as of this run), each job followed
     by its gate. Not scheduled: the pipeline DAGs are the micro-batches."""
@@ -674,6 +324,11 @@ def run_dag(settings: Settings, catalog: Catalog) -> DAG:
         "or a dry run. Each layer runs for every chosen topic before the next layer starts; "
         "the gold step builds every table of a topic, joins included. For reprocessing and "
         "refreshes, trigger the topic's own pipeline DAG."
+    ) + "".join(
+        f"\n\nLeft out: the joins of `{topic}` with `{other}`, whose contract (`{source}`) does "
+        "not load."
+        for topic, others in (unjoinable or {}).items()
+        for other, source in others.items()
     )
     params = {
         "topics": _multi_select(
@@ -704,13 +359,14 @@ def run_dag(settings: Settings, catalog: Catalog) -> DAG:
         for layer in LAYERS:
             gates = []
             for c in contracts:
-                names = c.published_tables(layer)
+                cut = (unjoinable or {}).get(c.topic, {})
+                names = [n for n in c.published_tables(layer) if not _joins_any(c, n, cut)]
                 job = _layer_task(
                     settings,
                     c,
                     layer,
-                    _inlets(settings, c, catalog, layer, names),
-                    _outlets(settings, c, layer, names),
+                    inlets(settings, c, catalog, layer, names),
+                    outlets(settings, c, layer, names),
                     list(names) if layer == "gold" else None,
                     task_id=f"{layer}__{c.topic}",
                 )
@@ -734,79 +390,27 @@ def _plan_task(topics: Sequence[str], tables: Sequence[str] | None) -> PythonOpe
     )
 
 
-def plan_run(topics: list[str], tables: list[str] | None, params: dict[str, Any]) -> None:
-    """The first task: check the Params against each chosen topic's contract (``tables``: the
-    DAG's gold tables, None for all), print the plan."""
-    settings = Settings.from_env()
-    catalog = Catalog.load(settings.contracts_dir)
-    for topic in (t for t in topics if _chosen(params, t)):
-        contract = catalog.topic(topic)
-        try:
-            request = RunRequest.from_params(params, contract, tables)
-        except ConfigError as exc:
-            raise AirflowFailException(str(exc)) from None
-        for line in request.describe(contract):
-            print(line)
-
-
-def check_gate(
-    topic: str, layer: Layer, tables: list[str], dag_run_id: str, params: dict[str, Any]
-) -> None:
-    """A gate task: the verdicts the layer's job recorded in this run. The job's gate decides
-    before it publishes (so a failed batch is never visible); this task shows the verdict in
-    the DAG and holds the next layer to it, even if the job's task was marked successful by
-    hand."""
-    if params.get("dry_run"):
-        raise AirflowSkipException("dry run: nothing was validated")
-    _skip_if_left_out(params, topic, layer)
-    from lakehouse.quality.reports import layer_verdict
-
-    lines, failed = layer_verdict(Settings.from_env(), dag_run_id, layer, tables)
-    for line in lines:
-        print(line)
-    if failed:
-        raise AirflowFailException(
-            f"{layer} gate: {len(failed)} `fail` expectation(s) failed: " + "; ".join(failed)
-        )
-
-
-def build_report(topic: str, dag_run_id: str, params: dict[str, Any]) -> None:
-    """Rebuild the Data Docs and print this run's validations (the per-run summary)."""
-    from lakehouse.quality.reports import build_data_docs, run_summary
-
-    settings = Settings.from_env()
-    for line in run_summary(settings, dag_run_id):
-        print(line)
-    if params.get("dry_run"):
-        print("dry run: the Data Docs are left as they were")
-        return
-    print(f"Data Docs: {build_data_docs(settings)}")
-
-
-def _fail_run() -> None:
-    raise RuntimeError("a task of this run failed (see its log and the data-quality report)")
-
-
 MAINTENANCE_DAG = "lakehouse__maintenance"
 
 
-def maintenance_dag(settings: Settings, catalog: Catalog) -> DAG:
+def maintenance_dag(
+    settings: Settings, catalog: Catalog, broken: Mapping[str, ContractError] | None = None
+) -> DAG:
     """Daily upkeep of every table: compaction, vacuum that keeps what a consumer still needs,
     checkpoints and log cleanup; one task per topic, and one for the quality ledger. Each task
     is a `lakehouse maintain` process (OPTIMIZE, VACUUM and a checkpoint through delta-spark, in
     its own Spark session), so neither a JVM nor deltalake loads in a process that forks
     afterwards."""
     cli = str(Path(sys.executable).parent / "lakehouse")
-    env = {
-        "LAKEHOUSE_HOME": str(settings.home),
-        "LAKEHOUSE_DATA": str(settings.data_root),
-        "LAKEHOUSE_CONTRACTS": str(settings.contracts_dir),
-    }
+    env = settings.task_environment()
     doc = (
         "### Table maintenance\n\nFor each topic's tables: `optimize` (compaction), a vacuum "
         "that never removes a file a registered consumer still needs (nor one inside the "
         "retention window), a checkpoint and log cleanup. Then the same for the data-quality "
         "results ledger."
+    ) + "".join(
+        f"\n\n**Not maintained until its contract loads:** `{source}`: {error}"
+        for source, error in (broken or {}).items()
     )
     with DAG(
         dag_id=MAINTENANCE_DAG,
@@ -840,20 +444,74 @@ def maintenance_dag(settings: Settings, catalog: Catalog) -> DAG:
     return dag
 
 
+def broken_dag(dag: str, title: str, source: str, error: str) -> DAG:
+    """A DAG in place of one a contract cannot give (``dag``): it says what is wrong and where,
+    in its description and its page, and its one task fails with the error when triggered. It
+    has no schedule: nothing runs until the contract is fixed, and the next parse builds the
+    real DAG under the same id."""
+    doc = (
+        f"### {title}: the contract does not load\n\n`{source}`\n\n```\n{error}\n```\n\n"
+        "Fix the file: the next parse of the DAG files builds this DAG from it. The other "
+        "contracts' DAGs are not affected."
+    )
+
+    def refuse() -> None:
+        raise ContractError(source, "", error.removeprefix(f"{source}: "))
+
+    with DAG(
+        dag_id=dag,
+        description=f"broken contract {Path(source).name}: {error}"[:500],
+        doc_md=doc,
+        schedule=None,
+        start_date=START,
+        catchup=False,
+        tags=["lakehouse", "broken contract"],
+        default_args={"owner": "data-platform", "retries": 0},
+    ) as built:
+        PythonOperator(task_id="contract", python_callable=refuse, doc_md=doc)
+    return built
+
+
 def pipeline_dags(settings: Settings | None = None) -> dict[str, DAG]:
     """Every pipeline DAG and join DAG, keyed by DAG id (for ``globals().update(...)`` in a DAG
-    file)."""
+    file). A contract that does not load gets a :func:`broken_dag` under its pipeline DAG's id,
+    and so does a join DAG whose other topic's contract does not load: the error is shown
+    against the contract's file, and every other DAG is built as usual."""
     settings = settings or Settings.from_env()
-    catalog = Catalog.load(settings.contracts_dir)
+    loaded = _load(settings)
+    catalog = loaded.catalog
     dags = {dag_id(c.topic): pipeline_dag(c, settings, catalog) for c in catalog}
-    dags.update(
-        {join_dag_id(c.topic): join_dag(c, settings, catalog) for c in catalog if joined(c)}
-    )
+    for c in catalog:
+        if not joined(c):
+            continue
+        missing = loaded.unjoinable.get(c.topic)
+        if missing:
+            why = "; ".join(str(loaded.errors[source]) for source in missing.values())
+            dags[join_dag_id(c.topic)] = broken_dag(
+                join_dag_id(c.topic), f"Joins of topic `{c.topic}`", c.source, why
+            )
+        else:
+            dags[join_dag_id(c.topic)] = join_dag(c, settings, catalog)
+    for source, error in loaded.errors.items():
+        topic = Path(source).stem
+        dags[dag_id(topic)] = broken_dag(
+            dag_id(topic), f"Pipeline of topic `{topic}`", source, str(error)
+        )
     if list(catalog):
-        dags[RUN_DAG] = run_dag(settings, catalog)
+        dags[RUN_DAG] = run_dag(settings, catalog, loaded.unjoinable)
     return dags
 
 
 def maintenance_dags(settings: Settings | None = None) -> dict[str, DAG]:
+    """The maintenance DAG, for the tables of every contract that loads (a broken one is
+    named in the DAG's page and in the parse log; its tables wait for the fix)."""
     settings = settings or Settings.from_env()
-    return {MAINTENANCE_DAG: maintenance_dag(settings, Catalog.load(settings.contracts_dir))}
+    loaded = _load(settings)
+    return {MAINTENANCE_DAG: maintenance_dag(settings, loaded.catalog, loaded.errors)}
+
+
+def _load(settings: Settings) -> LoadedCatalog:
+    loaded = Catalog.load_each(settings.contracts_dir)
+    for error in loaded.errors.values():
+        log.error("contract does not load (its DAGs say so; the others are built): %s", error)
+    return loaded

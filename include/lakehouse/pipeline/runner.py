@@ -31,12 +31,7 @@ def layer_tables(
     settings: Settings, contract: Contract, layer: Layer
 ) -> list[tuple[str, Location]]:
     """The tables a layer of a topic publishes (name, path): the gated ones."""
-    path = {
-        "bronze": settings.bronze_path,
-        "silver": settings.silver_path,
-        "gold": settings.gold_path,
-    }
-    return [(name, path[layer](name)) for name in contract.published_tables(layer)]
+    return [(name, settings.table_path(layer, name)) for name in contract.published_tables(layer)]
 
 
 def run_layer(

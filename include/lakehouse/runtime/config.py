@@ -197,6 +197,22 @@ class Settings:
         because the contract accepts the loss (``kafka.on_data_loss: record``)."""
         return self._inside(self.tables_root / "gaps" / validate_topic_name(topic))
 
+    def table_path(self, layer: Layer, name: str) -> Location:
+        """The table a layer publishes under ``name``: a topic's bronze table, a stream's silver
+        table, a gold table."""
+        return {"bronze": self.bronze_path, "silver": self.silver_path, "gold": self.gold_path}[
+            layer
+        ](name)
+
+    def task_environment(self) -> dict[str, str]:
+        """What a process started for a task needs to find this lakehouse (a job, a
+        `lakehouse` command): its home, its data and its contracts."""
+        return {
+            "LAKEHOUSE_HOME": str(self.home),
+            "LAKEHOUSE_DATA": str(self.data_root),
+            "LAKEHOUSE_CONTRACTS": str(self.contracts_dir),
+        }
+
     def _inside(self, path: Location) -> Location:
         resolved = path.resolve()
         root = self.data_root

@@ -1,0 +1,158 @@
+"""Assets of the pipeline DAGs: a table per layer and its side tables, what a layer's job reads
+and writes, and the records arriving on a Kafka-sourced topic's broker with the trigger callback
+that watches them (run in the triggerer).
+
+Imported at DAG parse time: Airflow and the contracts only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from airflow.sdk import Asset, AssetOrTimeSchedule, AssetWatcher, DeltaTriggerTimetable
+
+from lakehouse.contracts.model import Catalog, Contract
+from lakehouse.orchestration.airflow_env import kafka_conn_id
+from lakehouse.runtime.config import Layer, Settings
+from lakehouse.runtime.objectstore import Location
+
+
+def table_asset(settings: Settings, layer: Layer, name: str) -> Asset:
+    return _asset(f"{layer}.{name}", settings.table_path(layer, name))
+
+
+def side_assets(
+    settings: Settings, contract: Contract, layer: Layer, names: Sequence[str]
+) -> list[Asset]:
+    """The side tables a layer's job also writes, as Assets: the quarantine of bronze and of
+    silver, the late records of each windowed gold table. (The gold tables' private state
+    tables are the jobs' own business, not data anyone reads.)"""
+    if layer == "bronze":
+        return [
+            _asset(
+                f"quarantine.bronze.{contract.topic}",
+                settings.quarantine_path("bronze", contract.topic),
+            )
+        ]
+    if layer == "silver":
+        return [
+            _asset(
+                f"quarantine.silver.{contract.stream}",
+                settings.quarantine_path("silver", contract.stream),
+            )
+        ]
+    return [
+        _asset(f"late.{t.name}", settings.late_path(t.name))
+        for t in contract.tables
+        if t.name in names and t.window is not None
+    ]
+
+
+def inlets(
+    settings: Settings, contract: Contract, catalog: Catalog, layer: Layer, names: Sequence[str]
+) -> list[Asset]:
+    """What a layer's job reads: bronze for silver; for gold, the stream, and the other topics'
+    streams that the joins among ``names`` read."""
+    if layer == "bronze":
+        return []
+    if layer == "silver":
+        return [table_asset(settings, "bronze", contract.topic)]
+    others = sorted({t.join.other for t in contract.tables if t.name in names and t.join})
+    return [table_asset(settings, "silver", contract.stream)] + [
+        table_asset(settings, "silver", catalog.topic(o).stream) for o in others
+    ]
+
+
+def outlets(
+    settings: Settings, contract: Contract, layer: Layer, names: Sequence[str]
+) -> list[Asset]:
+    """What a layer's job writes: the tables it publishes and their side tables."""
+    return [
+        *(table_asset(settings, layer, n) for n in names),
+        *side_assets(settings, contract, layer, names),
+    ]
+
+
+def _asset(name: str, path: Location) -> Asset:
+    return Asset(
+        name=name, uri=path.as_uri() if isinstance(path, Path) else str(path), group="delta"
+    )
+
+
+def records_asset(contract: Contract) -> Asset:
+    """The records arriving on a Kafka-sourced topic's broker, as an Asset watched by Airflow's
+    Kafka message-queue trigger in the triggerer. The trigger consumes the topic with the
+    connection :func:`lakehouse.orchestration.airflow_env.kafka_conn_id` (a consumer group of its own) and
+    asks :func:`record_arrived` about each record; a record that asks for a run becomes an event
+    of this Asset, and the trigger starts again after each event."""
+    assert contract.kafka is not None
+    # Imported here: only a catalog with a Kafka-sourced topic pays for the providers' import.
+    from airflow.providers.apache.kafka.triggers.msg_queue import KafkaMessageQueueTrigger
+
+    conn_id = kafka_conn_id(contract.topic)
+    trigger = KafkaMessageQueueTrigger(
+        topics=[contract.kafka.topic],
+        kafka_config_id=conn_id,
+        apply_function=f"{__name__}.{record_arrived.__name__}",
+        apply_function_kwargs={"kafka_config_id": conn_id, "partitions": contract.partitions},
+        # The provider sleeps this long after each record the function turns down: none, so a
+        # burst already asked for is read through at once.
+        poll_interval=0,
+    )
+    return Asset(
+        name=f"kafka.{contract.topic}",
+        group="kafka",
+        watchers=[AssetWatcher(name=f"records.{contract.topic}", trigger=trigger)],
+    )
+
+
+# Per connection, topic and partition: the end offset when the trigger last asked for a run, in
+# the triggerer's process (a new one starts empty, and asks again at its first record).
+_ASKED: dict[tuple[str, str, int], int] = {}
+
+
+def record_arrived(message: Any, *, kafka_config_id: str, partitions: int) -> Any:
+    """The Kafka trigger's test of each record it reads (in the triggerer). Any record that
+    arrived asks for a run, unless it was on the broker already when the last run was asked for:
+    that run's bronze reads up to end offsets read after the request, so it takes the record.
+    A burst of records therefore makes one asset event, not one each (with the DAG's one active
+    run, Airflow then queues at most one more run, whatever the number of events).
+
+    A request (truthy) is the asset event's payload, which Airflow stores: the record's place,
+    never its key or value. When the end offsets cannot be read, the record asks anyway."""
+    from airflow.sdk import BaseHook
+
+    from lakehouse.errors import BrokerUnavailableError
+    from lakehouse.orchestration.airflow_env import kafka_trigger_settings
+    from lakehouse.topics import kafka
+
+    topic, partition, offset = message.topic(), message.partition(), message.offset()
+    if offset < _ASKED.get((kafka_config_id, topic, partition), 0):
+        return None
+    config = {
+        k: str(v)
+        for k, v in BaseHook.get_connection(kafka_config_id).extra_dejson.items()
+        if k not in kafka_trigger_settings(topic)
+    }
+    client = kafka.Client(topic, topic, config["bootstrap.servers"], config)
+    try:
+        ends = kafka.offsets(client, partitions)
+    except BrokerUnavailableError:
+        ends = {}
+    _ASKED.update({(kafka_config_id, topic, p): end for p, (_, end) in ends.items()})
+    return {"topic": topic, "partition": partition, "offset": offset}
+
+
+def pipeline_schedule(contract: Contract) -> Any:
+    """Every ``schedule_minutes``; a Kafka-sourced topic's DAG also when records arrive on its
+    broker (:func:`records_asset`). The time half is what Airflow makes of a ``timedelta``
+    schedule, so a landing topic's DAG and a Kafka topic's run on the same clock."""
+    every = timedelta(minutes=contract.schedule_minutes)
+    if contract.kafka is None:
+        return every
+    return AssetOrTimeSchedule(
+        timetable=DeltaTriggerTimetable(every), assets=records_asset(contract)
+    )

@@ -1,0 +1,97 @@
+"""What the pipeline DAGs' Python tasks run, in Airflow's workers: the plan of a run, the gates'
+verdicts, the report, and the helpers the layer tasks share with them (the run's Params).
+
+Imported at DAG parse time (the tasks name these callables); the quality reports are imported
+only when a task runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
+
+from lakehouse.contracts.model import Catalog, Contract
+from lakehouse.errors import ConfigError
+from lakehouse.pipeline.request import RunRequest
+from lakehouse.runtime.config import LAYERS, Layer, Settings
+
+
+def say(line: str) -> None:
+    """A line of the task's log, at once."""
+    print(line, flush=True)
+
+
+def chosen(params: Any, topic: str) -> bool:
+    """Whether a run's Param ``topics`` (the run DAG's; pipeline DAGs have one topic) has it."""
+    topics = params.get("topics")
+    return topics is None or topic in topics
+
+
+def skip_if_left_out(params: Any, topic: str, layer: Layer) -> None:
+    """A layer's job or gate whose topic or layer the run's Params leave out is skipped."""
+    if not chosen(params, topic):
+        raise AirflowSkipException(f"the run's Param topics leaves out {topic}")
+    if layer not in (params.get("layers") or LAYERS):
+        raise AirflowSkipException(f"the run's Param layers leaves out {layer}")
+
+
+def request_of(context: Any, contract: Contract, tables: Sequence[str] | None) -> RunRequest:
+    try:
+        return RunRequest.from_params(context["params"], contract, tables)
+    except ConfigError as exc:  # the same Params would fail again: no retries
+        raise AirflowFailException(str(exc)) from None
+
+
+def plan_run(topics: list[str], tables: list[str] | None, params: dict[str, Any]) -> None:
+    """The first task: check the Params against each chosen topic's contract (``tables``: the
+    DAG's gold tables, None for all), print the plan."""
+    settings = Settings.from_env()
+    catalog = Catalog.load(settings.contracts_dir)
+    for topic in (t for t in topics if chosen(params, t)):
+        contract = catalog.topic(topic)
+        try:
+            request = RunRequest.from_params(params, contract, tables)
+        except ConfigError as exc:
+            raise AirflowFailException(str(exc)) from None
+        for line in request.describe(contract):
+            print(line)
+
+
+def check_gate(
+    topic: str, layer: Layer, tables: list[str], dag_run_id: str, params: dict[str, Any]
+) -> None:
+    """A gate task: the verdicts the layer's job recorded in this run. The job's gate decides
+    before it publishes (so a failed batch is never visible); this task shows the verdict in
+    the DAG and holds the next layer to it, even if the job's task was marked successful by
+    hand."""
+    if params.get("dry_run"):
+        raise AirflowSkipException("dry run: nothing was validated")
+    skip_if_left_out(params, topic, layer)
+    from lakehouse.quality.reports import layer_verdict
+
+    lines, failed = layer_verdict(Settings.from_env(), dag_run_id, layer, tables)
+    for line in lines:
+        print(line)
+    if failed:
+        raise AirflowFailException(
+            f"{layer} gate: {len(failed)} `fail` expectation(s) failed: " + "; ".join(failed)
+        )
+
+
+def build_report(topic: str, dag_run_id: str, params: dict[str, Any]) -> None:
+    """Rebuild the Data Docs and print this run's validations (the per-run summary)."""
+    from lakehouse.quality.reports import build_data_docs, run_summary
+
+    settings = Settings.from_env()
+    for line in run_summary(settings, dag_run_id):
+        print(line)
+    if params.get("dry_run"):
+        print("dry run: the Data Docs are left as they were")
+        return
+    print(f"Data Docs: {build_data_docs(settings)}")
+
+
+def fail_run() -> None:
+    raise RuntimeError("a task of this run failed (see its log and the data-quality report)")

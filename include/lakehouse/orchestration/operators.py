@@ -1,0 +1,204 @@
+"""The layer task's operator, run by Airflow's workers: one micro-batch of one layer, as a Spark
+Connect client of the lakehouse's Spark server or as a spark-submit of jobs/run_layer.py; and the
+bucket's credentials it hands to what it starts.
+
+Imported at DAG parse time to build the tasks; Spark and the layers are imported only when a
+task runs.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+from airflow.sdk.exceptions import AirflowException, AirflowFailException
+
+from lakehouse.contracts.model import Catalog, Contract
+from lakehouse.errors import CONFIG_ERROR_EXIT, GATE_FAILED_EXIT, ConfigError
+from lakehouse.orchestration.callables import request_of, say, skip_if_left_out
+from lakehouse.pipeline.request import RunRequest
+from lakehouse.runtime import objectstore, server
+from lakehouse.runtime.config import Layer, Settings
+from lakehouse.runtime.process import answers
+from lakehouse.runtime.spark import submit_conf
+
+# The Airflow connection the layer tasks get their Spark from. Its type decides how a task runs:
+# ``spark_connect`` (the default `make airflow` sets up: this lakehouse's Spark server, its token
+# as the password) runs the layer in the task's own process as a thin client of the server;
+# ``spark`` (a master such as ``spark://host:7077`` or ``local[2]``) spark-submits the layer's
+# job, for a cluster deployment or a large backfill.
+SPARK_CONN_ID = "lakehouse_spark"
+
+
+class LayerJobOperator(SparkSubmitOperator):
+    """One micro-batch of one layer, on the Spark of the Airflow connection ``conn_id``: as a
+    Spark Connect client of a long-lived server, or as a ``spark-submit`` of jobs/run_layer.py,
+    depending on the connection's type (see :data:`SPARK_CONN_ID`). The same layer code runs
+    either way.
+
+    A layer the run's Params leave out is skipped (the next layer still runs: its trigger rule
+    is ``none_failed``). A failed quality gate fails the task at once: the same batch would fail
+    again, so retrying it only delays the run's failure and its report. A Spark server that does
+    not answer fails the try at once, saying how to start it; Airflow's retries take the batch
+    again once it is back."""
+
+    def __init__(
+        self,
+        *,
+        layer: Layer,
+        contract: Contract,
+        tables: Sequence[str] | None,
+        settings: Settings,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.layer, self.contract, self.tables = layer, contract, tables
+        self.settings = settings
+        self.base_args = list(self.application_args or [])
+        self.base_conf = dict(self.conf or {})
+
+    def execute(self, context: Any) -> None:
+        skip_if_left_out(context["params"], self.contract.topic, self.layer)
+        request = request_of(context, self.contract, self.tables)
+        from airflow.providers.apache.spark.hooks.spark_connect import SparkConnectHook
+        from airflow.sdk import BaseHook
+
+        connection = BaseHook.get_connection(self._conn_id)
+        try:
+            aws = store_credentials()
+            if connection.conn_type != SparkConnectHook.conn_type:
+                # A driver of its own per task must not commit to S3 unless Delta's
+                # multi-driver log store arbitrates.
+                objectstore.check_commit_safety(self.settings.data_root, self.base_conf)
+        except ConfigError as exc:  # before anything runs; every try would fail alike
+            raise AirflowFailException(str(exc)) from None
+        # This process reads the logs and landing files itself (delta-rs, pyarrow).
+        os.environ.update(aws)
+        objectstore.reset()
+        if connection.conn_type == SparkConnectHook.conn_type:
+            url = SparkConnectHook(self._conn_id).get_connection_url()
+            self._run_connected(context, request, url, connection.host, connection.port)
+        else:
+            self.env_vars = {**(self.env_vars or {}), **aws}
+            self._submit(context, request)
+
+    def _run_connected(
+        self, context: Any, request: RunRequest, url: str, host: str | None, port: int | None
+    ) -> None:
+        """The layer in this task's process, on a Spark Connect session of the server."""
+        where = f"{host}:{port or server.DEFAULT_PORT}"
+        if not answers(host or "localhost", port or server.DEFAULT_PORT, timeout=2.0):
+            # Retried by Airflow: the batch is taken again once the server is back.
+            raise AirflowException(
+                f"no Spark server answers at {where} (Airflow connection {self._conn_id!r}): "
+                "start it with `lakehouse spark start`"
+            )
+        from pyspark.sql import SparkSession
+
+        from lakehouse.errors import QualityGateError
+        from lakehouse.pipeline.runner import run_layer
+        from lakehouse.quality.ledger import RunInfo
+        from lakehouse.runtime.server import hold_to_address
+
+        catalog = Catalog.load(self.settings.contracts_dir)
+        layer_request = request.for_layer(self.layer)
+        try:
+            layer_request.check(self.contract)
+        except ConfigError as exc:
+            raise AirflowFailException(str(exc)) from None
+        print(f"on the Spark server at {where}", flush=True)
+        spark = SparkSession.builder.remote(url).getOrCreate()
+        # A server that dies under the task fails the try at once (and Airflow's retry takes the
+        # batch again), instead of the client retrying for ten minutes holding the table's lock.
+        hold_to_address(spark, host or "localhost", port or server.DEFAULT_PORT)
+        run = RunInfo.from_env(dag_run_id=context["run_id"])
+        try:
+            for line in run_layer(
+                spark,
+                self.settings,
+                catalog.topic(self.contract.topic),
+                self.layer,
+                catalog,
+                run=run,
+                echo=say,
+                request=layer_request,
+            ):
+                say(line)
+        except QualityGateError as exc:
+            raise AirflowFailException(
+                f"a `fail` expectation stopped the batch: {exc}; nothing was published"
+            ) from None
+        except ConfigError as exc:
+            raise AirflowFailException(
+                f"the job refused its configuration: {exc}; nothing moved"
+            ) from None
+        finally:
+            spark.stop()
+
+    def _submit(self, context: Any, request: RunRequest) -> None:
+        """spark-submit of the layer's job, with the flags the run's Params ask for."""
+        # Set afresh on each try (never appended to: a retry in the same process adds nothing).
+        self.application_args = [
+            *self.base_args,
+            # One argument: a run id chosen in the trigger form may start with '--'.
+            f"--dag-run-id={context['run_id']}",
+            *request.for_layer(self.layer).args(),
+        ]
+        # The interpreter Airflow runs with (it has `lakehouse`) for the driver and executors,
+        # and the JVM jars, as this machine has them now (not when the DAG was parsed); the
+        # DAG's own conf wins.
+        try:
+            self.conf = {**submit_conf(), **self.base_conf}
+        except ConfigError as exc:  # e.g. a jar missing: every try would fail alike
+            raise AirflowFailException(str(exc)) from None
+        try:
+            super().execute(context)
+        except AirflowException as exc:
+            if f"Error code is: {GATE_FAILED_EXIT}." in str(exc):
+                raise AirflowFailException(
+                    "a `fail` expectation stopped the batch (see the quality lines above); "
+                    "nothing was published"
+                ) from exc
+            if f"Error code is: {CONFIG_ERROR_EXIT}." in str(exc):
+                raise AirflowFailException(
+                    "the job refused its configuration (see the error above); nothing moved"
+                ) from exc
+            raise
+
+
+# The Airflow connection whose login and password are the store's access key id and secret
+# (any type; Amazon's `aws` type where its provider is installed), when the deployment keeps
+# them in Airflow rather than in the workers' environment. Extra: ``aws_session_token``.
+S3_CONN_ID = "lakehouse_s3"
+
+
+def store_credentials(conn_id: str = S3_CONN_ID) -> dict[str, str]:
+    """The ``AWS_*`` variables a layer task's processes read the bucket with, from the Airflow
+    connection ``conn_id``; nothing when there is no such connection (the environment's own
+    credentials then)."""
+    from airflow.sdk import BaseHook
+    from airflow.sdk.exceptions import AirflowNotFoundException
+
+    try:
+        connection = BaseHook.get_connection(conn_id)
+    except AirflowNotFoundException:
+        return {}
+    return aws_variables(conn_id, connection.login, connection.password, connection.extra_dejson)
+
+
+def aws_variables(
+    conn_id: str, login: str | None, password: str | None, extra: Mapping[str, Any]
+) -> dict[str, str]:
+    """A connection's credentials as the variables S3A, delta-rs and pyarrow read."""
+    if not login or not password:
+        raise ConfigError(
+            f"Airflow connection {conn_id!r}: give both the access key id (login) and the "
+            "secret access key (password)"
+        )
+    found = {"AWS_ACCESS_KEY_ID": login, "AWS_SECRET_ACCESS_KEY": password}
+    token = extra.get("aws_session_token")
+    if token:
+        found["AWS_SESSION_TOKEN"] = str(token)
+    return found
