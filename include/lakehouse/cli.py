@@ -11,7 +11,7 @@ Commands::
     lakehouse maintain [--topic T] [--retention-hours H] [--no-compact] [--dry-run]
     lakehouse sample [--topic T] [--records N [--value-bytes B]]   (fixed samples, or N random)
     lakehouse schemas [--topic T] [--check]   (registered schema versions; check contracts)
-    lakehouse spark start|stop|status       (the Spark server jobs run on)
+    lakehouse spark start|run|stop|status   (the Spark server jobs run on; run: foreground)
     lakehouse postgres start|stop|status    (Airflow's PostgreSQL metadata database)
     lakehouse kafka start|stop|status       (a local single-node Kafka broker, KRaft mode)
     lakehouse s3 start|stop|status          (a local S3 API, moto's server, in memory)
@@ -624,9 +624,12 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("report", help="rebuild the Data Docs (HTML) from the saved validations")
     sk = sub.add_parser(
         "spark",
-        help="the long-lived Spark server (Spark Connect) that jobs run on: start, stop, status",
+        help="the long-lived Spark server (Spark Connect) that jobs run on: start, run (in the "
+        "foreground), stop, status",
     )
-    sk.add_argument("action", choices=("start", "stop", "status"), nargs="?", default="status")
+    sk.add_argument(
+        "action", choices=("start", "run", "stop", "status"), nargs="?", default="status"
+    )
     sg = sub.add_parser(
         "postgres",
         help="the lakehouse's PostgreSQL (Airflow's metadata database): start, stop, status",

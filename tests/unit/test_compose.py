@@ -1,13 +1,18 @@
-"""Static checks of docker-compose.yml, the Dockerfile and .env.example.
+"""docker-compose.yml, the Dockerfile and .env.example, without a Docker engine.
 
-No Docker engine is needed: the files are parsed, and what the stack relies on at run time (one
-image, one lakehouse home at one path, the data in the bucket the stack creates, a reachable Spark
-master and Kafka broker, secrets only from .env) is checked on the parsed text.
+The files are parsed, each service's command and environment are taken as compose would give
+them (its variables substituted from .env.example, placeholders and all, or from a filled copy)
+and run through the platform's own start-up checks: the deployment check every service waits
+for, `lakehouse airflow`'s environment, the Spark server's settings and the layer task's
+commit-safety check. What the stack relies on besides (one image, one lakehouse home, the data
+in the bucket the stack creates, the broker, secrets only from .env) is checked on the parsed
+files.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
 from functools import cache
@@ -36,9 +41,8 @@ SERVICES = {
     "airflow-scheduler",
     "airflow-dag-processor",
     "airflow-triggerer",
-    "spark-master",
-    "spark-worker-1",
-    "spark-worker-2",
+    "config-check",
+    "spark-server",
 }
 SECRET_WORDS = ("PASSWORD", "SECRET", "FERNET", "KEY")
 # `${NAME}`, `${NAME:-default}`, `${NAME:?error}` ... (after `$$` escapes are removed)
@@ -314,8 +318,8 @@ def test_depends_on_names_existing_services_with_health_checks_where_needed() ->
     )
 
 
-def test_postgres_api_server_and_spark_master_have_health_checks() -> None:
-    for name in ("postgres", "airflow-apiserver", "spark-master"):
+def test_postgres_api_server_and_spark_server_have_health_checks() -> None:
+    for name in ("postgres", "airflow-apiserver", "spark-server"):
         assert has_healthcheck(services()[name]), name
 
 
@@ -329,27 +333,6 @@ def test_lakehouse_volume_is_mounted_at_lakehouse_home_in_every_airflow_and_spar
     for name, svc in project_services().items():
         assert named_mounts(svc).get("lakehouse") == home, name
         assert environment(svc).get("LAKEHOUSE_HOME", home) == home, name
-
-
-def test_spark_workers_point_at_the_master_service_and_port() -> None:
-    master = command(services()["spark-master"])
-    assert "org.apache.spark.deploy.master.Master" in master
-    url = f"spark://spark-master:{option(master, '--port', '7077')}"
-    workers = project_services(("spark-worker-",))
-    assert len(workers) >= 2
-    for name, svc in workers.items():
-        assert "org.apache.spark.deploy.worker.Worker" in command(svc), name
-        assert url in command(svc), name
-        assert "spark-master" in dependencies(svc), name
-
-
-def test_airflow_spark_connection_points_at_the_master() -> None:
-    master_url = (
-        f"spark://spark-master:{option(command(services()['spark-master']), '--port', '7077')}"
-    )
-    for name, svc in project_services(("airflow-",)).items():
-        conn = json.loads(environment(svc)["AIRFLOW_CONN_LAKEHOUSE_SPARK"] or "{}")
-        assert (conn["conn_type"], f"{conn['host']}:{conn['port']}") == ("spark", master_url), name
 
 
 def test_secrets_are_required_substitutions_never_literals() -> None:
@@ -406,7 +389,7 @@ def test_credentials_reach_scripts_only_through_variables_from_env() -> None:
     holders = {
         name for name, svc in services().items() if "MINIO_ROOT_PASSWORD" in substitutions(svc)
     }
-    assert holders == {"minio", "minio-init"}
+    assert holders == {"minio", "minio-init", "config-check"}
     assert "minioadmin" not in COMPOSE.read_text().lower()  # MinIO's well-known default
 
 
@@ -543,6 +526,197 @@ def test_the_ports_published_for_users_are_the_ones_the_readme_gives() -> None:
         assert {address for address, _ in published(services()[name]).values()} == {"127.0.0.1"}
 
 
+# -- each service's start-up, through the platform's own checks --------------------------------
+# `${NAME}`, `${NAME:-default}`, `${NAME-default}`, `${NAME:?error}`, `${NAME?error}`
+INTERPOLATION = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?:(:?[-?])([^}]*))?\}")
+
+
+def interpolate(node: Any, dotenv: dict[str, str]) -> Any:
+    """A parsed compose tree with its variables substituted from ``dotenv`` as compose does;
+    a required variable that is unset fails the test with compose's own message."""
+    if isinstance(node, dict):
+        return {key: interpolate(value, dotenv) for key, value in node.items()}
+    if isinstance(node, list):
+        return [interpolate(value, dotenv) for value in node]
+    if not isinstance(node, str):
+        return node
+
+    def value(match: re.Match[str]) -> str:
+        name, kind, word = match.groups()
+        got = dotenv.get(name)
+        empty = got is None or (got == "" and kind is not None and kind.startswith(":"))
+        if kind and kind.endswith("?") and empty:
+            raise AssertionError(f"compose refuses to start: {word}")
+        if kind and kind.endswith("-") and empty:
+            return word
+        return got or ""
+
+    parts = node.split("$$")
+    return "$".join(INTERPOLATION.sub(value, part) for part in parts)
+
+
+def filled_env() -> dict[str, str]:
+    """.env.example with every placeholder replaced, as a user's .env would be."""
+    from cryptography.fernet import Fernet
+
+    def secret(key: str) -> str:
+        if key == "AIRFLOW__CORE__FERNET_KEY":
+            return Fernet.generate_key().decode()
+        return "lakehouse" if key == "AWS_ACCESS_KEY_ID" else os.urandom(16).hex()
+
+    return {k: secret(k) if v == "change-me" else v for k, v in env_example().items()}
+
+
+def container_env(name: str, dotenv: dict[str, str]) -> dict[str, str]:
+    """What a process of service ``name`` finds in its environment: the image's ENV, then the
+    service's environment as compose substitutes it."""
+    svc = interpolate(services()[name], dotenv)
+    own = {key: value for key, value in environment(svc).items() if value is not None}
+    return {**dockerfile_env(), **own}
+
+
+def started_with(name: str) -> list[str]:
+    """The lakehouse command a service starts with (for a script, its line that runs one)."""
+    args = command(services()[name])
+    if args[:1] == ["bash"]:
+        lines = [line for line in script_commands(services()[name]) if line[0] == "lakehouse"]
+        assert len(lines) == 1, (name, lines)
+        return lines[0]
+    return args
+
+
+def start_up(name: str, dotenv: dict[str, str], tmp_path: Path, monkeypatch: Any) -> Any:
+    """Run the platform's start-up checks of service ``name`` with its command and environment:
+    the deployment check, `lakehouse airflow`'s environment (and, for the scheduler, the layer
+    tasks' connection and commit-safety check), or the Spark server's settings. Returns what
+    the check made (the Airflow environment, the server's settings) or None."""
+    from lakehouse.orchestration.airflow_env import SPARK_CONN_ENV, airflow_environment
+    from lakehouse.orchestration.operators import preflight
+    from lakehouse.runtime import deployment, objectstore, server
+    from lakehouse.runtime.config import Settings
+
+    env = container_env(name, dotenv)
+    for key in list(os.environ):
+        if key.startswith(("LAKEHOUSE_", "AIRFLOW", "AWS_")):
+            monkeypatch.delenv(key)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    objectstore.reset()
+    args = started_with(name)
+    if args == ["python", "-m", "lakehouse.runtime.deployment"]:
+        deployment.check_environment(env)
+        return None
+    # The container's home is a volume at /lakehouse: here, a folder of the test's.
+    settings = Settings.from_env(tmp_path / name, ROOT / "contracts", env["LAKEHOUSE_DATA"])
+    if args[:2] == ["lakehouse", "airflow"]:
+        made = airflow_environment(settings, base=env)
+        connection = json.loads(made[SPARK_CONN_ENV])
+        preflight(connection["conn_type"], settings, {})
+        return made
+    assert args == ["lakehouse", "spark", "run"], (name, args)
+    deployment.check_environment(env)
+    return server.server_conf(settings, server.port())
+
+
+def lakehouse_services() -> list[str]:
+    return sorted(name for name, svc in services().items() if "build" in svc)
+
+
+def test_every_service_starts_with_a_filled_env(tmp_path: Path, monkeypatch: Any) -> None:
+    """With the placeholders replaced, each service of the project's image passes its start-up
+    checks; the scheduler's layer tasks are clients of the Spark server on localhost (the only
+    host Spark's client sends the token to without TLS: the scheduler shares the server's network
+    namespace), so the data in the bucket has one committing driver and the commit-safety check
+    passes; the server listens on its loopback only, in local mode."""
+    dotenv = filled_env()
+    made = {name: start_up(name, dotenv, tmp_path, monkeypatch) for name in lakehouse_services()}
+    assert set(made) == {
+        "airflow-apiserver",
+        "airflow-dag-processor",
+        "airflow-init",
+        "airflow-scheduler",
+        "airflow-triggerer",
+        "config-check",
+        "spark-server",
+    }
+    connection = json.loads(made["airflow-scheduler"]["AIRFLOW_CONN_LAKEHOUSE_SPARK"])
+    token = (tmp_path / "airflow-scheduler" / "spark" / "token").read_text().strip()
+    assert connection == {
+        "conn_type": "spark_connect",
+        "host": "localhost",
+        "port": 15002,
+        "password": token,
+    }
+    assert services()["airflow-scheduler"]["network_mode"] == "service:spark-server"
+    assert dependencies(services()["airflow-scheduler"])["spark-server"] == "service_healthy"
+    conf = made["spark-server"]
+    listening = {key: conf[key] for key in conf if key.endswith(("binding.address", "bindAddress"))}
+    assert set(listening.values()) == {"127.0.0.1"}, listening
+    assert conf["spark.master"] == f"local[{dotenv['SPARK_SERVER_CORES']}]"
+    # What compose gave the tasks' environment wins over `lakehouse airflow`'s defaults.
+    scheduler = container_env("airflow-scheduler", dotenv)
+    for key in ("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", "AIRFLOW__CORE__FERNET_KEY"):
+        assert made["airflow-scheduler"][key] == scheduler[key]
+
+
+def test_a_placeholder_left_in_env_stops_every_service_before_it_starts(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    """`.env.example` copied as it is: config-check refuses, naming the variables, and every
+    other service waits for it to succeed (directly, or through a service that does); each
+    service of the project's image refuses by itself too."""
+    from lakehouse.errors import ConfigError
+
+    dotenv = env_example()
+    with pytest.raises(ConfigError, match=r"AWS_SECRET_ACCESS_KEY.*still hold the placeholder"):
+        start_up("config-check", dotenv, tmp_path, monkeypatch)
+
+    def waits_for_check(name: str) -> bool:
+        deps = dependencies(services()[name])
+        if deps.get("config-check") == "service_completed_successfully":
+            return True
+        return bool(deps) and all(waits_for_check(dep) for dep in deps)
+
+    assert [
+        name for name in services() if name != "config-check" and not waits_for_check(name)
+    ] == []
+    for name in lakehouse_services():
+        with pytest.raises(ConfigError, match="change-me"):
+            start_up(name, dotenv, tmp_path, monkeypatch)
+
+
+def test_a_spark_submit_per_task_is_refused_with_the_data_in_the_bucket(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    """The topology compose had before: a `spark` connection (a driver of its own per task) with
+    the data in the bucket and no multi-driver log store. The layer task's check refuses it
+    before anything runs."""
+    from lakehouse.errors import ConfigError
+    from lakehouse.orchestration.operators import preflight
+    from lakehouse.runtime.config import Settings
+
+    env = container_env("airflow-scheduler", filled_env())
+    settings = Settings.from_env(tmp_path, ROOT / "contracts", env["LAKEHOUSE_DATA"])
+    with pytest.raises(ConfigError, match="run the layer tasks on the Spark server"):
+        preflight("spark", settings, {})
+
+
+def test_every_port_is_published_on_loopback_unless_the_env_opens_the_ui() -> None:
+    def addresses(dotenv: dict[str, str]) -> dict[str, set[str]]:
+        tree = interpolate(compose(), dotenv)
+        return {
+            name: {address for address, _ in published(svc).values()}
+            for name, svc in tree["services"].items()
+            if svc.get("ports")
+        }
+
+    dotenv = filled_env()
+    assert set().union(*addresses(dotenv).values()) == {"127.0.0.1"}
+    opened = addresses({**dotenv, "AIRFLOW_UI_ADDRESS": "0.0.0.0"})
+    assert opened.pop("airflow-apiserver") == {"0.0.0.0"}
+    assert set().union(*opened.values()) == {"127.0.0.1"}
+
+
 KAFKA_CONTRACT = """\
 topic: payments
 partitions: 2
@@ -615,11 +789,6 @@ def test_dockerfile_sets_the_shared_paths_and_runs_as_a_non_root_user() -> None:
     assert env["SPARK_HOME"] == "/usr/local/lib/python3.11/site-packages/pyspark"
     users = [args for instruction, args in instructions if instruction == "USER"]
     assert users and users[-1].split(":")[0] not in {"root", "0"}
-
-
-def test_spark_services_run_spark_class_from_the_image() -> None:
-    for name, svc in project_services(("spark-",)).items():
-        assert command(svc)[0] == "/usr/local/bin/spark-class", name
 
 
 def test_the_compose_schedulers_hand_off_tasks_as_soon_as_the_local_airflow(

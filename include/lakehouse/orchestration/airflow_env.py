@@ -36,6 +36,7 @@ from lakehouse.contracts.model import Catalog, Contract
 from lakehouse.errors import ConfigError
 from lakehouse.runtime import server
 from lakehouse.runtime.config import REPO_ROOT, Settings
+from lakehouse.runtime.deployment import check_environment
 from lakehouse.runtime.process import private_file
 
 DB_ENV = "LAKEHOUSE_AIRFLOW_DB"
@@ -51,6 +52,7 @@ def airflow_environment(
     settings: Settings, base: Mapping[str, str] | None = None
 ) -> dict[str, str]:
     env = dict(os.environ if base is None else base)
+    check_environment(env)
     bin_dir = str(Path(sys.executable).parent)
     defaults = {
         **settings.task_environment(),

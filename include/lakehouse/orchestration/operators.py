@@ -68,10 +68,7 @@ class LayerJobOperator(SparkSubmitOperator):
         connection = BaseHook.get_connection(self._conn_id)
         try:
             aws = store_credentials()
-            if connection.conn_type != SparkConnectHook.conn_type:
-                # A driver of its own per task must not commit to S3 unless Delta's
-                # multi-driver log store arbitrates.
-                objectstore.check_commit_safety(self.settings.data_root, self.base_conf)
+            preflight(connection.conn_type, self.settings, self.base_conf)
         except ConfigError as exc:  # before anything runs; every try would fail alike
             raise AirflowFailException(str(exc)) from None
         # This process reads the logs and landing files itself (delta-rs, pyarrow).
@@ -166,6 +163,18 @@ class LayerJobOperator(SparkSubmitOperator):
                     "the job refused its configuration (see the error above); nothing moved"
                 ) from exc
             raise
+
+
+def preflight(conn_type: str | None, settings: Settings, conf: Mapping[str, str]) -> None:
+    """A layer task's checks of its topology before anything runs: on a connection of type
+    ``spark`` (a driver of its own per task) it must not commit to tables in a bucket unless
+    Delta's multi-driver log store arbitrates (:func:`~lakehouse.runtime.objectstore.
+    check_commit_safety`); on ``spark_connect`` the Spark server is the one committing
+    driver."""
+    from airflow.providers.apache.spark.hooks.spark_connect import SparkConnectHook
+
+    if conn_type != SparkConnectHook.conn_type:
+        objectstore.check_commit_safety(settings.data_root, dict(conf))
 
 
 # The Airflow connection whose login and password are the store's access key id and secret

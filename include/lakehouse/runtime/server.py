@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING
 from lakehouse.errors import ConfigError, LakehouseError
 from lakehouse.runtime import objectstore
 from lakehouse.runtime.config import Settings
+from lakehouse.runtime.deployment import check_environment
 from lakehouse.runtime.process import (
     alive,
     answers,
@@ -226,6 +227,7 @@ def start(settings: Settings, *, timeout: float = START_TIMEOUT_S) -> Status:
             f"port {at} on {LOOPBACK} is taken by another process: stop it, or choose another "
             f"port with {PORT_ENV}"
         )
+    check_environment(os.environ)
     ensure_java()
     objectstore.check_reachable(settings.data_root)
     folder = state_dir(settings)
@@ -424,11 +426,37 @@ def _while_answering(host: str, at: int) -> RetryPolicy:
     return WhileAnswering()
 
 
+def run(settings: Settings, *, poll: float = 1.0) -> int:
+    """``lakehouse spark run``: start the server and stay in the foreground, as a service
+    manager or a container wants it, until the server ends (exit status 1, the end of its log
+    on stderr) or this process is told to stop (SIGTERM, SIGINT: the server is stopped whole,
+    exit status 0)."""
+    started = start(settings)
+    print(started.describe(), flush=True)
+    asked: list[int] = []
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda signum, _frame: asked.append(signum))
+    while not asked and started.pid is not None and alive(started.pid):
+        time.sleep(poll)
+    stop(settings)
+    if asked:
+        print(f"Spark server: stopped ({signal.Signals(asked[0]).name})", flush=True)
+        return 0
+    print(
+        f"Spark server: ended by itself; its log ends:\n{tail(state_dir(settings) / 'server.log')}",
+        file=sys.stderr,
+    )
+    return 1
+
+
 def main(settings: Settings, action: str) -> int:
-    """``lakehouse spark start | stop | status`` (status: exit code 1 when it is down)."""
+    """``lakehouse spark start | run | stop | status`` (status: exit code 1 when it is down;
+    run: in the foreground, see :func:`run`)."""
     if action == "start":
         print(start(settings).describe())
         return 0
+    if action == "run":
+        return run(settings)
     if action == "stop":
         print("Spark server: stopped" if stop(settings) else "Spark server: was not running")
         return 0
@@ -436,4 +464,4 @@ def main(settings: Settings, action: str) -> int:
         current = status(settings)
         print(current.describe())
         return 0 if current.running else 1
-    raise ConfigError(f"lakehouse spark {action}: expected start, stop or status")
+    raise ConfigError(f"lakehouse spark {action}: expected start, run, stop or status")
