@@ -411,6 +411,11 @@ def test_trigger_with_params_from_the_ui(
     assert f"gold {REFRESHED}: full refresh" in plan, plan[-2000:]
     gold = airflow.task_log(DAG_ID, run_id, "gold")
     assert f"gold {REFRESHED}: rebuilt from input versions" in gold, gold[-3000:]
+    # The report's log is the platform's words: Great Expectations' chatter stays out of it.
+    report = airflow.task_log(DAG_ID, run_id, "report")
+    assert "Data Docs: " in report, report[-2000:]
+    chatter = [line for line in report.splitlines() if "great_expectations" in line]
+    assert chatter == [], chatter[:5]
 
     # Both gold tables moved on, and hold both batches.
     after = {t: _version(settings, t) for t in lakehouse.before}

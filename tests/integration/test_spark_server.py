@@ -1,4 +1,4 @@
-"""The long-lived Spark server (`lakehouse spark start | stop | status`) and its clients.
+"""The long-lived Spark server (`lakehouse spark start | run | stop | status`) and its clients.
 
 Clients run in their own processes, as Airflow tasks and the CLI do: a Spark Connect session
 switches pyspark's column functions of its whole process to Connect, which would break the
@@ -272,6 +272,69 @@ def test_a_client_whose_server_is_down_is_told_how_to_start_it(tmp_path: Path) -
         server.connect(settings)
 
 
+def test_the_servers_log_has_spark_at_warn_only(served: Settings) -> None:
+    """After the module's clients ran their pipelines, queries and maintenance on it, the
+    server's log holds no INFO line of Spark's (a line per task of every query, megabytes an
+    hour at Spark's default)."""
+    logged = (server.state_dir(served) / "server.log").read_text(errors="replace")
+    assert not [line for line in logged.splitlines() if " INFO " in line], logged[:2000]
+
+
+def test_spark_run_holds_the_foreground_rolls_its_log_and_stops_whole_on_sigint(
+    tmp_path: Path,
+) -> None:
+    """`lakehouse spark run`, as a container or a service manager runs it: the server starts and
+    the command stays; its log rolls over at the size set (here at INFO, so it grows fast); a
+    SIGINT (Ctrl-C) stops the server, its Python workers and its validation service within
+    30 s, and the command exits 0."""
+    import signal
+    import time
+
+    settings = Settings.from_env(tmp_path / "lakehouse", REPO_ROOT / "contracts")
+    env = {
+        **{k: v for k, v in os.environ.items() if k != server.TOKEN_ENV},
+        "LAKEHOUSE_HOME": str(settings.home),
+        server.PORT_ENV: str(free_port()),
+        server.LOG_LEVEL_ENV: "INFO",
+        server.LOG_SIZE_ENV: "16KB",
+        server.LOG_FILES_ENV: "2",
+    }
+    foreground = subprocess.Popen(
+        [sys.executable, "-m", "lakehouse.cli", "spark", "run"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert foreground.stdout is not None
+        said = foreground.stdout.readline()  # once started (or failed)
+        assert said.startswith("Spark server: running"), (said, foreground.communicate())
+        running = server.status(settings)
+        assert running.running and running.pid is not None
+        family = [running.pid, *server._descendants(running.pid)]
+        family.append(
+            json.loads((server.state_dir(settings) / "server.json").read_text())["validation_pid"]
+        )
+        folder = server.state_dir(settings)
+        assert (folder / "server.log.1").is_file()  # Spark's start-up at INFO is over 16 KB
+        assert not (folder / "server.log.3").exists()  # two old files kept
+        assert (folder / "server.log").stat().st_size < 2 * 16 * 1024
+        assert foreground.poll() is None  # it holds the foreground
+        asked = time.monotonic()
+        foreground.send_signal(signal.SIGINT)
+        out, err = foreground.communicate(timeout=30)
+        assert time.monotonic() - asked < 30
+        assert foreground.returncode == 0, err
+        assert "Spark server: stopped (SIGINT)" in out
+        assert not any(alive(p) for p in family)
+        assert not server.status(settings).running
+    finally:
+        if foreground.poll() is None:
+            foreground.kill()
+        server.stop(settings)
+
+
 def test_stop_ends_the_server_its_python_workers_and_its_validation_service(
     served: Settings,
 ) -> None:
@@ -285,3 +348,25 @@ def test_stop_ends_the_server_its_python_workers_and_its_validation_service(
     assert not any(alive(p) for p in family)
     assert not (server.state_dir(served) / "gx.sock").exists()
     assert not server.stop(served)  # nothing left to stop
+
+
+def test_rebuilds_are_clients_of_the_running_server(served: Settings) -> None:
+    """`refresh`, `restore` and `show --at-event-time` run on the server, as `run` does: no JVM
+    of their own (they used to start one beside the running server)."""
+    from datetime import UTC, datetime
+
+    port = server.status(served).port
+    if not log.is_table(served.gold_path("user_latest_location")):
+        ran = _lakehouse(served, "run", "--topic", "user-locations")
+        assert ran.returncode == 0, ran.stderr[-3000:]
+    on_server = f"on the Spark server at sc://localhost:{port}\n"
+    restored = _lakehouse(served, "restore", "user_latest_location")
+    assert (restored.returncode, restored.stderr) == (0, on_server), restored.stderr[-3000:]
+    assert restored.stdout.splitlines()[-1] == "equal to the table: yes"
+    refreshed = _lakehouse(served, "refresh", "user_location_counts")
+    assert (refreshed.returncode, refreshed.stderr) == (0, on_server), refreshed.stderr[-3000:]
+    assert refreshed.stdout.startswith("gold user_location_counts: rebuilt from input versions")
+    now = datetime.now(UTC).isoformat()
+    shown = _lakehouse(served, "show", "user_latest_location", "--at-event-time", now)
+    assert (shown.returncode, shown.stderr) == (0, on_server), shown.stderr[-3000:]
+    assert "| alice    | Berlin   |" in shown.stdout and "(2 rows)" in shown.stdout

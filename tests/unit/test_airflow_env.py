@@ -53,6 +53,20 @@ def test_environment_requires_login_with_generated_keys(tmp_path: Path) -> None:
     )
 
 
+def test_the_ui_listens_on_this_machine_only_unless_opened(tmp_path: Path) -> None:
+    settings = Settings.from_env(tmp_path / "home", REPO_ROOT / "contracts")
+    assert airflow_environment(settings, base={})["AIRFLOW__API__HOST"] == "127.0.0.1"
+    opened = airflow_environment(settings, base={"AIRFLOW__API__HOST": "0.0.0.0"})
+    assert opened["AIRFLOW__API__HOST"] == "0.0.0.0"
+
+
+def test_a_placeholder_secret_is_refused_naming_it(tmp_path: Path) -> None:
+    settings = Settings.from_env(tmp_path / "home", REPO_ROOT / "contracts")
+    base = {"AIRFLOW__API__SECRET_KEY": "change-me", "HOME": "/root", "NOTE": "change-me"}
+    with pytest.raises(ConfigError, match=r"^AIRFLOW__API__SECRET_KEY still holds the placeholder"):
+        airflow_environment(settings, base=base)
+
+
 def test_layer_tasks_connect_to_the_spark_server_with_its_token(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

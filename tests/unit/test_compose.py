@@ -653,6 +653,10 @@ def test_every_service_starts_with_a_filled_env(tmp_path: Path, monkeypatch: Any
     listening = {key: conf[key] for key in conf if key.endswith(("binding.address", "bindAddress"))}
     assert set(listening.values()) == {"127.0.0.1"}, listening
     assert conf["spark.master"] == f"local[{dotenv['SPARK_SERVER_CORES']}]"
+    # The API server listens on the container's every interface (its port is published on the
+    # host's loopback); on one machine `lakehouse airflow` keeps it on 127.0.0.1.
+    assert made["airflow-apiserver"]["AIRFLOW__API__HOST"] == "0.0.0.0"
+    assert made["airflow-scheduler"]["AIRFLOW__API__HOST"] == "127.0.0.1"
     # What compose gave the tasks' environment wins over `lakehouse airflow`'s defaults.
     scheduler = container_env("airflow-scheduler", dotenv)
     for key in ("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", "AIRFLOW__CORE__FERNET_KEY"):

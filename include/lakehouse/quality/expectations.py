@@ -7,6 +7,7 @@ contract.
 from __future__ import annotations
 
 import hashlib
+import logging
 import math
 import os
 import re
@@ -47,7 +48,11 @@ def suite_name(layer: Layer, table: str) -> str:
 
 # -- compiling -------------------------------------------------------------------------------
 def import_gx() -> Any:
+    """Great Expectations, imported without its analytics and without its chatter: it logs a
+    line at INFO for each function its API decorator registers (hundreds, at import) and more
+    while it builds Data Docs. Its errors still show; its verdicts are the platform's to say."""
     os.environ.setdefault("GX_ANALYTICS_ENABLED", "False")
+    logging.getLogger("great_expectations").setLevel(logging.ERROR)
     import great_expectations as gx
 
     return gx

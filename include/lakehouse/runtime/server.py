@@ -17,7 +17,10 @@ serves on the server (``MERGE INTO``, ``readChangeFeed``, ``txnAppId`` ...).
   line. Spark's client sends a token over plain TCP only to the host named ``localhost`` (to any
   other it insists on TLS), so clients connect to ``sc://localhost:<port>``.
 * Its pid, its settings and its log live under ``<home>/spark/``; ``status`` reads them and
-  checks that the process is alive and the port answers.
+  checks that the process is alive and the port answers. Spark logs to ``server.log`` at WARN
+  (``LAKEHOUSE_SPARK_LOG_LEVEL``), rolled over at 10 MB with 5 old files kept
+  (``LAKEHOUSE_SPARK_LOG_SIZE``, ``LAKEHOUSE_SPARK_LOG_FILES``); what the JVM prints outside
+  Log4j (before it starts, the Python workers' errors) goes to ``server.out``.
 * Great Expectations' validation service starts and stops with it: clients validate their
   pandas-sized batches there, so no client imports GX. The server runs it as a process
   (``python -m lakehouse.quality.gx_service``) listening at :func:`validation_socket`; what it
@@ -33,6 +36,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import secrets
 import signal
 import subprocess
@@ -68,6 +72,29 @@ TOKEN_ENV = "SPARK_CONNECT_AUTHENTICATE_TOKEN"  # read by both Spark's server an
 LOOPBACK = "127.0.0.1"
 START_TIMEOUT_S = 180.0
 SERVICE_MODULE = "lakehouse.quality.gx_service"  # the validation service, run with python -m
+LOG_LEVEL_ENV, LOG_SIZE_ENV, LOG_FILES_ENV = (
+    "LAKEHOUSE_SPARK_LOG_LEVEL",
+    "LAKEHOUSE_SPARK_LOG_SIZE",
+    "LAKEHOUSE_SPARK_LOG_FILES",
+)
+LOG_LEVELS = ("TRACE", "DEBUG", "INFO", "WARN", "ERROR", "FATAL", "OFF")
+# Log4j 2 for the server's JVM (Spark's own default is INFO to the console: a line per task of
+# every query, megabytes an hour): one rolling file.
+_LOG4J2 = """\
+appender.file.type = RollingFile
+appender.file.name = file
+appender.file.fileName = {log}
+appender.file.filePattern = {log}.%i
+appender.file.layout.type = PatternLayout
+appender.file.layout.pattern = %d{{yy/MM/dd HH:mm:ss}} %p %c{{1}}: %m%n%ex
+appender.file.policies.type = Policies
+appender.file.policies.size.type = SizeBasedTriggeringPolicy
+appender.file.policies.size.size = {size}
+appender.file.strategy.type = DefaultRolloverStrategy
+appender.file.strategy.max = {files}
+rootLogger.level = {level}
+rootLogger.appenderRef.file.ref = file
+"""
 
 
 class ServerError(LakehouseError):
@@ -182,6 +209,26 @@ def server_conf(settings: Settings, at: int) -> dict[str, str]:
     }
 
 
+def log_config(settings: Settings) -> Path:
+    """Write the server's Log4j 2 settings (see the module docstring) and return their file;
+    a level or size that is not one is a ConfigError naming its variable."""
+    from lakehouse.runtime.config import whole_number_setting
+
+    level = os.environ.get(LOG_LEVEL_ENV, "WARN").strip().upper()
+    if level not in LOG_LEVELS:
+        raise ConfigError(f"{LOG_LEVEL_ENV}={level!r}: expected one of {', '.join(LOG_LEVELS)}")
+    size = os.environ.get(LOG_SIZE_ENV, "10MB").strip().upper().replace(" ", "")
+    if not re.fullmatch(r"\d+(KB|MB|GB)", size):
+        raise ConfigError(f"{LOG_SIZE_ENV}={size!r}: a size such as 500KB, 10MB or 1GB")
+    files = whole_number_setting(LOG_FILES_ENV, 5, "old log files", least=1)
+    folder = state_dir(settings)
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "log4j2.properties"
+    text = _LOG4J2.format(log=folder / "server.log", size=size, files=files, level=level)
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
 def command(settings: Settings, at: int) -> list[str]:
     """The ``spark-submit`` that runs the server."""
     import pyspark
@@ -203,6 +250,8 @@ def command(settings: Settings, at: int) -> list[str]:
         name,
         "--driver-memory",
         memory,
+        "--driver-java-options",
+        f"-Dlog4j2.configurationFile=file:{log_config(settings)}",
         *conf_args(conf),
         "spark-internal",
     ]
@@ -243,8 +292,8 @@ def start(settings: Settings, *, timeout: float = START_TIMEOUT_S) -> Status:
         "PYSPARK_DRIVER_PYTHON": sys.executable,
         TOKEN_ENV: secret,
     }
-    log_path = folder / "server.log"
-    with log_path.open("ab") as log:
+    log_path, out_path = folder / "server.log", folder / "server.out"
+    with out_path.open("ab") as log:
         log.write(f"\n--- starting at {time.strftime('%Y-%m-%dT%H:%M:%S%z')}\n".encode())
         log.flush()
         proc = subprocess.Popen(
@@ -279,8 +328,8 @@ def start(settings: Settings, *, timeout: float = START_TIMEOUT_S) -> Status:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(service.pid, signal.SIGTERM)
             raise ServerError(
-                f"the Spark server exited with code {proc.returncode} while starting; its log "
-                f"({log_path}) ends with:\n{tail(log_path)}"
+                f"the Spark server exited with code {proc.returncode} while starting; "
+                + _logs_end(log_path, out_path)
             )
         if service.poll() is not None:
             stop(settings)
@@ -294,9 +343,15 @@ def start(settings: Settings, *, timeout: float = START_TIMEOUT_S) -> Status:
         time.sleep(0.25)
     stop(settings)
     raise ServerError(
-        f"the Spark server did not listen on port {at} within {timeout:.0f} s; its log "
-        f"({log_path}) ends with:\n{tail(log_path)}"
+        f"the Spark server did not listen on port {at} within {timeout:.0f} s; "
+        + _logs_end(log_path, out_path)
     )
+
+
+def _logs_end(*logs: Path) -> str:
+    """The end of each of the server's logs that has anything, for an error message."""
+    ends = [f"{log} ends with:\n{tail(log)}" for log in logs if log.is_file() and tail(log).strip()]
+    return "; ".join(ends) or f"its logs ({', '.join(map(str, logs))}) are empty"
 
 
 def _is_service(pid: object) -> bool:
@@ -431,19 +486,20 @@ def run(settings: Settings, *, poll: float = 1.0) -> int:
     manager or a container wants it, until the server ends (exit status 1, the end of its log
     on stderr) or this process is told to stop (SIGTERM, SIGINT: the server is stopped whole,
     exit status 0)."""
-    started = start(settings)
-    print(started.describe(), flush=True)
-    asked: list[int] = []
+    asked: list[int] = []  # a stop asked for while it starts is taken once it has started
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda signum, _frame: asked.append(signum))
+    started = start(settings)
+    print(started.describe(), flush=True)
     while not asked and started.pid is not None and alive(started.pid):
         time.sleep(poll)
     stop(settings)
     if asked:
         print(f"Spark server: stopped ({signal.Signals(asked[0]).name})", flush=True)
         return 0
+    folder = state_dir(settings)
     print(
-        f"Spark server: ended by itself; its log ends:\n{tail(state_dir(settings) / 'server.log')}",
+        f"Spark server: ended by itself; {_logs_end(folder / 'server.log', folder / 'server.out')}",
         file=sys.stderr,
     )
     return 1
