@@ -1,5 +1,5 @@
 # One image for every service in docker-compose.yml: the Airflow components (api-server,
-# scheduler, dag-processor, triggerer) and the Spark standalone master and workers.
+# scheduler, dag-processor, triggerer), the Spark server and the deployment check.
 #
 #   docker compose build          (or: docker build -t lakehouse:local .)
 #
