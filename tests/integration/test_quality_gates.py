@@ -432,7 +432,7 @@ def test_volume_and_freshness_warn_and_the_dq_report_shows_trends(
         )
     text = out.getvalue()
     assert "bronze.orders: latest" in text and "60 rows" in text
-    assert "FAIL warn       volume" in text and "(failed 1/3)" in text
+    assert "FAIL warn       volume" in text and "(failed in 1 of 3 runs)" in text
 
 
 def test_data_docs_are_built_from_the_validations(spark: Any, tmp_path: Path) -> None:

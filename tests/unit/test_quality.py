@@ -135,7 +135,7 @@ def test_outcome_describes_what_was_seen() -> None:
         rows.describe() == "amount_range (between amount): 2 of 10 rows unexpected, e.g. 500, 900"
     )
     count = Outcome("small", "row_count_between", "fail", False, observed=7)
-    assert count.describe() == "small (row_count_between): observed 7"
+    assert count.describe() == "small (row_count_between): observed 7 rows"
 
 
 def test_freshness_compares_the_last_commit_with_the_interval(tmp_path: Path) -> None:

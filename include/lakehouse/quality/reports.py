@@ -13,13 +13,14 @@ import json
 import re
 import shutil
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from lakehouse.contracts.model import Catalog
 from lakehouse.quality.expectations import import_gx, suite, suite_name
+from lakehouse.quality.verdict import observed_text
 from lakehouse.runtime.config import LAYERS, Settings
 
 SITE = "lakehouse"
@@ -190,6 +191,15 @@ def _overview(site: Path, results: dict[str, list[dict[str, Any]]]) -> str:
     return "\n".join(parts)
 
 
+def _observed(row: Mapping[str, Any]) -> str:
+    """What a ledger row's check saw, with its unit (:func:`observed_text`)."""
+    observed = None if row["observed_value"] is None else json.loads(row["observed_value"])
+    sample = json.loads(row["unexpected_sample"]) if row["unexpected_sample"] else []
+    return observed_text(
+        row["kind"], observed, row["element_count"], row["unexpected_count"], sample
+    )
+
+
 def ledger_report(settings: Settings, *, table: str | None = None, last: int = 10) -> list[str]:
     """The latest validation of each table and its trend: how many of its last ``last``
     validations met every expectation, and each expectation's failures among them."""
@@ -209,13 +219,13 @@ def ledger_report(settings: Settings, *, table: str | None = None, last: int = 1
         ordered = list(by_run)[-last:]  # runs in order of their first check
         latest = by_run[ordered[-1]]
         published = [r for r in latest if r["published"]]
-        version = f"v{published[0]['table_version']}" if published else "nothing published"
+        version = f"version {published[0]['table_version']}" if published else "nothing published"
         rows = max(r["rows"] for r in latest)
         ok = sum(r["success"] for r in latest)
         clean = sum(all(r["success"] for r in by_run[k]) for k in ordered)
         lines.append(
-            f"{layer}.{name}: latest {latest[0]['validated_at']:%Y-%m-%d %H:%M:%S} ({version}, "
-            f"{rows} rows): {ok}/{len(latest)} met; last {len(ordered)} runs: {clean} clean"
+            f"{layer}.{name}: latest {latest[0]['validated_at']:%Y-%m-%d %H:%M:%S} UTC ({version}, "
+            f"{rows} rows): {ok}/{len(latest)} checks met; last {len(ordered)} runs: {clean} clean"
         )
         failures: dict[str, int] = defaultdict(int)
         for k in ordered:
@@ -223,14 +233,11 @@ def ledger_report(settings: Settings, *, table: str | None = None, last: int = 1
                 if not r["success"]:
                     failures[r["expectation"]] += 1
         for r in latest:
-            trend = f"failed {failures[r['expectation']]}/{len(ordered)}"
+            trend = f"failed in {failures[r['expectation']]} of {len(ordered)} runs"
             mark = "ok  " if r["success"] else "FAIL"
-            observed = (
-                r["observed_value"]
-                if r["unexpected_count"] is None
-                else f"{r['unexpected_count']} of {r['element_count']} unexpected"
+            lines.append(
+                f"  {mark} {r['severity']:10} {r['expectation']:28} {_observed(r)}  ({trend})"
             )
-            lines.append(f"  {mark} {r['severity']:10} {r['expectation']:28} {observed}  ({trend})")
     return lines
 
 
@@ -254,10 +261,7 @@ def run_summary(settings: Settings, dag_run_id: str) -> list[str]:
         )
         for r in checks:
             if not r["success"]:
-                lines.append(
-                    f"    {r['severity'].upper()} {r['expectation']}: observed "
-                    f"{r['observed_value'] or ''} unexpected {r['unexpected_count']}"
-                )
+                lines.append(f"    {r['severity'].upper()} {r['expectation']}: {_observed(r)}")
     return lines
 
 
@@ -288,7 +292,9 @@ def layer_verdict(
         for r in checks:
             if r["success"]:
                 continue
-            text = f"{r['severity'].upper()} {r['expectation']} ({r['kind']}): observed {r['observed_value'] or ''}"
+            text = (
+                f"{r['severity'].upper()} {r['expectation']} ({r['kind']}): observed {_observed(r)}"
+            )
             lines.append(f"  {text}")
             if r["severity"] == "fail":
                 failed.append(f"{layer}.{name}: {text}")

@@ -48,13 +48,38 @@ class Outcome:
 
     def describe(self) -> str:
         what = f"{self.expectation} ({self.kind}{'' if self.column is None else ' ' + self.column})"
+        seen = observed_text(
+            self.kind, self.observed, self.element_count, self.unexpected_count, self.sample
+        )
         if self.unexpected_count is not None and self.kind != "row_count_between":
-            seen = f"{self.unexpected_count} of {self.element_count} rows unexpected"
             if self.sample:
                 seen += ", e.g. " + ", ".join(_short(v) for v in self.sample[:3])
         else:
-            seen = f"observed {_short(self.observed)}"
+            seen = f"observed {seen}"
         return f"{what}: {seen}"
+
+
+def observed_text(
+    kind: str,
+    observed: Any,
+    element_count: int | None,
+    unexpected_count: int | None,
+    sample: Sequence[Any] = (),
+) -> str:
+    """What a check saw, with its unit: a freshness check's age in seconds and its limit, a
+    count of rows, or the rows a column check found unexpected. The one wording of the run's
+    verdicts, the ledger's report (`lakehouse dq`) and the DAG's gate."""
+    if unexpected_count is not None and kind != "row_count_between":
+        return f"{unexpected_count} of {element_count} rows unexpected"
+    if isinstance(observed, bool) or not isinstance(observed, int | float):
+        return _short(observed)  # a message (the check could not run, no data yet)
+    if kind == "freshness":  # seconds since the table's last commit; the limit in ``sample``
+        return f"{observed:.1f} s" + (f" ({sample[0]})" if sample else "")
+    if kind == "volume":  # the batch's rows; the usual size in ``sample``
+        return f"{observed} rows" + (f" ({sample[0]} rows)" if sample else "")
+    if kind == "row_count_between":
+        return f"{observed} rows"
+    return _short(observed)
 
 
 def _short(v: Any) -> str:
