@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -142,8 +144,18 @@ def codegen_conf() -> dict[str, str]:
     return {"spark.sql.codegen.wholeStage": "false", "spark.sql.codegen.factoryMode": "NO_CODEGEN"}
 
 
-def get_session(master: str | None = None, app_name: str = "lakehouse") -> SparkSession:
-    """Return the process's SparkSession, creating it with the platform's settings. Raises
+def session_log(home: Path) -> Path:
+    """Where a Spark that a command starts for itself writes its output: its JVM's stdout and
+    stderr (Spark's log at ``LAKEHOUSE_SPARK_LOG_LEVEL``, the JVM's own warnings, its Python
+    workers' output), appended, each start under a line of its own."""
+    return home / "logs" / "spark.log"
+
+
+def get_session(
+    master: str | None = None, app_name: str = "lakehouse", *, log: Path | None = None
+) -> SparkSession:
+    """Return the process's SparkSession, creating it with the platform's settings; with
+    ``log``, a JVM this starts writes its output there instead of the terminal's. Raises
     :class:`~lakehouse.errors.JarsError` before Spark starts if a jar of :func:`jvm_conf` is
     missing, or, under spark-submit, if the submit did not give them."""
     from pyspark.sql import SparkSession
@@ -165,11 +177,37 @@ def get_session(master: str | None = None, app_name: str = "lakehouse") -> Spark
             conf.pop(key)
     if launched:
         _check_submitted_jars(conf["spark.jars"])
+    elif log is not None and "SPARK_REMOTE" not in os.environ:  # (a Connect session: no JVM)
+        _launch_jvm(conf, log)
     for key, value in conf.items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel(os.environ.get("LAKEHOUSE_SPARK_LOG_LEVEL", "WARN"))
     return session
+
+
+def _launch_jvm(conf: dict[str, str], log: Path) -> None:
+    """Start the JVM the session will use with its stdout and stderr in ``log``. pyspark starts
+    it with the first session, on this process's terminal; started here first, by pyspark's own
+    launcher told where its output goes, the session takes it as it is (as under spark-submit).
+    Spark's warnings then go to the log from the JVM's first line on, which no log level set
+    after the start can do (its start-up lines, `Using Spark's default log4j profile`, the JVM's
+    own `WARNING:` lines)."""
+    from pyspark import SparkConf, SparkContext
+    from pyspark.java_gateway import launch_gateway
+
+    if SparkContext._gateway is not None:  # this process's JVM runs already
+        return
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("ab") as out:
+        started = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+        out.write(f"\n--- {conf['spark.app.name']} (pid {os.getpid()}) at {started}\n".encode())
+        out.flush()
+        gateway = launch_gateway(
+            SparkConf(loadDefaults=False).setAll(list(conf.items())),
+            popen_kwargs={"stdout": out, "stderr": subprocess.STDOUT},
+        )
+    SparkContext._ensure_initialized(gateway=gateway)
 
 
 def _check_submitted_jars(jars: str) -> None:
