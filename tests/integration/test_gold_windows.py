@@ -296,7 +296,9 @@ def test_a_lake_built_with_one_stream_time_per_topic_is_rebuilt_by_its_next_run(
     run(spark, lake, Catalog.load(lake.contracts_dir), echo=lines.append)
     for t in tables:
         assert any(
-            line.startswith(f"gold {t}: rebuilt from input versions 0..2")
+            # (A checkout gives the landing files new times: bronze reads them again, finds
+            # every offset re-delivered, and the stream may gain an empty version.)
+            line.startswith(f"gold {t}: rebuilt from input versions 0..")
             and line.endswith("rebuilt with a stream time per partition)")
             for line in lines
         ), (t, lines)
