@@ -4,37 +4,49 @@ Commands::
 
     lakehouse produce TOPIC [--value-schema-id N] < records.jsonl   (landing files or broker)
     lakehouse create-topic TOPIC   (a Kafka-sourced topic, on its broker)
-    lakehouse run [--topic T] [--layer bronze|silver|gold]
-    lakehouse show TABLE [--version N | --as-of TIME] [--format table|json]
+    lakehouse run [--topic T ...] [--layer bronze|silver|gold ...] [--dry-run]
+    lakehouse tables [--topic T ...]   (every table that exists, by the name show takes)
+    lakehouse show TABLE [--version N | --as-of TIME | --at-event-time TIME] [--format F]
     lakehouse changes TABLE [--from-version N] [--format table|json]
-    lakehouse lag [--topic T]
-    lakehouse maintain [--topic T] [--retention-hours H] [--no-compact] [--dry-run]
+    lakehouse refresh TABLE [--from-version V] | restore TABLE [--to FOLDER]
+    lakehouse lag [--topic T ...] [--layer bronze|silver|gold ...]
+    lakehouse maintain [--topic T ...] [--retention-hours H] [--no-compact] [--dry-run]
     lakehouse sample [--topic T] [--records N [--value-bytes B]]   (fixed samples, or N random)
-    lakehouse schemas [--topic T] [--check]   (registered schema versions; check contracts)
+    lakehouse schemas [--topic T ...] [--check]   (registered schema versions; check contracts)
+    lakehouse dq [--table T] | report   (data-quality results; Data Docs)
     lakehouse spark start|run|stop|status   (the Spark server jobs run on; run: foreground)
     lakehouse postgres start|stop|status    (Airflow's PostgreSQL metadata database)
     lakehouse kafka start|stop|status       (a local single-node Kafka broker, KRaft mode)
     lakehouse s3 start|stop|status          (a local S3 API, moto's server, in memory)
     lakehouse airflow ARGS    (Airflow with the lakehouse's environment)
+
+Tables are named as :mod:`lakehouse.pipeline.lake` says. An option that takes a value is given
+once, except ``--topic`` and ``--layer`` where several make sense (and ``run --full-refresh``).
+The CLI only parses, dispatches (:data:`COMMANDS`) and prints; the work is the package's.
 """
 
 from __future__ import annotations
 
 import argparse
 import base64
+import contextlib
+import importlib
 import json
 import os
 import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, date, datetime
+from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TextIO, cast
+from typing import TYPE_CHECKING, Any, TextIO
 
 from lakehouse.contracts.model import Catalog, Contract, TableSpec
 from lakehouse.errors import BadRecordError, ConfigError, LakehouseError
+from lakehouse.pipeline import lake
 from lakehouse.runtime import objectstore
 from lakehouse.runtime.config import LAYERS, Layer, Settings
-from lakehouse.runtime.objectstore import Location, location
+from lakehouse.runtime.objectstore import location
 from lakehouse.storage.maintenance import DEFAULT_RETENTION_HOURS
 from lakehouse.topics import kafka
 from lakehouse.topics.landing import Producer, Record, record_from_json_line
@@ -146,13 +158,13 @@ def produce_sample(
     return 0
 
 
-def schemas(settings: Settings, catalog: Catalog, topic: str | None, check: bool) -> int:
-    """List each topic's registered key/value schema versions; ``check``: would the current
-    contracts be accepted (nothing is registered)?"""
+def schemas(settings: Settings, catalog: Catalog, topics: Sequence[str], check: bool) -> int:
+    """List each topic's (all when ``topics`` is empty) registered key/value schema versions;
+    ``check``: would the current contracts be accepted (nothing is registered)?"""
     from lakehouse.streams.registry import SUBJECTS, SchemaRegistry
 
     registry = SchemaRegistry(settings.registry_path)
-    contracts = [catalog.topic(topic)] if topic else list(catalog)
+    contracts = [catalog.topic(t) for t in topics] if topics else list(catalog)
     for contract in contracts:
         pending = registry.check(contract) if check else {}
         for subject in SUBJECTS:
@@ -212,17 +224,17 @@ def _sort(table: pa.Table, first: Sequence[str]) -> pa.Table:
     return table.sort_by([(c, "ascending") for c in keys]) if keys else table
 
 
-def _table_path(settings: Settings, catalog: Catalog, name: str) -> tuple[Location, list[str]]:
-    if name.startswith("late."):  # a windowed table's late records
-        bare = name.removeprefix("late.")
-        _, _, contract = catalog.resolve_table(bare)
-        return settings.late_path(bare), ["partition", "offset"]
-    layer, bare, contract = catalog.resolve_table(name)
-    if layer == "gold":
-        return settings.gold_path(bare), list(contract.table_key_columns(contract.table(bare)))
-    if layer == "silver":
-        return settings.silver_path(bare), ["partition", "offset"]
-    return settings.bronze_path(bare), ["partition", "offset"]
+def _print_rows(
+    rows: list[dict[str, Any]], columns: Sequence[tuple[str, str, pa.DataType]], fmt: str
+) -> None:
+    """``rows`` rendered in ``fmt``: under their keys as JSON, and in a table under the headers
+    of ``columns`` (key, header with its unit, type)."""
+    import pyarrow as pa
+
+    table = pa.Table.from_pylist(rows, pa.schema([(key, kind) for key, _, kind in columns]))
+    if fmt == "table":
+        table = table.rename_columns([header for _, header, _ in columns])
+    render(table, fmt, sys.stdout)
 
 
 def show(
@@ -234,17 +246,24 @@ def show(
     as_of: str | None = None,
     at_event_time: str | None = None,
 ) -> int:
+    """A table's rows (any table of :mod:`lakehouse.pipeline.lake`), in its order; at a version
+    or time, or a gold table as of an event time (rebuilt by Spark)."""
     from lakehouse.storage import read_arrow
 
-    path, order = _table_path(settings, catalog, name)
+    t = lake.resolve(settings, catalog, name)
     if at_event_time is not None:
-        table = _at_event_time(settings, catalog, name, _instant(at_event_time, "--at-event-time"))
+        contract, spec = _gold(t)
+        when = _instant(at_event_time, "--at-event-time")
+        from lakehouse.tables.rebuild import at_event_time as rebuild_at
+
+        spark = _spark(settings, "lakehouse-at-event-time")
+        table = rebuild_at(spark, settings, catalog, contract, spec, when)
     else:
-        when = None if as_of is None else _instant(as_of, "--as-of")
-        table = read_arrow(path, version, when)
-    # Columns named __* are aggregation state (e.g. an average's sum and count), not results.
-    table = table.select([c for c in table.column_names if not c.startswith("__")])
-    render(_sort(table, order), fmt, sys.stdout)
+        as_of_time = None if as_of is None else _instant(as_of, "--as-of")
+        table = read_arrow(t.path, version, as_of_time)
+    if t.kind == "gold":  # its __* columns are aggregation state (an average's sum, count)
+        table = table.select([c for c in table.column_names if not c.startswith("__")])
+    render(_sort(table, t.order), fmt, sys.stdout)
     return 0
 
 
@@ -255,48 +274,37 @@ def _instant(text: str, flag: str) -> datetime:
     return datetime.fromtimestamp((ms or 0) / 1000, tz=UTC)
 
 
-def _gold(catalog: Catalog, name: str) -> tuple[Contract, TableSpec]:
-    layer, bare, contract = catalog.resolve_table(name)
-    if layer != "gold":
-        raise LakehouseError(f"{name} is a {layer} table; this works on gold tables only")
-    return contract, contract.table(bare)
-
-
-def _at_event_time(settings: Settings, catalog: Catalog, name: str, when: datetime) -> pa.Table:
-    from lakehouse.runtime.spark import get_session
-    from lakehouse.tables.rebuild import at_event_time
-
-    contract, spec = _gold(catalog, name)
-    spark = get_session(settings.spark_master, app_name="lakehouse-at-event-time")
-    return at_event_time(spark, settings, catalog, contract, spec, when)
+def _gold(t: lake.LakeTable) -> tuple[Contract, TableSpec]:
+    if t.kind != "gold" or t.contract is None or t.spec is None:
+        raise LakehouseError(f"{t.name} is a {t.kind} table; this works on gold tables only")
+    return t.contract, t.spec
 
 
 def refresh(settings: Settings, catalog: Catalog, name: str, from_version: int | None) -> int:
-    from lakehouse.runtime.spark import get_session
     from lakehouse.tables.rebuild import refresh as rebuild
 
-    contract, spec = _gold(catalog, name)
-    spark = get_session(settings.spark_master, app_name="lakehouse-refresh")
+    contract, spec = _gold(lake.resolve(settings, catalog, name))
+    spark = _spark(settings, "lakehouse-refresh")
     print(rebuild(spark, settings, catalog, contract, spec, from_version).summary())
     return 0
 
 
 def restore(settings: Settings, catalog: Catalog, name: str, target: str | None) -> int:
     """Rebuild a gold table from its changelog into a new table and compare the two."""
-    from lakehouse.runtime.spark import get_session
     from lakehouse.storage import read_arrow
     from lakehouse.tables.rebuild import restore as replay
 
-    contract, spec = _gold(catalog, name)
+    contract, spec = _gold(lake.resolve(settings, catalog, name))
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
     path = location(target, setting="--target") if target else settings.data_root / "restored"
     if not target:
         path = path / f"{spec.name}-{stamp}"
-    spark = get_session(settings.spark_master, app_name="lakehouse-restore")
+    spark = _spark(settings, "lakehouse-restore")
     rows = replay(spark, settings, contract, spec, path)
     keys = list(contract.table_key_columns(spec))
-    same = _sort(read_arrow(path), keys).equals(_sort(read_arrow(settings.gold_path(name)), keys))
-    print(f"restored {rows} rows of gold {name} from its changelog into {path}")
+    real = read_arrow(settings.gold_path(spec.name))
+    same = _sort(read_arrow(path), keys).equals(_sort(real, keys))
+    print(f"restored {rows} rows of gold {spec.name} from its changelog into {path}")
     print(f"equal to the table: {'yes' if same else 'NO'}")
     return 0 if same else 1
 
@@ -305,15 +313,22 @@ def changes(settings: Settings, catalog: Catalog, name: str, start: int, fmt: st
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    from lakehouse.storage import changes_arrow
+    from lakehouse.storage import CDF_PROPERTIES, changes_arrow
+    from lakehouse.storage.log import load
 
-    path, order = _table_path(settings, catalog, name)
-    feed = changes_arrow(path, start)
+    target = lake.resolve(settings, catalog, name)
+    config = load(target.path).metadata().configuration
+    if any(config.get(k) != v for k, v in CDF_PROPERTIES.items()):
+        raise LakehouseError(
+            f"{target.name} keeps no changelog (its change data feed is off): "
+            f"`lakehouse show {target.name} --version N` shows it at any version"
+        )
+    feed = changes_arrow(target.path, start)
     # Pre-images sort before post-images within a commit, as they happened.
     rank = {"delete": 0, "update_preimage": 1, "update_postimage": 2, "insert": 3}
     ranks = pa.array([rank.get(t, 9) for t in feed.column("_change_type").to_pylist()], pa.int8())
     feed = feed.append_column("_rank", ranks)
-    feed = _sort(feed, ["_commit_version", *order, "_rank"]).drop_columns(["_rank"])
+    feed = _sort(feed, ["_commit_version", *target.order, "_rank"]).drop_columns(["_rank"])
     if "_commit_timestamp" in feed.column_names:
         feed = feed.set_column(
             feed.column_names.index("_commit_timestamp"),
@@ -324,50 +339,97 @@ def changes(settings: Settings, catalog: Catalog, name: str, start: int, fmt: st
     return 0
 
 
-def lag(settings: Settings, catalog: Catalog, topic: str | None, fmt: str) -> int:
-    """Kafka's consumer lag, for bronze as the consumer of the landing topic partitions."""
+def tables(settings: Settings, catalog: Catalog, topics: Sequence[str], fmt: str) -> int:
+    """Every table that exists (of the topics, or all with the ledger and the registry): its
+    name as ``show`` takes it, its kind, topic, latest version and rows."""
     import pyarrow as pa
 
-    from lakehouse.storage.store import latest_metadata
-    from lakehouse.topics.bronze import POSITION_KEY, Position
-    from lakehouse.topics.landing import end_offsets, survey
+    rows = [
+        {
+            "name": s.table.name,
+            "kind": s.table.kind,
+            "topic": s.table.topic,
+            "version": s.version,
+            "rows": s.rows,
+        }
+        for s in lake.existing(settings, catalog, topics)
+    ]
+    columns = [
+        ("name", "name", pa.string()),
+        ("kind", "kind", pa.string()),
+        ("topic", "topic", pa.string()),
+        ("version", "version", pa.int64()),
+        ("rows", "rows", pa.int64()),
+    ]
+    _print_rows(rows, columns, fmt)
+    return 0
 
-    rows = []
-    ignored: list[str] = []
-    for c in [catalog.topic(topic)] if topic else list(catalog):
-        if c.kafka is not None:
-            marks = kafka.offsets(kafka.client(settings, c), c.partitions)
-            ends = {p: end for p, (_, end) in marks.items()}
-        else:
-            ends = end_offsets(settings, c.topic, c.partitions, c.landing_format)
-            root = settings.topic_dir(c.topic)
-            ignored.extend(f"{c.topic}: {i.describe(root)}" for i in survey(settings, c.topic)[1])
-        committed = Position.from_json(
-            latest_metadata(settings.bronze_path(c.topic), POSITION_KEY)
-        ).next
-        for p in sorted(set(ends) | set(committed)):
-            end, done = ends.get(p, 0), committed.get(p, 0)
-            rows.append(
-                {
-                    "topic": c.topic,
-                    "partition": p,
-                    "end_offset": end,
-                    "bronze_offset": done,
-                    "lag": max(0, end - done),
-                }
+
+def lag(
+    settings: Settings,
+    catalog: Catalog,
+    topics: Sequence[str],
+    fmt: str,
+    layers: Sequence[Layer] = ("bronze",),
+) -> int:
+    """Consumer lag: bronze behind each partition of the topics (all when empty), in records;
+    with ``layers`` silver or gold, each such table behind its inputs, in versions."""
+    import pyarrow as pa
+
+    from lakehouse.topics.lag import lag as topic_lag
+
+    contracts = [catalog.topic(t) for t in topics] if topics else list(catalog)
+    if "bronze" in layers:
+        found = topic_lag(settings, contracts)
+        partitions = [
+            {
+                "topic": p.topic,
+                "partition": p.partition,
+                "end_offset": p.end_offset,
+                "bronze_offset": p.bronze_offset,
+                "lag": p.lag,
+            }
+            for p in found.partitions
+        ]
+        columns = [
+            ("topic", "topic", pa.string()),
+            ("partition", "partition", pa.int32()),
+            ("end_offset", "end offset", pa.int64()),
+            ("bronze_offset", "bronze offset", pa.int64()),
+            ("lag", "lag (records)", pa.int64()),
+        ]
+        _print_rows(partitions, columns, fmt)
+        if found.ignored:
+            print(
+                f"files in landing folders that are not segments (not read): "
+                f"{len(found.ignored)} file(s)",
+                file=sys.stderr,
             )
-    schema = pa.schema(
-        [("topic", pa.string()), ("partition", pa.int32()), ("end_offset", pa.int64()),
-         ("bronze_offset", pa.int64()), ("lag", pa.int64())]
-    )  # fmt: skip
-    render(pa.Table.from_pylist(rows, schema), fmt, sys.stdout)
-    if ignored:
-        print(
-            f"files in landing folders that are not segments (not read): {len(ignored)}",
-            file=sys.stderr,
-        )
-        for line in ignored:
-            print(f"  {line}", file=sys.stderr)
+            for line in found.ignored:
+                print(f"  {line}", file=sys.stderr)
+    if not {"silver", "gold"} & set(layers):
+        return 0
+    behind = [
+        {
+            "table": i.table,
+            "input": i.input,
+            "input_version": i.latest,
+            "consumed_version": i.consumed,
+            "lag_versions": i.lag,
+        }
+        for i in lake.input_lag(settings, catalog, contracts)
+        if i.layer in layers
+    ]
+    if fmt == "table" and "bronze" in layers:
+        print()  # between the two tables
+    columns = [
+        ("table", "table", pa.string()),
+        ("input", "input", pa.string()),
+        ("input_version", "input version", pa.int64()),
+        ("consumed_version", "read up to version", pa.int64()),
+        ("lag_versions", "lag (versions)", pa.int64()),
+    ]
+    _print_rows(behind, columns, fmt)
     return 0
 
 
@@ -408,59 +470,67 @@ RUN_REQUEST_FLAGS = (
 
 def run_requests(
     catalog: Catalog,
-    topic: str | None,
-    layer: Layer | None,
+    topics: Sequence[str],
+    layers: Sequence[Layer],
     asked: Mapping[str, Any] | None = None,
 ) -> dict[str, RunRequest]:
-    """``lakehouse run``'s flags as each topic's run request, checked as a triggered run's
-    Params are (:meth:`RunRequest.from_params`). A reprocess or a refresh names versions, offsets
-    or tables of one topic, so it needs ``--topic``."""
+    """``lakehouse run``'s flags as each topic's run request (every topic when ``topics`` is
+    empty, every layer when ``layers`` is), checked as a triggered run's Params are
+    (:meth:`RunRequest.from_params`). A reprocess or a refresh names versions, offsets or tables
+    of one topic, so it needs one ``--topic``."""
     from lakehouse.pipeline.request import RunRequest
 
     asked = dict(asked or {})
     given = [k for k in RUN_REQUEST_FLAGS if asked.get(k) not in (None, "", [], ())]
-    if given and not topic:
+    if given and len(topics) != 1:
         flags = ", ".join("--" + k.replace("_", "-") for k in given)
-        raise ConfigError(f"{flags}: name the topic it is for with --topic")
-    params = {"layers": [layer] if layer else list(LAYERS), **asked}
-    contracts = [catalog.topic(topic)] if topic else list(catalog)
+        if not topics:
+            raise ConfigError(f"{flags}: name the topic it is for with --topic")
+        raise ConfigError(
+            f"{flags}: name the one topic it is for with --topic (given {', '.join(topics)})"
+        )
+    params = {"layers": list(layers or LAYERS), **asked}
+    contracts = [catalog.topic(t) for t in topics] if topics else list(catalog)
     return {c.topic: RunRequest.from_params(params, c, flags=True) for c in contracts}
 
 
 def _spark(settings: Settings, app_name: str) -> SparkSession:
     """A session on this lakehouse's Spark server when it runs (`lakehouse spark start`): no JVM
-    to start. Otherwise a Spark of this process's own."""
+    to start. Otherwise a Spark of this process's own, whose log goes to a file
+    (:func:`lakehouse.runtime.spark.session_log`), not to the terminal."""
     from lakehouse.runtime import server
-    from lakehouse.runtime.spark import get_session
+    from lakehouse.runtime.spark import get_session, session_log
 
     status = server.status(settings)
     if status.running:
         print(f"on the Spark server at sc://localhost:{status.port}", file=sys.stderr)
         return server.connect(settings)
-    return get_session(settings.spark_master, app_name=app_name)
+    log = session_log(settings.home)
+    print(f"in a Spark of its own (its log: {log})", file=sys.stderr)
+    return get_session(settings.spark_master, app_name=app_name, log=log)
 
 
 def run_pipeline(
     settings: Settings,
     catalog: Catalog,
-    topic: str | None,
-    layer: Layer | None,
+    topics: Sequence[str],
+    layers: Sequence[Layer],
     asked: Mapping[str, Any] | None = None,
 ) -> int:
-    """One micro-batch of the given layers and topics, plus what the flags ask (``asked``: the
-    keys of a triggered run's Params). Every request is checked before Spark starts."""
+    """One micro-batch of the given layers and topics (each: all when empty), plus what the
+    flags ask (``asked``: the keys of a triggered run's Params). Every request is checked
+    before Spark starts."""
     from lakehouse.pipeline.runner import run
 
-    requests = run_requests(catalog, topic, layer, asked)
+    requests = run_requests(catalog, topics, layers, asked)
     if any(v for v in (asked or {}).values()):
         for name, request in requests.items():
             for line in request.describe(catalog.topic(name)):
                 print(line)
-    layers: tuple[Layer, ...] = (layer,) if layer else LAYERS
     # The requests above are checked before Spark is set up.
     objectstore.check_reachable(settings.data_root)  # before a JVM starts, not after
     spark = _spark(settings, "lakehouse-run")
-    run(spark, settings, catalog, topics=[topic] if topic else [], layers=layers, requests=requests)
+    run(spark, settings, catalog, topics=topics, layers=layers or LAYERS, requests=requests)
     return 0
 
 
@@ -474,7 +544,7 @@ def run_airflow(settings: Settings, args: list[str]) -> int:
     return 0  # pragma: no cover - execve does not return
 
 
-# -- entry point -------------------------------------------------------------------------------
+# -- options -----------------------------------------------------------------------------------
 
 
 def _topic_option(text: str) -> str:
@@ -498,10 +568,60 @@ def _count(minimum: int) -> Callable[[str], int]:
     return parse
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="lakehouse", description="Streams and tables on a Delta lakehouse."
+class _Once(argparse.Action):
+    """An option that takes one value, given at most once. argparse's own keeps the last of
+    several silently (``--format json --format table``); a second one is refused instead."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        if option_string is not None:
+            given: set[str] = namespace.__dict__.setdefault("_given", set())
+            if self.dest in given:
+                first = getattr(namespace, self.dest)
+                parser.error(
+                    f"argument {'/'.join(self.option_strings)}: given twice ({first!r}, then "
+                    f"{values!r}); give it once"
+                )
+            given.add(self.dest)
+        setattr(namespace, self.dest, values)
+
+
+class _Parser(argparse.ArgumentParser):
+    """The command line's parser: an option that takes a value is given once (:class:`_Once`),
+    unless it says it combines (``action="append"``: several ``--topic`` or ``--layer``)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.register("action", None, _Once)
+        self.register("action", "store", _Once)
+
+
+def _several(values: Sequence[str] | None) -> list[str]:
+    """An appended option's values, each once, in the order given (none: the option left out)."""
+    return list(dict.fromkeys(values or []))
+
+
+def _several_topics(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--topic",
+        type=_topic_option,
+        action="append",
+        metavar="TOPIC",
+        help="a topic (repeatable; default: every topic)",
     )
+
+
+def _several_layers(parser: argparse.ArgumentParser, text: str) -> None:
+    parser.add_argument("--layer", choices=LAYERS, action="append", help=text)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="lakehouse", description="Streams and tables on a Delta lakehouse.")
     p.add_argument(
         "--home", help="lakehouse root (default: $LAKEHOUSE_HOME or .lakehouse in the checkout)"
     )
@@ -524,8 +644,8 @@ def build_parser() -> argparse.ArgumentParser:
     st.add_argument("topic")
 
     sr = sub.add_parser("run", help="run one micro-batch of the pipeline, without Airflow")
-    sr.add_argument("--topic", type=_topic_option)
-    sr.add_argument("--layer", choices=LAYERS)
+    _several_topics(sr)
+    _several_layers(sr, "a layer to run (repeatable; default: all three)")
     sr.add_argument(
         "--dry-run", action="store_true", help="print what each layer would read and write"
     )
@@ -545,12 +665,13 @@ def build_parser() -> argparse.ArgumentParser:
             f"--reprocess-{flag}", type=kind, metavar=metavar, help=f"{text} (needs --topic)"
         )
 
+    names = "a table's name as `lakehouse tables` lists it (e.g. user_places, silver.<stream>)"
     for name, helptext in (
         ("show", "print a table's rows"),
         ("changes", "print a table's changelog"),
     ):
         s = sub.add_parser(name, help=helptext)
-        s.add_argument("table", help="gold table name, silver.<stream> or bronze.<topic>")
+        s.add_argument("table", help=names)
         if name == "show":
             when = s.add_mutually_exclusive_group()
             when.add_argument("--version", type=int, help="time travel to a table version")
@@ -562,6 +683,12 @@ def build_parser() -> argparse.ArgumentParser:
         else:
             s.add_argument("--from-version", type=int, default=0)
         s.add_argument("--format", choices=("table", "json"), default="table")
+
+    sn = sub.add_parser(
+        "tables", help="every table that exists: its name for show, kind, version and rows"
+    )
+    _several_topics(sn)
+    sn.add_argument("--format", choices=("table", "json"), default="table")
 
     sf = sub.add_parser(
         "refresh", help="rebuild a gold table from its input (keeps history; changelog = diff)"
@@ -580,7 +707,7 @@ def build_parser() -> argparse.ArgumentParser:
     sm = sub.add_parser(
         "maintain", help="compact, vacuum (consumer-aware), checkpoint and clean table logs"
     )
-    sm.add_argument("--topic", type=_topic_option)
+    _several_topics(sm)
     sm.add_argument("--retention-hours", type=float, default=DEFAULT_RETENTION_HOURS)
     sm.add_argument("--no-compact", action="store_true")
     sm.add_argument("--dry-run", action="store_true", help="report what vacuum would delete")
@@ -609,13 +736,16 @@ def build_parser() -> argparse.ArgumentParser:
     sc = sub.add_parser(
         "schemas", help="registered schema versions per topic; --check tests the contracts"
     )
-    sc.add_argument("--topic", type=_topic_option)
+    _several_topics(sc)
     sc.add_argument("--check", action="store_true", help="check the contracts against the registry")
 
     sl = sub.add_parser(
-        "lag", help="per partition: the topic's end offset (landing or broker), bronze's, lag"
+        "lag",
+        help="consumer lag: per partition, the topic's end offset, bronze's and the lag in "
+        "records; with --layer silver/gold, each table's lag behind its inputs in versions",
     )
-    sl.add_argument("--topic", type=_topic_option)
+    _several_topics(sl)
+    _several_layers(sl, "the consumers of this layer (repeatable; default: bronze)")
     sl.add_argument("--format", choices=("table", "json"), default="table")
     sq = sub.add_parser("dq", help="data quality: latest results and trends per table (ledger)")
     sq.add_argument("--table", help="one table: topic, stream or gold table name")
@@ -650,95 +780,140 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+# -- commands ----------------------------------------------------------------------------------
+
+
+@dataclass
+class _Context:
+    """What a command works on: the settings, and the contracts, loaded when first asked for
+    (the service commands run without them)."""
+
+    settings: Settings
+
+    @cached_property
+    def catalog(self) -> Catalog:
+        return Catalog.load(self.settings.contracts_dir)
+
+
+Handler = Callable[[argparse.Namespace, _Context], int]
+
+
+def _layers(values: Sequence[str] | None) -> tuple[Layer, ...]:
+    """Several ``--layer``s, in pipeline order (none: the option left out)."""
+    return tuple(layer for layer in LAYERS if layer in (values or []))
+
+
+def _produce(args: argparse.Namespace, ctx: _Context) -> int:
+    topic = ctx.catalog.topic(args.topic)
+    return produce(ctx.settings, topic, sys.stdin, sys.stderr, args.value_schema_id)
+
+
+def _run(args: argparse.Namespace, ctx: _Context) -> int:
+    asked = {"dry_run": args.dry_run, **{k: getattr(args, k) for k in RUN_REQUEST_FLAGS}}
+    return run_pipeline(ctx.settings, ctx.catalog, _several(args.topic), _layers(args.layer), asked)
+
+
+def _show(args: argparse.Namespace, ctx: _Context) -> int:
+    return show(
+        ctx.settings,
+        ctx.catalog,
+        args.table,
+        args.format,
+        args.version,
+        args.as_of,
+        args.at_event_time,
+    )
+
+
+def _maintain(args: argparse.Namespace, ctx: _Context) -> int:
+    from lakehouse.pipeline.runner import maintain_topics, maintained_tables
+
+    settings, topics = ctx.settings, _several(args.topic)
+    # An unknown topic is refused, and a lakehouse without tables done, before Spark starts.
+    if not maintained_tables(settings, ctx.catalog, topics=topics, ledger=args.ledger):
+        print("no tables to maintain")
+        return 0
+    maintain_topics(
+        _spark(settings, "lakehouse-maintain"),
+        settings,
+        ctx.catalog,
+        topics=topics,
+        retention_hours=args.retention_hours,
+        compact=not args.no_compact,
+        dry_run=args.dry_run,
+        ledger=args.ledger,
+    )
+    return 0
+
+
+def _report(args: argparse.Namespace, ctx: _Context) -> int:
+    from lakehouse.quality.reports import build_data_docs
+
+    print(f"Data Docs: {build_data_docs(ctx.settings, ctx.catalog)}")
+    return 0
+
+
+def _service(module: str) -> Handler:
+    """``lakehouse spark|postgres|kafka|s3 start|stop|status``: the service's own ``main``."""
+
+    def handle(args: argparse.Namespace, ctx: _Context) -> int:
+        service = importlib.import_module(f"lakehouse.runtime.{module}")
+        return int(service.main(ctx.settings, args.action))
+
+    return handle
+
+
+# Every command of build_parser(), by name: what it runs.
+COMMANDS: dict[str, Handler] = {
+    "produce": _produce,
+    "create-topic": lambda a, c: create_topic(c.settings, c.catalog.topic(a.topic), sys.stderr),
+    "run": _run,
+    "show": _show,
+    "changes": lambda a, c: changes(c.settings, c.catalog, a.table, a.from_version, a.format),
+    "tables": lambda a, c: tables(c.settings, c.catalog, _several(a.topic), a.format),
+    "refresh": lambda a, c: refresh(c.settings, c.catalog, a.table, a.from_version),
+    "restore": lambda a, c: restore(c.settings, c.catalog, a.table, a.to),
+    "maintain": _maintain,
+    "sample": lambda a, c: produce_sample(
+        c.settings, c.catalog, sys.stderr, a.topic, a.records, a.value_bytes, a.seed
+    ),
+    "schemas": lambda a, c: schemas(c.settings, c.catalog, _several(a.topic), a.check),
+    "lag": lambda a, c: lag(
+        c.settings, c.catalog, _several(a.topic), a.format, _layers(a.layer) or ("bronze",)
+    ),
+    "dq": lambda a, c: data_quality(c.settings, a.table, a.last, a.format),
+    "report": _report,
+    "spark": _service("server"),
+    "postgres": _service("postgres"),
+    "kafka": _service("broker"),
+    "s3": _service("s3server"),
+    "airflow": lambda a, c: run_airflow(c.settings, a.args),
+}
+
+# What a shell reports for a program that SIGPIPE ended (128 + 13), as `cat` and `seq` are
+# when their reader quits early.
+EXIT_BROKEN_PIPE = 141
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        settings = Settings.from_env(args.home, args.contracts)
-        if args.command == "airflow":
-            return run_airflow(settings, args.args)
-        if args.command == "spark":
-            from lakehouse.runtime import server
-
-            return server.main(settings, args.action)
-        if args.command == "postgres":
-            from lakehouse.runtime import postgres
-
-            return postgres.main(settings, args.action)
-        if args.command == "kafka":
-            from lakehouse.runtime import broker
-
-            return broker.main(settings, args.action)
-        if args.command == "s3":
-            from lakehouse.runtime import s3server
-
-            return s3server.main(settings, args.action)
-        catalog = Catalog.load(settings.contracts_dir)
-        if args.command == "produce":
-            return produce(
-                settings, catalog.topic(args.topic), sys.stdin, sys.stderr, args.value_schema_id
+        try:
+            code = COMMANDS[args.command](
+                args, _Context(Settings.from_env(args.home, args.contracts))
             )
-        if args.command == "create-topic":
-            return create_topic(settings, catalog.topic(args.topic), sys.stderr)
-        if args.command == "run":
-            asked = {"dry_run": args.dry_run, **{k: getattr(args, k) for k in RUN_REQUEST_FLAGS}}
-            return run_pipeline(
-                settings, catalog, args.topic, cast(Layer | None, args.layer), asked
-            )
-        if args.command == "show":
-            return show(
-                settings,
-                catalog,
-                args.table,
-                args.format,
-                args.version,
-                args.as_of,
-                args.at_event_time,
-            )
-        if args.command == "refresh":
-            return refresh(settings, catalog, args.table, args.from_version)
-        if args.command == "restore":
-            return restore(settings, catalog, args.table, args.to)
-        if args.command == "changes":
-            return changes(settings, catalog, args.table, args.from_version, args.format)
-        if args.command == "maintain":
-            from lakehouse.pipeline.runner import maintain_topics, maintained_tables
-
-            topics = [args.topic] if args.topic else []
-            # An unknown topic is refused, and a lakehouse without tables done, before Spark
-            # starts.
-            if not maintained_tables(settings, catalog, topics=topics, ledger=args.ledger):
-                print("no tables to maintain")
-                return 0
-            maintain_topics(
-                _spark(settings, "lakehouse-maintain"),
-                settings,
-                catalog,
-                topics=topics,
-                retention_hours=args.retention_hours,
-                compact=not args.no_compact,
-                dry_run=args.dry_run,
-                ledger=args.ledger,
-            )
-            return 0
-        if args.command == "sample":
-            return produce_sample(
-                settings, catalog, sys.stderr, args.topic, args.records, args.value_bytes, args.seed
-            )
-        if args.command == "schemas":
-            return schemas(settings, catalog, args.topic, args.check)
-        if args.command == "lag":
-            return lag(settings, catalog, args.topic, args.format)
-        if args.command == "dq":
-            return data_quality(settings, args.table, args.last, args.format)
-        if args.command == "report":
-            from lakehouse.quality.reports import build_data_docs
-
-            print(f"Data Docs: {build_data_docs(settings, catalog)}")
-            return 0
-    except LakehouseError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    raise AssertionError(f"unhandled command {args.command}")  # pragma: no cover
+            sys.stdout.flush()  # a reader that is gone shows here, not at the interpreter's exit
+            return code
+        except LakehouseError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
+    except BrokenPipeError:
+        # The reader quit (`lakehouse show T | head`): stop quietly, as Unix tools do. Python
+        # would flush stdout once more at exit and print that failure: stdout becomes
+        # /dev/null first.
+        with contextlib.suppress(OSError, ValueError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
 
 
 if __name__ == "__main__":

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 
 class LakehouseError(Exception):
     """Base class of every error the platform raises on purpose."""
@@ -30,9 +32,14 @@ class UnknownTopicError(LakehouseError):
 
 
 class UnknownTableError(LakehouseError):
-    def __init__(self, table: str, known: list[str]) -> None:
+    """A table name that names no table. ``known``: the tables there are; where there are none
+    yet, ``declared`` (the names the contracts will give tables) says what will be."""
+
+    def __init__(self, table: str, known: list[str], *, declared: Sequence[str] = ()) -> None:
         self.table = table
         listing = ", ".join(sorted(known)) or "(none)"
+        if not known and declared:
+            listing = f"none yet; once the pipeline runs: {', '.join(declared)}"
         super().__init__(f"unknown table {table!r}; known tables: {listing}")
 
 

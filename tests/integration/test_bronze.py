@@ -191,7 +191,7 @@ def test_lag_per_partition(spark: Any, lake: Settings, capsys: pytest.CaptureFix
     def lag() -> list[tuple[int, int, int, int]]:
         capsys.readouterr()
         catalog = Catalog.load(lake.contracts_dir)
-        assert cli.lag(lake, catalog, "t", "json") == 0
+        assert cli.lag(lake, catalog, ["t"], "json") == 0
         rows = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
         return [(r["partition"], r["end_offset"], r["bronze_offset"], r["lag"]) for r in rows]
 
@@ -229,11 +229,11 @@ def test_files_that_are_not_segments_are_reported_by_the_run_and_by_lag(
     # Still reported when there is nothing new to read.
     assert "not read: partition=0/t+0+0000000003.avro" in _ingest(spark, lake, "t").summary()
     capsys.readouterr()
-    assert cli.lag(lake, Catalog.load(lake.contracts_dir), "t", "json") == 0
+    assert cli.lag(lake, Catalog.load(lake.contracts_dir), ["t"], "json") == 0
     out, err = capsys.readouterr()
     assert [json.loads(line)["lag"] for line in out.splitlines()] == [0, 0]
     assert err.splitlines() == [
-        "files in landing folders that are not segments (not read): 1",
+        "files in landing folders that are not segments (not read): 1 file(s)",
         "  t: partition=0/t+0+0000000003.avro (a format bronze does not read (.avro); segments "
         "are JSON lines)",
     ]

@@ -321,3 +321,80 @@ def test_a_time_after_the_last_commit_shows_the_latest_where_spark_refuses(
     with pytest.raises(Exception, match="DELTA_TIMESTAMP_GREATER_THAN_COMMIT"):
         _spark_snapshot(spark, path, order, timestampAsOf=later)
     _same(lake, capsys, _spark_snapshot(spark, path, order), "show", name, "--as-of", later)
+
+
+def test_show_reaches_every_table_the_pipeline_wrote(
+    spark: Any, local_lake: Settings, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`lakehouse tables` lists every table the runs wrote, by the name `show` takes: the
+    layers', the late records' and the schema registry (the contract has no expectations: no
+    ledger); each shows what Spark reads, in its order, with its row count and version."""
+    from lakehouse.pipeline import lake
+
+    assert _cli(local_lake, "tables", "--format", "json") == 0
+    listed = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    kinds = {r["kind"] for r in listed}
+    assert kinds == {"bronze", "silver", "gold", "late", "registry"}, listed
+    catalog = Catalog.load(local_lake.contracts_dir)
+    for row in listed:
+        table = lake.resolve(local_lake, catalog, row["name"])
+        expected = _spark_snapshot(spark, table.path, list(table.order))
+        assert (row["version"], row["rows"]) == (table_version(table.path), expected.num_rows)
+        _same(local_lake, capsys, expected, "show", row["name"])
+
+
+def test_run_keeps_sparks_log_off_the_terminal_and_lag_counts_versions(
+    spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`lakehouse run` in a Spark of its own prints the tool's words only: Spark's WARN lines
+    (`CaseInsensitiveStringMap: Converting duplicated key`, `RDD ... was locally checkpointed`)
+    and the JVM's go to the log it names. Then `lakehouse lag` says how many versions of its
+    input each table has still to read."""
+    import subprocess
+    import sys
+
+    from lakehouse.runtime.spark import session_log
+
+    (tmp_path / "contracts").mkdir()
+    (tmp_path / "contracts" / "rides.yaml").write_text(CONTRACT)
+    lake = Settings.from_env(tmp_path / "home", tmp_path / "contracts")
+    batch = [(k, v, p) for k, v, p in BATCHES[0] if v is not None]
+    Producer(lake, "rides", 2).send_batch(
+        Record(k.encode(), json.dumps(v).encode(), partition=p) for k, v, p in batch
+    )
+    env = {**os.environ, "LAKEHOUSE_HOME": str(lake.home), "LAKEHOUSE_DATA": str(lake.data_root)}
+    env["LAKEHOUSE_CONTRACTS"] = str(lake.contracts_dir)
+    ran = subprocess.run(
+        [sys.executable, "-m", "lakehouse.cli", "run"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
+    assert ran.returncode == 0, ran.stderr
+    assert [line for line in ran.stderr.splitlines() if "WARN" in line] == []
+    log = session_log(lake.home)
+    assert ran.stderr.splitlines() == [f"in a Spark of its own (its log: {log})"]
+    assert "gold last_ride: stream versions 0..1 committed" in ran.stdout
+    assert " WARN " in log.read_text()  # where they went
+
+    # One more batch, through bronze only: silver is a version behind, gold is not (yet).
+    Producer(lake, "rides", 2).send_batch([Record(b"fay", json.dumps(BATCHES[1][0][1]).encode())])
+    run(spark, lake, Catalog.load(lake.contracts_dir), layers=("bronze",), echo=lambda _: None)
+    capsys.readouterr()
+    assert _cli(lake, "lag", "--layer", "silver", "--layer", "gold", "--format", "json") == 0
+    behind = {
+        (r["table"], r["input"]): r["lag_versions"]
+        for r in map(json.loads, capsys.readouterr().out.splitlines())
+    }
+    assert behind == {
+        ("silver.rides_stream", "bronze.rides"): 1,
+        ("last_ride", "silver.rides_stream"): 0,
+        ("rider_totals", "silver.rides_stream"): 0,
+        ("city_5m", "silver.rides_stream"): 0,
+    }
+    assert _cli(lake, "lag", "--layer", "silver") == 0
+    assert "| silver.rides_stream | bronze.rides | 2             | 1                  | 1" in (
+        capsys.readouterr().out
+    )

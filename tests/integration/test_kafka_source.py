@@ -127,7 +127,7 @@ def _lag(lake: Settings, out: io.StringIO) -> list[dict[str, Any]]:
     import contextlib
 
     with contextlib.redirect_stdout(out):
-        assert cli.lag(lake, Catalog.load(lake.contracts_dir), "payments", "json") == 0
+        assert cli.lag(lake, Catalog.load(lake.contracts_dir), ["payments"], "json") == 0
     rows = [json.loads(line) for line in out.getvalue().splitlines()]
     return [r for r in rows if r["topic"] == "payments"]
 

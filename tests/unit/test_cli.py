@@ -374,3 +374,337 @@ def test_a_plain_run_asks_nothing_more_of_any_topic(
         assert request.layers == ("silver",)
         assert request.for_layer("silver").args() == []
     assert capsys.readouterr().out == ""
+
+
+# -- every table by its name; the command line's habits (issue 58, point 5) ---------------------
+
+
+def _delta(path: Any, **columns: list[Any]) -> None:
+    """A Delta table at ``path`` with ``columns``, written by delta-rs (no Spark)."""
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    write_deltalake(str(path), pa.table(columns), mode="append")
+
+
+def _json_rows(out: str) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in out.splitlines()]
+
+
+# Each kind of table the platform writes, by the name `show` takes, with where it lies.
+SIDE_TABLES = {
+    "bronze.user-locations": lambda s: s.bronze_path("user-locations"),
+    "quarantine.bronze.user-locations": lambda s: s.quarantine_path("bronze", "user-locations"),
+    "silver.user_locations": lambda s: s.silver_path("user_locations"),
+    "quarantine.silver.user_locations": lambda s: s.quarantine_path("silver", "user_locations"),
+    "user_latest_location": lambda s: s.gold_path("user_latest_location"),
+    "late.checkins_5m": lambda s: s.late_path("checkins_5m"),
+    "state.user_sessions": lambda s: s.state_path("user_sessions"),
+    "state.user_location_profile__other": lambda s: s.state_path("user_location_profile__other"),
+    "quality.ledger": lambda s: s.ledger_path,
+    "schemas.registry": lambda s: s.registry_path,
+}
+
+
+def test_every_table_the_platform_writes_has_a_name_show_takes_and_tables_lists(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Quarantine, late, state, the ledger and the registry are shown like any table (a
+    quarantine table used to be an unknown table); `lakehouse tables` lists each with its kind,
+    version and rows."""
+    for n, (name, path) in enumerate(SIDE_TABLES.items()):
+        _delta(path(settings), partition=[0, 1], offset=[n, n], what=[name, name])
+    assert _run(monkeypatch, ["tables", "--format", "json"]) == 0
+    listed = {r["name"]: r for r in _json_rows(capsys.readouterr().out)}
+    assert set(listed) == set(SIDE_TABLES)
+    assert listed["quarantine.silver.user_locations"] == {
+        "name": "quarantine.silver.user_locations",
+        "kind": "quarantine",
+        "topic": "user-locations",
+        "version": 0,
+        "rows": 2,
+    }
+    assert listed["state.user_location_profile__other"]["kind"] == "state"
+    assert (listed["quality.ledger"]["kind"], listed["quality.ledger"]["topic"]) == ("ledger", None)
+    assert listed["schemas.registry"]["kind"] == "registry"
+    for name in SIDE_TABLES:
+        assert _run(monkeypatch, ["show", name, "--format", "json"]) == 0, capsys.readouterr()
+        rows = _json_rows(capsys.readouterr().out)
+        assert [(r["partition"], r["what"]) for r in rows] == [(0, name), (1, name)]
+    # A table's other names: gold.<table>, a stream's bare name.
+    for alias in ("gold.user_latest_location", "user_locations"):
+        assert _run(monkeypatch, ["show", alias, "--format", "json"]) == 0
+        assert len(_json_rows(capsys.readouterr().out)) == 2
+    # The plain listing: one line per table, the ledger and registry at the end.
+    assert _run(monkeypatch, ["tables", "--topic", "user-locations"]) == 0
+    out = capsys.readouterr().out
+    assert "| name " in out and "| kind " in out and "| version | rows |" in out
+    assert (
+        "| quarantine.bronze.user-locations   | quarantine | user-locations | 0       | 2    |"
+        in out
+    )
+    assert "quality.ledger" not in out and "(8 rows)" in out
+
+
+def test_a_kafka_topics_gaps_table_is_shown_by_its_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    contracts = tmp_path / "contracts"
+    contracts.mkdir()
+    (contracts / "pay.yaml").write_text(
+        "topic: pay\npartitions: 1\nkey: {format: string, name: id}\n"
+        "value: {format: json, fields: [{name: amount, type: long}]}\n"
+        "stream: {name: pay_stream}\ntables: []\n"
+        "kafka: {bootstrap_servers: 'localhost:1', on_data_loss: record}\n"
+    )
+    lake = Settings.from_env(tmp_path / "home", contracts)
+    _delta(lake.gaps_path("pay"), partition=[0], first_offset=[3], last_offset=[9])
+    argv = ["--home", str(lake.home), "--contracts", str(contracts)]
+    assert _run(monkeypatch, [*argv, "show", "gaps.pay", "--format", "json"]) == 0
+    assert _json_rows(capsys.readouterr().out) == [
+        {"partition": 0, "first_offset": 3, "last_offset": 9}
+    ]
+    assert _run(monkeypatch, [*argv, "tables", "--format", "json"]) == 0
+    assert [(r["name"], r["kind"]) for r in _json_rows(capsys.readouterr().out)] == [
+        ("gaps.pay", "gaps")
+    ]
+
+
+def test_an_unknown_table_is_refused_naming_the_tables_that_exist(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert _run(monkeypatch, ["show", "quarantine.silver.nope"]) == 1
+    err = capsys.readouterr().err  # no table yet: the names the pipeline will create
+    assert err.startswith(
+        "error: unknown table 'quarantine.silver.nope'; known tables: none yet; once the "
+        "pipeline runs: bronze.user-locations, quarantine.bronze.user-locations, "
+    )
+    assert "late.checkins_5m" in err and "quality.ledger" in err
+    _delta(settings.late_path("checkins_5m"), offset=[1])
+    _delta(settings.quarantine_path("silver", "user_locations"), offset=[1])
+    assert _run(monkeypatch, ["changes", "late.nope"]) == 1
+    assert capsys.readouterr().err == (
+        "error: unknown table 'late.nope'; known tables: late.checkins_5m, "
+        "quarantine.silver.user_locations\n"
+    )
+
+
+def test_changes_of_a_table_without_a_changelog_says_so(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _delta(settings.registry_path, topic=["t"])
+    assert _run(monkeypatch, ["changes", "schemas.registry"]) == 1
+    assert capsys.readouterr().err == (
+        "error: schemas.registry keeps no changelog (its change data feed is off): "
+        "`lakehouse show schemas.registry --version N` shows it at any version\n"
+    )
+
+
+def test_a_reader_that_quits_early_ends_the_command_quietly(settings: Settings) -> None:
+    """`lakehouse show T | head`: no BrokenPipeError traceback; the exit status a shell shows
+    for a program SIGPIPE ended (141), as `cat` gets under `set -o pipefail`."""
+    import subprocess
+    import sys
+
+    rows = 50_000  # far more than a pipe holds: the command is still writing when head quits
+    _delta(settings.bronze_path("user-locations"), partition=[0] * rows, offset=list(range(rows)))
+    show = [sys.executable, "-m", "lakehouse.cli", "show", "bronze.user-locations"]
+    with subprocess.Popen(show, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as proc:
+        assert proc.stdout is not None and proc.stderr is not None
+        first = proc.stdout.readline()
+        proc.stdout.close()  # what head does after its lines
+        err = proc.stderr.read().decode()
+        code = proc.wait(timeout=60)
+    assert first.startswith(b"+--")
+    assert (code, err) == (cli.EXIT_BROKEN_PIPE, "")
+
+
+@pytest.mark.parametrize(
+    ("argv", "option"),
+    [
+        (["--home", "a", "--home", "b", "tables"], "--home"),
+        (["show", "t", "--format", "json", "--format", "table"], "--format"),
+        (["show", "t", "--version", "1", "--version", "2"], "--version"),
+        (["changes", "t", "--from-version", "1", "--from-version", "2"], "--from-version"),
+        (["produce", "t", "--value-schema-id", "1", "--value-schema-id", "2"], "--value-schema-id"),
+        (["dq", "--table", "a", "--table", "b"], "--table"),
+        (["sample", "--topic", "a", "--topic", "b"], "--topic"),
+        (["maintain", "--retention-hours", "1", "--retention-hours", "2"], "--retention-hours"),
+        (["restore", "t", "--to", "a", "--to", "b"], "--to"),
+        (
+            [
+                "run",
+                *("--reprocess-gold-from-version", "1"),
+                *("--reprocess-gold-from-version", "2"),
+            ],
+            "--reprocess-gold-from-version",
+        ),
+    ],
+)
+def test_an_option_given_twice_is_refused(
+    capsys: pytest.CaptureFixture[str], argv: list[str], option: str
+) -> None:
+    """argparse kept the last of the two, silently."""
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(argv)
+    assert exit_.value.code == 2
+    assert f"argument {option}: given twice (" in capsys.readouterr().err
+
+
+def test_no_option_of_any_command_drops_a_value_given_twice() -> None:
+    """Every option of every command that takes a value, given twice: refused, or both values
+    kept (several --topic or --layer)."""
+    import argparse
+    import contextlib
+
+    parser = cli.build_parser()
+    (commands,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    assert set(commands.choices) == set(cli.COMMANDS)  # each command runs something
+    checked = 0
+    for command, sub in commands.choices.items():
+        positionals = ["x" for a in sub._actions if not a.option_strings and a.nargs is None]
+        for action in sub._actions:
+            if not action.option_strings or action.nargs == 0 or action.dest == "help":
+                continue
+            value = str(next(iter(action.choices))) if action.choices else "1"
+            twice = [*positionals, action.option_strings[0], value, action.option_strings[0], value]
+            err = io.StringIO()
+            try:
+                with contextlib.redirect_stderr(err):
+                    args = parser.parse_args([command, *twice])
+            except SystemExit as exit_:
+                assert exit_.code == 2 and "given twice" in err.getvalue(), (command, err)
+            else:
+                assert getattr(args, action.dest) == [value, value], (command, action.dest)
+            checked += 1
+    assert checked > 20
+
+
+def test_several_topics_and_layers_run_all_of_them(
+    settings: Settings,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    pipeline_calls: dict[str, Any],
+) -> None:
+    argv = ["run", "--layer", "gold", "--layer", "bronze", "--topic", "user-profiles"]
+    assert _run(monkeypatch, [*argv, "--topic", "user-locations", "--layer", "gold"]) == 0
+    assert pipeline_calls["topics"] == ["user-profiles", "user-locations"]
+    assert pipeline_calls["layers"] == ("bronze", "gold")  # in pipeline order, each once
+    requests = pipeline_calls["requests"]
+    assert sorted(requests) == ["user-locations", "user-profiles"]
+    assert all(r.layers == ("bronze", "gold") for r in requests.values())
+    capsys.readouterr()
+    # A reprocess is of one topic.
+    argv = ["run", "--topic", "user-profiles", "--topic", "user-locations"]
+    assert _run(monkeypatch, [*argv, "--full-refresh", "user_places"]) == 1
+    assert capsys.readouterr().err == (
+        "error: --full-refresh: name the one topic it is for with --topic (given "
+        "user-profiles, user-locations)\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("argv", "rebuild"),
+    [
+        (["refresh", "user_places"], "refresh"),
+        (["restore", "user_places"], "restore"),
+        (["show", "user_places", "--at-event-time", "2026-01-01T00:00:00Z"], "at_event_time"),
+    ],
+)
+def test_rebuilds_run_on_the_spark_server_when_it_runs(
+    settings: Settings,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    argv: list[str],
+    rebuild: str,
+) -> None:
+    """As `lakehouse run` does: a client of the running server, no JVM of their own."""
+    import pyarrow as pa
+
+    from lakehouse.runtime import server
+
+    def no_spark(*_args: object, **_kwargs: object) -> None:
+        raise AssertionError("a Spark of its own while the server runs")
+
+    given: list[object] = []
+
+    class Rebuilt:
+        def summary(self) -> str:
+            return "rebuilt"
+
+    def rebuilt(spark: object, *_args: object, **_kwargs: object) -> object:
+        given.append(spark)
+        return {"refresh": Rebuilt(), "restore": 0, "at_event_time": pa.table({"x": [1]})}[rebuild]
+
+    monkeypatch.setattr("lakehouse.runtime.spark.get_session", no_spark)
+    monkeypatch.setattr(server, "status", lambda _s: server.Status(True, 15999, pid=1))
+    monkeypatch.setattr(server, "connect", lambda _s: "the server's session")
+    monkeypatch.setattr(f"lakehouse.tables.rebuild.{rebuild}", rebuilt)
+    monkeypatch.setattr("lakehouse.storage.read_arrow", lambda *_a, **_k: pa.table({"x": [1]}))
+    assert _run(monkeypatch, argv) == 0
+    assert given == ["the server's session"]
+    assert capsys.readouterr().err == "on the Spark server at sc://localhost:15999\n"
+
+
+def test_lag_says_its_units(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert _run(monkeypatch, ["sample", "--topic", "user-locations"]) == 0
+    capsys.readouterr()
+    assert _run(monkeypatch, ["lag", "--topic", "user-locations"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1] == "| topic          | partition | end offset | bronze offset | lag (records) |"
+    assert "| user-locations | 0         | 5          | 0             | 5             |" in lines
+    assert _run(monkeypatch, ["lag", "--topic", "user-locations", "--layer", "silver"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1] == (
+        "| table                 | input                 | input version | read up to version "
+        "| lag (versions) |"
+    )
+    assert "| silver.user_locations | bronze.user-locations | null          | null" in lines[3]
+
+
+def test_dq_says_the_unit_of_every_figure(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`freshness 44.34` was a number of nothing."""
+    from datetime import UTC, datetime
+
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    from lakehouse.quality.ledger import ledger_schema
+
+    base = {
+        "run_id": "r1",
+        "validated_at": datetime(2026, 1, 1, tzinfo=UTC),
+        "layer": "bronze",
+        "table": "user-locations",
+        "table_version": 4,
+        "published": True,
+        "rows": 12,
+        "severity": "warn",
+        "success": True,
+    }
+    checks = [
+        {"expectation": "freshness", "kind": "freshness", "observed_value": "44.34",
+         "unexpected_sample": '["limit 60 s"]'},
+        {"expectation": "volume", "kind": "volume", "observed_value": "12",
+         "unexpected_sample": '["median of the last 3 batches: 10"]'},
+        {"expectation": "small", "kind": "row_count_between", "observed_value": "12"},
+        {"expectation": "present", "kind": "not_null", "element_count": 12,
+         "unexpected_count": 2, "success": False},
+    ]  # fmt: skip
+    rows = [{**dict.fromkeys(ledger_schema().names), **base, **c} for c in checks]
+    write_deltalake(str(settings.ledger_path), pa.Table.from_pylist(rows, ledger_schema()))
+    assert _run(monkeypatch, ["dq"]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "bronze.user-locations: latest 2026-01-01 00:00:00 UTC (version 4, 12 rows): 3/4 checks "
+        "met; last 1 runs: 0 clean",
+        "  ok   warn       freshness                    44.3 s (limit 60 s)  (failed in 0 of 1 runs)",
+        "  ok   warn       volume                       12 rows (median of the last 3 batches: "
+        "10 rows)  (failed in 0 of 1 runs)",
+        "  ok   warn       small                        12 rows  (failed in 0 of 1 runs)",
+        "  FAIL warn       present                      2 of 12 rows unexpected  (failed in 1 of "
+        "1 runs)",
+    ]

@@ -1,0 +1,224 @@
+"""Every table the platform writes, under the one name the command line takes for it.
+
+A name says what the table is and mirrors where it lies under ``LAKEHOUSE_DATA``:
+
+===============================  ==========  =======================================================
+name                             kind        what it holds
+===============================  ==========  =======================================================
+``bronze.<topic>``               bronze      the topic's records, raw (``tables/bronze/<topic>``)
+``silver.<stream>``              silver      the stream, decoded (also the bare ``<stream>``)
+``<table>``, ``gold.<table>``    gold        a gold table
+``quarantine.bronze.<topic>``    quarantine  landing lines bronze could not read, and why
+``quarantine.silver.<stream>``   quarantine  records silver could not decode, and why
+``late.<table>``                 late        a windowed table's records that came after its window
+``state.<table>``                state       a gold table's private state; ``state.<table>__<x>``:
+                                             a further one (a table-table join's other side)
+``gaps.<topic>``                 gaps        a Kafka topic's offsets its retention deleted unread
+``quality.ledger``               ledger      every data-quality check's result (``quality/ledger``)
+``schemas.registry``             registry    every registered key and value schema (``schemas``)
+===============================  ==========  =======================================================
+
+Names are looked up among the ones the contracts give rise to, never turned into paths as
+typed, so no name reaches outside the lake. Read with delta-rs: no Spark.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from lakehouse.contracts.model import Catalog, Contract, TableSpec
+from lakehouse.errors import UnknownTableError
+from lakehouse.runtime import objectstore
+from lakehouse.runtime.config import Layer, Settings
+from lakehouse.runtime.objectstore import Location
+from lakehouse.storage.log import is_table, load, position, table_rows
+
+Kind = Literal[
+    "bronze", "silver", "gold", "quarantine", "late", "state", "gaps", "ledger", "registry"
+]
+LEDGER = "quality.ledger"
+REGISTRY = "schemas.registry"
+
+# The columns whose order `show` prints a kind's rows in (those the table has).
+_RECORD_ORDER = ("partition", "offset")
+_ORDER: dict[Kind, tuple[str, ...]] = {
+    "gaps": ("partition", "first_offset"),
+    "ledger": ("validated_at", "layer", "table", "expectation"),
+    "registry": ("topic", "subject", "version"),
+}
+
+
+@dataclass(frozen=True)
+class LakeTable:
+    """One table of the lake: its name, what kind of table it is, where it lies, the columns
+    its rows are shown in the order of, and the contract (and gold table) it belongs to."""
+
+    name: str
+    kind: Kind
+    path: Location
+    order: tuple[str, ...]
+    contract: Contract | None = None
+    spec: TableSpec | None = None
+
+    @property
+    def topic(self) -> str | None:
+        return None if self.contract is None else self.contract.topic
+
+
+@dataclass(frozen=True)
+class TableState:
+    """An existing table's latest version and its rows (from its log: no data read; None if
+    a file was added without its row count)."""
+
+    table: LakeTable
+    version: int
+    rows: int | None
+
+
+def _of_topic(settings: Settings, c: Contract, further: Sequence[str]) -> Iterator[LakeTable]:
+    """The tables a topic's contract gives rise to, in pipeline order; ``further``: the state
+    tables' folders named ``<table>__<what>``."""
+    yield LakeTable(f"bronze.{c.topic}", "bronze", settings.bronze_path(c.topic), _RECORD_ORDER, c)
+    yield LakeTable(
+        f"quarantine.bronze.{c.topic}",
+        "quarantine",
+        settings.quarantine_path("bronze", c.topic),
+        ("partition", "source_file", "line"),
+        c,
+    )
+    if c.kafka is not None:
+        yield LakeTable(f"gaps.{c.topic}", "gaps", settings.gaps_path(c.topic), _ORDER["gaps"], c)
+    yield LakeTable(
+        f"silver.{c.stream}", "silver", settings.silver_path(c.stream), _RECORD_ORDER, c
+    )
+    yield LakeTable(
+        f"quarantine.silver.{c.stream}",
+        "quarantine",
+        settings.quarantine_path("silver", c.stream),
+        _RECORD_ORDER,
+        c,
+    )
+    for spec in c.tables:
+        keys = c.table_key_columns(spec)
+        yield LakeTable(spec.name, "gold", settings.gold_path(spec.name), keys, c, spec)
+        if spec.window is not None:
+            yield LakeTable(
+                f"late.{spec.name}", "late", settings.late_path(spec.name), _RECORD_ORDER, c, spec
+            )
+        state_order = (*_RECORD_ORDER, *keys)
+        for name in [spec.name, *(n for n in further if n.startswith(f"{spec.name}__"))]:
+            yield LakeTable(
+                f"state.{name}", "state", settings.state_path(name), state_order, c, spec
+            )
+
+
+def tables(settings: Settings, catalog: Catalog, topics: Sequence[str] = ()) -> list[LakeTable]:
+    """Every table the platform may write for the catalog's topics (``topics``: those only, and
+    without the lake-wide ledger and registry), whether it exists yet or not."""
+    contracts = [catalog.topic(t) for t in topics] if topics else list(catalog)
+    # Further state tables (state.<table>__<what>) are found where they lie: which ones a table
+    # keeps is its builder's business.
+    state = settings.tables_root / "state"
+    further = [e.name for e in objectstore.listdir(state) if e.is_dir and "__" in e.name]
+    found = [t for c in contracts for t in _of_topic(settings, c, further)]
+    if not topics:
+        found.append(LakeTable(LEDGER, "ledger", settings.ledger_path, _ORDER["ledger"]))
+        found.append(LakeTable(REGISTRY, "registry", settings.registry_path, _ORDER["registry"]))
+    return found
+
+
+def existing(settings: Settings, catalog: Catalog, topics: Sequence[str] = ()) -> list[TableState]:
+    """The tables of :func:`tables` that exist, with their latest version and rows."""
+    out = []
+    for t in tables(settings, catalog, topics):
+        if is_table(t.path):
+            dt = load(t.path)
+            out.append(TableState(t, int(dt.version()), table_rows(dt)))
+    return out
+
+
+def _aliases(t: LakeTable) -> Iterable[str]:
+    """The names a table is also known by: a gold table as ``gold.<table>``, a stream by its
+    bare name."""
+    if t.kind == "gold":
+        yield f"gold.{t.name}"
+    if t.kind == "silver":
+        yield t.name.removeprefix("silver.")
+
+
+def resolve(settings: Settings, catalog: Catalog, name: str) -> LakeTable:
+    """The table called ``name`` (see the module's table). An unknown name is an
+    :class:`UnknownTableError` listing the tables that exist (or, in a lake with none yet, the
+    names the contracts give rise to)."""
+    every = tables(settings, catalog)
+    for t in every:
+        if name == t.name or name in _aliases(t):
+            return t
+    have = [t.name for t in every if is_table(t.path)]
+    raise UnknownTableError(name, have, declared=[t.name for t in every])
+
+
+@dataclass(frozen=True)
+class InputLag:
+    """How far a table has read one of its inputs: the input's latest version, the last one the
+    table consumed (None: none yet), and the versions between."""
+
+    layer: Layer  # the table's
+    table: str
+    input: str
+    consumed: int | None
+    latest: int | None
+
+    @property
+    def lag(self) -> int:
+        """Versions of the input the table has still to read."""
+        if self.latest is None:
+            return 0
+        return max(0, self.latest - (-1 if self.consumed is None else self.consumed))
+
+
+def input_lag(
+    settings: Settings, catalog: Catalog, contracts: Iterable[Contract]
+) -> list[InputLag]:
+    """How far each silver and gold table of the topics has read its inputs, by the positions
+    its commits record: silver reads bronze; a gold table the stream (a join also the other
+    topic's), or another table's changelog. (Bronze's lag behind the topic, in records, is
+    :func:`lakehouse.topics.lag.lag`'s.)"""
+    from lakehouse.streams import silver
+    from lakehouse.tables import common
+
+    def behind(
+        layer: Layer, table: str, path: Location, source: str, source_path: Location, app: str
+    ) -> InputLag:
+        latest = int(load(source_path).version()) if is_table(source_path) else None
+        return InputLag(layer, table, source, position(path, app), latest)
+
+    out = []
+    for c in contracts:
+        out.append(
+            behind(
+                "silver",
+                f"silver.{c.stream}",
+                settings.silver_path(c.stream),
+                f"bronze.{c.topic}",
+                settings.bronze_path(c.topic),
+                silver.source_app(c),
+            )
+        )
+        for spec in c.tables:
+            path = settings.gold_path(spec.name)
+            source = spec.changelog or f"silver.{c.stream}"
+            inputs = [(source, common.input_path(settings, c, spec), common.input_app(c, spec))]
+            if spec.join is not None:
+                other = catalog.topic(spec.join.other)
+                inputs.append(
+                    (
+                        f"silver.{other.stream}",
+                        settings.silver_path(other.stream),
+                        common.source_app(other),
+                    )
+                )
+            out.extend(behind("gold", spec.name, path, *i) for i in inputs)
+    return out
