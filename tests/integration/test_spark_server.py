@@ -265,6 +265,28 @@ def test_lakehouse_maintain_is_a_client_of_the_running_server(served: Settings) 
     assert checkpoint in checkpoints(ledger)
 
 
+def test_rebuilds_are_clients_of_the_running_server(served: Settings) -> None:
+    """`refresh`, `restore` and `show --at-event-time` run on the server, as `run` does: no JVM
+    of their own (they used to start one beside the running server)."""
+    from datetime import UTC, datetime
+
+    port = server.status(served).port
+    if not log.is_table(served.gold_path("user_latest_location")):
+        ran = _lakehouse(served, "run", "--topic", "user-locations")
+        assert ran.returncode == 0, ran.stderr[-3000:]
+    on_server = f"on the Spark server at sc://localhost:{port}\n"
+    restored = _lakehouse(served, "restore", "user_latest_location")
+    assert (restored.returncode, restored.stderr) == (0, on_server), restored.stderr[-3000:]
+    assert restored.stdout.splitlines()[-1] == "equal to the table: yes"
+    refreshed = _lakehouse(served, "refresh", "user_location_counts")
+    assert (refreshed.returncode, refreshed.stderr) == (0, on_server), refreshed.stderr[-3000:]
+    assert refreshed.stdout.startswith("gold user_location_counts: rebuilt from input versions")
+    now = datetime.now(UTC).isoformat()
+    shown = _lakehouse(served, "show", "user_latest_location", "--at-event-time", now)
+    assert (shown.returncode, shown.stderr) == (0, on_server), shown.stderr[-3000:]
+    assert "| alice    | Berlin   |" in shown.stdout and "(2 rows)" in shown.stdout
+
+
 def test_a_client_whose_server_is_down_is_told_how_to_start_it(tmp_path: Path) -> None:
     settings = Settings.from_env(tmp_path / "lakehouse", REPO_ROOT / "contracts")
     assert not server.status(settings).running
@@ -348,25 +370,3 @@ def test_stop_ends_the_server_its_python_workers_and_its_validation_service(
     assert not any(alive(p) for p in family)
     assert not (server.state_dir(served) / "gx.sock").exists()
     assert not server.stop(served)  # nothing left to stop
-
-
-def test_rebuilds_are_clients_of_the_running_server(served: Settings) -> None:
-    """`refresh`, `restore` and `show --at-event-time` run on the server, as `run` does: no JVM
-    of their own (they used to start one beside the running server)."""
-    from datetime import UTC, datetime
-
-    port = server.status(served).port
-    if not log.is_table(served.gold_path("user_latest_location")):
-        ran = _lakehouse(served, "run", "--topic", "user-locations")
-        assert ran.returncode == 0, ran.stderr[-3000:]
-    on_server = f"on the Spark server at sc://localhost:{port}\n"
-    restored = _lakehouse(served, "restore", "user_latest_location")
-    assert (restored.returncode, restored.stderr) == (0, on_server), restored.stderr[-3000:]
-    assert restored.stdout.splitlines()[-1] == "equal to the table: yes"
-    refreshed = _lakehouse(served, "refresh", "user_location_counts")
-    assert (refreshed.returncode, refreshed.stderr) == (0, on_server), refreshed.stderr[-3000:]
-    assert refreshed.stdout.startswith("gold user_location_counts: rebuilt from input versions")
-    now = datetime.now(UTC).isoformat()
-    shown = _lakehouse(served, "show", "user_latest_location", "--at-event-time", now)
-    assert (shown.returncode, shown.stderr) == (0, on_server), shown.stderr[-3000:]
-    assert "| alice    | Berlin   |" in shown.stdout and "(2 rows)" in shown.stdout
