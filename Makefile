@@ -171,10 +171,8 @@ postgres: $(STAMP) postgres-server ## Start the lakehouse's PostgreSQL for Airfl
 	$(LAKEHOUSE) postgres start
 
 .PHONY: airflow
-airflow: java postgres ## Start Airflow 3 locally on PostgreSQL (login required; admin's password is generated, shown once)
+airflow: java postgres ## Start Airflow 3 locally on PostgreSQL, on 127.0.0.1 (login required; the admin's password is printed once the UI is ready; Ctrl-C stops it)
 	LAKEHOUSE_AIRFLOW_DB=postgres $(LAKEHOUSE) airflow db migrate > /dev/null
-	@echo "Airflow UI: http://localhost:8080 (user admin; the password is printed below on the"
-	@echo "first start only, and kept in $(LAKEHOUSE_HOME)/airflow/simple_auth_manager_passwords.json.generated)"
 	@echo "Metadata database: PostgreSQL (stop it with: $(LAKEHOUSE) postgres stop)"
 	@# The layer tasks are clients of the Spark server; it stops when Airflow does.
 	$(LAKEHOUSE) spark start

@@ -540,6 +540,10 @@ def run_airflow(settings: Settings, args: list[str]) -> int:
     env = airflow_environment(settings)
     Path(env["AIRFLOW_HOME"]).mkdir(parents=True, exist_ok=True)
     airflow = str(Path(sys.executable).parent / "airflow")
+    if args[:1] == ["standalone"]:  # `make airflow`: said when ready, stopped whole on Ctrl-C
+        from lakehouse.orchestration.standalone import supervise
+
+        return supervise([airflow, *args], env)
     os.execve(airflow, [airflow, *args], env)
     return 0  # pragma: no cover - execve does not return
 
