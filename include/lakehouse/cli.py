@@ -31,12 +31,12 @@ import argparse
 import base64
 import contextlib
 import importlib
-import json
 import os
 import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
+from decimal import Decimal
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
@@ -201,13 +201,17 @@ def _plain(value: Any) -> Any:
 
 
 def render(table: pa.Table, fmt: str, out: TextIO) -> None:
+    """Rows as a table or as JSON lines; a decimal is printed as the exact number it is (a
+    JSON number in plain notation, never through a float)."""
+    from lakehouse.contracts.serde import json_text
+
     rows = [{k: _plain(v) for k, v in r.items()} for r in table.to_pylist()]
     if fmt == "json":
         for r in rows:
-            out.write(json.dumps(r, ensure_ascii=False) + "\n")
+            out.write(json_text(r, ensure_ascii=False, spaced=True) + "\n")
         return
     names = table.column_names
-    cells = [["null" if r[n] is None else str(r[n]) for n in names] for r in rows]
+    cells = [[_cell(r[n]) for n in names] for r in rows]
     widths = [max([len(n), *(len(c[i]) for c in cells)]) for i, n in enumerate(names)]
     line = "+" + "+".join("-" * (w + 2) for w in widths) + "+"
     out.write(line + "\n")
@@ -217,6 +221,17 @@ def render(table: pa.Table, fmt: str, out: TextIO) -> None:
         out.write("| " + " | ".join(v.ljust(w) for v, w in zip(c, widths, strict=True)) + " |\n")
     out.write(line + "\n")
     out.write(f"({len(rows)} row{'s' if len(rows) != 1 else ''})\n")
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, Decimal):
+        return format(value, "f")  # str() would write 0.0000001000 as 1.000E-7
+    if isinstance(value, list):  # as str() writes a list, its decimals as numbers
+        items = (format(v, "f") if isinstance(v, Decimal) else repr(v) for v in value)
+        return "[" + ", ".join(items) + "]"
+    return str(value)
 
 
 def _sort(table: pa.Table, first: Sequence[str]) -> pa.Table:

@@ -4,6 +4,7 @@ KGroupedTable), re-keying by a value field, and averages, built incrementally in
 from __future__ import annotations
 
 import json
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -134,4 +135,94 @@ def test_rekeyed_table_moves_a_key_between_groups_and_tombstones_take_back(
     assert sorted((r["_change_type"], r["city"], r["n"]) for r in feed if r["city"] == "Oslo") == [
         ("update_postimage", "Oslo", 1),
         ("update_preimage", "Oslo", 2),
+    ]
+
+
+PAYMENTS = """\
+topic: payments
+partitions: 2
+key: {format: string, name: customer}
+value:
+  format: json
+  fields:
+    - {name: amount, type: decimal, precision: 12, scale: 2}
+    - {name: region, type: string}
+stream: {name: payments_stream}
+tables:
+  - name: customer_totals
+    kind: aggregate
+    aggregations:
+      - {name: n, fn: count}
+      - {name: total, fn: sum, field: amount}
+      - {name: mean, fn: avg, field: amount}
+      - {name: smallest, fn: min, field: amount}
+      - {name: largest, fn: max, field: amount}
+  - name: region_totals
+    kind: aggregate
+    source: table
+    group_by: region
+    aggregations:
+      - {name: total, fn: sum, field: amount}
+      - {name: mean, fn: avg, field: amount}
+"""
+
+
+def test_decimal_sums_and_averages_are_exact_and_too_fine_a_value_is_quarantined(
+    spark: Any, tmp_path: Path
+) -> None:
+    """1999.13 + 1002.76 + 535.69 is 3537.5800000000004 in binary floating point; a decimal
+    field's sum is 3537.58, and its average the exact quotient rounded half up to 6 places."""
+    import io
+
+    from lakehouse import cli
+
+    lake = lake_with(tmp_path, {"payments": PAYMENTS})
+    contract = Catalog.load(lake.contracts_dir).topic("payments")
+
+    def produce(*events: tuple[str, str]) -> None:
+        """`lakehouse produce` of (customer, the amount as the JSON line writes it)."""
+        lines = "".join(
+            f'{{"key": "{k}", "value": {{"amount": {a}, "region": "eu"}}}}\n' for k, a in events
+        )
+        assert cli.produce(lake, contract, io.StringIO(lines), io.StringIO()) == 0
+
+    produce(("ann", "1999.13"), ("bob", '"0.10"'), ("ann", "1002.76"))
+    _run(spark, lake)
+    produce(("ann", "535.69"), ("bob", "0.2"))
+    # A value with more digits after the point than the scale: silver quarantines it rather
+    # than round it.
+    Producer(lake, "payments", 2).send_batch(
+        [Record(b"ann", b'{"amount": 12.505, "region": "eu"}', partition=0)]
+    )
+    _run(spark, lake)
+
+    assert _table(lake, "customer_totals", "customer") == {
+        "ann": {
+            "n": 3,
+            "total": Decimal("3537.58"),
+            "mean": Decimal("1179.193333"),
+            "smallest": Decimal("535.69"),
+            "largest": Decimal("1999.13"),
+        },
+        "bob": {
+            "n": 2,
+            "total": Decimal("0.30"),
+            "mean": Decimal("0.150000"),
+            "smallest": Decimal("0.10"),
+            "largest": Decimal("0.20"),
+        },
+    }
+    # Each key's latest amount (ann 535.69, bob 0.20), old ones taken back exactly.
+    assert _table(lake, "region_totals", "region") == {
+        "eu": {"total": Decimal("535.89"), "mean": Decimal("267.945000")}
+    }
+    schema = read_arrow(lake.gold_path("customer_totals")).schema
+    assert [str(schema.field(c).type) for c in ("total", "mean", "smallest")] == [
+        "decimal128(22, 2)",
+        "decimal128(16, 6)",
+        "decimal128(12, 2)",
+    ]
+    quarantined = read_arrow(lake.quarantine_path("silver", "payments_stream")).to_pylist()
+    assert [r["reason"] for r in quarantined] == [
+        "field 'amount' has more than 2 digit(s) after the point for a decimal(12,2): 12.505"
     ]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime
+from decimal import Decimal
 from typing import Any
 
 import pytest
@@ -112,6 +113,90 @@ def test_json_values_that_fit_decode_with_their_types(spark: Any) -> None:
     assert [r["name"] for r in rows] == ["a", "5", "true", "{not json}", None, "no key"]
     assert [r["tombstone"] for r in rows] == [False, False, False, False, True, False]
     assert rows[5]["id"] is None
+
+
+DECIMAL_VALUE = {
+    "format": "json",
+    "fields": [
+        {"name": "price", "type": "decimal", "precision": 6, "scale": 2},
+        {"name": "label", "type": "string"},
+    ],
+}
+
+
+def test_json_decimals_decode_exactly_or_say_why_not(spark: Any) -> None:
+    """A JSON number, or a string holding one, in plain notation, with at most the scale's
+    digits after the point (trailing zeros aside) and precision - scale before it."""
+    contract = _contract(STRING_KEY, DECIMAL_VALUE)
+    values = [
+        b'{"price": 1234.56}',
+        b'{"price": "0.10", "label": "5 stars"}',
+        b'{"price": 12}',
+        b'{"price": -0.500}',
+        b'{"price": "007.5"}',
+        b'{"price": null}',
+        b'{"price": 12.505}',
+        b'{"price": "12.505"}',
+        b'{"price": 12345.6}',
+        b'{"price": 1.25e1}',
+        b'{"price": "12,50"}',
+        b'{"price": true}',
+        b'{"price": {"units": 12}, "label": "x"}',
+    ]
+    rows = _decoded(spark, contract, [(b"k", v) for v in values])
+    assert [(r["price"], r["_reason"]) for r in rows] == [
+        (Decimal("1234.56"), None),
+        (Decimal("0.10"), None),
+        (Decimal("12.00"), None),
+        (Decimal("-0.50"), None),
+        (Decimal("7.50"), None),
+        (None, None),
+        (None, "field 'price' has more than 2 digit(s) after the point for a decimal(6,2): 12.505"),
+        (None, "field 'price' has more than 2 digit(s) after the point for a decimal(6,2): 12.505"),
+        (
+            None,
+            "field 'price' has more than 4 digit(s) before the point for a decimal(6,2): 12345.6",
+        ),
+        (
+            None,
+            "field 'price' should be a decimal(6,2) in plain notation, found a JSON number in "
+            "exponent notation or of more than 38 digits",
+        ),
+        (None, "field 'price' is not a valid decimal(6,2): 12,50"),
+        (None, "field 'price' should be a decimal(6,2), found a JSON boolean"),
+        (None, "field 'price' should be a decimal(6,2), found a JSON object"),
+    ]
+    assert rows[1]["label"] == "5 stars"
+
+
+def test_avro_decimals_decode_exactly(spark: Any) -> None:
+    def schema(precision: int) -> dict[str, Any]:
+        decimal = {"type": "bytes", "logicalType": "decimal", "precision": precision, "scale": 2}
+        price = {"name": "price", "type": ["null", decimal], "default": None}
+        return {"type": "record", "name": "Price", "fields": [price]}
+
+    contract = _contract(
+        STRING_KEY, {"format": "avro", "schemas": [{"id": 1, "schema": schema(6)}]}
+    )
+    rows = _decoded(
+        spark,
+        contract,
+        [
+            (b"k", _avro(1, schema(6), {"price": Decimal("1234.56")})),
+            (b"k", _avro(1, schema(6), {"price": None})),
+            # Avro's bytes hold any number of digits: more than the precision is a reason.
+            (b"k", _avro(1, schema(9), {"price": Decimal("1234567.89")})),
+        ],
+    )
+    assert [(r["price"], r["_reason"]) for r in rows] == [
+        (Decimal("1234.56"), None),
+        (None, None),
+        (
+            None,
+            "decimal field 'price' does not fit decimal(6,2) (at most 4 digit(s) before the "
+            "point): 1234567.89",
+        ),
+    ]
 
 
 def test_string_key_must_be_utf8(spark: Any) -> None:

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import datetime as dt
+from decimal import Decimal
 from typing import Any
 
 import fastavro
@@ -405,6 +406,62 @@ def test_decoder_modes_are_not_mixed() -> None:
         WireDecoder({1: V1}, V1, [Field("visits", "int")])
 
 
+def _decimal(precision: int, scale: int) -> dict[str, Any]:
+    return {"type": "bytes", "logicalType": "decimal", "precision": precision, "scale": scale}
+
+
+def _priced(precision: int = 12, scale: int = 2) -> dict[str, Any]:
+    """A record of one optional decimal field ``n``."""
+    optional = {"name": "n", "type": ["null", _decimal(precision, scale)], "default": None}
+    return {"type": "record", "name": "r", "fields": [optional]}
+
+
+def test_decimals_decode_exactly_with_their_scale() -> None:
+    decoder = _decoder({1: _priced()}, _priced())
+    values = [Decimal("3537.58"), Decimal("-0.05"), Decimal("9999999999.99"), Decimal(12)]
+    rows, reasons = decoder.decode(
+        _binary(*(_framed(1, _priced(), {"n": v}) for v in values), _framed(1, _priced(), {}))
+    )
+    assert reasons.to_pylist() == [None] * 5
+    assert rows.type == pa.struct([pa.field("n", pa.decimal128(12, 2), nullable=True)])
+    assert [r["n"] for r in rows.to_pylist()] == [
+        Decimal("3537.58"),
+        Decimal("-0.05"),
+        Decimal("9999999999.99"),
+        Decimal("12.00"),
+        None,
+    ]
+
+
+def test_all_38_digits_of_a_decimal_are_exact() -> None:
+    # Python's default decimal context keeps 28 digits; a column keeps 38.
+    widest = "-123456789012345678901234567890123456.78"
+    decoder = _decoder({1: _priced(38, 2)}, _priced(38, 2))
+    rows, _ = decoder.decode(_binary(_framed(1, _priced(38, 2), {"n": Decimal(widest)})))
+    assert rows.to_pylist() == [{"n": Decimal(widest)}]
+
+
+def test_a_decimal_that_does_not_fit_its_column_is_a_reason() -> None:
+    # Avro's bytes can hold more digits than the precision says; a writer's scale is its own.
+    wide = _priced(20, 2)
+    finer = _priced(12, 3)
+    decoder = _decoder({1: wide, 2: finer, 3: _priced()}, _priced())
+    rows, reasons = decoder.decode(
+        _binary(
+            _framed(1, wide, {"n": Decimal("123456789012.34")}),
+            _framed(2, finer, {"n": Decimal("12.345")}),
+            _framed(2, finer, {"n": Decimal("12.340")}),
+        )
+    )
+    assert reasons.to_pylist() == [
+        "decimal field 'n' does not fit decimal(12,2) (at most 10 digit(s) before the point): "
+        "123456789012.34",
+        "decimal field 'n' does not fit decimal(12,2) (at most 2 digit(s) after the point): 12.345",
+        None,
+    ]
+    assert rows.to_pylist() == [None, None, {"n": Decimal("12.34")}]
+
+
 # -- schemas to columns --------------------------------------------------------------------------
 
 
@@ -424,6 +481,57 @@ def test_fields_of_maps_every_supported_type() -> None:
         Field("ne", "string", True),
         Field("nts", "timestamp", True),
     )
+
+
+def test_fields_of_maps_bytes_decimals_to_decimal_columns() -> None:
+    schema = {
+        "type": "record",
+        "name": "r",
+        "fields": [
+            {"name": "price", "type": _decimal(12, 2)},
+            {
+                "name": "rate",
+                "type": ["null", {"type": "bytes", "logicalType": "decimal", "precision": 38}],
+            },
+        ],
+    }
+    assert fields_of(schema, "c.yaml", "value.schemas[0]") == (
+        Field("price", "decimal", False, 12, 2),
+        Field("rate", "decimal", True, 38, 0),
+    )
+
+
+@pytest.mark.parametrize(
+    ("avro_type", "problem"),
+    [
+        (
+            _decimal(39, 2),
+            "bytes (decimal) with precision 39 (a decimal column has a precision of 1 to 38)",
+        ),
+        (
+            {"type": "bytes", "logicalType": "decimal"},
+            "bytes (decimal) with precision None (a decimal column has a precision of 1 to 38)",
+        ),
+        (
+            {"type": "fixed", "name": "F", "size": 8, "logicalType": "decimal", "precision": 9},
+            "fixed 'F'",
+        ),
+    ],
+)
+def test_fields_of_refuses_decimals_a_column_cannot_hold(avro_type: Any, problem: str) -> None:
+    with pytest.raises(ContractError) as raised:
+        fields_of(_one_field(avro_type), "c.yaml", "value")
+    assert raised.value.problem.startswith(f"field 'n' has unsupported Avro type {problem};")
+
+
+def test_a_decimal_scale_beyond_its_precision_is_not_avro() -> None:
+    with pytest.raises(ContractError, match="scale must be less than or equal to the precision"):
+        fields_of(_one_field(_decimal(4, 5)), "c.yaml", "value")
+
+
+def test_a_key_cannot_be_a_decimal() -> None:
+    with pytest.raises(ContractError, match="an Avro key schema cannot be a decimal"):
+        primitive_of(_decimal(12, 2), "c.yaml", "key.schemas[0]")
 
 
 @pytest.mark.parametrize(
@@ -512,6 +620,7 @@ def test_record_schema_is_the_avro_equivalent_of_columns() -> None:
         Field("score", "double"),
         Field("active", "boolean", False),
         Field("at", "timestamp"),
+        Field("price", "decimal", False, 12, 2),
     )
     schema = record_schema("user-locations", columns)
     assert schema == {
@@ -527,6 +636,10 @@ def test_record_schema_is_the_avro_equivalent_of_columns() -> None:
                 "name": "at",
                 "type": ["null", {"type": "long", "logicalType": "timestamp-micros"}],
                 "default": None,
+            },
+            {
+                "name": "price",
+                "type": {"type": "bytes", "logicalType": "decimal", "precision": 12, "scale": 2},
             },
         ],
     }
@@ -582,6 +695,29 @@ def test_compatibility_problems_name_the_field_and_why() -> None:
         _one_field(enum), _one_field({**enum, "symbols": ["X", "Y"]})
     ) == [
         "field 'n' (at /fields/0) is enum 'E' and cannot read enum 'E' (the reader's enum lacks symbols {'Y'})"
+    ]
+
+
+def test_decimals_match_only_with_their_precision_and_scale() -> None:
+    """Avro's spec: two decimals match if their scales and precisions match. Apache's checker
+    does not look (AVRO-2078); the scale says where the point is in the bytes."""
+    assert compatibility_problems(_one_field(_decimal(12, 2)), _one_field(_decimal(12, 2))) == []
+    rule = "a decimal reads only a decimal of the same precision and scale, as Avro's spec says"
+    assert compatibility_problems(_one_field(_decimal(12, 2)), _one_field(_decimal(12, 3))) == [
+        f"field 'n' (at /fields/0) is bytes (decimal(12,2)) and cannot read bytes "
+        f"(decimal(12,3)) ({rule})"
+    ]
+    assert compatibility_problems(
+        _one_field(["null", _decimal(14, 2)]), _one_field(_decimal(12, 2))
+    ) == [
+        f"field 'n' (at /fields/0) is union [null, bytes (decimal(14,2))] and cannot read bytes "
+        f"(decimal(12,2)) ({rule})"
+    ]
+    assert compatibility_problems(_one_field(_decimal(12, 2)), _one_field("bytes")) == [
+        f"field 'n' (at /fields/0) is bytes (decimal(12,2)) and cannot read bytes ({rule})"
+    ]
+    assert compatibility_problems(_decimal(12, 2), _decimal(10, 2)) == [
+        f"bytes (decimal(12,2)) cannot read bytes (decimal(10,2)) ({rule})"
     ]
 
 

@@ -107,6 +107,35 @@ def test_render_table_and_json() -> None:
     assert "| username | count | raw" in text and "| null     | 2" in text and "(2 rows)" in text
 
 
+def test_render_prints_decimals_exactly() -> None:
+    from decimal import Decimal
+
+    import pyarrow as pa
+
+    amounts = [Decimal("3537.58"), Decimal("0.0000001000"), None]
+    all_of = [amounts[:2], [], None]
+    t = pa.table(
+        {
+            "total": pa.array(amounts, pa.decimal128(22, 10)),
+            "all": pa.array(all_of, pa.list_(pa.decimal128(22, 10))),
+        }
+    )
+    out = io.StringIO()
+    cli.render(t, "json", out)
+    assert out.getvalue().splitlines() == [
+        '{"total": 3537.5800000000, "all": [3537.5800000000, 0.0000001000]}',
+        '{"total": 0.0000001000, "all": []}',
+        '{"total": null, "all": null}',
+    ]
+    out = io.StringIO()
+    cli.render(t, "table", out)
+    assert out.getvalue().splitlines()[3:6] == [
+        "| 3537.5800000000 | [3537.5800000000, 0.0000001000] |",
+        "| 0.0000001000    | []                              |",
+        "| null            | null                            |",
+    ]
+
+
 def _values(settings: Settings, topic: str) -> list[tuple[str, bytes | None]]:
     import base64
 

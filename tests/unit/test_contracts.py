@@ -6,6 +6,7 @@ from textwrap import dedent, indent
 
 import pytest
 
+from lakehouse.contracts.fields import Field
 from lakehouse.contracts.model import Catalog, load_contract
 from lakehouse.errors import ContractError, UnknownTableError, UnknownTopicError
 from lakehouse.runtime.config import REPO_ROOT
@@ -184,6 +185,30 @@ def test_valid_contract_parses(tmp_path: Path) -> None:
             "tables[0]",
             "'join' is a required property",
         ),
+        (
+            "{name: amount, type: long}",
+            "{name: amount, type: decimal}",
+            "value.fields[0]",
+            "'precision' is a required property with type 'decimal'",
+        ),
+        (
+            "{name: amount, type: long}",
+            "{name: amount, type: long, precision: 12}",
+            "value.fields[0]",
+            "'precision' is not allowed with type 'long' (only allowed with type 'decimal')",
+        ),
+        (
+            "{name: amount, type: long}",
+            "{name: amount, type: decimal, precision: 39}",
+            "value.fields[0].precision",
+            "39 is greater than the maximum of 38",
+        ),
+        (
+            "{name: amount, type: long}",
+            "{name: amount, type: decimal, precision: 4, scale: 5}",
+            "value.fields[0]",
+            "scale 5 is greater than the precision 4",
+        ),
     ],
 )
 def test_broken_contract_names_file_path_and_problem(
@@ -198,6 +223,52 @@ def test_broken_contract_names_file_path_and_problem(
     assert err.path == where
     assert problem in err.problem
     assert str(path) in str(err)
+
+
+def test_a_decimal_field_has_a_precision_and_a_scale(tmp_path: Path) -> None:
+    text = VALID.replace(
+        "{name: amount, type: long}", "{name: amount, type: decimal, precision: 12, scale: 2}"
+    ).replace(
+        "- {name: total, fn: sum, field: amount}",
+        "- {name: total, fn: sum, field: amount}\n"
+        "      - {name: mean, fn: avg, field: amount}\n"
+        "      - {name: top, fn: max, field: amount}\n"
+        "  - {name: t_moves, kind: latest, changelog: t_totals}",
+    )
+    c = load_contract(_write(tmp_path, text))
+    assert c.field("amount") == Field("amount", "decimal", True, 12, 2)
+    assert load_contract(
+        _write(tmp_path, VALID.replace("type: long}", "type: decimal, precision: 5}"))
+    ).field("amount") == Field("amount", "decimal", True, 5, 0)
+    # A table's columns as Spark types them: a sum 10 digits wider, an average 4 more digits
+    # on each side of the point, at most 38 in all.
+    assert c.changelog_stream(c.table("t_totals")).fields == (
+        Field("n", "long"),
+        Field("total", "decimal", True, 22, 2),
+        Field("mean", "decimal", True, 16, 6),
+        Field("top", "decimal", True, 12, 2),
+    )
+    wide = text.replace("precision: 12, scale: 2", "precision: 36, scale: 36")
+    widest = load_contract(_write(tmp_path, wide))
+    fields = widest.changelog_stream(widest.table("t_totals")).fields
+    assert [f.type_name for f in fields] == [
+        "long",
+        "decimal(38,36)",
+        "decimal(38,38)",
+        "decimal(36,36)",
+    ]
+    with pytest.raises(ContractError) as info:
+        load_contract(
+            _write(
+                tmp_path,
+                text.replace("kind: aggregate\n", "kind: aggregate\n    group_by: amount\n"),
+            )
+        )
+    assert (info.value.path, info.value.problem) == (
+        "tables[1].group_by",
+        "cannot re-key by 'amount' of type decimal(12,2): a key is a string, long, int, "
+        "double, boolean or timestamp",
+    )
 
 
 def test_yaml_syntax_error_gives_line(tmp_path: Path) -> None:

@@ -228,6 +228,27 @@ def test_column_type_change_is_refused_even_when_avro_allows_it(
         )
 
 
+def test_a_decimal_keeps_its_precision_and_scale(registry: Kept) -> None:
+    """Widening a decimal's precision is refused twice over: Avro's spec matches decimals only
+    of the same precision and scale, and silver's column keeps its type."""
+
+    def price(precision: int, scale: int) -> dict[str, Any]:
+        return {"name": "price", "type": "decimal", "precision": precision, "scale": scale}
+
+    registry.register(_json_contract([price(12, 2)]))
+    assert registry.register(_json_contract([price(12, 2)])) == []
+    with pytest.raises(SchemaEvolutionError) as refused:
+        registry.register(_json_contract([price(14, 2)]))
+    message = str(refused.value)
+    assert "column 'price' would change type from decimal(12,2) to decimal(14,2)" in message
+    assert (
+        "BACKWARD: version 2 cannot read data written with version 1: field 'price' (at "
+        "/fields/0) is union [null, bytes (decimal(14,2))] and cannot read union [null, bytes "
+        "(decimal(12,2))] (a decimal reads only a decimal of the same precision and scale, as "
+        "Avro's spec says)"
+    ) in message
+
+
 def test_format_change_needs_mode_none(registry: Kept) -> None:
     registry.register(_json_contract([{"name": "a", "type": "long", "nullable": False}]))
     with pytest.raises(SchemaEvolutionError, match="format changes from json to avro"):

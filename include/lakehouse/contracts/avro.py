@@ -23,7 +23,14 @@ from fastavro.read import SchemaResolutionError
 from fastavro.types import Schema
 
 # The module, not its names: contracts imports this module, possibly while itself loading.
-from lakehouse.contracts.fields import Field, FieldType
+from lakehouse.contracts.fields import (
+    MAX_DECIMAL_PRECISION,
+    Field,
+    FieldType,
+    at_scale,
+    decimal_problem,
+    unscaled,
+)
 from lakehouse.errors import ContractError
 
 if TYPE_CHECKING:
@@ -48,15 +55,18 @@ _PRIMITIVES: dict[str, FieldType] = {
 }
 _TIMESTAMP_UNITS = ("timestamp-millis", "timestamp-micros")
 _SUPPORTED = (
-    "string, int, long, float, double, boolean, enum or a long with logical type "
-    "timestamp-millis/-micros, optionally in a union with null"
+    "string, int, long, float, double, boolean, enum, a long with logical type "
+    "timestamp-millis/-micros or bytes with logical type decimal, optionally in a union with null"
 )
 
 
-def _arrow_type(kind: str) -> pa.DataType:
-    """The Arrow type of a column type (pyarrow is imported here, not at contract load)."""
+def _arrow_type(column: Field) -> pa.DataType:
+    """The Arrow type of a column (pyarrow is imported here, not at contract load)."""
     import pyarrow as pa
 
+    if column.type == "decimal":
+        assert column.precision is not None and column.scale is not None
+        return pa.decimal128(column.precision, column.scale)
     return {
         "string": pa.string(),
         "int": pa.int32(),
@@ -64,7 +74,7 @@ def _arrow_type(kind: str) -> pa.DataType:
         "double": pa.float64(),
         "boolean": pa.bool_(),
         "timestamp": pa.timestamp("us", tz="UTC"),
-    }[kind]
+    }[column.type]
 
 
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
@@ -97,8 +107,8 @@ class _Unsupported(Exception):
     """A type no silver column can hold; carries its description."""
 
 
-def _scalar_type(avro_type: Any) -> FieldType:
-    """The column type of one non-union Avro type (named references already expanded)."""
+def _scalar_type(name: str, avro_type: Any) -> Field:
+    """The column ``name`` of one non-union Avro type (named references already expanded)."""
     kind: Any
     logical: Any
     if isinstance(avro_type, str):
@@ -106,28 +116,48 @@ def _scalar_type(avro_type: Any) -> FieldType:
     elif isinstance(avro_type, dict):
         kind, logical = avro_type.get("type"), avro_type.get("logicalType")
         if kind == "enum":
-            return "string"
+            return Field(name, "string", False)
     else:
         raise _Unsupported(_describe_json(avro_type))
+    if kind == "bytes" and logical == "decimal":
+        return _decimal_column(name, avro_type)
     if not isinstance(kind, str) or kind not in _PRIMITIVES:
         raise _Unsupported(_describe_json(avro_type))
     # Decoding ignores logical types (see _strip_logical), so any other than these would reach
     # silver as its raw encoding, e.g. a date as a count of days: refuse it instead.
     if logical is None or (kind == "string" and logical == "uuid"):
-        return _PRIMITIVES[kind]
+        return Field(name, _PRIMITIVES[kind], False)
     if kind == "long" and logical in _TIMESTAMP_UNITS:
-        return "timestamp"
+        return Field(name, "timestamp", False)
     raise _Unsupported(_describe_json(avro_type))
 
 
-def _column_type(avro_type: Any) -> tuple[FieldType, bool]:
-    """(column type, nullable): a union is accepted only as one type, optionally with null."""
+def _decimal_column(name: str, avro_type: dict[str, Any]) -> Field:
+    """A decimal column of a bytes decimal. fastavro checks the scale (0 to the precision, by
+    default 0) but not the precision, which must be 1 to 38, as a decimal column's is."""
+    precision = avro_type.get("precision")
+    if (
+        not isinstance(precision, int)
+        or isinstance(precision, bool)
+        or not 1 <= precision <= MAX_DECIMAL_PRECISION
+    ):
+        raise _Unsupported(
+            f"{_describe_json(avro_type)} with precision {precision!r} (a decimal column has a "
+            f"precision of 1 to {MAX_DECIMAL_PRECISION})"
+        )
+    return Field(name, "decimal", False, precision, avro_type.get("scale", 0))
+
+
+def _column_type(name: str, avro_type: Any) -> Field:
+    """The column ``name`` of an Avro type: a union is accepted only as one type, optionally
+    with null (then the column is nullable)."""
     if not isinstance(avro_type, list):
-        return _scalar_type(avro_type), False
+        return _scalar_type(name, avro_type)
     others = [branch for branch in avro_type if branch != "null"]
     if len(others) != 1:
         raise _Unsupported(_describe_json(avro_type))
-    return _scalar_type(others[0]), len(others) < len(avro_type)
+    column = _scalar_type(name, others[0])
+    return Field(name, column.type, len(others) < len(avro_type), column.precision, column.scale)
 
 
 def _describe_json(avro_type: Any) -> str:
@@ -162,24 +192,32 @@ def fields_of(schema_json: Any, source: str, path: str) -> tuple[Field, ...]:
             raise ContractError(source, where, f"duplicate field name {name!r}")
         seen.add(name)
         try:
-            column_type, nullable = _column_type(avro_field["type"])
+            columns.append(_column_type(name, avro_field["type"]))
         except _Unsupported as exc:
             raise ContractError(
                 source, where, f"field {name!r} has unsupported Avro type {exc}; use {_SUPPORTED}"
             ) from None
-        columns.append(Field(name, column_type, nullable))
     return tuple(columns)
 
 
 def primitive_of(schema_json: Any, source: str, path: str) -> FieldType:
-    """The column type of a key schema: a single scalar type, optionally in a union with null."""
+    """The column type of a key schema: a single scalar type, optionally in a union with null
+    (not a decimal: a key's type has no precision and scale)."""
     schema = _parse(schema_json, source, path, expand=True)
     try:
-        return _column_type(schema)[0]
+        column = _column_type("", schema)
     except _Unsupported as exc:
         raise ContractError(
             source, path, f"an Avro key schema must be a {_SUPPORTED}, not {exc}"
         ) from None
+    if column.type == "decimal":
+        raise ContractError(
+            source,
+            path,
+            "an Avro key schema cannot be a decimal: a key is a string, int, long, float, "
+            "double, boolean, enum or timestamp",
+        )
+    return column.type
 
 
 def _avro_name(name: str) -> str:
@@ -196,11 +234,16 @@ def record_schema(name: str, fields: Sequence[Field]) -> dict[str, Any]:
     """
     avro_fields: list[dict[str, Any]] = []
     for field in fields:
-        avro_type: Any = (
-            {"type": "long", "logicalType": "timestamp-micros"}
-            if field.type == "timestamp"
-            else field.type
-        )
+        avro_type: Any = field.type
+        if field.type == "timestamp":
+            avro_type = {"type": "long", "logicalType": "timestamp-micros"}
+        elif field.type == "decimal":
+            avro_type = {
+                "type": "bytes",
+                "logicalType": "decimal",
+                "precision": field.precision,
+                "scale": field.scale,
+            }
         if field.nullable:
             avro_fields.append({"name": field.name, "type": ["null", avro_type], "default": None})
         else:
@@ -243,7 +286,57 @@ def _describe_apache(schema: Any) -> str:
     if kind == "map":
         return f"map of {_describe_apache(schema.values)}"
     logical = schema.get_prop("logicalType")
+    if logical == "decimal":
+        return f"{kind} (decimal({schema.get_prop('precision')},{schema.get_prop('scale') or 0}))"
     return f"{kind} ({logical})" if logical else kind
+
+
+_DECIMAL_RULE = (
+    "a decimal reads only a decimal of the same precision and scale, as Avro's spec says"
+)
+
+
+def _decimal_of(schema: Any) -> tuple[Any, Any] | None:
+    """(precision, scale) of an Apache schema that is a decimal, or a union of one with null."""
+    if str(schema.type) == "union":
+        branches = [b for b in schema.schemas if str(b.type) != "null"]
+        return _decimal_of(branches[0]) if len(branches) == 1 else None
+    if schema.get_prop("logicalType") != "decimal":
+        return None
+    return schema.get_prop("precision"), schema.get_prop("scale") or 0
+
+
+def _decimals_differ(reader: Any, writer: Any) -> bool:
+    """Whether a decimal meets anything but a decimal of its precision and scale. Avro's spec
+    says two decimals match only then; Apache's checker does not look (AVRO-2078), and the
+    bytes alone do not say where the point is."""
+    mine, theirs = _decimal_of(reader), _decimal_of(writer)
+    return (mine is not None or theirs is not None) and mine != theirs
+
+
+def _decimal_problems(read: Any, write: Any) -> list[str]:
+    """Each field (or the schema itself) whose decimals differ between reader and writer."""
+    from avro.compatibility import lookup_writer_field
+
+    if str(read.type) != "record" or str(write.type) != "record":
+        if _decimals_differ(read, write):
+            return [
+                f"{_describe_apache(read)} cannot read {_describe_apache(write)} ({_DECIMAL_RULE})"
+            ]
+        return []
+    problems = []
+    for i, reader_field in enumerate(read.fields):
+        writer_field = lookup_writer_field(write, reader_field)
+        if writer_field is not None and _decimals_differ(reader_field.type, writer_field.type):
+            problems.append(_field_problem(i, reader_field, writer_field, _DECIMAL_RULE))
+    return problems
+
+
+def _field_problem(i: int, reader_field: Any, writer_field: Any, why: str) -> str:
+    return (
+        f"field {reader_field.name!r} (at /fields/{i}) is {_describe_apache(reader_field.type)} "
+        f"and cannot read {_describe_apache(writer_field.type)} ({why})"
+    )
 
 
 def _detail(result: Any) -> str:
@@ -267,9 +360,11 @@ def _detail(result: Any) -> str:
 def compatibility_problems(reader: Any, writer: Any) -> list[str]:
     """Why data written with schema ``writer`` cannot be read with ``reader`` ([] if it can).
 
-    The verdict is Apache Avro's own checker, the rules a schema registry applies. Its result
-    pools messages and locations into unordered sets (and loses the location under unions), so
-    for records the problems are re-derived field by field to say which field fails and why.
+    The verdict is Apache Avro's own checker, the rules a schema registry applies, and the
+    rule of Avro's spec it leaves out: decimals match only with the same precision and scale
+    (:func:`_decimals_differ`). The checker's result pools messages and locations into
+    unordered sets (and loses the location under unions), so for records the problems are
+    re-derived field by field to say which field fails and why.
     """
     from avro.compatibility import (
         ReaderWriterCompatibilityChecker,
@@ -281,7 +376,7 @@ def compatibility_problems(reader: Any, writer: Any) -> list[str]:
     read, write = _apache_schema(reader), _apache_schema(writer)
     result = ReaderWriterCompatibilityChecker().get_compatibility(read, write)
     if result.compatibility is not SchemaCompatibilityType.incompatible:
-        return []
+        return _decimal_problems(read, write)
     problems: list[str] = []
     if str(read.type) == "record" and str(write.type) == "record":
         if not schema_name_equals(read, write):
@@ -303,9 +398,10 @@ def compatibility_problems(reader: Any, writer: Any) -> list[str]:
             )
             if field_result.compatibility is SchemaCompatibilityType.incompatible:
                 problems.append(
-                    f"{at} is {_describe_apache(reader_field.type)} and cannot read "
-                    f"{_describe_apache(writer_field.type)} ({_detail(field_result)})"
+                    _field_problem(i, reader_field, writer_field, _detail(field_result))
                 )
+            elif _decimals_differ(reader_field.type, writer_field.type):
+                problems.append(_field_problem(i, reader_field, writer_field, _DECIMAL_RULE))
     if not problems:  # not records, or a rule the field walk does not mirror
         problems.append(
             f"{_describe_apache(read)} cannot read {_describe_apache(write)} ({_detail(result)})"
@@ -386,6 +482,20 @@ def _plain_schema(schema_json: Any) -> tuple[Any, dict[str, str]]:
         return {**schema_json, "fields": plain_fields}, units
     plain, unit = _strip_logical(schema_json)
     return plain, ({"": unit} if unit is not None else {})
+
+
+def _decimal_scales(schema_json: Any) -> dict[str, int]:
+    """The scale of each decimal field of a record schema, by name."""
+    if not isinstance(schema_json, dict) or schema_json.get("type") != "record":
+        return {}
+    scales = {}
+    for avro_field in schema_json.get("fields", []):
+        kind = avro_field.get("type")
+        branches = kind if isinstance(kind, list) else [kind]
+        for branch in branches:
+            if isinstance(branch, dict) and branch.get("logicalType") == "decimal":
+                scales[avro_field["name"]] = branch.get("scale", 0)
+    return scales
 
 
 def _aliases(schema_json: Any, name: str) -> list[str]:
@@ -496,18 +606,27 @@ class WireDecoder:
                 unit = next((writer_units[n] for n in names if n in writer_units), None)
                 if (unit or reader_units[column]) == "timestamp-millis":
                     self._scales.setdefault(column, {})[schema_id] = 1000
+        # Decimal columns arrive as their bytes: the scale each writer wrote them with, by id.
+        self._decimals = {
+            f.name: {
+                schema_id: _decimal_scales(writer).get(f.name, f.scale or 0)
+                for schema_id, writer in writers.items()
+            }
+            for f in self.fields
+            if f.type == "decimal"
+        }
         self._known_ids = ", ".join(str(i) for i in sorted(writers))
         self._arrow_fields = [
-            pa.field(f.name, _arrow_type(f.type), nullable=f.nullable) for f in self.fields
+            pa.field(f.name, _arrow_type(f), nullable=f.nullable) for f in self.fields
         ]
 
     def _check_fields(self, reader: Any) -> None:
-        available = {f.name: f.type for f in fields_of(reader, self._SOURCE, "reader")}
+        available = {f.name: f.type_name for f in fields_of(reader, self._SOURCE, "reader")}
         for field in self.fields:
-            if available.get(field.name) != field.type:
+            if available.get(field.name) != field.type_name:
                 raise ValueError(
-                    f"column {field.name!r} ({field.type}) is not a field of that type in the "
-                    f"reader schema (it has {available})"
+                    f"column {field.name!r} ({field.type_name}) is not a field of that type in "
+                    f"the reader schema (it has {available})"
                 )
 
     @property
@@ -516,7 +635,7 @@ class WireDecoder:
         import pyarrow as pa
 
         if self.scalar is not None:
-            return _arrow_type(self.scalar)
+            return _arrow_type(Field("", self.scalar))
         return pa.struct(self._arrow_fields)
 
     def decode(self, values: pa.Array) -> tuple[pa.StructArray, pa.StringArray]:
@@ -527,10 +646,7 @@ class WireDecoder:
             raise TypeError("this decoder reads scalar (key) schemas: use decode_key")
         decoded, reasons = self._decode(values)
         children = [
-            pa.array(
-                [None if row is None else row[f.name] for row in decoded],
-                type=_arrow_type(f.type),
-            )
+            pa.array([None if row is None else row[f.name] for row in decoded], type=_arrow_type(f))
             for f in self.fields
         ]
         mask = pa.array([row is None for row in decoded], type=pa.bool_())
@@ -544,7 +660,8 @@ class WireDecoder:
         if self.scalar is None:
             raise TypeError("this decoder reads record schemas: use decode")
         decoded, reasons = self._decode(values)
-        return pa.array(decoded, type=_arrow_type(self.scalar)), pa.array(reasons, type=pa.string())
+        kind = _arrow_type(Field("", self.scalar))
+        return pa.array(decoded, type=kind), pa.array(reasons, type=pa.string())
 
     def _decode(self, values: pa.Array) -> tuple[list[Any], list[str | None]]:
         """One pass over the batch: (record dict / scalar / None per row, reason per row)."""
@@ -592,6 +709,8 @@ class WireDecoder:
             ids.append(schema_id)
         if self._scales:
             self._scale_timestamps(decoded, reasons, ids)
+        if self._decimals:
+            self._read_decimals(decoded, reasons, ids)
         return decoded, reasons
 
     def _framing_problem(self, raw: bytes) -> str:
@@ -602,6 +721,27 @@ class WireDecoder:
             return f"value does not start with the Avro wire-format magic byte 0 (found 0x{raw[0]:02x})"
         schema_id = _HEADER.unpack_from(raw)[1]
         return f"unknown Avro schema id {schema_id} (the contract knows {self._known_ids})"
+
+    def _read_decimals(self, decoded: list[Any], reasons: list[str | None], ids: list[int]) -> None:
+        """Turn decimal columns' bytes (a big-endian two's-complement unscaled number, Avro's
+        decimal) into decimals in place; one that does not fit its column nulls the row."""
+        for f in self.fields:
+            if f.type != "decimal":
+                continue
+            assert f.precision is not None and f.scale is not None
+            scales = self._decimals[f.name]
+            for i, row in enumerate(decoded):
+                if row is None or (raw := row[f.name]) is None:
+                    continue
+                value = unscaled(int.from_bytes(raw, "big", signed=True), scales[ids[i]])
+                if problem := decimal_problem(value, f.precision, f.scale):
+                    decoded[i] = None
+                    reasons[i] = (
+                        f"decimal field {f.name!r} does not fit {f.type_name} ({problem}): "
+                        f"{value:f}"
+                    )
+                else:
+                    row[f.name] = at_scale(value, f.scale)
 
     def _scale_timestamps(
         self, decoded: list[Any], reasons: list[str | None], ids: list[int]

@@ -33,7 +33,7 @@ from pydantic import BaseModel, ConfigDict, PlainValidator, StringConstraints
 from pydantic.json_schema import GenerateJsonSchema
 from pydantic_core import PydanticCustomError
 
-from lakehouse.contracts.fields import FieldType
+from lakehouse.contracts.fields import MAX_DECIMAL_PRECISION, FieldType
 from lakehouse.errors import ContractError
 from lakehouse.runtime.config import IDENTIFIER
 
@@ -238,10 +238,28 @@ class KeyDoc(_Doc):
 class FieldDoc(_Doc):
     """A field of a JSON value: a column of the stream."""
 
+    rules = KeyRules(
+        "type",
+        requires={"decimal": ("precision",)},
+        refuses={kind: ("precision", "scale") for kind in get_args(FieldType) if kind != "decimal"},
+    )
     name: Identifier
     type: FieldType
+    """string, long, int, double, boolean, timestamp (ISO-8601 text), or decimal (exact, with a
+    precision and a scale)"""
     nullable: bool = True
+    """whether the field may be null or missing (default true)"""
+    precision: Annotated[int, pydantic.Field(ge=1, le=MAX_DECIMAL_PRECISION)] | None = None
+    """decimal: how many digits in all (1 to 38)"""
+    scale: Annotated[int, pydantic.Field(ge=0, le=MAX_DECIMAL_PRECISION)] | None = None
+    """decimal: how many of the digits come after the point (default 0, at most the precision)"""
     description: str = ""
+
+    @pydantic.model_validator(mode="after")
+    def _scale_within_precision(self) -> Self:
+        if self.precision is not None and (self.scale or 0) > self.precision:
+            raise _problem(f"scale {self.scale} is greater than the precision {self.precision}")
+        return self
 
 
 class ValueDoc(_Doc):

@@ -30,7 +30,7 @@ import json
 import math
 import re
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -56,7 +56,7 @@ from lakehouse.contracts.document import (
     WindowType,
     validate_document,
 )
-from lakehouse.contracts.fields import Field, FieldType
+from lakehouse.contracts.fields import MAX_DECIMAL_PRECISION, Field, FieldType
 from lakehouse.errors import ContractError, UnknownTableError, UnknownTopicError
 from lakehouse.runtime.config import IDENTIFIER, IDENTIFIER_RULE, LAYERS
 
@@ -65,7 +65,7 @@ from lakehouse.runtime.config import IDENTIFIER, IDENTIFIER_RULE, LAYERS
 
 # Aggregations a table source can take back when a key's value changes (KGroupedTable's subtractor).
 SUBTRACTABLE = frozenset({"count", "sum", "avg"})
-NUMERIC_TYPES = frozenset({"long", "int", "double"})
+NUMERIC_TYPES = frozenset({"long", "int", "double", "decimal"})
 
 # Words delta-rs's SQL reads as values even after a table alias (``t.null``): column names are
 # written unquoted into merge predicates, so none may be one of these.
@@ -85,19 +85,34 @@ BRONZE_COLUMNS = (
 )
 
 
-def aggregate_type(source: Contract, a: Aggregation) -> FieldType:
-    """The type of an aggregation's column (``collect`` is a list of its field's type, which has
-    no :data:`FieldType`; it is refused where a field type is needed)."""
+def aggregate_field(source: Contract, a: Aggregation) -> Field:
+    """The column of an aggregation, typed as Spark types it (``collect`` is a list of its
+    field's type, which no :class:`Field` is; it is refused where a field is needed). A sum of
+    a decimal(p,s) is a decimal(p+10,s) and an average a decimal(p+4,s+4), at most 38 digits,
+    so neither is rounded to a binary fraction."""
     if a.fn in {"count", "count_distinct"}:
-        return "long"
-    if a.fn == "avg":
-        return "double"
+        return Field(a.name, "long")
     f = source.field(a.field or "")
+    if f.type == "decimal" and a.fn in {"sum", "avg"}:
+        assert f.precision is not None and f.scale is not None
+        if a.fn == "sum":
+            return _decimal(a.name, f.precision + 10, f.scale)
+        return _decimal(a.name, f.precision + 4, f.scale + 4)
+    if a.fn == "avg":
+        return Field(a.name, "double")
     if a.fn == "sum":
-        return "double" if f.type == "double" else "long"
-    if f.type == "int" and a.fn in {"min", "max", "earliest", "latest"}:
-        return "int"
-    return f.type
+        return Field(a.name, "double" if f.type == "double" else "long")
+    return replace(f, name=a.name, nullable=True)
+
+
+def _decimal(name: str, precision: int, scale: int) -> Field:
+    """A decimal column as Spark widens one: at most 38 digits, the scale cut down to fit."""
+    return Field(
+        name,
+        "decimal",
+        precision=min(precision, MAX_DECIMAL_PRECISION),
+        scale=min(scale, MAX_DECIMAL_PRECISION),
+    )
 
 
 def canonical_json(schema: Any) -> str:
@@ -318,9 +333,7 @@ class Contract:
             key_type, fields = source.key_type, source.fields
         else:
             key_type = source.key_type if key == source.key_name else source.field(key).type
-            fields = tuple(
-                Field(a.name, aggregate_type(source, a), nullable=True) for a in spec.aggregations
-            )
+            fields = tuple(aggregate_field(source, a) for a in spec.aggregations)
         return Contract(
             topic=f"{self.topic}:{spec.name}",
             partitions=1,
@@ -553,7 +566,13 @@ def _value_fields(
 
         latest = f"value.schemas[{len(schemas) - 1}]"
         return avro.fields_of(schemas[-1].schema, source, latest)
-    return tuple(Field(f.name, f.type, f.nullable) for f in value.fields or ())
+    # A decimal's scale is 0 when left out, as in Avro.
+    return tuple(
+        Field(f.name, f.type, f.nullable, f.precision, f.scale or 0)
+        if f.type == "decimal"
+        else Field(f.name, f.type, f.nullable)
+        for f in value.fields or ()
+    )
 
 
 def _expectations(doc: ExpectationsDoc) -> tuple[Expectation, ...]:
@@ -608,7 +627,7 @@ def _check_semantics(c: Contract) -> None:
             raise ContractError(
                 c.source,
                 "event_time",
-                f"field {et.name!r} is {et.type}; event time must be "
+                f"field {et.name!r} is {et.type_name}; event time must be "
                 + " or ".join(f"a {t}" for t in allowed)
                 + (" (epoch milliseconds)" if "long" in allowed else ""),
             )
@@ -659,6 +678,13 @@ def _check_tables(c: Contract) -> None:
         values = [f.name for f in source.fields]
         if t.group_by is not None and t.group_by not in values:
             raise ContractError(c.source, f"{at}.group_by", f"no value field named {t.group_by!r}")
+        if t.group_by is not None and source.field(t.group_by).type == "decimal":
+            raise ContractError(
+                c.source,
+                f"{at}.group_by",
+                f"cannot re-key by {t.group_by!r} of type {source.field(t.group_by).type_name}: "
+                "a key is a string, long, int, double, boolean or timestamp",
+            )
         if t.window is not None:
             _check_window(c, t, at)
         if t.join is not None:
@@ -702,7 +728,7 @@ def _check_tables(c: Contract) -> None:
             f = source.field(a.field)
             if a.fn in {"sum", "avg"} and f.type not in NUMERIC_TYPES:
                 raise ContractError(
-                    c.source, f"{where}.field", f"cannot {a.fn} {a.field!r} of type {f.type}"
+                    c.source, f"{where}.field", f"cannot {a.fn} {a.field!r} of type {f.type_name}"
                 )
 
 

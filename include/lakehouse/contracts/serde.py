@@ -11,11 +11,34 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime
+from decimal import Decimal
 from typing import Any
 
 from lakehouse.contracts.fields import parse_timestamp
 from lakehouse.contracts.model import Contract, SchemaVersion
 from lakehouse.errors import BadRecordError
+
+
+def json_text(value: Any, *, ensure_ascii: bool = True, spaced: bool = False) -> str:
+    """JSON text of ``value``, compact (or ``spaced`` as json.dumps writes by default), a
+    Decimal written as the exact number it is, in plain notation (Python's json writes no
+    Decimal, and a float would round it)."""
+    comma, colon = (", ", ": ") if spaced else (",", ":")
+
+    def text(v: Any) -> str:
+        if isinstance(v, Decimal):
+            return format(v, "f")
+        if isinstance(v, dict):
+            items = (
+                f"{json.dumps(str(k), ensure_ascii=ensure_ascii)}{colon}{text(x)}"
+                for k, x in v.items()
+            )
+            return "{" + comma.join(items) + "}"
+        if isinstance(v, list | tuple):
+            return "[" + comma.join(text(x) for x in v) + "]"
+        return json.dumps(v, ensure_ascii=ensure_ascii)
+
+    return text(value)
 
 
 def _pick(versions: tuple[SchemaVersion, ...], schema_id: int | None, what: str) -> SchemaVersion:

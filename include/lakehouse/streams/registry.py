@@ -75,7 +75,7 @@ class SchemaState:
             format=contract.value_format,
             schema=contract.value_avro_schema(),
             ids={str(v.id): v.canonical for v in contract.value_schemas},
-            columns={f.name: f.type for f in contract.fields},
+            columns={f.name: f.type_name for f in contract.fields},
         )
 
     def same_as(self, other: SchemaState) -> bool:

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from lakehouse.contracts.fields import Field
+from lakehouse.contracts.fields import DECIMAL_TEXT, Field
 from lakehouse.contracts.model import Contract
 from lakehouse.quality.gate import Gate
 from lakehouse.quality.verdict import Verdict
@@ -34,6 +34,7 @@ TOMBSTONE = "tombstone"
 EVENT_TIME = "event_time"
 # Decoded values and the first decoding problem of each record, before the checks that follow.
 _V, _VALUE_ERROR, _K, _KEY_ERROR = "_v", "_value_error", "_k", "_key_error"
+_VARIANT = "_variant"  # a JSON value parsed, when its decimal fields need it
 _BRONZE_INPUT = ("key", "value", "topic", "partition", "offset", "timestamp")
 # A string field of a JSON value: Spark's from_json hands back the raw text of a number, object,
 # array or boolean; only values that look like one are re-checked (by JSON type) for strictness.
@@ -55,6 +56,11 @@ def source_app(contract: Contract) -> str:
 
 
 def spark_type(f: Field) -> DataType:
+    if f.type == "decimal":
+        from pyspark.sql.types import DecimalType
+
+        assert f.precision is not None and f.scale is not None
+        return DecimalType(f.precision, f.scale)
     return _spark_type(f.type)
 
 
@@ -153,23 +159,94 @@ def _json_field_problem(parsed: Column, typed: Column, name: str, kind: str) -> 
     )
 
 
+def _json_decimal(variant: Column, f: Field) -> tuple[Column, Column]:
+    """(value, problem) of a decimal field of a parsed JSON object. A JSON number, or a string
+    holding one, in plain notation, whose digits fit: more digits after the point than the
+    scale is a problem, not a rounding (from_json would round 12.505 to 12.51)."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import DecimalType
+
+    assert f.precision is not None and f.scale is not None
+    name, kind = f.name, f.type_name
+    found = _json_kind(F.variant_get(variant, f"$.{name}", "variant"))
+    # A JSON number's text as the variant keeps it: plain notation, trailing zeros dropped.
+    text = F.variant_get(variant, f"$.{name}", "string")
+    shown = F.substring(text, 1, 80)
+    present = found.isNotNull() & (found != "VOID")
+    before = F.length(F.regexp_extract(text, r"^-?0*([0-9]*)", 1))
+    after = F.length(F.regexp_extract(text, r"\.([0-9]*[1-9])0*$", 1))
+    plain = text.rlike(f"^{DECIMAL_TEXT}$")
+    # A number in exponent notation, or of more than 38 digits, is a double to the variant.
+    exact = found.isin("BIGINT", "DECIMAL", "STRING")
+    problem = _first(
+        [
+            (~present, F.lit(None).cast("string")),
+            (
+                found == "DOUBLE",
+                f"field {name!r} should be a {kind} in plain notation, found a JSON number in "
+                "exponent notation or of more than 38 digits",
+            ),
+            (
+                ~exact,
+                F.concat(
+                    F.lit(f"field {name!r} should be a {kind}, found a JSON "), F.lower(found)
+                ),
+            ),
+            (~plain, F.concat(F.lit(f"field {name!r} is not a valid {kind}: "), shown)),
+            (
+                after > f.scale,
+                F.concat(
+                    F.lit(
+                        f"field {name!r} has more than {f.scale} digit(s) after the point "
+                        f"for a {kind}: "
+                    ),
+                    shown,
+                ),
+            ),
+            (
+                before > f.precision - f.scale,
+                F.concat(
+                    F.lit(
+                        f"field {name!r} has more than {f.precision - f.scale} digit(s) "
+                        f"before the point for a {kind}: "
+                    ),
+                    shown,
+                ),
+            ),
+        ]
+    )
+    fits = present & exact & plain & (after <= f.scale) & (before <= f.precision - f.scale)
+    return F.when(fits, text.try_cast(DecimalType(f.precision, f.scale))), problem
+
+
 def _json_value_steps(contract: Contract) -> list[Step]:
-    """Spark's from_json for the typed values (fast), and a diagnosis only for failing rows."""
+    """Spark's from_json for the typed values (fast), and a diagnosis only for failing rows.
+    Decimal fields are read from the parsed JSON of every record instead: from_json rounds
+    them."""
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
 
     text = F.col("value").cast("string")
+    decimals = [f for f in contract.fields if f.type == "decimal"]
+    others = [f for f in contract.fields if f.type != "decimal"]
     schema = T.StructType(
-        [*value_schema(contract).fields, T.StructField("_corrupt_record", T.StringType(), True)]
+        [
+            *(T.StructField(f.name, spark_type(f), True) for f in others),
+            T.StructField("_corrupt_record", T.StringType(), True),
+        ]
     )
     parsed = F.from_json(
         text, schema, {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": "_corrupt_record"}
     )
-    variant = F.try_parse_json(text)
+    # Parsed once per record when decimals need it, else only for the records that fail.
+    variant = F.col(_VARIANT) if decimals else F.try_parse_json(text)
     problems = {
         f.name: _json_field_problem(variant, F.col(f"_json.{f.name}"), f.name, f.type)
-        for f in contract.fields
+        for f in others
     }
+    typed = {f.name: F.col(f"_json.{f.name}") for f in others}
+    for f in decimals:
+        typed[f.name], problems[f.name] = _json_decimal(variant, f)
     top = _json_kind(variant)
     diagnosis = _first(
         [
@@ -203,12 +280,16 @@ def _json_value_steps(contract: Contract) -> list[Step]:
             (F.col("value").isNull(), F.lit(None).cast("string")),
             (~F.is_valid_utf8(text), "value is not valid UTF-8"),
             (F.col("_json").isNull() | F.col("_json._corrupt_record").isNotNull(), diagnosis),
+            *((problems[f.name].isNotNull(), problems[f.name]) for f in decimals),
             (suspicious, string_diagnosis),
         ]
     )
-    values = F.struct(*[F.col(f"_json.{f.name}").alias(f.name) for f in contract.fields])
-    # The final projection drops "_json".
-    return [{"_json": parsed}, {_V: values, _VALUE_ERROR: error}]
+    values = F.struct(*[typed[f.name].alias(f.name) for f in contract.fields])
+    first: dict[str, Column] = {"_json": parsed}
+    if decimals:
+        first[_VARIANT] = F.try_parse_json(text)
+    # The final projection drops "_json" and the variant.
+    return [first, {_V: values, _VALUE_ERROR: error}]
 
 
 def _string_value_steps(contract: Contract) -> list[Step]:

@@ -15,7 +15,7 @@ from lakehouse.contracts.model import (
     Aggregation,
     Contract,
     TableSpec,
-    aggregate_type,
+    aggregate_field,
 )
 from lakehouse.runtime.config import Settings
 from lakehouse.runtime.objectstore import Location
@@ -76,11 +76,28 @@ def _distinct_column(a: Aggregation) -> str:
 MEMBERS = "__members"  # a table source's group: how many keys are in it now
 
 
-def partial_aggregates(spec: TableSpec) -> list[Column]:
+def _running_sum(contract: Contract, a: Aggregation) -> Field:
+    """The hidden running sum of an ``avg``: a decimal's exact sum, else a double."""
+    f = contract.field(a.field or "")
+    if f.type == "decimal":
+        return aggregate_field(contract, Aggregation(a.name, "sum", a.field))
+    return Field(a.name, "double")
+
+
+def _summand(contract: Contract, a: Aggregation) -> Column:
+    """An ``avg``'s field as its running sum adds it up."""
+    from pyspark.sql import functions as F
+
+    value = F.col(a.field or "")
+    return value if contract.field(a.field or "").type == "decimal" else value.cast("double")
+
+
+def partial_aggregates(contract: Contract, spec: TableSpec) -> list[Column]:
     """Spark aggregate expressions of one batch's partial aggregates, named as the table's
     columns (hidden ``__`` state columns included); :func:`merge_rules` folds them into the
     stored ones. earliest/latest/collect follow arrival order (:data:`ARRIVAL`) and ignore nulls,
-    as ksqlDB's EARLIEST_BY_OFFSET, LATEST_BY_OFFSET and COLLECT_LIST do."""
+    as ksqlDB's EARLIEST_BY_OFFSET, LATEST_BY_OFFSET and COLLECT_LIST do. ``contract`` is the
+    table's input stream."""
     from pyspark.sql import functions as F
 
     exprs = []
@@ -91,7 +108,7 @@ def partial_aggregates(spec: TableSpec) -> list[Column]:
         elif a.fn == "avg":
             total, count = _state_columns(a)
             exprs += [
-                F.sum(value.cast("double")).alias(total),
+                F.sum(_summand(contract, a)).alias(total),
                 F.count(value).alias(count),
                 F.avg(value).alias(a.name),
             ]
@@ -128,7 +145,7 @@ def aggregate_per_key(
     return (
         events.filter(taken(contract, spec))
         .groupBy(F.col(group), *by)
-        .agg(*partial_aggregates(spec))
+        .agg(*partial_aggregates(contract, spec))
     )
 
 
@@ -172,15 +189,18 @@ def table_deltas(
         elif a.fn == "sum":
             # with how many non-null values: a sum whose values all left is null, not 0
             _, count = _state_columns(a)
+            typed = spark_type(aggregate_field(contract, a))  # a decimal's, not its product's
             exprs += [
-                F.sum(value * sign).alias(a.name),
+                F.sum(value * sign).cast(typed).alias(a.name),
                 F.sum(F.when(value.isNotNull(), sign).otherwise(0)).alias(count),
             ]
             nonzero += [F.coalesce(F.col(a.name) != 0, F.lit(False)), F.col(count) != 0]
         else:  # avg
             total, count = _state_columns(a)
             exprs += [
-                F.sum(value.cast("double") * sign).alias(total),
+                F.sum(_summand(contract, a) * sign)
+                .cast(spark_type(_running_sum(contract, a)))
+                .alias(total),
                 F.sum(F.when(value.isNotNull(), sign).otherwise(0)).alias(count),
             ]
             nonzero += [F.col(count) != 0, F.coalesce(F.col(total) != 0, F.lit(False))]
@@ -195,7 +215,7 @@ def _agg_type(contract: Contract, a: Aggregation) -> DataType:
 
     if a.fn == "collect":
         return T.ArrayType(spark_type(contract.field(a.field or "")), True)
-    return spark_type(Field(a.name, aggregate_type(contract, a)))
+    return spark_type(aggregate_field(contract, a))
 
 
 def aggregation_fields(contract: Contract, spec: TableSpec) -> list[StructField]:
@@ -209,7 +229,7 @@ def aggregation_fields(contract: Contract, spec: TableSpec) -> list[StructField]
         if a.fn == "avg":
             total, count = _state_columns(a)
             fields += [
-                T.StructField(total, T.DoubleType(), True),
+                T.StructField(total, spark_type(_running_sum(contract, a)), True),
                 T.StructField(count, T.LongType(), True),
             ]
         elif a.fn == "sum" and spec.source == "table":
@@ -336,6 +356,8 @@ def merge_rules(contract: Contract, spec: TableSpec) -> MergeRules:
     for a in spec.aggregations:
         update.update(_combine(a, spec.source == "table"))
         insert.update(_insert(a, spec.source == "table"))
+    update = _decimals_as_stored(contract, spec, update)
+    insert = _decimals_as_stored(contract, spec, insert)
     if spec.source != "table":
         return MergeRules(keys, update, insert)
     update[MEMBERS] = _add(f"t.{MEMBERS}", f"s.{MEMBERS}")
@@ -347,6 +369,24 @@ def merge_rules(contract: Contract, spec: TableSpec) -> MergeRules:
         delete_when=f"t.{MEMBERS} + s.{MEMBERS} = 0",
         insert_when=f"s.{MEMBERS} > 0",
     )
+
+
+def _decimals_as_stored(
+    contract: Contract, spec: TableSpec, columns: dict[str, str]
+) -> dict[str, str]:
+    """Each decimal column's expression cast to the column's type: Spark widens arithmetic on
+    decimals (a decimal(22,2) plus a decimal(22,2) is a decimal(23,2), a division keeps more
+    digits after the point than an average's column), and the table keeps its types. An
+    average rounds half up to its scale there, as Spark's avg does."""
+    from pyspark.sql.types import DecimalType
+
+    types = {f.name: f.dataType for f in table_schema(contract, spec).fields}
+    return {
+        name: f"CAST(({sql}) AS {kind.simpleString()})"
+        if isinstance(kind := types.get(name), DecimalType)
+        else sql
+        for name, sql in columns.items()
+    }
 
 
 LATEST = TableSpec(name="state", kind="latest")
