@@ -33,7 +33,7 @@ import contextlib
 import importlib
 import os
 import sys
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from decimal import Decimal
@@ -60,19 +60,6 @@ if TYPE_CHECKING:
 PRODUCE_CHUNK = 10_000
 
 
-def _chunks(lines: Iterable[str], size: int) -> Iterator[list[tuple[int, str]]]:
-    chunk: list[tuple[int, str]] = []
-    for n, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        chunk.append((n, line))
-        if len(chunk) >= size:
-            yield chunk
-            chunk = []
-    if chunk:
-        yield chunk
-
-
 def produce(
     settings: Settings,
     contract: Contract,
@@ -80,9 +67,10 @@ def produce(
     err: TextIO,
     value_schema_id: int | None = None,
 ) -> int:
-    """Produce JSON lines from ``stream``, keys and values encoded in the topic's formats (Avro
-    with the latest schema id, or ``value_schema_id``); stop at the first bad line, keeping what
-    went before."""
+    """Produce JSON lines from ``stream``, keys and values checked and encoded in the topic's
+    formats (Avro with the latest schema id, or ``value_schema_id``). All or nothing: every line
+    is read and checked before any is written, so a bad line (named with its number) writes
+    nothing."""
     from lakehouse.contracts.serde import Serializer
 
     producer: Producer | kafka.Producer
@@ -98,27 +86,25 @@ def produce(
     else:
         producer = Producer(settings, contract.topic, contract.partitions)
     serializer = Serializer(contract, value_schema_id)
-    total = 0
+    records: list[Record] = []
+    for n, line in enumerate(stream, start=1):
+        if not line.strip():
+            continue
+        try:
+            records.append(record_from_json_line(line, f"stdin line {n}", serializer))
+        except BadRecordError:
+            print(
+                f"nothing produced to {contract.topic}: every line is checked before any is "
+                "written, and this one is refused:",
+                file=err,
+            )
+            raise
     per_partition: dict[int, int] = {}
-    try:
-        for chunk in _chunks(stream, PRODUCE_CHUNK):
-            records: list[Record] = []
-            failure: BadRecordError | None = None
-            for n, line in chunk:
-                try:
-                    records.append(record_from_json_line(line, f"stdin line {n}", serializer))
-                except BadRecordError as exc:
-                    failure = exc
-                    break
-            # Records before the bad line are produced, so nothing already accepted is lost.
-            for meta in producer.send_batch(records):
-                per_partition[meta.partition] = per_partition.get(meta.partition, 0) + 1
-            total += len(records)
-            if failure is not None:
-                raise failure
-    finally:
-        spread = ", ".join(f"p{p}: {n}" for p, n in sorted(per_partition.items())) or "none"
-        print(f"produced {total} record(s) to {contract.topic} ({spread})", file=err)
+    for start in range(0, len(records), PRODUCE_CHUNK):
+        for meta in producer.send_batch(records[start : start + PRODUCE_CHUNK]):
+            per_partition[meta.partition] = per_partition.get(meta.partition, 0) + 1
+    spread = ", ".join(f"p{p}: {n}" for p, n in sorted(per_partition.items())) or "none"
+    print(f"produced {len(records)} record(s) to {contract.topic} ({spread})", file=err)
     return 0
 
 

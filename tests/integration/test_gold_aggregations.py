@@ -189,8 +189,8 @@ def test_decimal_sums_and_averages_are_exact_and_too_fine_a_value_is_quarantined
     produce(("ann", "1999.13"), ("bob", '"0.10"'), ("ann", "1002.76"))
     _run(spark, lake)
     produce(("ann", "535.69"), ("bob", "0.2"))
-    # A value with more digits after the point than the scale: silver quarantines it rather
-    # than round it.
+    # Another producer's value with more digits after the point than the scale (lakehouse
+    # produce refuses it): silver quarantines it rather than round it.
     Producer(lake, "payments", 2).send_batch(
         [Record(b"ann", b'{"amount": 12.505, "region": "eu"}', partition=0)]
     )

@@ -83,20 +83,31 @@ def unscaled(number: int, scale: int) -> Decimal:
 _DECIMALS = Context(prec=MAX_DECIMAL_PRECISION)
 
 
+def timestamp_of(raw: Any) -> datetime:
+    """Epoch milliseconds (an int) or ISO-8601 text (UTC when no offset is given) -> an aware
+    datetime; ValueError naming the problem otherwise."""
+    if isinstance(raw, bool) or not isinstance(raw, int | str):
+        raise ValueError("timestamp must be epoch milliseconds or ISO-8601 text")
+    if isinstance(raw, int):
+        try:
+            return datetime.fromtimestamp(raw / 1000, tz=UTC)
+        except (OverflowError, OSError, ValueError):
+            raise ValueError(f"timestamp {raw} is out of range (epoch milliseconds)") from None
+    try:
+        dt = datetime.fromisoformat(raw.replace("Z", "+00:00"))
+    except ValueError:
+        raise ValueError(f"timestamp {raw!r} is not ISO-8601") from None
+    return dt if dt.tzinfo is not None else dt.replace(tzinfo=UTC)
+
+
 def parse_timestamp(raw: Any, origin: str) -> int | None:
     """Epoch milliseconds or ISO-8601 text (UTC when no offset is given) -> epoch ms."""
     if raw is None:
         return None
-    if isinstance(raw, bool):
-        raise BadRecordError(origin, "timestamp must be epoch milliseconds or ISO-8601 text")
-    if isinstance(raw, int):
+    if isinstance(raw, int) and not isinstance(raw, bool):
         return raw
-    if isinstance(raw, str):
-        try:
-            dt = datetime.fromisoformat(raw.replace("Z", "+00:00"))
-        except ValueError:
-            raise BadRecordError(origin, f"timestamp {raw!r} is not ISO-8601") from None
-        if dt.tzinfo is None:
-            dt = dt.replace(tzinfo=UTC)
-        return int(dt.timestamp() * 1000)
-    raise BadRecordError(origin, "timestamp must be epoch milliseconds or ISO-8601 text")
+    try:
+        dt = timestamp_of(raw)
+    except ValueError as exc:
+        raise BadRecordError(origin, str(exc)) from None
+    return int(dt.timestamp() * 1000)

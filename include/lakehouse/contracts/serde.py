@@ -3,20 +3,55 @@
 Like Confluent's console producers, ``lakehouse produce`` takes keys and values as JSON and
 writes them in the topic's format: ``string`` as UTF-8 text, ``json`` as compact JSON text,
 ``avro`` in the Confluent wire format with the latest schema's id (or one chosen explicitly,
-to play an older producer). A value that does not fit the schema is refused here, with the
-reason, before anything is written.
+to play an older producer).
+
+Every key and every field of a value is checked against its type first, for JSON and Avro
+topics alike, and a value that does not fit is refused here, naming the field, what its type
+takes and what was given, before anything is written: ``field 'amount': expected a long (a JSON
+integer), got the string "12.50"``. What a type takes is what silver reads back exactly:
+
+* ``string`` a JSON string; ``boolean`` true or false;
+* ``long`` and ``int`` a JSON integer in the type's range (not 1.5, not "12", not true);
+* ``double`` a JSON number;
+* ``timestamp`` ISO-8601 text (UTC when it has no offset) or epoch milliseconds; a JSON value
+  gets it as ISO-8601 text in UTC;
+* ``decimal(p,s)`` a JSON number or a string holding one in plain notation ("12.50"), with at
+  most ``s`` digits after the point and ``p - s`` before it (nothing is rounded); a JSON value
+  gets it as a number in plain notation with exactly ``s`` digits after the point.
+
+A null, or a missing field, is refused for a field that is not nullable. Unknown fields of a
+JSON value are written as given (silver ignores them, as a newer producer may send them).
+Numbers are read exactly (:data:`JSON_NUMBERS`), never through a binary float.
 """
 
 from __future__ import annotations
 
 import json
+import math
+import re
 from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
-from lakehouse.contracts.fields import parse_timestamp
+from lakehouse.contracts.fields import (
+    DECIMAL_TEXT,
+    Field,
+    at_scale,
+    decimal_problem,
+    timestamp_of,
+)
 from lakehouse.contracts.model import Contract, SchemaVersion
 from lakehouse.errors import BadRecordError
+
+
+def _not_a_json_number(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+# json.loads' options that read numbers exactly: a number with a fraction or an exponent is a
+# Decimal, as written, and NaN or Infinity (which Python's json reads, and JSON has not) is
+# refused. Producer input is read with them.
+JSON_NUMBERS: dict[str, Any] = {"parse_float": Decimal, "parse_constant": _not_a_json_number}
 
 
 def json_text(value: Any, *, ensure_ascii: bool = True, spaced: bool = False) -> str:
@@ -41,6 +76,115 @@ def json_text(value: Any, *, ensure_ascii: bool = True, spaced: bool = False) ->
     return text(value)
 
 
+class _Mismatch(Exception):
+    """A value its type does not take: what the type takes (its phrase) and what was given."""
+
+    def __init__(self, expected: str, value: Any) -> None:
+        super().__init__(expected)
+        self.expected = expected
+        self.got = describe(value)
+
+
+_RANGES = {"int": (-(2**31), 2**31 - 1), "long": (-(2**63), 2**63 - 1)}
+_TAKES = {
+    "string": "a string",
+    "long": "a long (a JSON integer)",
+    "int": "an int (a JSON integer)",
+    "double": "a double (a JSON number)",
+    "boolean": "a boolean (true or false)",
+    "timestamp": "a timestamp (ISO-8601 text or epoch milliseconds)",
+}
+_DECIMAL_TEXT = re.compile(DECIMAL_TEXT)
+
+
+def expected(f: Field) -> str:
+    """What a field's type takes, as the producer's messages say it."""
+    if f.type == "decimal":
+        return f"a {f.type_name} (a JSON number, or a string holding one)"
+    return _TAKES[f.type]
+
+
+def describe(value: Any) -> str:
+    """A given value as a message names it: ``the string "12.50"``, ``the number 1.5``."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return f"the boolean {str(value).lower()}"
+    if isinstance(value, str):
+        text = json.dumps(value, ensure_ascii=False)
+        return f"the string {text if len(text) <= 80 else text[:79] + '…'}"
+    if isinstance(value, int | float | Decimal):
+        return f"the number {value}"
+    if isinstance(value, dict):
+        return "an object"
+    if isinstance(value, list | tuple):
+        return "an array"
+    return f"{type(value).__name__} {value!r}"
+
+
+def conform(f: Field, value: Any, *, avro: bool) -> Any:
+    """``value`` (not null) as field ``f`` stores it, for an Avro record (``avro``) or a JSON
+    value; raises _Mismatch when its type does not take it."""
+    kind = f.type
+    is_number = isinstance(value, int | float | Decimal) and not isinstance(value, bool)
+    if kind == "string" and isinstance(value, str):
+        return value
+    if kind == "boolean" and isinstance(value, bool):
+        return value
+    if kind in _RANGES and is_number and isinstance(value, int):
+        low, high = _RANGES[kind]
+        if not low <= value <= high:
+            raise _Mismatch(f"{_TAKES[kind][:-1]} from {low} to {high})", value)
+        return value
+    if kind == "double" and is_number:
+        try:
+            number = float(value)
+        except OverflowError:
+            number = math.inf
+        if not math.isfinite(number):
+            raise _Mismatch("a double (a finite JSON number)", value)
+        return value if isinstance(value, int) and not avro else number
+    if kind == "timestamp":
+        return _timestamp(f, value, avro=avro)
+    if kind == "decimal":
+        return _decimal(f, value)
+    raise _Mismatch(expected(f), value)
+
+
+def _timestamp(f: Field, value: Any, *, avro: bool) -> Any:
+    if isinstance(value, datetime):  # from code (the samples), not from JSON
+        instant = value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+    else:
+        try:
+            instant = timestamp_of(value)
+        except ValueError:
+            raise _Mismatch(expected(f), value) from None
+    if avro:
+        return instant
+    # One ISO-8601 form, which Spark's JSON reader takes, whichever form Python read (a week
+    # date, say).
+    utc = instant.astimezone(UTC).replace(tzinfo=None)
+    spec = "milliseconds" if utc.microsecond % 1000 == 0 else "microseconds"
+    return utc.isoformat(timespec=spec) + "Z"
+
+
+def _decimal(f: Field, value: Any) -> Decimal:
+    assert f.precision is not None and f.scale is not None
+    if isinstance(value, Decimal | int) and not isinstance(value, bool):
+        number = Decimal(value)
+    elif isinstance(value, float):  # from code: its shortest text is what was meant
+        number = Decimal(repr(value))
+    elif isinstance(value, str) and _DECIMAL_TEXT.fullmatch(value):
+        number = Decimal(value)
+    else:
+        raise _Mismatch(expected(f), value)
+    if not number.is_finite():
+        raise _Mismatch(expected(f), value)
+    if problem := decimal_problem(number, f.precision, f.scale):
+        raise _Mismatch(f"a {f.type_name} ({problem})", value)
+    return at_scale(number, f.scale)
+
+
 def _pick(versions: tuple[SchemaVersion, ...], schema_id: int | None, what: str) -> SchemaVersion:
     if schema_id is None:
         return versions[-1]
@@ -52,7 +196,7 @@ def _pick(versions: tuple[SchemaVersion, ...], schema_id: int | None, what: str)
 
 
 class Serializer:
-    """Encodes keys and values for one topic."""
+    """Checks and encodes keys and values for one topic."""
 
     def __init__(self, contract: Contract, value_schema_id: int | None = None) -> None:
         from lakehouse.contracts import avro
@@ -60,10 +204,16 @@ class Serializer:
         self.contract = contract
         self._value = None
         self._key = None
+        self._fields = contract.fields
+        self._defaults: frozenset[str] = frozenset()  # Avro fields a writer may leave out
         if contract.value_format == "avro":
             version = _pick(contract.value_schemas, value_schema_id, f"topic {contract.topic}")
             self._value = (version.id, avro.parse(version.schema, contract.source, "value"))
-            self._timestamps = {f.name for f in contract.fields if f.type == "timestamp"}
+            # The fields of the schema written with, which an older id may lack.
+            self._fields = avro.fields_of(version.schema, contract.source, "value")
+            self._defaults = frozenset(
+                f["name"] for f in version.schema.get("fields", []) if "default" in f
+            )
         elif value_schema_id is not None:
             raise BadRecordError(
                 f"topic {contract.topic}", "a schema id applies to Avro values only"
@@ -71,6 +221,7 @@ class Serializer:
         if contract.key_format == "avro":
             latest = contract.key_schemas[-1]
             self._key = (latest.id, avro.parse(latest.schema, contract.source, "key"))
+        self._key_field = Field(contract.key_name, contract.key_type)
 
     def key(self, key: Any, origin: str) -> bytes | None:
         from lakehouse.contracts import avro
@@ -78,15 +229,17 @@ class Serializer:
         if key is None:
             return None
         fmt = self.contract.key_format
+        try:
+            checked = conform(self._key_field, key, avro=fmt == "avro")
+        except _Mismatch as exc:
+            raise BadRecordError(origin, f"key: expected {exc.expected}, got {exc.got}") from None
         if fmt == "string":
-            if not isinstance(key, str):
-                raise BadRecordError(origin, "key must be a string or null")
-            return key.encode("utf-8")
+            return checked.encode("utf-8")
         if fmt == "json":
-            return json.dumps(key, separators=(",", ":")).encode("utf-8")
+            return json_text(checked).encode("utf-8")
         assert self._key is not None
         try:
-            return avro.encode(self._key[0], self._key[1], key)
+            return avro.encode(self._key[0], self._key[1], checked)
         except (ValueError, TypeError) as exc:
             raise BadRecordError(origin, f"key does not fit its Avro schema: {exc}") from None
 
@@ -96,18 +249,17 @@ class Serializer:
         if value is None:
             return None  # a tombstone
         fmt = self.contract.value_format
-        if fmt == "json":
-            return json.dumps(value, separators=(",", ":")).encode("utf-8")
         if fmt == "string":
             if not isinstance(value, str):
                 raise BadRecordError(origin, "value must be a string or null for this topic")
             return value.encode("utf-8")
-        assert self._value is not None
         if not isinstance(value, dict):
-            raise BadRecordError(origin, "value must be a JSON object (an Avro record) or null")
-        record = {
-            k: _timestamp(v, origin, k) if k in self._timestamps else v for k, v in value.items()
-        }
+            what = "an Avro record" if fmt == "avro" else f"the fields of {self.contract.topic}"
+            raise BadRecordError(origin, f"value must be a JSON object ({what}) or null")
+        record = self._checked(value, origin, avro=fmt == "avro")
+        if fmt == "json":
+            return json_text(record).encode("utf-8")
+        assert self._value is not None
         try:
             return avro.encode(self._value[0], self._value[1], record)
         except (ValueError, TypeError, KeyError) as exc:
@@ -115,12 +267,23 @@ class Serializer:
                 origin, f"value does not fit Avro schema id {self._value[0]}: {exc}"
             ) from None
 
-
-def _timestamp(value: Any, origin: str, name: str) -> Any:
-    """ISO-8601 text or epoch milliseconds (as the producer reads record timestamps), for an
-    Avro timestamp field; datetimes pass as they are."""
-    if value is None or isinstance(value, datetime):
-        return value
-    ms = parse_timestamp(value, f"{origin}: field {name!r}")
-    assert ms is not None
-    return datetime.fromtimestamp(ms / 1000, tz=UTC)
+    def _checked(self, value: dict[str, Any], origin: str, *, avro: bool) -> dict[str, Any]:
+        """The value with each field checked and stored as its type stores it."""
+        record = dict(value)
+        for f in self._fields:
+            given = value.get(f.name)
+            if given is not None:
+                try:
+                    record[f.name] = conform(f, given, avro=avro)
+                except _Mismatch as exc:
+                    raise BadRecordError(
+                        origin, f"field {f.name!r}: expected {exc.expected}, got {exc.got}"
+                    ) from None
+            elif not f.nullable and not (f.name not in value and f.name in self._defaults):
+                got = "null" if f.name in value else "nothing (the field is missing)"
+                raise BadRecordError(
+                    origin,
+                    f"field {f.name!r}: expected {expected(f)}, got {got}; the field is not "
+                    "nullable",
+                )
+        return record

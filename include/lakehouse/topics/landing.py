@@ -481,6 +481,8 @@ def _concat_strings(arr: Any) -> bytes:
 
 
 def _headers(raw: Any, origin: str) -> tuple[tuple[str, bytes | None], ...]:
+    from lakehouse.contracts.serde import json_text
+
     if raw is None:
         return ()
     pairs: Sequence[Any]
@@ -496,7 +498,7 @@ def _headers(raw: Any, origin: str) -> tuple[tuple[str, bytes | None], ...]:
             raise BadRecordError(origin, f"bad header {pair!r}")
         hv = pair[1]
         if hv is not None and not isinstance(hv, str):
-            hv = json.dumps(hv, separators=(",", ":"))
+            hv = json_text(hv)
         out.append((pair[0], None if hv is None else hv.encode("utf-8")))
     return tuple(out)
 
@@ -507,14 +509,20 @@ _INPUT_KEYS = frozenset({"key", "value", "timestamp", "headers", "partition"})
 def record_from_json_line(line: str, origin: str, serializer: Serializer | None = None) -> Record:
     """Parse one producer input line: ``{"key", "value", "timestamp"?, "headers"?, "partition"?}``.
 
-    With a ``serializer`` (from the topic's contract) key and value are encoded in the topic's
-    format; without one the key is text and the value any JSON (or null, a tombstone), carried
-    as its compact JSON text.
+    Numbers are read exactly (a fraction is never rounded through a float). With a
+    ``serializer`` (from the topic's contract) key and value are checked against their types
+    and encoded in the topic's format, and a partition must be one of the topic's; without one
+    the key is text and the value any JSON (or null, a tombstone), carried as its compact JSON
+    text.
     """
+    from lakehouse.contracts.serde import JSON_NUMBERS, json_text
+
     try:
-        obj = json.loads(line)
+        obj = json.loads(line, **JSON_NUMBERS)
     except json.JSONDecodeError as exc:
         raise BadRecordError(origin, f"not valid JSON: {exc.msg} (column {exc.colno})") from None
+    except ValueError as exc:  # NaN or Infinity
+        raise BadRecordError(origin, f"not valid JSON: {exc}") from None
     if not isinstance(obj, dict):
         raise BadRecordError(origin, "each line must be a JSON object with 'key' and 'value'")
     unknown = set(obj) - _INPUT_KEYS
@@ -529,15 +537,18 @@ def record_from_json_line(line: str, origin: str, serializer: Serializer | None 
         raise BadRecordError(origin, "partition must be an integer")
     key, value = obj.get("key"), obj["value"]
     if serializer is not None:
+        partitions = serializer.contract.partitions
+        if partition is not None and not 0 <= partition < partitions:
+            raise BadRecordError(
+                origin, f"partition {partition} out of range: the topic has {partitions}"
+            )
         key_bytes = serializer.key(key, origin)
         value_bytes = serializer.value(value, origin)
     else:
         if key is not None and not isinstance(key, str):
             raise BadRecordError(origin, "key must be a string or null")
         key_bytes = None if key is None else key.encode("utf-8")
-        value_bytes = (
-            None if value is None else json.dumps(value, separators=(",", ":")).encode("utf-8")
-        )
+        value_bytes = None if value is None else json_text(value).encode("utf-8")
     return Record(
         key=key_bytes,
         value=value_bytes,
