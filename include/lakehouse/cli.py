@@ -788,16 +788,37 @@ def build_parser() -> argparse.ArgumentParser:
 # -- commands ----------------------------------------------------------------------------------
 
 
+# Commands that act on every topic when no --topic names some: a contract that does not load
+# stops them before anything moves (they would leave its topic out).
+EVERY_TOPIC = frozenset({"run", "maintain", "schemas", "lag", "tables", "sample"})
+
+
 @dataclass
 class _Context:
     """What a command works on: the settings, and the contracts, loaded when first asked for
-    (the service commands run without them)."""
+    (the service commands run without them). A contract that does not load fails the commands
+    that concern its topic (named with --topic, or every topic) with its error; the others go on
+    without it, saying so on stderr."""
 
     settings: Settings
+    command: str = ""
+    topics: tuple[str, ...] = ()
 
     @cached_property
     def catalog(self) -> Catalog:
-        return Catalog.load(self.settings.contracts_dir)
+        loaded = Catalog.load_each(self.settings.contracts_dir)
+        for topic in self.topics:
+            loaded.topic(topic)  # its own contract's error, if it has one
+        if loaded.errors and not self.topics and self.command in EVERY_TOPIC:
+            raise ConfigError(
+                f"{len(loaded.errors)} contract(s) do not load, so `lakehouse {self.command}` "
+                "would leave their topics out: "
+                + "; ".join(str(e) for e in loaded.errors.values())
+                + " (fix them, or name the topics to act on with --topic)"
+            )
+        for error in loaded.errors.values():
+            print(f"note: left out, its contract does not load: {error}", file=sys.stderr)
+        return loaded.catalog
 
 
 Handler = Callable[[argparse.Namespace, _Context], int]
@@ -904,9 +925,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         try:
-            code = COMMANDS[args.command](
-                args, _Context(Settings.from_env(args.home, args.contracts))
-            )
+            named = getattr(args, "topic", None)
+            topics = tuple([named] if isinstance(named, str) else named or ())
+            context = _Context(Settings.from_env(args.home, args.contracts), args.command, topics)
+            code = COMMANDS[args.command](args, context)
             sys.stdout.flush()  # a reader that is gone shows here, not at the interpreter's exit
             return code
         except LakehouseError as exc:

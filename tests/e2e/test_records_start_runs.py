@@ -100,7 +100,7 @@ def stack(
     # Beside it, a contract with a misspelled field: it must break its own DAG and nothing else.
     (contracts / f"{BROKEN}.yaml").write_text(BROKEN_TEXT)
     settings = Settings.from_env(home=root / "lakehouse", contracts_dir=contracts)
-    contract = Catalog.load(contracts).topic(TOPIC)
+    contract = Catalog.load_each(contracts).topic(TOPIC)  # beside a broken contract
     assert cli.create_topic(settings, contract, io.StringIO()) == 0
     extra = PARSE_EVERY | {SPARK_CONN_ENV: spark_server}
     with running_airflow(

@@ -740,3 +740,38 @@ def test_dq_says_the_unit_of_every_figure(
         "  FAIL warn       present                      2 of 12 rows unexpected  (failed in 1 of "
         "1 runs)",
     ]
+
+
+def test_a_broken_contract_fails_only_the_commands_that_concern_its_topic(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Beside the shipped contracts, one with a misspelled field: a command about another topic
+    works and says what it left out; one about the broken topic, or about every topic, stops
+    with the file's error before anything moves."""
+    import shutil
+
+    from lakehouse.runtime.config import REPO_ROOT
+
+    contracts = tmp_path / "contracts"
+    shutil.copytree(REPO_ROOT / "contracts", contracts)
+    (contracts / "refunds.yaml").write_text(
+        "topic: refunds\npartitions: 1\nkey: {format: string, name: id}\n"
+        "value: {format: json, fields: [{name: amount, type: long}]}\n"
+        "stream: {name: refunds}\ntabels: []\n"
+    )
+    monkeypatch.setenv("LAKEHOUSE_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("LAKEHOUSE_CONTRACTS", str(contracts))
+    line = '{"key": "alice", "value": {"location": "Paris"}}\n'
+    assert _run(monkeypatch, ["produce", "user-locations"], line) == 0
+    err = capsys.readouterr().err
+    assert "produced 1 record(s) to user-locations" in err
+    assert f"note: left out, its contract does not load: {contracts / 'refunds.yaml'}" in err
+    assert "tabels" in err
+    assert _run(monkeypatch, ["produce", "refunds"], '{"key": "a", "value": {"amount": 1}}\n') == 1
+    assert capsys.readouterr().err.startswith(f"error: {contracts / 'refunds.yaml'}: ")
+    assert _run(monkeypatch, ["run", "--layer", "bronze"]) == 1
+    err = capsys.readouterr().err
+    assert "1 contract(s) do not load, so `lakehouse run` would leave their topics out" in err
+    assert not (tmp_path / "home" / "tables").exists()  # nothing moved

@@ -1054,3 +1054,11 @@ class LoadedCatalog:
     errors: dict[str, ContractError]  # by file: the contracts that do not
     # By topic: the topics its joins read whose contracts do not load, with their files.
     unjoinable: dict[str, dict[str, str]]
+
+    def topic(self, name: str) -> Contract:
+        """The contract of topic ``name``; the error of its file when that does not load (a
+        task or a command about one topic fails on its own contract only)."""
+        for source, error in self.errors.items():
+            if Path(source).stem == name:
+                raise error
+        return self.catalog.topic(name)

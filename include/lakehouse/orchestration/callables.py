@@ -48,9 +48,9 @@ def plan_run(topics: list[str], tables: list[str] | None, params: dict[str, Any]
     """The first task: check the Params against each chosen topic's contract (``tables``: the
     DAG's gold tables, None for all), print the plan."""
     settings = Settings.from_env()
-    catalog = Catalog.load(settings.contracts_dir)
+    loaded = Catalog.load_each(settings.contracts_dir)  # another topic's broken one: not ours
     for topic in (t for t in topics if chosen(params, t)):
-        contract = catalog.topic(topic)
+        contract = loaded.topic(topic)
         try:
             request = RunRequest.from_params(params, contract, tables)
         except ConfigError as exc:

@@ -77,7 +77,7 @@ def build_data_docs(
             "site_index_builder": {"class_name": "DefaultSiteIndexBuilder"},
         },
     )
-    catalog = catalog or Catalog.load(settings.contracts_dir)
+    catalog = catalog or Catalog.load_each(settings.contracts_dir).catalog
     for contract in catalog:
         for layer in LAYERS:
             for table in contract.published_tables(layer):
