@@ -22,8 +22,8 @@ Stream time
     stream time a record met there would be at most its own partition's; this rule is that
     bound, and it needs nothing but the record's own partition.)
 
-    Records that an aggregation ignores (null key, tombstone, null group) do not move stream
-    time, nor do records without an event time. The stream times are stored in the gold
+    Records that an aggregation ignores (a tombstone, a record without a group) do not move
+    stream time, nor do records without an event time. The stream times are stored in the gold
     table's commit metadata (:data:`WINDOW_META`: the versions consumed, the stream times per
     partition before and after them), so the next batch continues from them. Being a function
     of the input versions consumed, they are computed again from the input when the newest such
