@@ -10,8 +10,8 @@ test contracts, its layer tasks clients of a Spark server. One stack for these t
   and the gold tables move on. Headless Chromium drives the UI; screenshots of the filled-in
   trigger form and of the succeeded run go to tests/artifacts/.
 
-The scheduler does not start interval runs here ([scheduler] use_job_schedule off), so the runs
-the tests trigger are the only ones.
+DAGs start paused, and only the UI test unpauses one (the trigger form's box), whose interval is
+an hour: the runs the tests trigger, and the interval run that unpausing starts, are the only ones.
 """
 
 from __future__ import annotations
@@ -46,6 +46,7 @@ CONTRACT = f"""\
 topic: {TOPIC}
 description: Check-ins, for the UI trigger test.
 partitions: 2
+schedule_minutes: 60
 key: {{format: string, name: username}}
 value:
   format: json
@@ -62,7 +63,6 @@ tables:
 FIRST = [("alice", "Paris"), ("bob", "Lima"), ("alice", "Rome")]
 SECOND = [("bob", "Oslo"), ("carol", "Quito")]
 BASE_MS = 1_700_000_000_000
-NO_SCHEDULE = {"AIRFLOW__SCHEDULER__USE_JOB_SCHEDULE": "False"}
 RUN_DAG = "lakehouse__run"  # (lakehouse.orchestration.dags.RUN_DAG; importing it loads Airflow)
 PG_TOPICS = ("pg-east", "pg-west")  # the run DAG's two bronze jobs, independent of each other
 
@@ -178,7 +178,7 @@ def lakehouse(
     _produce(settings, SECOND, len(FIRST))
     for topic in PG_TOPICS:
         _produce(settings, [("alice", "Paris"), ("bob", "Lima")], 0, topic)
-    extra = NO_SCHEDULE | {SPARK_CONN_ENV: shared_spark_server.connection}
+    extra = {SPARK_CONN_ENV: shared_spark_server.connection}
     with running_airflow(
         settings, root / "airflow-logs", postgres=postgres, extra_env=extra
     ) as airflow:
@@ -341,13 +341,19 @@ def _trigger_from_the_ui(driver: Any, airflow: Airflow) -> str:
     wait.until(ec.element_to_be_clickable(submit)).click()
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
-        new = [r for r in airflow.dag_runs(DAG_ID) if r["dag_run_id"] not in known]
+        # Unpausing also starts the latest interval's run (a scheduled one).
+        runs = airflow.dag_runs(DAG_ID)
+        new = [r for r in runs if r["dag_run_id"] not in known and r["run_type"] == "manual"]
         if new:
             assert len(new) == 1, new
-            assert new[0]["run_type"] == "manual"
             return str(new[0]["dag_run_id"])
         time.sleep(1)
     pytest.fail(f"no DAG run appeared after Trigger; page: {_text(driver)[-2000:]}")
+
+
+def _seconds(end: str, start: str) -> float:
+    """The seconds between two of the REST API's timestamps."""
+    return (datetime.fromisoformat(end) - datetime.fromisoformat(start)).total_seconds()
 
 
 def _text(driver: Any) -> str:
@@ -387,6 +393,27 @@ def test_trigger_with_params_from_the_ui(
 
     run = airflow.wait_for_run(DAG_ID, run_id, timeout=600)
     assert run["state"] == "success", _failure_report(airflow, run_id)
+    print(
+        f"UI trigger to a finished run: {_seconds(run['end_date'], run['queued_at']):.0f} s, "
+        f"of which queued: {_seconds(run['start_date'], run['queued_at']):.0f} s"
+    )
+    # Unpausing made the scheduler start the latest interval's run too, usually before ours
+    # (it is older). Such a run leaves the micro-batch to the run queued behind it, so the
+    # triggered run waits for no layer job (it used to wait for a whole micro-batch).
+    earlier = [
+        other
+        for other in airflow.dag_runs(DAG_ID)
+        if other["dag_run_id"] != run_id
+        and other["start_date"] is not None
+        and other["start_date"] < run["start_date"]
+    ]
+    assert [other["run_type"] for other in earlier] == ["scheduled"], earlier
+    for other in earlier:
+        other_id = other["dag_run_id"]
+        states = {t["task_id"]: t["state"] for t in airflow.task_instances(DAG_ID, other_id)}
+        assert states["plan"] == "success" and states["bronze"] == "skipped", (other, states)
+        plan = airflow.task_log(DAG_ID, other_id, "plan")
+        assert f"queued behind this {other['run_type']} run" in plan, plan[-2000:]
 
     # The run in the UI.
     from selenium.webdriver.common.by import By

@@ -189,3 +189,54 @@ def test_a_name_taken_twice_breaks_the_later_file_only(tmp_path: Path) -> None:
     dags = pipeline_dags(_folder(tmp_path, payments=CONTRACT, refunds=twin))
     assert "broken contract" not in dags["pipeline__payments"].tags
     assert "already used by" in dags["pipeline__refunds"].description
+
+
+class _Runs:
+    """The part of Airflow's task instance `plan` asks: how many runs of a DAG are queued."""
+
+    def __init__(self, queued: int) -> None:
+        self.queued = queued
+        self.asked: list[dict[str, Any]] = []
+
+    def get_dr_count(self, **query: Any) -> int:
+        self.asked.append(query)
+        return self.queued
+
+
+@pytest.mark.parametrize(
+    ("run_type", "queued", "goes_on"),
+    [
+        ("scheduled", 0, True),
+        ("scheduled", 1, False),  # unpaused on trigger: the triggered run is queued behind it
+        ("asset_triggered", 2, False),
+        ("manual", 1, True),  # someone asked for this one
+        ("backfill", 1, True),
+    ],
+)
+def test_a_run_airflow_started_yields_to_a_run_queued_behind_it(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    run_type: str,
+    queued: int,
+    goes_on: bool,
+) -> None:
+    from types import SimpleNamespace
+
+    from lakehouse.orchestration.callables import plan_run
+
+    contracts = tmp_path / "contracts"
+    contracts.mkdir()
+    (contracts / "payments.yaml").write_text(yaml.safe_dump(CONTRACT))
+    monkeypatch.setenv("LAKEHOUSE_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("LAKEHOUSE_CONTRACTS", str(contracts))
+    run = SimpleNamespace(dag_id="pipeline__payments", run_type=run_type)
+    runs = _Runs(queued)
+
+    assert plan_run(["payments"], None, {}, run, runs) is goes_on
+    said = capsys.readouterr().out
+    assert ("queued behind this" in said) is not goes_on, said
+    if run_type in ("scheduled", "asset_triggered"):
+        assert runs.asked == [{"dag_id": "pipeline__payments", "states": ["queued"]}]
+    else:
+        assert runs.asked == []

@@ -17,6 +17,10 @@ from lakehouse.errors import ConfigError
 from lakehouse.pipeline.request import RunRequest
 from lakehouse.runtime.config import LAYERS, Layer, Settings
 
+# The run types Airflow creates by itself (DagRunType's values): such a run yields to a run
+# queued behind it (:func:`plan_run`); a run someone asked for never does.
+YIELDING_RUNS = ("scheduled", "asset_triggered")
+
 
 def say(line: str) -> None:
     """A line of the task's log, at once."""
@@ -44,9 +48,18 @@ def request_of(context: Any, contract: Contract, tables: Sequence[str] | None) -
         raise AirflowFailException(str(exc)) from None
 
 
-def plan_run(topics: list[str], tables: list[str] | None, params: dict[str, Any]) -> None:
+def plan_run(
+    topics: list[str], tables: list[str] | None, params: dict[str, Any], dag_run: Any, ti: Any
+) -> bool:
     """The first task: check the Params against each chosen topic's contract (``tables``: the
-    DAG's gold tables, None for all), print the plan."""
+    DAG's gold tables, None for all), print the plan; False (the rest of the run is skipped)
+    when a run Airflow started by itself finds another run of its DAG queued behind it.
+
+    A DAG runs one run at a time, so a run triggered by hand waits for the one in progress. The
+    commonest case is the trigger form's "unpause on trigger": unpausing makes the scheduler
+    start the latest interval's run at once, and the triggered run queued behind it for a
+    whole micro-batch. A scheduled or asset-triggered run has nothing to do that the run
+    behind it will not do (it reads the same new records), so it yields."""
     settings = Settings.from_env()
     loaded = Catalog.load_each(settings.contracts_dir)  # another topic's broken one: not ours
     for topic in (t for t in topics if chosen(params, t)):
@@ -57,6 +70,16 @@ def plan_run(topics: list[str], tables: list[str] | None, params: dict[str, Any]
             raise AirflowFailException(str(exc)) from None
         for line in request.describe(contract):
             print(line)
+    kind = str(getattr(dag_run.run_type, "value", dag_run.run_type))  # a DagRunType
+    if kind not in YIELDING_RUNS:
+        return True
+    waiting = ti.get_dr_count(dag_id=dag_run.dag_id, states=["queued"])
+    if waiting:
+        print(
+            f"{waiting} run(s) of {dag_run.dag_id} queued behind this {kind} run: "
+            "it leaves its micro-batch to them and skips its tasks"
+        )
+    return not waiting
 
 
 def check_gate(

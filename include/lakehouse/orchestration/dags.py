@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from airflow.providers.standard.operators.bash import BashOperator
-from airflow.providers.standard.operators.python import PythonOperator
+from airflow.providers.standard.operators.python import PythonOperator, ShortCircuitOperator
 from airflow.sdk import DAG, Asset, Param, TriggerRule
 
 from lakehouse.contracts.model import Catalog, Contract, LoadedCatalog
@@ -379,14 +379,15 @@ def run_dag(
     return dag
 
 
-def _plan_task(topics: Sequence[str], tables: Sequence[str] | None) -> PythonOperator:
-    return PythonOperator(
+def _plan_task(topics: Sequence[str], tables: Sequence[str] | None) -> ShortCircuitOperator:
+    return ShortCircuitOperator(
         task_id="plan",
         python_callable=plan_run,
         op_kwargs={"topics": list(topics), "tables": None if tables is None else list(tables)},
         retries=0,
         doc_md="Checks the run's Params against the contracts (bad ones fail here, before any "
-        "data moves) and prints what the run will do.",
+        "data moves) and prints what the run will do. A scheduled or asset-triggered run with "
+        "another run queued behind it skips the rest: the run behind it does the micro-batch.",
     )
 
 
