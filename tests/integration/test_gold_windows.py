@@ -428,6 +428,64 @@ def test_sessions_merge_across_micro_batches_and_late_records(spark: Any, tmp_pa
     assert sorted((r["user"], r["page"]) for r in state) == [("a", "on-time"), ("c", "x")]
 
 
+def test_a_batch_commits_the_late_table_and_the_state_only_when_they_change(
+    spark: Any, tmp_path: Path
+) -> None:
+    lake = _lake(
+        tmp_path,
+        SESSION_TABLE
+        + """\
+  - name: per_minute
+    kind: aggregate
+    window: {type: tumbling, size: 1m, grace: 1m}
+    aggregations:
+      - {name: n, fn: count}
+""",
+    )
+    store = DeltaStore(spark)
+    paths = {
+        "gold": lake.gold_path("visits"),
+        "late": lake.late_path("visits"),
+        "state": lake.state_path("visits"),
+        "tumbling gold": lake.gold_path("per_minute"),
+        "tumbling late": lake.late_path("per_minute"),
+    }
+
+    def commits() -> dict[str, int]:
+        return {name: store.version(path) for name, path in paths.items()}
+
+    _produce(lake, [_ev("a", 0, "home"), _ev("a", 60, "later")])  # in order: nothing late
+    _run(spark, lake)
+    created = commits()
+    assert _late(lake, "visits") == [] and _late(lake, "per_minute") == []
+
+    _produce(lake, [("a", None), ("b", None)])  # tombstones: windows do not take them
+    _run(spark, lake)
+    assert commits() == {
+        **created,
+        "gold": created["gold"] + 1,  # its position moves on
+        "tumbling gold": created["tumbling gold"] + 1,
+    }
+
+    _produce(lake, [_ev("b", 1, "late")])  # behind stream time 60 in both tables: late only
+    _run(spark, lake)
+    assert commits() == {
+        "gold": created["gold"] + 2,
+        "late": created["late"] + 1,
+        "state": created["state"],
+        "tumbling gold": created["tumbling gold"] + 2,
+        "tumbling late": created["tumbling late"] + 1,
+    }
+    assert [r["page"] for r in _late(lake, "visits")] == ["late"]
+    assert [r["page"] for r in _late(lake, "per_minute")] == ["late"]
+
+    _produce(lake, [_ev("a", 62, "joins")])  # joins a's open session [60, 60]
+    _run(spark, lake)
+    after = commits()
+    assert after["state"] == created["state"] + 1 and after["late"] == created["late"] + 1
+    assert _windows(lake, "visits")[("a", 60, 62)]["pages"] == ["later", "joins"]
+
+
 def test_a_crash_between_commits_is_finished_by_the_next_run_without_double_counting(
     spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -78,11 +78,13 @@ Late records
 
 Exactly once
     A batch commits the gold table first (its Txn and the stream time), then the late table,
-    then (sessions) the state, each with ``Txn(app, end)`` for the same input versions. A run
-    that finds the late table or the state behind the gold table redoes that batch (the
-    versions and starting stream time are in the gold commit's metadata; the state is still as
-    it was before the batch, being committed last): the gold merge is skipped as already
-    applied, and the rest is written. Nothing is counted twice.
+    then (sessions) the state, each with ``Txn(app, end)`` for the same input versions; the
+    late table only if a record was late, the state only if a record joined a session, and the
+    gold commit's metadata names which of the two the batch commits. A run that finds one of
+    those behind the gold table redoes that batch (the versions and starting stream time are in
+    the gold commit's metadata; the state is still as it was before the batch, being committed
+    last): the gold merge is skipped as already applied, and the rest is written. Nothing is
+    counted twice.
 """
 
 from __future__ import annotations
@@ -111,6 +113,7 @@ if TYPE_CHECKING:
     from pyspark.sql.types import StructType
 
 WINDOW_META = "lakehouse.window"  # gold commit metadata: versions, stream times before and after
+LATE, STATE = "late", "state"  # the tables a batch committed after the gold table, in WINDOW_META
 STREAM_TIME, REASON = "stream_time", "reason"
 LATE_COLUMNS = WINDOW_LATE_COLUMNS  # the contract refuses value fields of these names
 NO_EVENT_TIME = "no event time"
@@ -525,21 +528,26 @@ def needs_rebuild(store: DeltaStore, gold: Any) -> bool:
 def _unfinished(
     store: DeltaStore, out: common.Outputs, app: str, followers: list[Any]
 ) -> _Batch | None:
-    """The batch whose gold commit is in but whose late (or state) commit is not, if any."""
+    """The batch whose gold commit is in but whose late (or state) commit, which the gold
+    commit says it has, is not, if any."""
     done = store.transaction_version(out.gold, app)
     if done is None:
         return None
+    meta = store.latest_metadata(out.gold, WINDOW_META)
+    if meta and meta["versions"][1] == done and "followers" in meta:
+        named = {LATE: out.late, STATE: out.state}
+        followers = [named[f] for f in meta["followers"]]
+    # (A gold commit without the list is older than it: every batch committed both.)
     behind = [p for p in followers if (store.transaction_version(p, app) or -1) < done]
     if not behind:
         return None
-    meta = store.latest_metadata(out.gold, WINDOW_META)
     if not meta or meta["versions"][1] != done:
         raise LakehouseError(
             f"{out.gold}: consumed version {done} but its commit has no {WINDOW_META!r} "
             "metadata; the late-records table cannot be caught up (rebuild the table)"
         )
     start = meta["versions"][0]
-    if out.state in followers and (store.transaction_version(out.state, app) or -1) >= start:
+    if out.late in behind and (store.transaction_version(out.state, app) or -1) >= start:
         raise LakehouseError(f"{out.state}: session state is ahead of {out.late}; rebuild")
     if not built_per_partition(meta):
         raise LakehouseError(
@@ -593,6 +601,18 @@ def _run_batch(
             )
         gold_rows = gold_rows.cache()
         cached.append(gold_rows)
+        # Only a table with something to take is committed: the late table when a record is
+        # late, the state when a record joined a session (no other batch changes the state:
+        # sessions close only as stream time moves, which only such a record does). The gold
+        # commit names them, for the crash protocol (:func:`_unfinished`).
+        followers = []
+        if not late.isEmpty():
+            followers.append(LATE)
+        if (
+            state is not None
+            and not placed.filter(F.col(_NEW) & (F.col(_STATUS) != "late")).isEmpty()
+        ):
+            followers.append(STATE)
         position = common.source_meta(app, batch.start, batch.end)
         meta = {
             **position,
@@ -600,12 +620,14 @@ def _run_batch(
                 "versions": [batch.start, batch.end],
                 "stream_time_before": common.stream_times_meta(batch.stream_times),
                 "stream_time": common.stream_times_meta(after),
+                "followers": followers,
             },
         }
         txn = Txn(app, batch.end)
         result = _commit_gold(source, spec, out, gold_rows, txn, meta)
-        delta_spark.append(late, out.late, txn=txn, metadata=position)
-        if state is not None:
+        if LATE in followers:
+            delta_spark.append(late, out.late, txn=txn, metadata=position)
+        if state is not None and STATE in followers:
             delta_spark.append(state, out.state, txn=txn, metadata=position, mode="overwrite")
     finally:
         for df in cached:
