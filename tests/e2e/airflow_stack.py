@@ -337,13 +337,13 @@ def _running_airflow(
                     stderr=subprocess.STDOUT,
                     start_new_session=True,
                 )
-        _wait_healthy(stack, start_timeout, components)
+        wait_healthy(stack, start_timeout, components)
         yield stack
     finally:
         stack.stop()
 
 
-def _wait_healthy(stack: Airflow, timeout: float, components: tuple[str, ...]) -> None:
+def wait_healthy(stack: Airflow, timeout: float, components: tuple[str, ...]) -> None:
     parts = ["metadatabase", *(c.replace("-", "_") for c in components if c != "api-server")]
     deadline = time.monotonic() + timeout
     health: Any = None

@@ -2,37 +2,59 @@
 triggered by hand, runs when records are produced to its broker topic; and a broken contract in
 the same folder breaks only its own DAG.
 
-Airflow 3 runs for real with its triggerer (see airflow_stack.py; LocalExecutor on PostgreSQL,
-layer tasks as clients of a Spark server), against the test session's Kafka broker. The DAG is
-scheduled on its time schedule or on the Asset that Airflow's Kafka message-queue trigger watches
-(lakehouse.orchestration.assets.records_asset). Unpausing it also starts its first interval run; the
-records are produced once the trigger's consumer has joined its group and that run is done, and
-the run the asset events create must take them through bronze, silver and gold, alone.
+The stack is docker-compose.yml's, run on this machine from the same settings: each service's
+command and environment are taken from the compose file with .env.example filled in as a user
+fills it (tests/compose_file.py, as tests/unit/test_compose.py reads them), and started as
+compose starts them: the deployment check, airflow-init's script, the Spark server
+(`lakehouse spark run`), then Airflow 3's api-server, scheduler, DAG processor and triggerer
+(`lakehouse airflow ...`: LocalExecutor on PostgreSQL, the layer tasks clients of that Spark
+server, found through the shared lakehouse home as the scheduler finds it in compose's network
+namespace and volume). The services compose runs in containers of other images have this
+machine's stand-ins: the session's PostgreSQL cluster, its S3 API (moto) with the bucket
+minio-init makes, its Kafka broker. Only their addresses and the container paths are mapped
+(:class:`ThisMachine`); the data is in the bucket, as LAKEHOUSE_DATA says.
+
+The DAG is scheduled on its time schedule or on the Asset that Airflow's Kafka message-queue
+trigger watches (lakehouse.orchestration.assets.records_asset). Unpausing it also starts its first
+interval run; the records are produced once the trigger's consumer has joined its group and that
+run is done, and the run the asset events create must take them through bronze, silver and gold,
+alone.
 """
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
+import os
+import secrets
+import signal
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
-from airflow_stack import Airflow, running_airflow
+from airflow_stack import Airflow, free_port, wait_healthy
 
+from compose_file import container_env, environment, filled_env, published, service, services
 from lakehouse import cli
 from lakehouse.contracts.model import Catalog, Contract
-from lakehouse.orchestration.airflow_env import SPARK_CONN_ENV, kafka_trigger_group
-from lakehouse.runtime.config import Settings
+from lakehouse.orchestration.airflow_env import kafka_trigger_group
+from lakehouse.runtime import deployment, objectstore, server
+from lakehouse.runtime.config import REPO_ROOT, Settings
 from lakehouse.runtime.postgres import Cluster
 from lakehouse.storage import read_arrow
 from lakehouse.topics import kafka
 from lakehouse.topics.landing import Record
+from lakes import S3_REGION, S3Store
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.e2e, pytest.mark.s3, pytest.mark.timeout(900)]
 
 TOPIC = "kt-checkins"
 DAG_ID = f"pipeline__{TOPIC}"
@@ -48,12 +70,22 @@ value: {format: json, fields: [{name: amount, type: long}]}
 stream: {name: kt_broken}
 tabels: [{name: kt_broken_latest, kind: latest}]
 """
-# The DAG processor parses the DAG file again this often (Airflow's default: 30 s). The trigger
-# that watches the topic's Asset starts once the file is parsed with the DAG unpaused.
-PARSE_EVERY = {"AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "5"}
+# The Airflow services, in the order compose starts them (the scheduler once the Spark server is
+# healthy), each named by its component (its command's third word: `lakehouse airflow <it>`).
+AIRFLOW_SERVICES = (
+    "airflow-apiserver",
+    "airflow-scheduler",
+    "airflow-dag-processor",
+    "airflow-triggerer",
+)
+# What the image installs, which on this machine is the checkout's virtualenv (its `python`,
+# `lakehouse` and `airflow` first on PATH): the image's ENV of it is left out.
+IMAGE_INSTALLATION = ("JAVA_HOME", "SPARK_HOME", "PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON")
 
 
-def _contract_text(kafka_topic: str, servers: str) -> str:
+def _contract_text(kafka_topic: str) -> str:
+    # No bootstrap_servers: the topic is read from the broker compose gives every service
+    # (LAKEHOUSE_KAFKA_BOOTSTRAP_SERVERS).
     return f"""\
 topic: {TOPIC}
 description: Check-ins from a Kafka broker, for the trigger test.
@@ -71,8 +103,228 @@ tables:
     kind: aggregate
     aggregations:
       - {{name: count, fn: count}}
-kafka: {{topic: {kafka_topic}, bootstrap_servers: '{servers}'}}
+kafka: {{topic: {kafka_topic}}}
 """
+
+
+# -- docker-compose.yml's stack on this machine -----------------------------------------------
+@dataclass(frozen=True)
+class ThisMachine:
+    """Where compose's stack is on this machine: the one mapping from compose's settings to this
+    test's. A service compose runs from another image is reached at its stand-in's address
+    instead of its own; a path in the containers is a folder here. Everything else in a
+    service's command and environment is compose's, as the filled .env gives it."""
+
+    dotenv: dict[str, str]
+    addresses: dict[str, str]  # a service's address in the compose network -> its stand-in's
+    paths: dict[str, Path]  # a path in the containers -> a folder here
+    api_port: int  # airflow-apiserver's port 8080, published on AIRFLOW_UI_ADDRESS
+    spark_port: int  # localhost:15002 in spark-server's network namespace (LAKEHOUSE_SPARK_PORT)
+    logs: Path
+
+    def value(self, text: str) -> str:
+        for path in sorted(self.paths, key=len, reverse=True):
+            if text == path or text.startswith(path + "/"):
+                return str(self.paths[path]) + text[len(path) :]
+        for address, here in self.addresses.items():
+            text = text.replace(address, here)
+        return text
+
+    def environment(self, name: str) -> dict[str, str]:
+        """What a process of service ``name`` gets: this machine's environment without a
+        deployment's variables, then the service's (:func:`compose_file.container_env`) mapped."""
+        env = {k: v for k, v in os.environ.items() if not k.startswith(deployment.PREFIXES)}
+        env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+        for key, value in container_env(name, self.dotenv).items():
+            if key not in IMAGE_INSTALLATION:
+                env[key] = self.value(value)
+        svc = service(name, self.dotenv)
+        if name == "airflow-apiserver":
+            # It listens on every interface of its container, published on the host's
+            # AIRFLOW_UI_ADDRESS: here, that address.
+            ((address, _),) = published(svc).values()
+            env["AIRFLOW__API__HOST"] = address
+        if name == "spark-server" or svc.get("network_mode") == "service:spark-server":
+            env[server.PORT_ENV] = str(self.spark_port)
+        return env
+
+    def command(self, name: str) -> list[str]:
+        args = [str(arg) for arg in service(name, self.dotenv)["command"]]
+        if name == "airflow-apiserver":
+            args[args.index("--port") + 1] = str(self.api_port)
+        return args
+
+    def run(self, name: str, timeout: float = 600) -> None:
+        """Run a service that exits when done (config-check, airflow-init): it must succeed."""
+        done = subprocess.run(
+            self.command(name),
+            env=self.environment(name),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+        assert done.returncode == 0, f"{name} exited with {done.returncode}:\n{done.stderr[-3000:]}"
+
+    def start(self, name: str, log_name: str | None = None) -> subprocess.Popen[bytes]:
+        """Start a long-running service in a session of its own, its output to
+        logs/<log_name or name>.log."""
+        self.logs.mkdir(parents=True, exist_ok=True)
+        with (self.logs / f"{log_name or name}.log").open("wb") as log:
+            return subprocess.Popen(
+                self.command(name),
+                env=self.environment(name),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+
+    def settings(self, name: str) -> Settings:
+        """The lakehouse a process of service ``name`` finds from its environment."""
+        env = self.environment(name)
+        return Settings.from_env(
+            env["LAKEHOUSE_HOME"], env["LAKEHOUSE_CONTRACTS"], env["LAKEHOUSE_DATA"]
+        )
+
+
+def this_machine(
+    root: Path, contracts: Path, postgres: Cluster, broker: Any, store: S3Store
+) -> ThisMachine:
+    """Compose's stack mapped to this machine, its stand-ins made ready as compose's services
+    would be (the metadata database, the bucket)."""
+    dotenv = filled_env()
+    db = environment(service("postgres", dotenv))
+    home, airflow_home = root / "lakehouse", root / "airflow"
+    # The image makes these, and compose mounts the volumes `lakehouse`, `airflow-logs` and
+    # `airflow-auth` on them: one folder each here, shared by every service as the volumes are.
+    for folder in (home, airflow_home / "logs", airflow_home / "auth"):
+        folder.mkdir(parents=True)
+    api_port = free_port()
+    return ThisMachine(
+        dotenv=dotenv,
+        addresses={
+            f"postgres:5432/{db['POSTGRES_DB']}": _postgres_service(postgres, db),
+            "minio:9000": _minio_service(store, dotenv),
+            "kafka:9092": broker.bootstrap_servers,
+            "airflow-apiserver:8080": f"127.0.0.1:{api_port}",
+        },
+        paths={
+            "/lakehouse": home,
+            "/opt/airflow": airflow_home,
+            "/opt/lakehouse/contracts": contracts,  # the image's contracts: the test's
+            "/opt/lakehouse": REPO_ROOT,  # the image's project (DAGs, jobs): this checkout
+        },
+        api_port=api_port,
+        spark_port=free_port(),
+        logs=root / "logs",
+    )
+
+
+def _postgres_service(cluster: Cluster, db: dict[str, str | None]) -> str:
+    """compose's `postgres` in the session's cluster: its user with its password, owning a
+    database of its own, as the postgres image makes POSTGRES_USER and POSTGRES_DB (under
+    another name: the cluster has an `airflow` database of its own). Its address and database."""
+    import psycopg
+    from psycopg import sql
+
+    user, password = db["POSTGRES_USER"], db["POSTGRES_PASSWORD"]
+    database = f"{db['POSTGRES_DB']}_{secrets.token_hex(4)}"
+    url = cluster.url("postgres").replace("postgresql+psycopg", "postgresql")
+    with psycopg.connect(url, autocommit=True) as conn:
+        known = conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (user,)).fetchone()
+        role = sql.SQL("ALTER ROLE {} PASSWORD {}" if known else "CREATE ROLE {} LOGIN PASSWORD {}")
+        conn.execute(role.format(sql.Identifier(str(user)), sql.Literal(password)))
+        conn.execute(
+            sql.SQL("CREATE DATABASE {} OWNER {}").format(
+                sql.Identifier(database), sql.Identifier(str(user))
+            )
+        )
+    return f"127.0.0.1:{cluster.status().port}/{database}"
+
+
+def _minio_service(store: S3Store, dotenv: dict[str, str]) -> str:
+    """compose's `minio` and `minio-init`: the session's S3 API with the bucket minio-init makes
+    (moto checks no credentials, so the lakehouse's user and its policy have no stand-in). Its
+    address."""
+    import boto3
+
+    bucket = environment(service("minio-init", dotenv))["LAKEHOUSE_BUCKET"]
+    client = boto3.client(
+        "s3",
+        endpoint_url=store.endpoint,
+        region_name=S3_REGION,
+        aws_access_key_id=dotenv["AWS_ACCESS_KEY_ID"],
+        aws_secret_access_key=dotenv["AWS_SECRET_ACCESS_KEY"],
+    )
+    if bucket not in [b["Name"] for b in client.list_buckets()["Buckets"]]:
+        client.create_bucket(Bucket=bucket)
+    return urlsplit(store.endpoint).netloc
+
+
+class ComposeAirflow(Airflow):
+    """The Airflow services' REST API, logged in as the admin airflow-init writes."""
+
+    @property
+    def password(self) -> str:
+        path = Path(self.env["AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE"])
+        return str(json.loads(path.read_text())["admin"])
+
+
+@contextlib.contextmanager
+def compose_up(here: ThisMachine) -> Iterator[ComposeAirflow]:
+    """Start the stack's services of the project's image as compose does, each with its own
+    command and environment; stop every process at the end."""
+    here.run("config-check")
+    with contextlib.ExitStack() as stack:
+        spark = here.start("spark-server")
+        stack.callback(_stop_spark_server, spark, here.settings("spark-server"))
+        here.run("airflow-init")  # while the Spark server starts
+        _wait_for_spark_server(here, spark)
+        airflow = ComposeAirflow(
+            here.settings("airflow-scheduler"),
+            here.environment("airflow-scheduler"),
+            here.api_port,
+            here.logs,
+        )
+        stack.callback(airflow.stop)
+        for name in AIRFLOW_SERVICES:
+            component = here.command(name)[2]  # `lakehouse airflow <component>`: its log's name
+            airflow.procs[component] = here.start(name, component)
+        wait_healthy(airflow, 300, tuple(airflow.procs))
+        yield airflow
+
+
+def _wait_for_spark_server(
+    here: ThisMachine, spark: subprocess.Popen[bytes], timeout: float = 300
+) -> None:
+    """Until spark-server's health check (`lakehouse spark status`) passes, as the scheduler
+    waits for it."""
+    check = [str(arg) for arg in services()["spark-server"]["healthcheck"]["test"][1:]]
+    deadline = time.monotonic() + timeout
+    while not server.status(here.settings("spark-server")).running:
+        log = (here.logs / "spark-server.log").read_text(errors="replace")[-3000:]
+        assert spark.poll() is None, f"spark-server exited with {spark.returncode}:\n{log}"
+        assert time.monotonic() < deadline, f"spark-server not up after {timeout} s:\n{log}"
+        time.sleep(1)
+    done = subprocess.run(
+        check, env=here.environment("spark-server"), capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, f"{check}: {done.stdout}{done.stderr}"
+
+
+def _stop_spark_server(spark: subprocess.Popen[bytes], settings: Settings) -> None:
+    """As compose stops it: SIGTERM to `lakehouse spark run`, which stops the server whole; what
+    is left after a minute is stopped here."""
+    with contextlib.suppress(ProcessLookupError):
+        spark.send_signal(signal.SIGTERM)
+    try:
+        spark.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(spark.pid, signal.SIGKILL)
+        spark.wait(timeout=10)
+    server.stop(settings)
 
 
 @dataclass
@@ -80,34 +332,40 @@ class Stack:
     settings: Settings
     contract: Contract
     airflow: Airflow
+    spark_port: int  # where spark-server's Spark server listens
 
 
 @pytest.fixture(scope="module")
 def stack(
     tmp_path_factory: pytest.TempPathFactory,
     postgres: Cluster,
-    spark_server: str,
     kafka_broker: Any,
+    s3_server: S3Store,
 ) -> Iterator[Stack]:
-    """The topic created on the broker, Airflow running with its triggerer, the DAG stored."""
+    """The stack up, the topic created on the broker, the DAG stored. This process is a client
+    of the stack as `docker compose exec airflow-scheduler ...` is: the scheduler's lakehouse
+    settings in its environment."""
     root = tmp_path_factory.mktemp("kafka-trigger")
     contracts = root / "contracts"
     contracts.mkdir()
     kafka_topic = f"kt-checkins-{uuid.uuid4().hex[:8]}"
-    (contracts / f"{TOPIC}.yaml").write_text(
-        _contract_text(kafka_topic, kafka_broker.bootstrap_servers)
-    )
+    (contracts / f"{TOPIC}.yaml").write_text(_contract_text(kafka_topic))
     # Beside it, a contract with a misspelled field: it must break its own DAG and nothing else.
     (contracts / f"{BROKEN}.yaml").write_text(BROKEN_TEXT)
-    settings = Settings.from_env(home=root / "lakehouse", contracts_dir=contracts)
-    contract = Catalog.load_each(contracts).topic(TOPIC)  # beside a broken contract
-    assert cli.create_topic(settings, contract, io.StringIO()) == 0
-    extra = PARSE_EVERY | {SPARK_CONN_ENV: spark_server}
-    with running_airflow(
-        settings, root / "airflow-logs", postgres=postgres, extra_env=extra, triggerer=True
-    ) as airflow:
-        airflow.wait_for_dag(DAG_ID)
-        yield Stack(settings, contract, airflow)
+    here = this_machine(root, contracts, postgres, kafka_broker, s3_server)
+    try:
+        with compose_up(here) as airflow, pytest.MonkeyPatch.context() as mp:
+            for key, value in here.environment("airflow-scheduler").items():
+                if key.startswith(("LAKEHOUSE_", "AWS_")):
+                    mp.setenv(key, value)
+            objectstore.reset()
+            settings = here.settings("airflow-scheduler")
+            contract = Catalog.load_each(contracts).topic(TOPIC)  # beside a broken contract
+            assert cli.create_topic(settings, contract, io.StringIO()) == 0
+            airflow.wait_for_dag(DAG_ID)
+            yield Stack(settings, contract, airflow, here.spark_port)
+    finally:
+        objectstore.reset()
 
 
 def _wait_for_trigger_consumer(stack: Stack, timeout: float = 180) -> None:
@@ -183,7 +441,7 @@ def test_records_arriving_start_a_run_that_takes_them_to_gold(stack: Stack) -> N
     assert airflow.wait_for_run(DAG_ID, scheduled["dag_run_id"])["state"] == "success"
     print(f"interval run done {time.monotonic() - started:.1f} s after unpausing")
     assert (
-        not stack.settings.bronze_path(TOPIC).exists()
+        not objectstore.exists(stack.settings.bronze_path(TOPIC))
         or not read_arrow(stack.settings.bronze_path(TOPIC)).num_rows
     )
 
@@ -208,6 +466,11 @@ def test_records_arriving_start_a_run_that_takes_them_to_gold(stack: Stack) -> N
     )
     assert finished["state"] == "success", _tasks(airflow, run["dag_run_id"])
     assert finished["triggered_by"] == "asset"
+    # Its layers ran on spark-server's Spark server, which the scheduler's `lakehouse airflow`
+    # found through the shared home, as in compose's shared network namespace and volume.
+    for layer in ("bronze", "silver", "gold"):
+        log = airflow.task_log(DAG_ID, run["dag_run_id"], layer)
+        assert f"on the Spark server at localhost:{stack.spark_port}" in log, log[-2000:]
 
     # It took the records through every layer.
     bronze = read_arrow(stack.settings.bronze_path(TOPIC)).to_pylist()
@@ -220,6 +483,19 @@ def test_records_arriving_start_a_run_that_takes_them_to_gold(stack: Stack) -> N
         "carol": "Quito",
     }
     assert {r["username"]: r["count"] for r in gold[COUNTS]} == {"alice": 2, "bob": 1, "carol": 1}
+
+    # The tables are in the bucket, under compose's LAKEHOUSE_DATA; nothing of them is under the
+    # home (the volume `lakehouse`).
+    data = environment(services()["airflow-scheduler"])["LAKEHOUSE_DATA"]
+    assert str(stack.settings.data_root) == data
+    tables = [
+        stack.settings.bronze_path(TOPIC),
+        stack.settings.silver_path(stack.contract.stream),
+        *(stack.settings.gold_path(t) for t in (LATEST, COUNTS)),
+    ]
+    assert all(str(t).startswith(f"{data}/") for t in tables), tables
+    assert all(objectstore.exists(t / "_delta_log") for t in tables), tables
+    assert [p for p in stack.settings.home.rglob("*") if p.name == "_delta_log"] == []
 
     # The run consumed the Kafka asset's events, which name a record's place, not its content.
     path = f"/dags/{DAG_ID}/dagRuns/{run['dag_run_id']}/upstreamAssetEvents"

@@ -7,6 +7,9 @@ for, `lakehouse airflow`'s environment, the Spark server's settings and the laye
 commit-safety check. What the stack relies on besides (one image, one lakehouse home, the data
 in the bucket the stack creates, the broker, secrets only from .env) is checked on the parsed
 files.
+
+The files are read through tests/compose_file.py, shared with the end-to-end test that runs the
+stack on this machine from the same settings (tests/e2e/test_records_start_runs.py).
 """
 
 from __future__ import annotations
@@ -15,18 +18,31 @@ import json
 import os
 import re
 import shlex
-from functools import cache
 from pathlib import Path, PurePosixPath
 from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
-import yaml
 
-ROOT = Path(__file__).resolve().parents[2]
-COMPOSE = ROOT / "docker-compose.yml"
-DOCKERFILE = ROOT / "Dockerfile"
-ENV_EXAMPLE = ROOT / ".env.example"
+from compose_file import (
+    COMPOSE,
+    DOCKERFILE,
+    ROOT,
+    command,
+    compose,
+    container_env,
+    dependencies,
+    dockerfile_env,
+    dockerfile_instructions,
+    env_example,
+    environment,
+    filled_env,
+    interpolate,
+    named_mounts,
+    published,
+    services,
+)
+
 DOCKERIGNORE = ROOT / ".dockerignore"
 README = ROOT / "README.md"
 KAFKA_POM = ROOT / "include" / "jvm" / "kafka" / "pom.xml"
@@ -78,52 +94,8 @@ SHELL_VARIABLE = re.compile(r"\$\{(\w+)\}|\$(\w+)")
 
 
 # -- helpers: docker-compose.yml --------------------------------------------------------------
-@cache
-def compose() -> dict[str, Any]:
-    return yaml.safe_load(COMPOSE.read_text())
-
-
-def services() -> dict[str, dict[str, Any]]:
-    return compose()["services"]
-
-
 def project_services(prefixes: tuple[str, ...] = ("airflow-", "spark-")) -> dict[str, dict]:
     return {name: svc for name, svc in services().items() if name.startswith(prefixes)}
-
-
-def environment(service: dict[str, Any]) -> dict[str, str | None]:
-    """A service's environment, whichever of compose's two forms (mapping or list) it uses."""
-    env = service.get("environment") or {}
-    if isinstance(env, list):
-        return dict(item.split("=", 1) if "=" in item else (item, None) for item in env)
-    return {key: None if value is None else str(value) for key, value in env.items()}
-
-
-def named_mounts(service: dict[str, Any]) -> dict[str, str]:
-    """``{volume name: path in the container}`` for the named volumes a service mounts."""
-    mounts = {}
-    for volume in service.get("volumes", []):
-        if isinstance(volume, dict):
-            source, target = volume.get("source"), volume["target"]
-        else:
-            source, _, rest = volume.partition(":")
-            target = rest.split(":")[0]
-        if source and not source.startswith((".", "/", "~", "$")):
-            mounts[source] = target
-    return mounts
-
-
-def dependencies(service: dict[str, Any]) -> dict[str, str]:
-    """``{service: condition}`` of a service's depends_on (list form means service_started)."""
-    deps = service.get("depends_on") or {}
-    if isinstance(deps, list):
-        return dict.fromkeys(deps, "service_started")
-    return {name: (spec or {}).get("condition", "service_started") for name, spec in deps.items()}
-
-
-def command(service: dict[str, Any]) -> list[str]:
-    cmd = service.get("command") or []
-    return shlex.split(cmd) if isinstance(cmd, str) else [str(arg) for arg in cmd]
 
 
 def option(args: list[str], name: str, default: str) -> str:
@@ -133,18 +105,6 @@ def option(args: list[str], name: str, default: str) -> str:
 def has_healthcheck(service: dict[str, Any]) -> bool:
     check = service.get("healthcheck") or {}
     return bool(check.get("test")) and not check.get("disable", False)
-
-
-def published(service: dict[str, Any]) -> dict[str, tuple[str, str]]:
-    """``{host port: (host address or "", container port)}`` of a service's published ports."""
-    ports = {}
-    for port in service.get("ports", []):
-        if isinstance(port, dict):
-            ports[str(port["published"])] = (port.get("host_ip", ""), str(port["target"]))
-        else:
-            *address, host, container = str(port).split(":")
-            ports[host] = (":".join(address), container.split("/")[0])
-    return ports
 
 
 def listeners(value: str) -> dict[str, tuple[str, int]]:
@@ -210,27 +170,6 @@ def substitutions(node: Any) -> set[str]:
 
 
 # -- helpers: Dockerfile and .env.example -----------------------------------------------------
-@cache
-def dockerfile_instructions() -> list[tuple[str, str]]:
-    """``(INSTRUCTION, arguments)`` pairs, continuation lines joined, comments dropped."""
-    lines = [
-        line for line in DOCKERFILE.read_text().splitlines() if not line.lstrip().startswith("#")
-    ]
-    joined = re.sub(r"\\\n", " ", "\n".join(lines))
-    return [
-        (parts[0].upper(), parts[1] if len(parts) > 1 else "")
-        for parts in (line.strip().split(None, 1) for line in joined.splitlines() if line.strip())
-    ]
-
-
-def dockerfile_env() -> dict[str, str]:
-    env = {}
-    for instruction, args in dockerfile_instructions():
-        if instruction == "ENV":
-            env.update(token.split("=", 1) for token in shlex.split(args))
-    return env
-
-
 def dockerfile_copies() -> dict[str, PurePosixPath]:
     """``{source in the repo: absolute path in the image}`` for every COPY from the context."""
     copied: dict[str, PurePosixPath] = {}
@@ -246,15 +185,6 @@ def dockerfile_copies() -> dict[str, PurePosixPath]:
             into_dir = (ROOT / source).is_file() and (dest.endswith("/") or len(sources) > 1)
             copied[source.rstrip("/")] = target / PurePosixPath(source).name if into_dir else target
     return copied
-
-
-def env_example() -> dict[str, str]:
-    pairs = (
-        line.split("=", 1)
-        for line in ENV_EXAMPLE.read_text().splitlines()
-        if "=" in line and not line.lstrip().startswith("#")
-    )
-    return {key.strip(): value.strip() for key, value in pairs}
 
 
 def is_secret_name(name: str) -> bool:
@@ -527,54 +457,6 @@ def test_the_ports_published_for_users_are_the_ones_the_readme_gives() -> None:
 
 
 # -- each service's start-up, through the platform's own checks --------------------------------
-# `${NAME}`, `${NAME:-default}`, `${NAME-default}`, `${NAME:?error}`, `${NAME?error}`
-INTERPOLATION = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?:(:?[-?])([^}]*))?\}")
-
-
-def interpolate(node: Any, dotenv: dict[str, str]) -> Any:
-    """A parsed compose tree with its variables substituted from ``dotenv`` as compose does;
-    a required variable that is unset fails the test with compose's own message."""
-    if isinstance(node, dict):
-        return {key: interpolate(value, dotenv) for key, value in node.items()}
-    if isinstance(node, list):
-        return [interpolate(value, dotenv) for value in node]
-    if not isinstance(node, str):
-        return node
-
-    def value(match: re.Match[str]) -> str:
-        name, kind, word = match.groups()
-        got = dotenv.get(name)
-        empty = got is None or (got == "" and kind is not None and kind.startswith(":"))
-        if kind and kind.endswith("?") and empty:
-            raise AssertionError(f"compose refuses to start: {word}")
-        if kind and kind.endswith("-") and empty:
-            return word
-        return got or ""
-
-    parts = node.split("$$")
-    return "$".join(INTERPOLATION.sub(value, part) for part in parts)
-
-
-def filled_env() -> dict[str, str]:
-    """.env.example with every placeholder replaced, as a user's .env would be."""
-    from cryptography.fernet import Fernet
-
-    def secret(key: str) -> str:
-        if key == "AIRFLOW__CORE__FERNET_KEY":
-            return Fernet.generate_key().decode()
-        return "lakehouse" if key == "AWS_ACCESS_KEY_ID" else os.urandom(16).hex()
-
-    return {k: secret(k) if v == "change-me" else v for k, v in env_example().items()}
-
-
-def container_env(name: str, dotenv: dict[str, str]) -> dict[str, str]:
-    """What a process of service ``name`` finds in its environment: the image's ENV, then the
-    service's environment as compose substitutes it."""
-    svc = interpolate(services()[name], dotenv)
-    own = {key: value for key, value in environment(svc).items() if value is not None}
-    return {**dockerfile_env(), **own}
-
-
 def started_with(name: str) -> list[str]:
     """The lakehouse command a service starts with (for a script, its line that runs one)."""
     args = command(services()[name])
