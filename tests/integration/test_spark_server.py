@@ -41,6 +41,8 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Settings]:
         mp.setenv("LAKEHOUSE_HOME", str(home))
         mp.setenv("LAKEHOUSE_CONTRACTS", str(contracts))
         mp.setenv(server.PORT_ENV, str(free_port()))
+        # A Python daemon with no worker quits after a second (see test_idle_python_workers_go).
+        mp.setenv(server.PYTHON_IDLE_ENV, "1")
         settings = Settings.from_env()
         subprocess.run(
             [sys.executable, "-m", "lakehouse.cli", "sample"], check=True, capture_output=True
@@ -64,15 +66,19 @@ def _lakehouse(settings: Settings, *args: str) -> subprocess.CompletedProcess[st
 
 
 def _process(settings: Settings, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k != server.TOKEN_ENV}
     return subprocess.run(
         [sys.executable, *args],
-        env={**env, "LAKEHOUSE_HOME": str(settings.home)},
+        env=_client_env(settings),
         capture_output=True,
         text=True,
         timeout=600,
         check=False,
     )
+
+
+def _client_env(settings: Settings) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != server.TOKEN_ENV}
+    return {**env, "LAKEHOUSE_HOME": str(settings.home)}
 
 
 def _listening_addresses(pid: int) -> set[str]:
@@ -285,6 +291,75 @@ def test_rebuilds_are_clients_of_the_running_server(served: Settings) -> None:
     shown = _lakehouse(served, "show", "user_latest_location", "--at-event-time", now)
     assert (shown.returncode, shown.stderr) == (0, on_server), shown.stderr[-3000:]
     assert "| alice    | Berlin   |" in shown.stdout and "(2 rows)" in shown.stdout
+
+
+# A client's session that runs Python work (mapInArrow) on the server; `again` on its stdin runs
+# it once more in the same session.
+_PYTHON_WORK = """\
+import sys
+import pyarrow as pa
+from lakehouse.runtime import server
+from lakehouse.runtime.config import Settings
+spark = server.connect(Settings.from_env())
+def doubled(batches):
+    for batch in batches:
+        yield pa.RecordBatch.from_pydict({"n": [2 * i for i in batch.column(0).to_pylist()]})
+def work():
+    rows = spark.range(0, 4, 1, 2).mapInArrow(doubled, "n long").collect()
+    print(sorted(r.n for r in rows), flush=True)
+work()
+while sys.stdin.readline().strip() == "again":
+    work()
+spark.stop()
+"""
+
+
+def _python_processes(pid: int) -> dict[int, str]:
+    """The server's Python processes, each with its command line: its descendants running this
+    interpreter (its Python workers and the daemons that fork them)."""
+    found = {}
+    for child in server._descendants(pid):
+        try:
+            argv = Path(f"/proc/{child}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if argv[0] == os.fsencode(sys.executable):
+            found[child] = b" ".join(argv).decode(errors="replace")
+    return found
+
+
+def test_idle_python_workers_go(served: Settings) -> None:
+    """Clients' sessions ran Python work on the server, one of them ended and the other waits:
+    the server's Python processes go (Spark ends idle workers after a minute, here the daemons
+    that forked them after a second more), and the waiting session's next Python work runs on
+    new ones. They used to stay until the server stopped, a daemon for every client session."""
+    import time
+
+    pid = server.status(served).pid
+    assert pid is not None
+    waiting = subprocess.Popen(
+        [sys.executable, "-c", _PYTHON_WORK],
+        env=_client_env(served),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert waiting.stdin is not None and waiting.stdout is not None
+        assert waiting.stdout.readline() == "[0, 2, 4, 6]\n", waiting.communicate()
+        ended = _process(served, "-c", _PYTHON_WORK)
+        assert (ended.returncode, ended.stdout) == (0, "[0, 2, 4, 6]\n"), ended.stderr[-3000:]
+        assert _python_processes(pid), "the clients ran no Python worker on the server"
+        deadline = time.monotonic() + 300
+        while _python_processes(pid) and time.monotonic() < deadline:
+            time.sleep(1)
+        assert not _python_processes(pid), f"they stayed: {_python_processes(pid)}"
+        out, err = waiting.communicate("again\n", timeout=600)
+        assert (waiting.returncode, out) == (0, "[0, 2, 4, 6]\n"), err[-3000:]
+    finally:
+        if waiting.poll() is None:
+            waiting.kill()
 
 
 def test_a_client_whose_server_is_down_is_told_how_to_start_it(tmp_path: Path) -> None:

@@ -21,6 +21,12 @@ serves on the server (``MERGE INTO``, ``readChangeFeed``, ``txnAppId`` ...).
   (``LAKEHOUSE_SPARK_LOG_LEVEL``), rolled over at 10 MB with 5 old files kept
   (``LAKEHOUSE_SPARK_LOG_SIZE``, ``LAKEHOUSE_SPARK_LOG_FILES``); what the JVM prints outside
   Log4j (before it starts, the Python workers' errors) goes to ``server.out``.
+* Its Python workers go when they are idle. Spark forks a client session's workers from a
+  Python daemon of that session's own and stops none before the server stops (SPARK-54055, not
+  fixed in Spark 4.2.0): every client that ran Python work left a daemon behind. Spark ends a
+  session's idle workers a minute after its last Python task; the server's daemon
+  (:func:`python_daemon`) quits once it has had no worker for ``LAKEHOUSE_SPARK_PYTHON_IDLE``
+  seconds (default 60), and a session that runs Python work again gets a new one.
 * Great Expectations' validation service starts and stops with it: clients validate their
   pandas-sized batches there, so no client imports GX. The server runs it as a process
   (``python -m lakehouse.quality.gx_service``) listening at :func:`validation_socket`; what it
@@ -60,6 +66,7 @@ from lakehouse.runtime.process import (
     tail,
     write_record,
 )
+from lakehouse.runtime.pydaemon import DEFAULT_PYTHON_IDLE_S, PYTHON_IDLE_ENV
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -197,15 +204,29 @@ def status(settings: Settings) -> Status:
 def server_conf(settings: Settings, at: int) -> dict[str, str]:
     """Every setting the server starts with: the platform's (:func:`lakehouse.runtime.spark.spark_conf`)
     and the Connect service's, every listener on the loopback address."""
+    from lakehouse.runtime.config import whole_number_setting
     from lakehouse.runtime.spark import spark_conf
 
     conf = spark_conf(settings.spark_master, "lakehouse-spark-server")
+    idle = whole_number_setting(PYTHON_IDLE_ENV, DEFAULT_PYTHON_IDLE_S, "seconds", least=1)
     return {
         **conf,
         "spark.connect.grpc.binding.address": LOOPBACK,
         "spark.connect.grpc.binding.port": str(at),
         "spark.driver.bindAddress": LOOPBACK,
         "spark.driver.host": LOOPBACK,
+        # Spark forks each Connect session's Python workers from a daemon of the session's own
+        # and stops none until the server stops (SPARK-54055): every client session that ran
+        # Python work left one behind, 37 MiB each. No setting of Spark's ends it:
+        # spark.python.worker.idleTimeoutSeconds and killOnIdleTimeout watch a worker running a
+        # task (a kill fails the task), spark.python.factory.idleWorkerMaxPoolSize bounds a
+        # session's idle workers, not its daemon. Without daemons (spark.python.use.daemon
+        # false) every Python task starts an interpreter and imports its modules anew:
+        # `lakehouse run` took 2 to 3 times as long. So the server runs Spark's daemon with an
+        # end (lakehouse.runtime.pydaemon), and workers are still reused within a session.
+        "spark.python.daemon.module": "lakehouse.runtime.pydaemon",
+        # (A cluster's executors run daemons too; in local mode the server's environment has it.)
+        f"spark.executorEnv.{PYTHON_IDLE_ENV}": str(idle),
     }
 
 
