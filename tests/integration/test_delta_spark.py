@@ -119,7 +119,7 @@ def test_a_spark_submit_without_the_jars_is_refused_naming_them(tmp_path: Path) 
     refused = [line for line in done.stdout.splitlines() if line.startswith("refused: ")]
     assert refused == [
         "refused: spark-submit started this job without the JVM jars "
-        + ", ".join(jvm.read_lock())
+        + ", ".join(path.name for path in jvm.spark_jars())
         + " (submit it with lakehouse.runtime.spark.submit_conf()'s settings, as the Airflow operator "
         "does: `--conf spark.jars=...`)"
     ]

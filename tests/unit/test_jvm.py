@@ -32,6 +32,7 @@ EXPECTED = {
     "commons-pool2-2.13.1.jar",
     # Hadoop's S3A connector and the modules of the AWS SDK it uses (not the SDK's bundle).
     "hadoop-aws-3.5.0.jar",
+    "hadoop-bare-naked-local-fs-0.1.0.jar",
     "analyticsaccelerator-s3-1.3.1.jar",
     "eventstream-1.0.1.jar",
     "reactive-streams-1.0.4.jar",
@@ -87,11 +88,17 @@ def test_the_installed_jars_are_the_locked_ones_and_duplicate_nothing_of_pyspark
 
 
 def test_spark_jars_are_the_locked_jars_as_absolute_paths() -> None:
-    value = spark.jvm_conf()["spark.jars"]
+    """Every locked jar, in ``spark.jars`` or (the local file system, which Hadoop looks up
+    before it fetches those) on the driver's and executors' class path from their start."""
+    conf = spark.jvm_conf()
+    value = conf["spark.jars"]
     assert value == jvm.spark_jars_conf()
     paths = [Path(path) for path in value.split(",")]
-    assert [path.name for path in paths] == list(jvm.read_lock())
-    assert all(path.is_absolute() and path.is_file() for path in paths)
+    launched = [Path(path) for path in conf["spark.driver.extraClassPath"].split(":")]
+    assert conf["spark.executor.extraClassPath"] == conf["spark.driver.extraClassPath"]
+    assert [path.name for path in launched] == ["hadoop-bare-naked-local-fs-0.1.0.jar"]
+    assert sorted(path.name for path in paths + launched) == sorted(jvm.read_lock())
+    assert all(path.is_absolute() and path.is_file() for path in paths + launched)
 
 
 def test_the_jvm_and_python_halves_are_the_versions_pyspark_and_delta_spark_pin() -> None:

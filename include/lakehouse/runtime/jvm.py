@@ -117,9 +117,25 @@ def installed(directory: Path, lock: Path) -> list[Path]:
     return paths
 
 
+# Jars of the lock that must be on the JVM's class path when it starts, not in ``spark.jars``
+# (loaded after it has started): Hadoop looks the ``file:`` file system up first, to fetch the
+# ``spark.jars`` themselves.
+LAUNCH_ARTIFACTS = ("hadoop-bare-naked-local-fs",)
+
+
 def spark_jars(directory: Path | None = None, lock: Path | None = None) -> list[Path]:
-    """The jars for ``spark.jars``: each one of the lock, in the jars folder."""
-    return installed(directory or jars_dir(), lock or LOCK)
+    """The jars for ``spark.jars``: each one of the lock, in the jars folder, but those of
+    :data:`LAUNCH_ARTIFACTS`."""
+    every = installed(directory or jars_dir(), lock or LOCK)
+    return [path for path in every if artifact(path.name) not in LAUNCH_ARTIFACTS]
+
+
+def launch_classpath(directory: Path | None = None, lock: Path | None = None) -> str:
+    """The jars of :data:`LAUNCH_ARTIFACTS`, as the driver's and executors' extra class path."""
+    every = installed(directory or jars_dir(), lock or LOCK)
+    return os.pathsep.join(
+        str(path.absolute()) for path in every if artifact(path.name) in LAUNCH_ARTIFACTS
+    )
 
 
 def spark_jars_conf(directory: Path | None = None, lock: Path | None = None) -> str:

@@ -27,11 +27,40 @@ DELTA_CONF = {
 }
 
 
+# Local files without a process started per file or commit. Hadoop's local file system runs
+# `chmod` for every file it creates (no native Hadoop library is on the class path), and its
+# FileContext (Delta's default log store for `file:`, HDFSLogStore, and the checkpoint file
+# manager Delta writes each version's checksum file with) runs `readlink` four times per
+# rename: about 24 processes a commit. BareLocalFileSystem (hadoop-bare-naked-local-fs) is
+# Hadoop's LocalFileSystem with permissions and file status through java.nio; Delta's
+# LocalLogStore and Spark's FileSystem-based checkpoint file manager rename through it. On
+# local files neither log store excludes another process (HDFSLogStore locks only on a
+# RawLocalFileSystem); the platform's table lock does (lakehouse.storage.delta_spark). The
+# checkpoint manager's setting is session-wide: on s3a it renames through S3AFileSystem rather
+# than FileContext over it, the same copy and delete.
+LOCAL_FILES_CONF = {
+    "spark.hadoop.fs.file.impl": "com.globalmentor.apache.hadoop.fs.BareLocalFileSystem",
+    "spark.delta.logStore.file.impl": "io.delta.storage.LocalLogStore",
+    "spark.sql.streaming.checkpointFileManagerClass": (
+        "org.apache.spark.sql.execution.streaming.checkpointing."
+        "FileSystemBasedCheckpointFileManager"
+    ),
+}
+
+
 def jvm_conf() -> dict[str, str]:
     """The JVM jars beyond pyspark's (Delta Lake, Spark's Avro source), installed once by
-    ``make install`` (:mod:`lakehouse.runtime.jvm`), as ``spark.jars``, and Delta's settings
-    (:data:`DELTA_CONF`). Raises :class:`~lakehouse.errors.JarsError` if a jar is missing."""
-    return {"spark.jars": jvm.spark_jars_conf(), **DELTA_CONF}
+    ``make install`` (:mod:`lakehouse.runtime.jvm`), as ``spark.jars`` and (the local file
+    system) the class path, and Delta's settings (:data:`DELTA_CONF`, :data:`LOCAL_FILES_CONF`).
+    Raises :class:`~lakehouse.errors.JarsError` if a jar is missing."""
+    launch = jvm.launch_classpath()
+    return {
+        "spark.jars": jvm.spark_jars_conf(),
+        "spark.driver.extraClassPath": launch,
+        "spark.executor.extraClassPath": launch,
+        **DELTA_CONF,
+        **LOCAL_FILES_CONF,
+    }
 
 
 def submit_conf() -> dict[str, str]:
