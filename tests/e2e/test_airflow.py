@@ -341,7 +341,7 @@ def test_maintenance_dag_runs_through_airflow(settings: Settings, migrated: Migr
 
 
 def _run_id(log: str) -> str:
-    found = re.search(r"run_id=(\S+?),", log)
+    found = re.search(r"run_id='?([^',\s]+)", log)  # (some lines quote it)
     assert found, log[-3000:]
     return found.group(1)
 
