@@ -78,6 +78,12 @@ BENCHES: dict[str, tuple[tuple[str, ...], dict[str, list[list[str]]]]] = {
         ("end_to_end_s3",),
         {"small": [["--records", "1000000"]], "large": [["--records", "1000000"]]},
     ),
+    # Against the platform before the small-batch work: a worktree of that commit (both sides
+    # run their own Spark server and Airflow); large also times `make test` on clean clones.
+    "before_after": (
+        ("before_after",),
+        {"small": [[]], "large": [["--batches", "5", "--trigger-repeats", "3", "--make-test"]]},
+    ),
     "airflow_trigger": (
         ("airflow_trigger",),
         {"small": [["--repeats", "1"]], "large": [["--repeats", "5"]]},

@@ -18,6 +18,7 @@ from lakehouse.errors import (
     ConfigError,
     LakehouseError,
     QualityGateError,
+    TablesFailedError,
 )
 from lakehouse.pipeline.request import LayerRequest, parse_offsets
 from lakehouse.runtime.config import LAYERS, Settings
@@ -77,6 +78,11 @@ def main(argv: list[str] | None = None) -> int:
     except QualityGateError as exc:  # the batch was not published; the task fails
         print(f"error: {exc}", file=sys.stderr, flush=True)
         return GATE_FAILED_EXIT
+    except TablesFailedError as exc:  # several tables failed; the others committed
+        print(f"error: {exc}", file=sys.stderr, flush=True)
+        if exc.quality_only:
+            return GATE_FAILED_EXIT
+        raise
     except ConfigError as exc:  # e.g. an incompatible schema, or a jar missing from the submit
         print(f"error: {exc}", file=sys.stderr, flush=True)
         return CONFIG_ERROR_EXIT

@@ -106,6 +106,35 @@ class QualityGateError(LakehouseError):
         )
 
 
+class TablesFailedError(LakehouseError):
+    """Several tables of a layer failed in one batch; the others (``built``) committed.
+    ``failures``: each failed table's error, by table name."""
+
+    def __init__(self, layer: str, failures: dict[str, Exception], built: list[str]) -> None:
+        self.layer, self.failures, self.built = layer, failures, built
+        told = "; ".join(f"{name}: {type(e).__name__}: {e}" for name, e in failures.items())
+        kept = f"the other {len(built)} committed" if built else "none committed"
+        super().__init__(f"{len(failures)} {layer} tables failed ({kept}): {told}")
+
+    @property
+    def quality_only(self) -> bool:
+        """Whether the tables failed only because ``fail`` expectations held them back (theirs,
+        or their input's): a retry would fail again."""
+        kinds = {type(e) for e in self.failures.values()}
+        return QualityGateError in kinds and kinds <= {QualityGateError, InputFailedError}
+
+
+class InputFailedError(LakehouseError):
+    """A table was not built because the table it reads (``upstream``) failed in the batch."""
+
+    def __init__(self, layer: str, table: str, upstream: str) -> None:
+        self.upstream = upstream
+        super().__init__(
+            f"{layer} table {table} was not built: its input, the changelog of "
+            f"{layer}.{upstream}, failed in this batch"
+        )
+
+
 class BrokerUnavailableError(LakehouseError):
     """A Kafka broker did not answer: nothing was read or committed."""
 

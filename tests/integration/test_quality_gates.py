@@ -15,7 +15,7 @@ from deltalake import DeltaTable
 
 from lakehouse import cli
 from lakehouse.contracts.model import Catalog
-from lakehouse.errors import QualityGateError
+from lakehouse.errors import InputFailedError, QualityGateError, TablesFailedError
 from lakehouse.pipeline.runner import maintain_topics, run, run_layer
 from lakehouse.quality.ledger import RunInfo, read_ledger
 from lakehouse.quality.reports import build_data_docs, layer_verdict
@@ -377,6 +377,69 @@ def test_fail_on_gold_judges_the_rows_after_the_merge(spark: Any, tmp_path: Path
     latest = {r["expectation"]: r for r in _ledger(lake, "gold") if r["table"] == "order_latest"}
     assert latest["one_row_per_order"]["success"] is True
     assert latest["one_row_per_order"]["element_count"] == 2
+
+
+def test_gold_tables_fail_alone_when_built_side_by_side(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Four tables built at once: two stopped by their `fail` gates leave nothing, the table
+    reading one's changelog is not built, and the fourth commits with its position; the error
+    names every one that failed and why."""
+    monkeypatch.setenv("LAKEHOUSE_GOLD_PARALLELISM", "4")
+    lake = lake_with(
+        tmp_path,
+        {
+            "orders": HEAD + "  - name: order_totals\n"
+            "    kind: aggregate\n"
+            "    aggregations:\n"
+            "      - {name: total, fn: sum, field: amount}\n"
+            "  - name: count_changes\n"
+            "    kind: aggregate\n"
+            "    changelog: order_counts\n"
+            "    aggregations:\n"
+            "      - {name: changes, fn: count}\n"
+            "expectations:\n"
+            "  gold:\n"
+            "    - {name: one_each, table: order_counts, expect: between, column: n, max: 1, "
+            "severity: fail}\n"
+            "    - {name: small_totals, table: order_totals, expect: between, column: total, "
+            "max: 15, severity: fail}\n"
+        },
+    )
+    _send(lake, [*GOOD, ("o1", {"city": "Berlin", "amount": 11})])
+    _run(spark, lake, "bronze", "silver")
+    lines: list[str] = []
+    contract = Catalog.load(lake.contracts_dir).topic("orders")
+    with pytest.raises(TablesFailedError) as failed:
+        run_layer(spark, lake, contract, "gold", run=RunInfo(dag_run_id="t"), echo=lines.append)
+    error = failed.value
+    assert set(error.failures) == {"order_counts", "order_totals", "count_changes"}
+    assert isinstance(error.failures["order_counts"], QualityGateError)
+    assert "one_each (between n): 1 of 2 rows unexpected" in str(error.failures["order_counts"])
+    assert isinstance(error.failures["order_totals"], QualityGateError)
+    held = error.failures["count_changes"]
+    assert isinstance(held, InputFailedError)
+    assert held.upstream == "order_counts"
+    assert error.built == ["order_latest"]
+    assert error.quality_only
+    for table in ("order_counts", "order_totals", "count_changes"):
+        assert any(line.startswith(f"gold {table}: failed: ") for line in lines), table
+    # The one that passed committed its rows and the stream version it read.
+    latest = lake.gold_path("order_latest")
+    assert sorted((r["order_id"], r["amount"]) for r in read_arrow(latest).to_pylist()) == [
+        ("o1", 11),
+        ("o2", 20),
+    ]
+    assert DeltaTable(str(latest)).transaction_version("silver.orders_stream") is not None
+    # The failed ones published nothing and recorded no position.
+    for table in ("order_counts", "order_totals"):
+        assert read_arrow(lake.gold_path(table)).num_rows == 0
+        tx = DeltaTable(str(lake.gold_path(table))).transaction_version("silver.orders_stream")
+        assert tx is None
+    # The ledger holds each gate's verdict.
+    verdicts = {(r["table"], r["expectation"]): r["success"] for r in _ledger(lake, "gold")}
+    assert verdicts[("order_counts", "one_each")] is False
+    assert verdicts[("order_totals", "small_totals")] is False
 
 
 def test_fail_on_bronze_leaves_no_version_and_no_files(spark: Any, tmp_path: Path) -> None:

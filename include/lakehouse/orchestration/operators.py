@@ -94,7 +94,7 @@ class LayerJobOperator(SparkSubmitOperator):
             )
         from pyspark.sql import SparkSession
 
-        from lakehouse.errors import QualityGateError
+        from lakehouse.errors import QualityGateError, TablesFailedError
         from lakehouse.pipeline.runner import run_layer
         from lakehouse.quality.ledger import RunInfo
         from lakehouse.runtime.server import hold_to_address
@@ -129,6 +129,13 @@ class LayerJobOperator(SparkSubmitOperator):
             raise AirflowFailException(
                 f"a `fail` expectation stopped the batch: {exc}; nothing was published"
             ) from None
+        except TablesFailedError as exc:
+            if exc.quality_only:  # a retry would fail again
+                raise AirflowFailException(
+                    f"`fail` expectations stopped some tables: {exc}; nothing of theirs was "
+                    "published"
+                ) from None
+            raise
         except ConfigError as exc:
             raise AirflowFailException(
                 f"the job refused its configuration: {exc}; nothing moved"

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import ExitStack
 from dataclasses import replace
 from datetime import datetime
 from typing import TYPE_CHECKING
 
 from lakehouse.contracts.model import Catalog, Contract, TableSpec
+from lakehouse.errors import TablesFailedError
 from lakehouse.pipeline.request import LayerRequest, RunRequest, reprocessable
 from lakehouse.quality.expectations import pandas_max_rows, sync_constraints
 from lakehouse.quality.gate import Gate, freshness_outcome
@@ -16,11 +19,13 @@ from lakehouse.quality.verdict import Verdict
 from lakehouse.runtime import objectstore
 from lakehouse.runtime.config import LAYERS, Layer, Settings
 from lakehouse.runtime.objectstore import Location
+from lakehouse.runtime.spark import own_session
 from lakehouse.storage import DeltaStore, is_table
 from lakehouse.storage.maintenance import Consumer, MaintenanceReport, maintain
 from lakehouse.streams import silver
 from lakehouse.streams.registry import SchemaRegistry
 from lakehouse.tables import common, gold, windows
+from lakehouse.tables.common import GoldResult
 from lakehouse.topics import bronze
 
 if TYPE_CHECKING:
@@ -68,6 +73,7 @@ def run_layer(
     registry.register(contract, spark)
     # A bad setting fails here, before any data moves.
     pandas_max_rows()
+    workers = gold.parallelism()
     run = run or RunInfo.from_env()
     own_ledger = ledger is None
     ledger = ledger or LedgerBuffer(spark, settings)
@@ -103,13 +109,7 @@ def run_layer(
             lines.append(silver.build(spark, settings, contract, judge).summary())
         else:
             assert specs is not None
-            lines += [
-                gold.build_table(
-                    spark, settings, contract, spec, catalog, gate=active.get(out)
-                ).summary()
-                for spec in specs
-                for out in [settings.gold_path(spec.name)]
-            ]
+            lines += _build_gold(spark, settings, contract, specs, catalog, active, workers, echo)
         if layer == "silver" and request.reprocesses:
             judge = resets.get(settings.silver_path(contract.stream))
             lines.append(_reprocess_silver(spark, settings, contract, request, judge))
@@ -119,6 +119,49 @@ def run_layer(
         if own_ledger:
             ledger.flush()  # failed checks too: a failed gate is recorded, then raised
     return lines
+
+
+def _build_gold(
+    spark: SparkSession,
+    settings: Settings,
+    contract: Contract,
+    specs: list[TableSpec],
+    catalog: Catalog | None,
+    gates: dict[Location, Gate],
+    workers: int,
+    echo: Callable[[str], None],
+) -> list[str]:
+    """The micro-batch of each gold table of ``specs``, side by side; their summary lines in
+    declaration order. When tables fail, the others' commits stand: each failure is told to
+    ``echo``, then the only one is raised as it is, or several as a
+    :class:`~lakehouse.errors.TablesFailedError`."""
+
+    # One session per thread, made when the thread builds its first table, all released after.
+    sessions: dict[int, SparkSession] = {}
+    made = threading.Lock()
+
+    def build_one(spec: TableSpec) -> GoldResult:
+        gate = gates.get(settings.gold_path(spec.name))
+        if workers == 1:
+            return gold.build_table(spark, settings, contract, spec, catalog, gate=gate)
+        thread = threading.get_ident()
+        if thread not in sessions:
+            with made:
+                sessions[thread] = held.enter_context(own_session(spark))
+        return gold.build_table(sessions[thread], settings, contract, spec, catalog, gate=gate)
+
+    with ExitStack() as held:
+        results, failures = gold.build_side_by_side(specs, build_one, workers)
+    lines = [results[spec.name].summary() for spec in specs if spec.name in results]
+    if not failures:
+        return lines
+    for line in lines:
+        echo(line)
+    for name, error in failures.items():
+        echo(f"gold {name}: failed: {type(error).__name__}: {error}")
+    if len(failures) == 1:
+        raise next(iter(failures.values()))
+    raise TablesFailedError("gold", failures, [spec.name for spec in specs if spec.name in results])
 
 
 def _reprocess_silver(

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -257,3 +260,32 @@ def _check_submitted_jars(jars: str) -> None:
             "submit it with lakehouse.runtime.spark.submit_conf()'s settings, as the Airflow operator "
             "does: `--conf spark.jars=...`",
         )
+
+
+@contextmanager
+def own_session(spark: SparkSession) -> Iterator[SparkSession]:
+    """A copy of ``spark`` (its settings, temporary views and functions) that is a session of its
+    own from then on, for the ``with`` block, released after: work on it sets its own session
+    settings, so threads with one each can run MERGEs side by side. On Spark Connect, a clone of
+    the server's session (the same server and driver); in a JVM of this process, a clone of the
+    JVM's session on the same SparkContext."""
+    from pyspark.sql import SparkSession
+
+    if is_remote(spark):
+        # The server makes a client's session at its first request, and clones only one it has.
+        spark.conf.get("spark.sql.session.timeZone")
+        copy = spark.cloneSession()  # type: ignore[attr-defined]
+        try:
+            yield copy
+        finally:
+            with contextlib.suppress(Exception):  # best effort: the server ends it on timeout
+                copy.client.release_session()
+            copy.client.close()
+        return
+    jvm_copy = spark._jsparkSession.cloneSession()
+    yield SparkSession(spark.sparkContext, jvm_copy)
+
+
+def is_remote(spark: SparkSession) -> bool:
+    """Whether ``spark`` is a Spark Connect client."""
+    return type(spark).__module__.startswith("pyspark.sql.connect")

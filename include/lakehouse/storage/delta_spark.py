@@ -21,6 +21,7 @@ import json
 import re
 import threading
 import uuid
+import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -538,15 +539,22 @@ def _holds(condition: str | None, *, default: bool = False) -> Column:
 
 
 # MERGE, UPDATE and DELETE take their commit's metadata and app transaction only from session
-# settings, which every thread sharing the session sees: one such command at a time.
-_SESSION_SETTINGS = threading.Lock()
+# settings, which every thread sharing the session sees: one such command at a time per session
+# (threads that want theirs side by side each use a session of their own: :func:`own_session`).
+_SESSION_LOCKS: weakref.WeakKeyDictionary[Any, threading.Lock] = weakref.WeakKeyDictionary()
+_SESSION_LOCKS_LOCK = threading.Lock()
+
+
+def _session_lock(spark: SparkSession) -> threading.Lock:
+    with _SESSION_LOCKS_LOCK:
+        return _SESSION_LOCKS.setdefault(spark, threading.Lock())
 
 
 @contextmanager
 def session_settings(spark: SparkSession, settings: Mapping[str, str]) -> Iterator[None]:
-    """Set ``settings`` on the session for the ``with`` block, alone among this process's
-    threads, and remove them after."""
-    with _SESSION_SETTINGS:
+    """Set ``settings`` on the session for the ``with`` block, alone among the threads that
+    share the session, and remove them after."""
+    with _session_lock(spark):
         for key, value in settings.items():
             spark.conf.set(key, value)
         try:
