@@ -91,6 +91,21 @@ def test_a_failed_table_leaves_the_others_and_holds_back_its_readers() -> None:
     assert str(error).startswith("2 gold tables failed (the other 1 committed): latest: ")
 
 
+def test_the_last_table_to_fail_holds_back_its_reader_too() -> None:
+    """The reader is held back in the pass after its source failed, with nothing else left."""
+
+    def build(spec: Any) -> str:
+        if spec.name == "latest":
+            raise OSError("disk full")
+        return spec.name
+
+    specs = [_spec("latest"), _spec("moves", changelog="latest")]
+    results, failures = build_side_by_side(specs, build, 2)
+    assert results == {}
+    assert isinstance(failures["latest"], OSError)
+    assert isinstance(failures["moves"], InputFailedError)
+
+
 def test_an_error_that_is_not_a_gate_can_be_retried() -> None:
     failures: dict[str, Exception] = {
         "latest": QualityGateError("gold", "latest", ["x"]),
