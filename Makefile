@@ -237,7 +237,7 @@ reliability: java ## Fault injection at full size (kill -9 of each layer job, of
 
 BENCH_SIZE ?= small
 .PHONY: bench
-bench: java ## Run every benchmark against its peer (BENCH_SIZE=small: ~22 min here, 7 of them the object-storage run; large: 10M records)
+bench: java ## Run every benchmark against its peer (BENCH_SIZE=small: ~40 min here, 7 of them the object-storage run, 18 the before/after run; large: 10M records)
 	$(BIN)/python bench/run_all.py --size $(BENCH_SIZE)
 
 .PHONY: lint

@@ -4,7 +4,8 @@
 
 ``small`` (the default) is sized for about ten minutes; it took 17 on the shared 2-core machine
 the README names, under load, with the quality benchmark one batch longer than now, before the
-object-storage benchmark (``end_to_end_s3``, about 7 minutes) joined. ``large``
+object-storage benchmark (``end_to_end_s3``, about 7 minutes) and the run against the
+commit before the small-batch work (``before_after``, 18 minutes) joined. ``large``
 runs the sizes the goals are stated at (10M records; 20 cold micro-batches) and takes well over
 an hour. Each benchmark runs as its own command, one after the other (they would
 otherwise compete for the same cores), prints its own lines as it goes and keeps them in
