@@ -448,16 +448,29 @@ def create_topic(settings: Settings, contract: Contract, err: TextIO) -> int:
     return 0
 
 
-def data_quality(settings: Settings, table: str | None, last: int, fmt: str) -> int:
-    """The ledger's latest validation per table with its trend, or (json) the ledger's rows."""
+def data_quality(
+    settings: Settings, table: str | None, last: int, fmt: str, days: float | None = None
+) -> int:
+    """Each table's latest run and its trend, from the ledger's newest ``days``; or (json) every
+    run in that window, one object each: what the data-quality page draws."""
     if fmt == "json":
-        from lakehouse.quality.ledger import read_ledger
+        import dataclasses
+        import json
 
-        render(read_ledger(settings, table), fmt, sys.stdout)
+        import pyarrow as pa
+
+        from lakehouse.quality.history import DAYS, history
+
+        runs = history(settings, table=table, days=DAYS if days is None else days).runs
+        rows = [
+            {**dataclasses.asdict(r), "reasons": json.dumps(r.reasons), "failed": list(r.failed)}
+            for r in runs
+        ]
+        render(pa.Table.from_pylist(rows), fmt, sys.stdout)
         return 0
     from lakehouse.quality.reports import print_report
 
-    print_report(settings, table=table, last=last)
+    print_report(settings, table=table, last=last, days=days)
     return 0
 
 
@@ -754,7 +767,13 @@ def build_parser() -> argparse.ArgumentParser:
     sl.add_argument("--format", choices=("table", "json"), default="table")
     sq = sub.add_parser("dq", help="data quality: latest results and trends per table (ledger)")
     sq.add_argument("--table", help="one table: topic, stream or gold table name")
-    sq.add_argument("--last", type=int, default=10, help="validations per table in the trend")
+    sq.add_argument("--last", type=int, default=10, help="runs per table in the trend")
+    sq.add_argument(
+        "--days",
+        type=float,
+        default=None,
+        help="how far back the ledger is read (default 14 days, as the data-quality page)",
+    )
     sq.add_argument("--format", choices=("table", "json"), default="table")
     sub.add_parser("report", help="rebuild the Data Docs (HTML) from the saved validations")
     sk = sub.add_parser(
@@ -907,7 +926,7 @@ COMMANDS: dict[str, Handler] = {
     "lag": lambda a, c: lag(
         c.settings, c.catalog, _several(a.topic), a.format, _layers(a.layer) or ("bronze",)
     ),
-    "dq": lambda a, c: data_quality(c.settings, a.table, a.last, a.format),
+    "dq": lambda a, c: data_quality(c.settings, a.table, a.last, a.format, a.days),
     "report": _report,
     "spark": _service("server"),
     "postgres": _service("postgres"),

@@ -3,18 +3,25 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Mapping, Sequence
-from contextlib import ExitStack
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import ExitStack, contextmanager
 from dataclasses import replace
-from datetime import datetime
-from typing import TYPE_CHECKING
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
 
 from lakehouse.contracts.model import Catalog, Contract, TableSpec
-from lakehouse.errors import TablesFailedError
+from lakehouse.errors import QualityGateError, TablesFailedError
 from lakehouse.pipeline.request import LayerRequest, RunRequest, reprocessable
 from lakehouse.quality.expectations import pandas_max_rows, sync_constraints
 from lakehouse.quality.gate import Gate, freshness_outcome
-from lakehouse.quality.ledger import LedgerBuffer, RunInfo, restore_ledger, write_ledger
+from lakehouse.quality.ledger import (
+    BLOCKED,
+    BatchOutcome,
+    LedgerBuffer,
+    RunInfo,
+    restore_ledger,
+    write_ledger,
+)
 from lakehouse.quality.verdict import Verdict
 from lakehouse.runtime import objectstore
 from lakehouse.runtime.config import LAYERS, Layer, Settings
@@ -98,27 +105,109 @@ def run_layer(
     active = {path: gate for path, gate in gates.items() if gate.active}
     resets = {p: replace(g, regular=False, verdicts=g.verdicts) for p, g in active.items()}
     lines: list[str] = []
+    batches = _Batches(layer, gates)
     try:
         if layer == "gold":
             lines += _reset_gold(spark, settings, contract, catalog, request, resets)
         if layer == "bronze":
             judge = active.get(settings.bronze_path(contract.topic))
-            lines.append(bronze.ingest(spark, settings, contract, judge).summary())
+            with batches.judged(judge):
+                ingested = bronze.ingest(spark, settings, contract, judge)
+            batches.add(ingested.batch())
+            lines.append(ingested.summary())
         elif layer == "silver":
             judge = active.get(settings.silver_path(contract.stream))
-            lines.append(silver.build(spark, settings, contract, judge).summary())
+            with batches.judged(judge):
+                decoded = silver.build(spark, settings, contract, judge)
+            batches.add(decoded.batch())
+            lines.append(decoded.summary())
         else:
             assert specs is not None
-            lines += _build_gold(spark, settings, contract, specs, catalog, active, workers, echo)
+            lines += _build_gold(
+                spark, settings, contract, specs, catalog, active, workers, echo, batches
+            )
         if layer == "silver" and request.reprocesses:
             judge = resets.get(settings.silver_path(contract.stream))
             lines.append(_reprocess_silver(spark, settings, contract, request, judge))
         for gate in gates.values():
             check_freshness(gate)
     finally:
+        ledger.rows += batches.rows(settings, contract, catalog, run, echo)
         if own_ledger:
             ledger.flush()  # failed checks too: a failed gate is recorded, then raised
     return lines
+
+
+class _Batches:
+    """The outcome of each batch a layer's job publishes or its gate blocks, for the ledger:
+    one row per table per batch, beside its checks' rows, with the table's lag once the layer
+    is done."""
+
+    def __init__(self, layer: Layer, gates: Mapping[Location, Gate]) -> None:
+        self.layer = layer
+        self.names = {path: gate.table for path, gate in gates.items()}
+        self.found: list[BatchOutcome] = []
+        self._lock = threading.Lock()  # gold tables finish side by side
+
+    def add(self, outcome: BatchOutcome | None) -> None:
+        if outcome is not None:
+            with self._lock:
+                self.found.append(outcome)
+
+    @contextmanager
+    def judged(self, gate: Gate | None) -> Iterator[None]:
+        """Records the batch a ``fail`` expectation of ``gate`` blocks (then re-raises)."""
+        try:
+            yield
+        except QualityGateError:
+            if gate is not None and gate.verdicts:
+                held = gate.verdicts[-1]
+                self.add(
+                    BatchOutcome(self.layer, gate.table, BLOCKED, held.rows, source=gate.source)
+                )
+            raise
+
+    def rows(
+        self,
+        settings: Settings,
+        contract: Contract,
+        catalog: Catalog | None,
+        run: RunInfo,
+        echo: Callable[[str], None],
+    ) -> list[dict[str, Any]]:
+        if not self.found:
+            return []
+        try:
+            lags = _lags(settings, contract, catalog, self.layer)
+        except Exception as exc:  # the batches' rows still go in, without their lag
+            echo(f"{self.layer} {contract.topic}: lag not measured: {type(exc).__name__}: {exc}")
+            lags = {}
+        unit = "records" if self.layer == "bronze" else "versions"
+        now = datetime.now(UTC)
+        return [
+            replace(o, lag=lags.get(o.table), lag_unit=unit if o.table in lags else None).row(
+                run, now
+            )
+            for o in self.found
+        ]
+
+
+def _lags(
+    settings: Settings, contract: Contract, catalog: Catalog | None, layer: Layer
+) -> dict[str, int]:
+    """How far each table of the layer is behind its input: bronze behind the topic, in
+    records; a silver or gold table behind the newest of its inputs, in versions."""
+    from lakehouse.pipeline.lake import input_lag
+    from lakehouse.topics.lag import lag
+
+    if layer == "bronze":
+        return {contract.topic: sum(p.lag for p in lag(settings, [contract]).partitions)}
+    out: dict[str, int] = {}
+    for i in input_lag(settings, catalog or Catalog.of([contract]), [contract]):
+        if i.layer == layer:
+            name = i.table.removeprefix(f"{layer}.")
+            out[name] = max(out.get(name, 0), i.lag)
+    return out
 
 
 def _build_gold(
@@ -130,6 +219,7 @@ def _build_gold(
     gates: dict[Location, Gate],
     workers: int,
     echo: Callable[[str], None],
+    batches: _Batches,
 ) -> list[str]:
     """The micro-batch of each gold table of ``specs``, side by side; their summary lines in
     declaration order. When tables fail, the others' commits stand: each failure is told to
@@ -142,13 +232,17 @@ def _build_gold(
 
     def build_one(spec: TableSpec) -> GoldResult:
         gate = gates.get(settings.gold_path(spec.name))
-        if workers == 1:
-            return gold.build_table(spark, settings, contract, spec, catalog, gate=gate)
-        thread = threading.get_ident()
-        if thread not in sessions:
-            with made:
-                sessions[thread] = held.enter_context(own_session(spark))
-        return gold.build_table(sessions[thread], settings, contract, spec, catalog, gate=gate)
+        session = spark
+        if workers > 1:
+            thread = threading.get_ident()
+            if thread not in sessions:
+                with made:
+                    sessions[thread] = held.enter_context(own_session(spark))
+            session = sessions[thread]
+        with batches.judged(gate):
+            result = gold.build_table(session, settings, contract, spec, catalog, gate=gate)
+        batches.add(result.batch())
+        return result
 
     with ExitStack() as held:
         results, failures = gold.build_side_by_side(specs, build_one, workers)

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -67,8 +68,108 @@ def ledger_schema() -> pa.Schema:
             ("element_count", pa.int64()),
             ("unexpected_count", pa.int64()),
             ("unexpected_sample", pa.string()),
+            # A batch's own row (kind "batch", no expectation): what became of its records.
+            ("outcome", pa.string()),
+            ("quarantined", pa.int64()),
+            ("quarantine_reasons", pa.string()),
+            ("late", pa.int64()),
+            ("late_table", pa.string()),
+            ("gaps", pa.int64()),
+            ("lag", pa.int64()),
+            ("lag_unit", pa.string()),
         ]
     )
+
+
+# The kind of a batch's row in the ledger, beside one row per check: the outcome of the batch.
+BATCH = "batch"
+PUBLISHED, BLOCKED = "published", "blocked"
+_BATCH_COLUMNS = (
+    "outcome",
+    "quarantined",
+    "quarantine_reasons",
+    "late",
+    "late_table",
+    "gaps",
+    "lag",
+    "lag_unit",
+)
+
+
+def reason_kind(reason: str) -> str:
+    """What a quarantine reason says without the record's own details: the text before its
+    first ``": "`` (what follows names the value found), with its numbers (the words that are one) as ``N`` ("invalid
+    UTF-8 at byte N of the line"), so that a batch's reasons count by kind."""
+    return re.sub(r"(?<!\S)\d+(?!\S)", "N", reason.split(": ", 1)[0])
+
+
+def count_reasons(reasons: Iterable[tuple[str, int]]) -> dict[str, int]:
+    """Quarantine counts by :func:`reason_kind`, from (reason, count) pairs."""
+    out: dict[str, int] = {}
+    for reason, n in reasons:
+        kind = reason_kind(reason)
+        out[kind] = out.get(kind, 0) + n
+    return dict(sorted(out.items()))
+
+
+@dataclass(frozen=True)
+class BatchOutcome:
+    """What became of one batch of one table: ``rows`` published (or, blocked, held back) at
+    ``table_version``; records quarantined, by reason kind; records sent to the late table;
+    offsets missing on the topic (bronze); and, set when the layer is done, how far the table
+    is still behind its input (``lag``, in ``lag_unit``: records for bronze, versions else)."""
+
+    layer: str
+    table: str
+    outcome: str
+    rows: int
+    table_version: int | None = None
+    reasons: Mapping[str, int] = field(default_factory=dict)
+    late: int | None = None
+    late_table: str | None = None
+    gaps: int | None = None
+    lag: int | None = None
+    lag_unit: str | None = None
+    source: Mapping[str, Any] | None = None
+
+    @property
+    def quarantined(self) -> int:
+        return sum(self.reasons.values())
+
+    def row(self, run: RunInfo, validated_at: datetime) -> dict[str, Any]:
+        """The batch's row of the ledger."""
+        return {
+            **_run_columns(run),
+            "validated_at": validated_at,
+            "layer": self.layer,
+            "table": self.table,
+            "table_version": self.table_version,
+            "published": self.outcome == PUBLISHED,
+            "source": None if self.source is None else json.dumps(self.source, sort_keys=True),
+            "rows": self.rows,
+            "engine": None,
+            "expectation": None,
+            "kind": BATCH,
+            "column": None,
+            "severity": None,
+            "success": None,
+            "observed_value": None,
+            "element_count": None,
+            "unexpected_count": None,
+            "unexpected_sample": None,
+            "outcome": self.outcome,
+            "quarantined": self.quarantined,
+            "quarantine_reasons": json.dumps(dict(self.reasons), sort_keys=True),
+            "late": self.late,
+            "late_table": self.late_table,
+            "gaps": self.gaps,
+            "lag": self.lag,
+            "lag_unit": self.lag_unit,
+        }
+
+
+def _run_columns(run: RunInfo) -> dict[str, Any]:
+    return {"run_id": run.run_id, "dag_id": run.dag_id, "dag_run_id": run.dag_run_id}
 
 
 def ledger_rows(
@@ -81,9 +182,8 @@ def ledger_rows(
 ) -> list[dict[str, Any]]:
     """The ledger's rows for one verdict: one per check."""
     base = {
-        "run_id": run.run_id,
-        "dag_id": run.dag_id,
-        "dag_run_id": run.dag_run_id,
+        **_run_columns(run),
+        **dict.fromkeys(_BATCH_COLUMNS),
         "validated_at": verdict.validated_at,
         "layer": verdict.layer,
         "table": verdict.table,
@@ -140,6 +240,8 @@ def write_ledger(
             ledger,
             txn=[Txn(app, version, rewind=True) for app, version in sorted(held.items())],
             create=schema,
+            # A ledger written before the batch rows' columns existed takes them on.
+            schema_mode="add_columns",
         )
 
 
@@ -166,6 +268,8 @@ def read_ledger(
 ) -> pa.Table:
     """The ledger's rows: those of one table, one DAG run or one layer, if given (filtered by
     delta-rs's query engine, so a run's gate reads its own rows, not the ledger's history)."""
+    import pyarrow as pa
+
     from lakehouse.storage import snapshots
     from lakehouse.storage.store import snapshot_arrow
 
@@ -178,7 +282,11 @@ def read_ledger(
         if value is not None
     ]
     data = snapshot_arrow(snapshots.latest(settings.ledger_path), " AND ".join(terms) or None)
-    return data.cast(ledger_schema())
+    schema = ledger_schema()
+    for name in schema.names:  # a ledger older than a column reads it as nulls
+        if name not in data.column_names:
+            data = data.append_column(name, pa.nulls(data.num_rows, schema.field(name).type))
+    return data.select(schema.names).cast(schema)
 
 
 def save_result(settings: Settings, verdict: Verdict, run: RunInfo) -> Path | None:

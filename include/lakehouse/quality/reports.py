@@ -20,6 +20,8 @@ from typing import Any
 
 from lakehouse.contracts.model import Catalog
 from lakehouse.quality.expectations import import_gx, suite, suite_name
+from lakehouse.quality.history import Run
+from lakehouse.quality.ledger import BATCH, BLOCKED
 from lakehouse.quality.verdict import observed_text
 from lakehouse.runtime.config import LAYERS, Settings
 
@@ -200,45 +202,71 @@ def _observed(row: Mapping[str, Any]) -> str:
     )
 
 
-def ledger_report(settings: Settings, *, table: str | None = None, last: int = 10) -> list[str]:
-    """The latest validation of each table and its trend: how many of its last ``last``
-    validations met every expectation, and each expectation's failures among them."""
-    from lakehouse.quality.ledger import read_ledger
+def ledger_report(
+    settings: Settings, *, table: str | None = None, last: int = 10, days: float | None = None
+) -> list[str]:
+    """Each table's latest run and its trend over its last ``last`` runs within the ledger's
+    newest ``days``: what became of its batches (published or blocked, rows, quarantined by
+    reason, late, offset gaps, lag) and how its checks went, from the same history the
+    data-quality page draws (:mod:`lakehouse.quality.history`)."""
+    from lakehouse.quality.history import DAYS, history
 
-    data = read_ledger(settings, table).to_pylist()
-    if not data:
+    found = history(settings, table=table, days=DAYS if days is None else days)
+    if not found.runs:
         return ["no validations recorded" + ("" if table is None else f" for {table}")]
-    # One job run's checks of a table belong together (its gate and its freshness check).
-    runs: dict[tuple[str, str], dict[str, list[dict[str, Any]]]] = defaultdict(
-        lambda: defaultdict(list)
-    )
-    for row in sorted(data, key=lambda r: r["validated_at"]):
-        runs[(row["layer"], row["table"])][row["run_id"]].append(row)
     lines: list[str] = []
-    for (layer, name), by_run in sorted(runs.items()):
-        ordered = list(by_run)[-last:]  # runs in order of their first check
-        latest = by_run[ordered[-1]]
-        published = [r for r in latest if r["published"]]
-        version = f"version {published[0]['table_version']}" if published else "nothing published"
-        rows = max(r["rows"] for r in latest)
-        ok = sum(r["success"] for r in latest)
-        clean = sum(all(r["success"] for r in by_run[k]) for k in ordered)
-        lines.append(
-            f"{layer}.{name}: latest {latest[0]['validated_at']:%Y-%m-%d %H:%M:%S} UTC ({version}, "
-            f"{rows} rows): {ok}/{len(latest)} checks met; last {len(ordered)} runs: {clean} clean"
-        )
+    for name in found.tables():
+        runs = found.of(name)[-last:]
+        latest = runs[-1]
+        lines.append(f"{name}: latest {latest.at:%Y-%m-%d %H:%M:%S} UTC, {describe_run(latest)}")
+        batches = [r for r in runs if r.outcome is not None]
+        checked = [r for r in runs if r.checks]
+        trend = [f"last {len(runs)} runs: {len(batches)} batches"]
+        if batches:
+            blocked = sum(r.outcome == BLOCKED for r in batches)
+            trend.append(f"{len(batches) - blocked} published, {blocked} blocked")
+            trend.append(f"{sum(r.quarantined or 0 for r in batches)} quarantined")
+            if any(r.late is not None for r in batches):
+                trend.append(f"{sum(r.late or 0 for r in batches)} late")
+        if checked:
+            clean = sum(r.met == r.checks for r in checked)
+            trend.append(f"{clean} of {len(checked)} checked runs met every check")
+        lines.append("  " + ", ".join(trend))
         failures: dict[str, int] = defaultdict(int)
-        for k in ordered:
-            for r in by_run[k]:
-                if not r["success"]:
-                    failures[r["expectation"]] += 1
-        for r in latest:
-            trend = f"failed in {failures[r['expectation']]} of {len(ordered)} runs"
-            mark = "ok  " if r["success"] else "FAIL"
-            lines.append(
-                f"  {mark} {r['severity']:10} {r['expectation']:28} {_observed(r)}  ({trend})"
-            )
+        for r in checked:
+            for failed in r.failed:
+                failures[failed.split(" ", 1)[1]] += 1
+        for c in found.latest_checks.get(name, []):
+            mark = "ok  " if c.success else "FAIL"
+            seen = f"failed in {failures[c.expectation]} of {len(checked)} checked runs"
+            lines.append(f"  {mark} {c.severity:10} {c.expectation:28} {c.observed}  ({seen})")
     return lines
+
+
+def describe_run(run: Run) -> str:
+    """One run of a table in words: its batch's outcome and counts, its checks, its lag."""
+    parts = []
+    if run.outcome is None:
+        parts.append("no new data")
+    else:
+        version = "" if run.table_version is None else f" as version {run.table_version}"
+        parts.append(f"{run.rows} rows {run.outcome}{version}")
+    if run.quarantined:
+        by = ", ".join(f"{n} {reason}" for reason, n in run.reasons.items())
+        parts.append(f"{run.quarantined} quarantined ({by})")
+    if run.late is not None:
+        parts.append(f"{run.late} late" + (f" (to {run.late_table})" if run.late else ""))
+    if run.gaps:
+        parts.append(f"{run.gaps} offsets missing")
+    if run.checks:
+        parts.append(f"{run.met}/{run.checks} checks met")
+    if run.freshness_age_s is not None and run.freshness_limit_s is not None:
+        parts.append(
+            f"last data {run.freshness_age_s:.0f} s ago (limit {run.freshness_limit_s:g} s)"
+        )
+    if run.lag is not None:
+        parts.append(f"lag {run.lag} {run.lag_unit}")
+    return ", ".join(parts)
 
 
 def run_summary(settings: Settings, dag_run_id: str) -> list[str]:
@@ -252,11 +280,14 @@ def run_summary(settings: Settings, dag_run_id: str) -> list[str]:
     for r in rows:
         by_table[(r["layer"], r["table"])].append(r)
     lines = [f"data quality of run {dag_run_id}:"]
-    for (layer, name), checks in sorted(by_table.items()):
+    for (layer, name), found in sorted(by_table.items()):
+        checks = [r for r in found if r["kind"] != BATCH]
         met = sum(r["success"] for r in checks)
-        published = any(r["published"] for r in checks)
+        published = any(r["published"] for r in found)
         lines.append(
-            f"  {layer}.{name}: {met}/{len(checks)} checks met"
+            f"  {layer}.{name}: "
+            + "; ".join(_batch_words(r) for r in found if r["kind"] == BATCH)
+            + (f"; {met}/{len(checks)} checks met" if checks else "")
             + ("" if published else " (not published)")
         )
         for r in checks:
@@ -279,14 +310,18 @@ def layer_verdict(
     ]
     lines, failed = [], []
     for name in tables:
-        checks = [r for r in rows if r["table"] == name]
-        if not checks:
-            lines.append(f"{layer}.{name}: no batch validated in this run (no new data)")
+        found = [r for r in rows if r["table"] == name]
+        checks = [r for r in found if r["kind"] != BATCH]
+        batches = [_batch_words(r) for r in found if r["kind"] == BATCH]
+        if not found:
+            lines.append(f"{layer}.{name}: no batch in this run (no new data)")
             continue
         met = sum(r["success"] for r in checks)
-        published = sorted({r["table_version"] for r in checks if r["published"]})
+        published = sorted({r["table_version"] for r in found if r["published"]})
         lines.append(
-            f"{layer}.{name}: {met}/{len(checks)} checks met; "
+            f"{layer}.{name}: "
+            + "; ".join([*batches, *([f"{met}/{len(checks)} checks met"] if checks else [])])
+            + "; "
             + (f"published version(s) {published}" if published else "nothing published")
         )
         for r in checks:
@@ -299,6 +334,23 @@ def layer_verdict(
             if r["severity"] == "fail":
                 failed.append(f"{layer}.{name}: {text}")
     return lines, failed
+
+
+def _batch_words(row: Mapping[str, Any]) -> str:
+    """A ledger's batch row in words: what became of the batch."""
+    words = f"batch of {row['rows']} rows {row['outcome']}"
+    if row["quarantined"]:
+        reasons = json.loads(row["quarantine_reasons"] or "{}")
+        words += (
+            f", {row['quarantined']} quarantined ("
+            + ", ".join(f"{n} {reason}" for reason, n in reasons.items())
+            + ")"
+        )
+    if row["late"]:
+        words += f", {row['late']} late to {row['late_table']}"
+    if row["gaps"]:
+        words += f", {row['gaps']} offsets missing"
+    return words
 
 
 def print_report(settings: Settings, echo: Callable[[str], None] = print, **kwargs: Any) -> None:

@@ -11,12 +11,13 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from lakehouse.contracts.fields import DECIMAL_TEXT, Field
 from lakehouse.contracts.model import Contract
 from lakehouse.quality.gate import Gate
+from lakehouse.quality.ledger import PUBLISHED, BatchOutcome, count_reasons
 from lakehouse.quality.verdict import Verdict
 from lakehouse.runtime.config import Settings
 from lakehouse.runtime.objectstore import Location
@@ -552,6 +553,16 @@ class SilverResult:
     records: int = 0
     quarantined: int = 0
     committed: bool = False
+    table_version: int | None = None  # the version the batch committed
+    reasons: dict[str, int] = field(default_factory=dict)  # quarantined, by reason kind
+
+    def batch(self) -> BatchOutcome | None:
+        """The batch's outcome for the ledger (None: no batch, or one committed before)."""
+        if not self.committed:
+            return None
+        return BatchOutcome(
+            "silver", self.stream, PUBLISHED, self.records, self.table_version, self.reasons
+        )
 
     def summary(self) -> str:
         if self.source_versions is None:
@@ -601,10 +612,11 @@ def _build(
     txn = Txn(source_app(contract), head)
     source = {"table": f"bronze.{contract.topic}", "versions": [start, head]}
     meta: dict[str, Any] = {"lakehouse.source": source}
-    n_good, n_bad = _split_counts(decoded)
+    n_good, reasons = _split_counts(decoded)
     decoded, verdict = _judge(decoded, contract, gate, source, at_most=n_good)
     if verdict is not None and verdict.to_quarantine:  # the gate routed some: count again
-        n_good, n_bad = _split_counts(decoded)
+        n_good, reasons = _split_counts(decoded)
+    n_bad = sum(reasons.values())
     good = stream_rows(decoded, contract)
     bad = quarantine_rows(decoded, changes, verdict)
     quarantined = store.transaction_version(quarantine_path, source_app(contract))
@@ -615,6 +627,7 @@ def _build(
         held = store.read(quarantine_path).select(*RECORD_KEY)
         bad = bad.join(held, RECORD_KEY, "left_anti")
         n_bad = bad.count()
+        reasons = {} if n_bad == 0 else _reason_counts(bad)
     if n_bad:
         delta_spark.append(bad, quarantine_path, txn=txn, metadata=meta, create=bad.schema)
     # The registry (checked when the job started) has allowed the contract's schema: new
@@ -631,19 +644,42 @@ def _build(
         verdict=verdict,
     )
     decoded.unpersist()
-    return SilverResult(contract.stream, (start, head), n_good, n_bad, result.committed)
+    return SilverResult(
+        contract.stream,
+        (start, head),
+        n_good,
+        n_bad,
+        result.committed,
+        result.table_version,
+        reasons,
+    )
 
 
-def _split_counts(decoded: DataFrame) -> tuple[int, int]:
-    """How many of the batch's records go to the stream and how many to quarantine: one Spark
-    job over the cached batch, not one per output."""
+def _split_counts(decoded: DataFrame) -> tuple[int, dict[str, int]]:
+    """How many of the batch's records go to the stream, and how many to quarantine by reason
+    kind (:func:`~lakehouse.quality.ledger.reason_kind`): one Spark job over the cached batch,
+    not one per output."""
+    counts = _grouped_reasons(decoded, "_reason")
+    good = counts.pop(None, 0)
+    return good, count_reasons((r, n) for r, n in counts.items() if r is not None)
+
+
+def _reason_counts(bad: DataFrame) -> dict[str, int]:
+    """Quarantine rows counted by reason kind."""
+    return count_reasons(
+        (r, n) for r, n in _grouped_reasons(bad, "reason").items() if r is not None
+    )
+
+
+def _grouped_reasons(rows: DataFrame, column: str) -> dict[str | None, int]:
+    """Rows counted by their reason's text up to its first ": " (what follows names the value
+    found, different in each record), null for a good row."""
     from pyspark.sql import functions as F
 
-    reason = F.col("_reason")
-    row = decoded.agg(
-        F.count_if(reason.isNull()).alias("good"), F.count_if(reason.isNotNull()).alias("bad")
-    ).first()
-    return (0, 0) if row is None else (int(row["good"]), int(row["bad"]))
+    cut = F.substring_index(F.col(column), ": ", 1).alias("r")
+    return {
+        row["r"]: int(row["n"]) for row in rows.groupBy(cut).agg(F.count("*").alias("n")).collect()
+    }
 
 
 def _decoded(changes: DataFrame, contract: Contract) -> DataFrame:

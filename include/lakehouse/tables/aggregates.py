@@ -514,4 +514,10 @@ def _build_table(
     else:
         batch = aggregate_per_key(events, source, spec)
         result = merge_aggregate(batch, out.gold, source, spec, txn, meta, out.gate)
-    return GoldResult(spec.name, (start, end), result.source_rows or 0, result.committed)
+    return GoldResult(
+        spec.name,
+        (start, end),
+        result.source_rows or 0,
+        result.committed,
+        table_version=result.table_version,
+    )

@@ -11,6 +11,7 @@ from lakehouse.contracts.model import (
     Contract,
     TableSpec,
 )
+from lakehouse.quality.ledger import PUBLISHED, BatchOutcome
 from lakehouse.runtime.config import Settings
 from lakehouse.runtime.objectstore import Location
 from lakehouse.storage import DeltaStore
@@ -176,6 +177,23 @@ class GoldResult:
     source_versions: tuple[int, int] | None
     keys_changed: int = 0  # the table's rows the batch inserted, updated or deleted
     committed: bool = False
+    table_version: int | None = None  # the version the batch committed
+    late: int | None = None  # records the batch sent to ``late_table`` (a windowed table)
+    late_table: str | None = None
+
+    def batch(self) -> BatchOutcome | None:
+        """The batch's outcome for the ledger (None: no batch, or one committed before)."""
+        if not self.committed:
+            return None
+        return BatchOutcome(
+            "gold",
+            self.table,
+            PUBLISHED,
+            self.keys_changed,
+            self.table_version,
+            late=self.late,
+            late_table=self.late_table,
+        )
 
     def summary(self) -> str:
         if self.source_versions is None:

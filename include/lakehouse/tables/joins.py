@@ -283,7 +283,15 @@ def _stream_table(
     result = delta_spark.append(rows, out.gold, txn=txns, metadata=meta, gate=out.gate)
     rows.unpersist()
     versions = None if other_version is None else (other_version, other_version)
-    return JoinResult(spec.name, (start, end), n, result.committed, other_app, versions)
+    return JoinResult(
+        spec.name,
+        (start, end),
+        n,
+        result.committed,
+        table_version=result.table_version,
+        other=other_app,
+        other_versions=versions,
+    )
 
 
 def _partition_times_at(
@@ -448,7 +456,15 @@ def _table_table(
         if side is not None and span is not None:
             merge_latest(side, state, c, Txn(side_app, span[1]), source_meta(side_app, *span))
             side.unpersist()
-    return JoinResult(spec.name, todo, n, result.committed, other_app, other_todo)
+    return JoinResult(
+        spec.name,
+        todo,
+        n,
+        result.committed,
+        table_version=result.table_version,
+        other=other_app,
+        other_versions=other_todo,
+    )
 
 
 def _apply(state: DataFrame, latest: DataFrame | None, c: Contract) -> DataFrame:
@@ -570,7 +586,15 @@ def _stream_stream(
     n = rows.count()
     result = delta_spark.append(rows, out.gold, txn=txns, metadata=meta, gate=out.gate)
     rows.unpersist()
-    return JoinResult(spec.name, todo, n, result.committed, other_app, other_todo)
+    return JoinResult(
+        spec.name,
+        todo,
+        n,
+        result.committed,
+        table_version=result.table_version,
+        other=other_app,
+        other_versions=other_todo,
+    )
 
 
 def window_join(

@@ -625,15 +625,24 @@ def _run_batch(
         }
         txn = Txn(app, batch.end)
         result = _commit_gold(source, spec, out, gold_rows, txn, meta)
+        late_rows_written = 0
         if LATE in followers:
-            delta_spark.append(late, out.late, txn=txn, metadata=position)
+            written = delta_spark.append(late, out.late, txn=txn, metadata=position)
+            late_rows_written = written.rows_written or 0
         if state is not None and STATE in followers:
             delta_spark.append(state, out.state, txn=txn, metadata=position, mode="overwrite")
     finally:
         for df in cached:
             df.unpersist()
-    changed = result.source_rows or 0
-    return common.GoldResult(spec.name, (batch.start, batch.end), changed, result.committed)
+    return common.GoldResult(
+        spec.name,
+        (batch.start, batch.end),
+        result.source_rows or 0,
+        result.committed,
+        table_version=result.table_version,
+        late=late_rows_written,
+        late_table=f"late.{spec.name}",
+    )
 
 
 def _commit_gold(

@@ -28,6 +28,7 @@ import pyarrow as pa
 from lakehouse.contracts.model import BRONZE_COLUMNS, Contract
 from lakehouse.errors import BrokerUnavailableError, DataLossError
 from lakehouse.quality.gate import Gate
+from lakehouse.quality.ledger import PUBLISHED, BatchOutcome, count_reasons
 from lakehouse.runtime.config import Settings
 from lakehouse.runtime.objectstore import Location, ObjectPath
 from lakehouse.storage import DeltaStore, Txn, delta_spark
@@ -110,6 +111,23 @@ class BronzeResult:
     kafka_topic: str | None = None  # read from this broker topic, not from landing files
     lost: dict[int, tuple[int, int]] = field(default_factory=dict)
     ignored: list[str] = field(default_factory=list)  # landing files that are not segments
+    table_version: int | None = None  # the version the batch committed
+    reasons: dict[str, int] = field(default_factory=dict)  # quarantined, by reason kind
+
+    def batch(self) -> BatchOutcome | None:
+        """The batch's outcome for the ledger (None: no batch, or one committed before)."""
+        if not self.committed:
+            return None
+        missing = sum(self.gaps.values()) + sum(b - a for a, b in self.lost.values())
+        return BatchOutcome(
+            "bronze",
+            self.topic,
+            PUBLISHED,
+            self.records,
+            self.table_version,
+            reasons=self.reasons,
+            gaps=missing,
+        )
 
     def summary(self) -> str:
         ignored = ""
@@ -509,6 +527,8 @@ def _ingest(
         files=len(files),
         committed=result.committed,
         ignored=ignored,
+        table_version=result.table_version,
+        reasons=count_reasons((b["reason"], 1) for b in bad),
     )
 
 
@@ -662,6 +682,7 @@ def _ingest_kafka(
         committed=result.committed,
         kafka_topic=c.topic,
         lost=lost,
+        table_version=result.table_version,
     )
 
 
