@@ -1,7 +1,8 @@
 """The Airflow plugin that puts the data-quality reports (Great Expectations Data Docs) in the
 Airflow UI, tested through Airflow's real API server: Airflow finds the plugin through its entry
 point, mounts its app at /lakehouse-reports behind Airflow's authentication, lists the navigation
-entry, and headless Chromium renders the Data Docs both directly and inside the Airflow UI.
+entry, and headless Chromium renders the Data Docs both directly and inside the Airflow UI,
+styled and scripted by files the platform serves: nothing is asked of any other host.
 
 The API server runs in its own interpreter (tests/e2e/api_server.py) with an Airflow home under
 a temporary lakehouse root, like the other Airflow tests. Screenshots go to tests/artifacts/.
