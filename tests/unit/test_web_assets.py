@@ -109,7 +109,8 @@ def test_the_site_carries_each_vendored_file_and_what_its_stylesheet_references(
             url = match.group(2)
             if url and not url.startswith(("data:", "#")):
                 assert (css.parent / urlsplit(url).path).is_file(), f"{css}: {url}"
-    # Bootstrap and Popper keep the integrity attribute GX gives them; the copies match it.
+    # Popper and Bootstrap keep the integrity attribute GX gives them (the build checked the
+    # copies against it).
     page = (site / "gx-index.html").read_text()
     assert re.search(r'<script src="static/vendor/popper\.js/[^"]+" integrity="sha384-', page)
 
