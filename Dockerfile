@@ -6,6 +6,15 @@
 # The project sits in /opt/lakehouse with include/, dags/, jobs/ and contracts/ side by side:
 # `lakehouse.runtime.config.REPO_ROOT` is parents[3] of include/lakehouse/runtime/config.py, so the DAGs find
 # jobs/run_layer.py and the contracts beside the package.
+
+# The Data Docs' styles, fonts and scripts (include/web/package.json, locked with their integrity
+# hashes by package-lock.json), installed by npm as `make web-assets` does, in a stage of their
+# own: the image gets the files, not Node.
+FROM node:20-bookworm-slim AS web
+WORKDIR /web
+COPY include/web/package.json include/web/package-lock.json include/web/.npmrc ./
+RUN npm ci --ignore-scripts --no-audit --no-fund
+
 FROM python:3.11-slim-bookworm
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
@@ -41,6 +50,7 @@ RUN include/jvm/copy-jars.sh /usr/local/jars \
     && rm -rf /root/.m2
 
 COPY include/ include/
+COPY --from=web /web/node_modules include/web/node_modules
 COPY dags/ dags/
 COPY jobs/ jobs/
 COPY contracts/ contracts/
@@ -65,7 +75,8 @@ RUN test -x "$SPARK_HOME/bin/spark-class" \
     && java -version \
     && python -c "import pyspark, pyspark.sql.datasource, deltalake, delta, airflow, psycopg2, lakehouse" \
     && python -m lakehouse.runtime.jvm \
-    && python -m lakehouse.runtime.jvm kafka
+    && python -m lakehouse.runtime.jvm kafka \
+    && python -m lakehouse.quality.web_assets
 
 # A non-root user with the uid of the official Airflow image (group 0, as there). The folders
 # are created here so that named volumes mounted on them start out owned by that user.

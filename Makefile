@@ -83,11 +83,36 @@ $(ORACLE_JARS_STAMP): $(PY_STAMP) $(ORACLE_POM) $(ORACLE_JARS_LOCK) include/jvm/
 	$(BIN)/python -m lakehouse.runtime.jvm oracle
 	@touch $@
 
-$(STAMP): $(PY_STAMP) $(JARS_STAMP) $(KAFKA_JARS_STAMP) $(ORACLE_JARS_STAMP)
+# The styles, fonts and scripts of the Data Docs pages (Bootstrap, jQuery, Popper,
+# bootstrap-table, bootstrap-datepicker, Font Awesome, Vega), which Great Expectations' templates
+# load from CDNs: include/web/package.json names the versions the templates name and
+# package-lock.json locks them with their integrity hashes. They live in include/, beside the JVM
+# poms, as the package's other non-Python dependencies, and go into the image with it. npm installs
+# them once, here, into $(WEB_MODULES) (git-ignored), checking every integrity hash; nothing runs
+# (--ignore-scripts). Each report build copies the files its pages use into the site
+# (lakehouse.quality.web_assets), so the Data Docs render on a closed network.
+WEB := include/web
+WEB_MODULES := $(WEB)/node_modules
+# Beside what it stamps, not in .venv: the files belong to this checkout.
+WEB_STAMP := $(WEB_MODULES)/.installed
+
+$(WEB_STAMP): $(WEB)/package.json $(WEB)/package-lock.json $(WEB)/.npmrc
+	@command -v npm > /dev/null || { \
+		echo "npm is not installed: it installs the Data Docs' styles, fonts and scripts from"; \
+		echo "registry.npmjs.org, once (include/web/package-lock.json). Install Node.js with npm"; \
+		echo "(Debian/Ubuntu: sudo apt-get install npm; macOS: brew install node), then run make again."; \
+		exit 1; }
+	cd $(WEB) && npm ci --ignore-scripts --no-audit --no-fund
+	@touch $@
+
+.PHONY: web-assets
+web-assets: $(WEB_STAMP) ## Install the Data Docs' locked styles, fonts and scripts (include/web/package-lock.json; part of install)
+
+$(STAMP): $(PY_STAMP) $(JARS_STAMP) $(KAFKA_JARS_STAMP) $(ORACLE_JARS_STAMP) $(WEB_STAMP)
 	@touch $@
 
 .PHONY: install
-install: $(STAMP) ## Create .venv and install the pinned stack (requirements.lock, include/jvm/**/jars.sha256, tests/oracle/jars.sha256)
+install: $(STAMP) ## Create .venv and install the pinned stack (requirements.lock, include/jvm/**/jars.sha256, tests/oracle/jars.sha256, include/web/package-lock.json)
 
 .PHONY: jars-lock
 jars-lock: $(PY_STAMP) ## After a change to a pom (include/jvm/**, tests/oracle): copy the jars of each, rewrite each jars.sha256

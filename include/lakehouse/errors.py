@@ -72,6 +72,33 @@ class JarsError(ConfigError):
         super().__init__("; ".join(problems) + f" ({remedy})")
 
 
+class WebAssetsError(ConfigError):
+    """The styles, fonts and scripts the Data Docs pages load (``include/web/package.json``, see
+    :mod:`lakehouse.quality.web_assets`) are not installed as locked: a package is missing, at
+    another version, or lacks a file. The message names each and says what to run."""
+
+    def __init__(self, problems: list[str], remedy: str) -> None:
+        self.problems = problems
+        super().__init__("; ".join(problems) + f" ({remedy})")
+
+
+class OfflineDocsError(LakehouseError):
+    """A Data Docs page loads something from another host that the site does not serve: the
+    page would not render on a closed network. ``references``: each (address, page)."""
+
+    def __init__(self, references: Sequence[tuple[str, str]]) -> None:
+        self.references = list(dict.fromkeys(references))
+        shown = "; ".join(f"{page} loads {url}" for url, page in self.references[:10])
+        more = len(self.references) - 10
+        super().__init__(
+            "Data Docs would load files from other hosts, which the site does not serve: "
+            + shown
+            + (f"; and {more} more" if more > 0 else "")
+            + ". Map each address to a file of an npm package in lakehouse.quality.web_assets.CDN "
+            "and add that package to include/web/package.json (then `make web-assets`)"
+        )
+
+
 class ConcurrentWriteError(LakehouseError):
     """Another commit to the same table conflicts with this one; nothing of this write is
     visible. Retry (an exactly-once write then finds its version applied, or applies it)."""

@@ -3,8 +3,10 @@ Selenium), and where their screenshots go."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import tempfile
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -24,8 +26,8 @@ CHROME_FLAGS = (
     "--disable-component-update",
     "--disable-sync",
     "--window-size=1280,1600",
-    # The pages reference CDN scripts and styles; fail those at once instead of waiting on
-    # a network this machine may not have (the content is in the HTML).
+    # A page that asks another host for anything fails that request at once instead of waiting
+    # on a network this machine may not have; the request is still seen (`network_traffic`).
     "--host-resolver-rules=MAP * ~NOTFOUND , EXCLUDE 127.0.0.1",
 )
 
@@ -61,6 +63,8 @@ class Browser:
         options.binary_location = chromium
         for flag in CHROME_FLAGS:
             options.add_argument(flag)
+        # DevTools' Network events and the pages' console, read back by `network_traffic`.
+        options.set_capability("goog:loggingPrefs", {"performance": "ALL", "browser": "ALL"})
         profile = tempfile.mkdtemp(prefix="chromium-", dir=self._profiles)
         options.add_argument(f"--user-data-dir={profile}")
         driver = webdriver.Chrome(options=options, service=Service(chromedriver))
@@ -80,3 +84,38 @@ def screenshot(driver: Any, name: str) -> Path:
     assert driver.save_screenshot(str(path)), f"no screenshot saved to {path}"
     assert path.stat().st_size > 1000
     return path
+
+
+@dataclass
+class Traffic:
+    """What the browser asked of the network: every request's URL, and those that failed; and
+    the errors the pages' console showed meanwhile."""
+
+    requests: list[str] = field(default_factory=list)
+    failures: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)  # the console's errors (scripts', refusals)
+
+
+def network_traffic(driver: Any) -> Traffic:
+    """The requests of the pages the browser loaded since the last call (Chrome's performance
+    log: DevTools' ``Network.requestWillBeSent``, ``responseReceived`` and ``loadingFailed``
+    events), and the errors their console showed. A failure is an HTTP status of 400 or more,
+    or a request that got no response."""
+    traffic = Traffic()
+    urls: dict[str, str] = {}
+    for entry in driver.get_log("performance"):
+        message = json.loads(entry["message"])["message"]
+        method, params = message.get("method"), message.get("params", {})
+        if method == "Network.requestWillBeSent":
+            urls[params["requestId"]] = params["request"]["url"]
+            traffic.requests.append(params["request"]["url"])
+        elif method == "Network.responseReceived" and params["response"]["status"] >= 400:
+            traffic.failures.append(
+                f"{params['response']['url']}: HTTP {params['response']['status']}"
+            )
+        elif method == "Network.loadingFailed":
+            url = urls.get(params["requestId"], params["requestId"])
+            reason = params.get("blockedReason") or params.get("errorText")
+            traffic.failures.append(f"{url}: {reason}")
+    traffic.errors = [e["message"] for e in driver.get_log("browser") if e["level"] == "SEVERE"]
+    return traffic

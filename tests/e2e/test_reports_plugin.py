@@ -1,7 +1,8 @@
 """The Airflow plugin that puts the data-quality reports (Great Expectations Data Docs) in the
 Airflow UI, tested through Airflow's real API server: Airflow finds the plugin through its entry
 point, mounts its app at /lakehouse-reports behind Airflow's authentication, lists the navigation
-entry, and headless Chromium renders the Data Docs both directly and inside the Airflow UI.
+entry, and headless Chromium renders the Data Docs both directly and inside the Airflow UI,
+styled and scripted by files the platform serves: nothing is asked of any other host.
 
 The API server runs in its own interpreter (tests/e2e/api_server.py) with an Airflow home under
 a temporary lakehouse root, like the other Airflow tests. Screenshots go to tests/artifacts/.
@@ -24,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from browser import Browser, screenshot
+from browser import Browser, network_traffic, screenshot
 
 from lakehouse.orchestration.airflow_env import airflow_environment
 from lakehouse.runtime.config import REPO_ROOT, Settings
@@ -320,8 +321,7 @@ def test_browser_renders_the_data_docs(server: Server, built_site: Path, chrome:
     assert browser.title == "Data quality"
     text = _text(browser)
     assert "No data-quality report" not in text
-    # The front page is plain HTML (GX's own index draws its tables with scripts from CDNs,
-    # which this closed network does not reach): the suite, its verdict, the failed check.
+    # The front page is plain HTML: the suite, its verdict, the failed check.
     assert SUITE in text and "failed" in text and "city_known" in text
     links = browser.find_elements(By.CSS_SELECTOR, "a[href*='validations/silver/demo_stream/']")
     assert len(links) == 1, [a.get_attribute("href") for a in links]
@@ -336,6 +336,118 @@ def test_browser_renders_the_data_docs(server: Server, built_site: Path, chrome:
     assert "1 unexpected values found" in text
     assert re.search(r"Unexpected Value\s+Count\s+Paris\s+1", text), text
     screenshot(browser, "data_docs_validation.png")
+
+
+# What a Data Docs page shows only if its scripts ran: the libraries GX's templates load.
+_LIBRARIES = """return {
+    jquery: window.jQuery ? jQuery.fn.jquery : null,
+    bootstrap: !!(window.jQuery && jQuery.fn.tab && jQuery.fn.tooltip),
+    popper: typeof window.Popper,
+    table: !!(window.jQuery && jQuery.fn.bootstrapTable),
+    datepicker: !!(window.jQuery && jQuery.fn.datepicker),
+    vega: typeof window.vega, vegaLite: typeof window.vegaLite, vegaEmbed: typeof window.vegaEmbed,
+}"""
+_ALL_LIBRARIES = {
+    "jquery": "3.7.1",
+    "bootstrap": True,
+    "popper": "function",
+    "table": True,
+    "datepicker": True,
+    "vega": "object",
+    "vegaLite": "object",
+    "vegaEmbed": "function",
+}
+# Bootstrap's stylesheet: its grid's padding utility and its flex navigation bar.
+_BOOTSTRAP_STYLE = """const padded = document.querySelector('.container-fluid.pl-5');
+return [getComputedStyle(padded).paddingLeft,
+        getComputedStyle(document.querySelector('nav.navbar')).display]"""
+FONT_NOT_LOADED = "Font Awesome's webfont did not load"
+_FONT_AWESOME_LOADED = """return [...document.fonts].some(
+    f => f.family.replace(/"/g, '') === 'Font Awesome 6 Free' && f.status === 'loaded')"""
+
+
+def _served_from_here(server: Server, driver: Any, page: str) -> None:
+    """Everything ``page`` asked for came from the lakehouse's own server, and came."""
+    from urllib.parse import urlsplit
+
+    traffic = network_traffic(driver)
+    assert traffic.requests, f"no requests recorded for {page}"
+    elsewhere = [
+        url
+        for url in traffic.requests
+        if urlsplit(url).scheme not in ("data", "blob", "about")
+        and urlsplit(url).hostname != "127.0.0.1"
+    ]
+    assert elsewhere == [], f"{page} asked other hosts for these"
+    assert traffic.failures == [], f"{page}: requests that failed"
+    assert traffic.errors == [], f"{page}: errors in the console"
+    assert any(f"{server.base}{PREFIX}/static/vendor/" in url for url in traffic.requests), page
+
+
+def test_data_docs_load_everything_from_the_platform_and_render_styled(
+    server: Server, built_site: Path, chrome: Browser
+) -> None:
+    """GX's index, a validation result and an expectation suite in Chromium, whose resolver
+    knows no host but 127.0.0.1: every request goes to the lakehouse's server and succeeds,
+    Bootstrap's styles and Font Awesome's font apply, and the index's scripts build its tables."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as ec
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    browser = chrome.driver
+    wait = WebDriverWait(browser, 60)
+    _log_in(browser, server)
+    network_traffic(browser)  # what came before is other pages'
+
+    browser.get(f"{server.base}{PREFIX}/gx-index.html")
+    # The page's scripts are in its head: they have run once it has loaded.
+    assert browser.execute_script(_LIBRARIES) == _ALL_LIBRARIES
+    # bootstrap-table drew the validation results from the page's data: one row, ours.
+    rows = browser.find_elements(
+        By.CSS_SELECTOR, ".ge-index-page-validation-results-table tbody tr.clickable-row"
+    )
+    assert len(rows) == 1 and SUITE in rows[0].text
+    assert rows[0].find_elements(By.CSS_SELECTOR, "i.fa-times.text-danger")  # failed
+    assert browser.execute_script(_BOOTSTRAP_STYLE) == ["48px", "flex"]
+    wait.until(lambda d: d.execute_script(_FONT_AWESOME_LOADED), FONT_NOT_LOADED)
+    screenshot(browser, "data_docs_offline_index.png")
+    _served_from_here(server, browser, "gx-index.html")
+
+    # A validation result: clicking its row, which the index's script makes a link.
+    rows[0].find_element(By.TAG_NAME, "td").click()
+    wait.until(ec.url_contains(f"{PREFIX}/validations/silver/demo_stream/"))
+    status = wait.until(ec.presence_of_element_located((By.CSS_SELECTOR, "i.fas.fa-times")))
+    assert "Status: Failed" in _text(browser)
+    assert browser.execute_script(_LIBRARIES) == _ALL_LIBRARIES
+    assert browser.execute_script(_BOOTSTRAP_STYLE) == ["48px", "flex"]
+    wait.until(lambda d: d.execute_script(_FONT_AWESOME_LOADED), FONT_NOT_LOADED)
+    icon = browser.execute_script(
+        "return getComputedStyle(arguments[0], '::before').content", status
+    )
+    assert icon not in ("none", "normal", ""), "Font Awesome's stylesheet draws no icon"
+    screenshot(browser, "data_docs_offline_validation.png")
+    _served_from_here(server, browser, "the validation page")
+
+    # An expectation suite: Bootstrap's tab script shows the suites' table, which
+    # bootstrap-table drew too; its first row leads to the suite's page.
+    browser.back()
+    wait.until(ec.element_to_be_clickable((By.ID, "Expectation-Suites-tab"))).click()
+    suite_rows = wait.until(
+        lambda d: [
+            r
+            for r in d.find_elements(By.CSS_SELECTOR, "#Expectation-Suites tbody tr.clickable-row")
+            if r.is_displayed()
+        ]
+    )
+    suite = suite_rows[0].text.strip()
+    assert re.fullmatch(r"(bronze|silver|gold)\.[\w-]+", suite), suite
+    suite_rows[0].find_element(By.TAG_NAME, "td").click()
+    wait.until(ec.url_contains(f"{PREFIX}/expectations/"))
+    wait.until(lambda d: suite in _text(d))
+    assert browser.execute_script(_LIBRARIES) == _ALL_LIBRARIES
+    assert browser.execute_script(_BOOTSTRAP_STYLE) == ["48px", "flex"]
+    screenshot(browser, "data_docs_offline_suite.png")
+    _served_from_here(server, browser, "the index and the expectation suite page")
 
 
 def test_airflow_ui_shows_the_data_docs_under_browse(

@@ -666,7 +666,9 @@ def test_dags_jobs_and_contracts_sit_beside_the_package_in_the_image() -> None:
 
 def test_dockerfile_sets_the_shared_paths_and_runs_as_a_non_root_user() -> None:
     instructions = dockerfile_instructions()
-    assert instructions[0] == ("FROM", "python:3.11-slim-bookworm")
+    # The image is the last stage; the one before it only installs files for it.
+    stages = [args for instruction, args in instructions if instruction == "FROM"]
+    assert stages[-1] == "python:3.11-slim-bookworm"
     env = dockerfile_env()
     assert env["LAKEHOUSE_HOME"] == "/lakehouse"
     assert env["AIRFLOW_HOME"] == "/opt/airflow"
@@ -711,3 +713,33 @@ def test_the_image_copies_the_jvm_jars_where_jobs_look_for_them() -> None:
     broker = "include/jvm/copy-jars.sh /usr/local/kafka-jars include/jvm/kafka/pom.xml"
     assert broker in instructions[copy[0]][1]
     assert "python -m lakehouse.runtime.jvm kafka" in instructions[check[0]][1]
+
+
+def test_the_image_gets_the_data_docs_web_assets_where_reports_look_for_them() -> None:
+    """`lakehouse.quality.web_assets.NODE_MODULES` is include/web/node_modules beside the package:
+    npm installs the locked files in a stage of their own (as `make web-assets` does), the image
+    copies them there (never a local install: it is ignored), and checks them."""
+    from lakehouse.quality.web_assets import NODE_MODULES
+
+    instructions = dockerfile_instructions()
+    stages = [i for i, (instruction, _) in enumerate(instructions) if instruction == "FROM"]
+    web = next(i for i in stages if instructions[i][1].endswith(" AS web"))
+    assert instructions[web][1].startswith("node:") and web < stages[-1]
+    stage = instructions[web : stages[-1]]
+    assert any(
+        i == "COPY" and "include/web/package.json include/web/package-lock.json" in a
+        for i, a in stage
+    )
+    assert ("RUN", "npm ci --ignore-scripts --no-audit --no-fund") in stage
+    assert "npm ci --ignore-scripts --no-audit --no-fund" in (ROOT / "Makefile").read_text()
+    copies = [k for k, (i, a) in enumerate(instructions) if i == "COPY" and "--from=web" in a]
+    assert len(copies) == 1
+    *_, source, dest = instructions[copies[0]][1].split()
+    workdir = [a for i, a in instructions[: copies[0]] if i == "WORKDIR"][-1]
+    project = dockerfile_copies()["include"].parent
+    assert source == "/web/node_modules"
+    assert PurePosixPath(workdir) / dest == project / NODE_MODULES.relative_to(ROOT).as_posix()
+    ignored = {line.strip() for line in DOCKERIGNORE.read_text().splitlines()}
+    assert str(NODE_MODULES.relative_to(ROOT)) in ignored
+    checks = [a for i, a in instructions[stages[-1] :] if i == "RUN"]
+    assert any("python -m lakehouse.quality.web_assets" in a for a in checks)

@@ -3,14 +3,15 @@
 The gates keep each validation's full GX result as JSON under ``quality/validations``; Data Docs
 are rebuilt from those files by ``lakehouse report`` (the pipeline DAG's last task), into
 ``reports/data_docs``, which the Airflow UI links to. Jobs never touch GX's project folder, so
-two jobs validating at once cannot race on it: this module is its only writer.
+two jobs validating at once cannot race on it: this module is its only writer. The site serves
+every style, font and script its pages load (:mod:`lakehouse.quality.web_assets`): it renders on
+a closed network.
 """
 
 from __future__ import annotations
 
 import html
 import json
-import re
 import shutil
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
@@ -23,6 +24,7 @@ from lakehouse.quality.expectations import import_gx, suite, suite_name
 from lakehouse.quality.history import Run
 from lakehouse.quality.ledger import BATCH, BLOCKED
 from lakehouse.quality.verdict import observed_text
+from lakehouse.quality.web_assets import check_installed, make_offline
 from lakehouse.runtime.config import LAYERS, Settings
 
 SITE = "lakehouse"
@@ -48,7 +50,10 @@ def build_data_docs(
 
     The GX project under ``quality/gx`` is rebuilt each time from the contracts (suites) and the
     newest ``keep`` results per suite, so the site shows what the contracts say now and its
-    build time does not grow with history (the ledger keeps all of it)."""
+    build time does not grow with history (the ledger keeps all of it). The pages load nothing
+    from other hosts (:func:`~lakehouse.quality.web_assets.make_offline`); a page that would
+    fails the build with :class:`~lakehouse.errors.OfflineDocsError`, and missing web assets
+    with :class:`~lakehouse.errors.WebAssetsError`, leaving the previous site in place."""
     gx = import_gx()
     from great_expectations.core.expectation_validation_result import (
         ExpectationSuiteValidationResultSchema,
@@ -59,11 +64,17 @@ def build_data_docs(
         ValidationResultIdentifier,
     )
 
+    # Before anything is removed: without its styles and scripts a new site would be worse than
+    # the one there.
+    check_installed()
     project = settings.quality_root / "gx"
     shutil.rmtree(project, ignore_errors=True)
     site = settings.data_docs_root
-    shutil.rmtree(site, ignore_errors=True)
-    site.mkdir(parents=True, exist_ok=True)
+    # Built beside the site and swapped in whole once every page is served offline: a build that
+    # fails leaves the previous site, and readers never see a half-built one.
+    staging = site.with_name(site.name + ".building")
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
     context = gx.get_context(mode="file", project_root_dir=str(project))
     for name in list(context.get_config().data_docs_sites or {}):
         context.delete_data_docs_site(name)
@@ -74,7 +85,7 @@ def build_data_docs(
             "show_how_to_buttons": False,
             "store_backend": {
                 "class_name": "TupleFilesystemStoreBackend",
-                "base_directory": str(site),
+                "base_directory": str(staging),
             },
             "site_index_builder": {"class_name": "DefaultSiteIndexBuilder"},
         },
@@ -99,28 +110,16 @@ def build_data_docs(
             )
             context.validation_results_store.set(key, result)
     context.build_data_docs(site_names=[SITE])
-    _keep_offline(site)
-    (site / "index.html").replace(site / GX_INDEX)
-    overview = _overview(site, _saved_results(settings, keep))
-    (site / "index.html").write_text(overview, encoding="utf-8")
+    (staging / "index.html").replace(staging / GX_INDEX)
+    overview = _overview(staging, _saved_results(settings, keep))
+    (staging / "index.html").write_text(overview, encoding="utf-8")
+    make_offline(staging)
+    shutil.rmtree(site, ignore_errors=True)
+    staging.rename(site)
     return site / "index.html"
 
 
 GX_INDEX = "gx-index.html"
-# Data Docs pages load their logo from GX's servers with the context's id in the address.
-_REMOTE_LOGO = re.compile(r"https://great-expectations-web-assets\.s3[^\"']*logo-long\.png[^\"']*")
-
-
-def _keep_offline(site: Path) -> None:
-    """Point the pages' logo at the site's own copy: a report read on a closed network should not
-    try to reach the internet, nor tell anyone that it was opened."""
-    for page in site.rglob("*.html"):
-        text = page.read_text(encoding="utf-8")
-        depth = len(page.relative_to(site).parts) - 1
-        local = "../" * depth + "static/images/logo-long.png"
-        fixed = _REMOTE_LOGO.sub(local, text)
-        if fixed != text:
-            page.write_text(fixed, encoding="utf-8")
 
 
 _STYLE = """
@@ -134,9 +133,9 @@ th { background: #f4f4f4; }
 
 
 def _overview(site: Path, results: dict[str, list[dict[str, Any]]]) -> str:
-    """The site's front page, plain HTML without scripts (GX's own index builds its tables with
-    scripts from CDNs, which a closed network does not reach): each suite's validations, newest
-    first, with their verdict and a link to GX's page of each."""
+    """The site's front page, plain HTML without scripts, readable without any: each suite's
+    validations, newest first, with their verdict and a link to GX's page of each (GX's own
+    index, which builds its tables with scripts, is linked from it)."""
     esc = html.escape
     parts = [
         "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>",
