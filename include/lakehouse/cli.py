@@ -13,7 +13,7 @@ Commands::
     lakehouse maintain [--topic T ...] [--retention-hours H] [--no-compact] [--dry-run]
     lakehouse sample [--topic T] [--records N [--value-bytes B]]   (fixed samples, or N random)
     lakehouse schemas [--topic T ...] [--check]   (registered schema versions; check contracts)
-    lakehouse dq [--table T] | report   (data-quality results; Data Docs)
+    lakehouse dq [--table T] [--days D] [--last N] | report   (data-quality history; Data Docs)
     lakehouse spark start|run|stop|status   (the Spark server jobs run on; run: foreground)
     lakehouse postgres start|stop|status    (Airflow's PostgreSQL metadata database)
     lakehouse kafka start|stop|status       (a local single-node Kafka broker, KRaft mode)

@@ -87,11 +87,15 @@ def test_dag_folder_parses_without_heavy_imports(settings: Settings) -> None:
     assert tasks["report"]["type"] == tasks["watcher"]["type"] == "PythonOperator"
     assert tasks["report"]["trigger_rule"] == "all_done"
     assert tasks["watcher"]["trigger_rule"] == "one_failed"
-    assert tasks["bronze"]["outlets"] == [
+    # A layer task emits events through its alias for the tables its batch changed; its gate
+    # names the tables (so they are the DAG's assets from its first parse).
+    assert tasks["bronze"]["outlets"] == ["lakehouse.bronze.user-locations"]
+    assert tasks["gate_bronze"]["inlets"] == [
         "bronze.user-locations",
         "quarantine.bronze.user-locations",
     ]
-    assert tasks["silver"]["outlets"] == [
+    assert tasks["silver"]["outlets"] == ["lakehouse.silver.user-locations"]
+    assert tasks["gate_silver"]["inlets"] == [
         "silver.user_locations",
         "quarantine.silver.user_locations",
     ]
@@ -107,7 +111,8 @@ def test_dag_folder_parses_without_heavy_imports(settings: Settings) -> None:
         "gold.user_sessions",
     ]
     late = ["late.checkins_10m_every_5m", "late.checkins_5m", "late.user_sessions"]
-    assert sorted(tasks["gold"]["outlets"]) == own + late
+    assert tasks["gold"]["outlets"] == ["lakehouse.gold.user-locations"]
+    assert sorted(tasks["gate_gold"]["inlets"]) == own + late
     # The form of a triggered run: every field has a default (a scheduled run takes them).
     params = dag["params"]
     assert params["layers"]["default"] == ["bronze", "silver", "gold"]
@@ -134,7 +139,8 @@ def test_dag_folder_parses_without_heavy_imports(settings: Settings) -> None:
     assert jt["plan"]["downstream"] == ["gold", "watcher"]
     assert jt["gold"]["downstream"] == ["gate_gold", "watcher"]
     assert jt["gold"]["inlets"] == ["silver.user_locations", "silver.user_profile_changes"]
-    assert sorted(jt["gold"]["outlets"]) == [
+    assert jt["gold"]["outlets"] == ["lakehouse.gold.user-locations.joins"]
+    assert sorted(jt["gate_gold"]["inlets"]) == [
         "gold.checkins_near_profile_changes",
         "gold.checkins_with_profile",
         "gold.user_location_profile",
@@ -162,11 +168,11 @@ def test_dag_folder_parses_without_heavy_imports(settings: Settings) -> None:
     ]
     assert all(t["retries"] >= 1 for t in upkeep["tasks"].values())
     profiles = result["dags"]["pipeline__user-profiles"]["tasks"]
-    assert profiles["silver"]["outlets"] == [
+    assert profiles["gate_silver"]["inlets"] == [
         "silver.user_profile_changes",
         "quarantine.silver.user_profile_changes",
     ]
-    assert sorted(profiles["gold"]["outlets"]) == [
+    assert sorted(profiles["gate_gold"]["inlets"]) == [
         "gold.user_profile_updates",
         "gold.user_profiles",
         "gold.users_per_city",

@@ -50,6 +50,7 @@ from lakehouse.runtime import deployment, objectstore, server
 from lakehouse.runtime.config import REPO_ROOT, Settings
 from lakehouse.runtime.postgres import Cluster
 from lakehouse.storage import read_arrow
+from lakehouse.storage.store import table_version
 from lakehouse.topics import kafka
 from lakehouse.topics.landing import Record
 from lakes import S3_REGION, S3Store
@@ -483,6 +484,32 @@ def test_records_arriving_start_a_run_that_takes_them_to_gold(stack: Stack) -> N
         "carol": "Quito",
     }
     assert {r["username"]: r["count"] for r in gold[COUNTS]} == {"alice": 2, "bob": 1, "carol": 1}
+
+    # Each layer task told what its batch changed: one asset event per table, carrying the
+    # version it made, its rows and counts and the verdict; nothing for the quarantine (no bad
+    # record), and nothing at all from the interval run before, which found nothing.
+    stream = stack.contract.stream
+    told = {
+        e["name"]: e
+        for e in airflow.api("GET", "/assets/events?limit=100")["asset_events"]
+        if not e["name"].startswith("kafka.")
+    }
+    assert set(told) == {f"bronze.{TOPIC}", f"silver.{stream}", f"gold.{LATEST}", f"gold.{COUNTS}"}
+    assert {e["source_run_id"] for e in told.values()} == {run["dag_run_id"]}
+    paths = {
+        f"bronze.{TOPIC}": stack.settings.bronze_path(TOPIC),
+        f"silver.{stream}": stack.settings.silver_path(stream),
+        f"gold.{LATEST}": stack.settings.gold_path(LATEST),
+        f"gold.{COUNTS}": stack.settings.gold_path(COUNTS),
+    }
+    for name, path in paths.items():
+        extra = told[name]["extra"]
+        assert extra["table_version"] == table_version(path), (name, extra)
+        assert extra["verdict"]["outcome"] == "published" and extra["quarantined"] == 0
+        assert extra["dag_run_id"] == run["dag_run_id"]
+    assert told[f"bronze.{TOPIC}"]["extra"]["rows"] == len(EVENTS)
+    assert told[f"silver.{stream}"]["extra"]["rows"] == len(EVENTS)
+    assert told[f"gold.{LATEST}"]["extra"]["rows"] == 3  # three users
 
     # The tables are in the bucket, under compose's LAKEHOUSE_DATA; nothing of them is under the
     # home (the volume `lakehouse`).

@@ -188,11 +188,21 @@ def test_a_run_of_every_layer_writes_their_verdicts_once_even_if_it_dies_before(
         run(spark, lake, catalog, echo=lambda _: None)
         ledger_versions.append(table_version(lake.ledger_path))
     second = {layer: table_version(path) for layer, path in tables.items()}
+    ledger = read_ledger(lake).to_pylist()
     published = sorted(
         (r["layer"], r["table_version"], r["expectation"], r["rows"])
-        for r in read_ledger(lake).to_pylist()
-        if r["published"]
+        for r in ledger
+        if r["published"] and r["kind"] != "batch"
     )
+    # The second run's batches have rows of their own (the killed run's went with it).
+    batches = {
+        (r["layer"], r["table"]): (r["outcome"], r["table_version"], r["rows"])
+        for r in ledger
+        if r["kind"] == "batch"
+    }
+    assert batches[("bronze", "orders")] == ("published", second["bronze"], 1)
+    assert batches[("silver", "orders_stream")] == ("published", second["silver"], 1)
+    assert batches[("gold", "order_latest")] == ("published", second["gold"], 1)
     assert published == sorted(
         [
             ("bronze", first["bronze"], "few", 2),
@@ -495,7 +505,8 @@ def test_volume_and_freshness_warn_and_the_dq_report_shows_trends(
         )
     text = out.getvalue()
     assert "bronze.orders: latest" in text and "60 rows" in text
-    assert "FAIL warn       volume" in text and "(failed in 1 of 3 runs)" in text
+    assert "FAIL warn       volume" in text and "(failed in 1 of 3 checked runs)" in text
+    assert "last 3 runs: 3 batches, 3 published, 0 blocked, 0 quarantined" in text
 
 
 def test_data_docs_are_built_from_the_validations(spark: Any, tmp_path: Path) -> None:

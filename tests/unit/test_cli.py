@@ -727,19 +727,37 @@ def test_dq_says_the_unit_of_every_figure(
         {"expectation": "present", "kind": "not_null", "element_count": 12,
          "unexpected_count": 2, "success": False},
     ]  # fmt: skip
-    rows = [{**dict.fromkeys(ledger_schema().names), **base, **c} for c in checks]
+    batch = {
+        "kind": "batch",
+        "severity": None,
+        "success": None,
+        "outcome": "published",
+        "quarantined": 1,
+        "quarantine_reasons": '{"empty line": 1}',
+        "gaps": 2,
+        "lag": 5,
+        "lag_unit": "records",
+    }
+    rows = [{**dict.fromkeys(ledger_schema().names), **base, **c} for c in [*checks, batch]]
     write_deltalake(str(settings.ledger_path), pa.Table.from_pylist(rows, ledger_schema()))
-    assert _run(monkeypatch, ["dq"]) == 0
+    assert _run(monkeypatch, ["dq", "--days", "100000"]) == 0
     assert capsys.readouterr().out.splitlines() == [
-        "bronze.user-locations: latest 2026-01-01 00:00:00 UTC (version 4, 12 rows): 3/4 checks "
-        "met; last 1 runs: 0 clean",
-        "  ok   warn       freshness                    44.3 s (limit 60 s)  (failed in 0 of 1 runs)",
+        "bronze.user-locations: latest 2026-01-01 00:00:00 UTC, 12 rows published as version 4, "
+        "1 quarantined (1 empty line), 2 offsets missing, 3/4 checks met, last data 44 s ago "
+        "(limit 60 s), lag 5 records",
+        "  last 1 runs: 1 batches, 1 published, 0 blocked, 1 quarantined, 0 of 1 checked runs "
+        "met every check",
+        "  ok   warn       freshness                    44.3 s (limit 60 s)  (failed in 0 of 1 "
+        "checked runs)",
         "  ok   warn       volume                       12 rows (median of the last 3 batches: "
-        "10 rows)  (failed in 0 of 1 runs)",
-        "  ok   warn       small                        12 rows  (failed in 0 of 1 runs)",
+        "10 rows)  (failed in 0 of 1 checked runs)",
+        "  ok   warn       small                        12 rows  (failed in 0 of 1 checked runs)",
         "  FAIL warn       present                      2 of 12 rows unexpected  (failed in 1 of "
-        "1 runs)",
+        "1 checked runs)",
     ]
+    # Outside the window (14 days by default), nothing.
+    assert _run(monkeypatch, ["dq"]) == 0
+    assert capsys.readouterr().out.splitlines() == ["no validations recorded"]
 
 
 def test_a_broken_contract_fails_only_the_commands_that_concern_its_topic(

@@ -52,9 +52,7 @@ def test_history_gathers_each_runs_batch_and_checks(spark: Any, tmp_path: Path) 
     first, second, old = (RunInfo(dag_id="pipeline__orders", dag_run_id=f"r{i}") for i in range(3))
     met = Outcome("amount_positive", "between", "warn", True, observed=0)
     broken = Outcome("id_unique", "unique", "fail", False, observed=2)
-    fresh = Outcome(
-        "freshness", "freshness", "warn", True, observed=12.5, sample=("limit 3600 s",)
-    )
+    fresh = Outcome("freshness", "freshness", "warn", True, observed=12.5, sample=("limit 3600 s",))
     rows = [
         *ledger_rows(
             first,

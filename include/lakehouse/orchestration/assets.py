@@ -7,12 +7,18 @@ Imported at DAG parse time: Airflow and the contracts only.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from airflow.sdk import Asset, AssetOrTimeSchedule, AssetWatcher, DeltaTriggerTimetable
+from airflow.sdk import (
+    Asset,
+    AssetAlias,
+    AssetOrTimeSchedule,
+    AssetWatcher,
+    DeltaTriggerTimetable,
+)
 
 from lakehouse.contracts.model import Catalog, Contract
 from lakehouse.orchestration.airflow_env import kafka_conn_id
@@ -74,6 +80,69 @@ def outlets(
         *(table_asset(settings, layer, n) for n in names),
         *side_assets(settings, contract, layer, names),
     ]
+
+
+def changes_alias(contract: Contract, layer: Layer, *, joins: bool = False) -> AssetAlias:
+    """What a layer task declares it writes: an alias through which it emits, when its job is
+    done, an event for each table the batch changed (:func:`changed`), and none for a table it
+    left as it was, so that nothing scheduled on an unchanged table runs for nothing. (An Asset
+    among a task's outlets gets an event whenever the task succeeds.)"""
+    return AssetAlias(name=f"lakehouse.{layer}.{contract.topic}" + (".joins" if joins else ""))
+
+
+def changed(
+    settings: Settings,
+    contract: Contract,
+    layer: Layer,
+    names: Sequence[str],
+    batches: Sequence[Mapping[str, Any]],
+) -> list[tuple[Asset, dict[str, Any]]]:
+    """The asset events a layer task emits, from the ledger's rows of its DAG run and layer
+    (``batches``: its batch rows, one per table per batch; checks' rows are ignored): each table
+    of ``names`` a published batch changed, with its version, rows, quarantined and late counts
+    and the verdict of its checks in this run; the quarantine of a batch that quarantined
+    records; the late table of one that sent records there. The newest batch of a table counts
+    (a DAG run cleared and run again adds one)."""
+    published: dict[str, Mapping[str, Any]] = {}
+    checks: dict[str, list[Mapping[str, Any]]] = {}
+    for row in batches:
+        if row["table"] not in names:
+            continue
+        if row["kind"] != "batch":
+            checks.setdefault(row["table"], []).append(row)
+        elif row["outcome"] == "published":
+            seen = published.get(row["table"])
+            if seen is None or row["validated_at"] > seen["validated_at"]:
+                published[row["table"]] = row
+    sides = {a.name: a for a in side_assets(settings, contract, layer, names)}
+    out: list[tuple[Asset, dict[str, Any]]] = []
+    for name in names:
+        batch = published.get(name)
+        if batch is None:
+            continue
+        mine = checks.get(name, [])
+        failed = sorted({f"{c['severity']} {c['expectation']}" for c in mine if not c["success"]})
+        extra = {
+            "table_version": batch["table_version"],
+            "rows": batch["rows"],
+            "quarantined": batch["quarantined"] or 0,
+            "late": batch["late"] or 0,
+            "verdict": {
+                "outcome": "published",
+                "checks": len(mine),
+                "met": len(mine) - sum(not c["success"] for c in mine),
+                "failed": failed,
+            },
+            "dag_run_id": batch["dag_run_id"],
+        }
+        out.append((table_asset(settings, layer, name), extra))
+        side = {"rows": None, "table_version": batch["table_version"], "of": f"{layer}.{name}"}
+        if batch["quarantined"] and layer in ("bronze", "silver"):
+            quarantine = next(a for a in sides.values() if a.name.startswith("quarantine."))
+            out.append((quarantine, {**side, "rows": batch["quarantined"]}))
+        if batch["late"] and f"late.{name}" in sides:
+            out.append((sides[f"late.{name}"], {**side, "rows": batch["late"]}))
+    return out
 
 
 def _asset(name: str, path: Location) -> Asset:

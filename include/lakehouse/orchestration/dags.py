@@ -27,7 +27,7 @@ from airflow.sdk import DAG, Asset, Param, TriggerRule
 
 from lakehouse.contracts.model import Catalog, Contract, LoadedCatalog
 from lakehouse.errors import ContractError
-from lakehouse.orchestration.assets import inlets, outlets, pipeline_schedule
+from lakehouse.orchestration.assets import changes_alias, inlets, outlets, pipeline_schedule
 from lakehouse.orchestration.callables import build_report, check_gate, fail_run, plan_run
 from lakehouse.orchestration.operators import SPARK_CONN_ID, LayerJobOperator
 from lakehouse.pipeline.request import OFFSETS_PATTERN, joined, own
@@ -122,10 +122,14 @@ def _layer_task(
     contract: Contract,
     layer: Layer,
     inlets: list[Asset],
-    outlets: list[Asset],
+    names: Sequence[str],
     tables: Sequence[str] | None = None,
     task_id: str | None = None,
+    *,
+    joins: bool = False,
 ) -> LayerJobOperator:
+    """A layer's job. Its outlet is an alias through which it emits an event for each table its
+    batch changed (:func:`~lakehouse.orchestration.assets.changed`)."""
     return LayerJobOperator(
         task_id=task_id or layer,
         layer=layer,
@@ -140,15 +144,24 @@ def _layer_task(
         name=f"lakehouse-{layer}-{contract.topic}",
         env_vars=settings.task_environment(),
         inlets=inlets,
-        outlets=outlets,
+        outlets=[changes_alias(contract, layer, joins=joins)],
+        written=names,
         trigger_rule=TriggerRule.NONE_FAILED,
     )
 
 
 def _gate_task(
-    contract: Contract, layer: Layer, tables: Sequence[str], task_id: str | None = None
+    settings: Settings,
+    contract: Contract,
+    layer: Layer,
+    tables: Sequence[str],
+    task_id: str | None = None,
 ) -> PythonOperator:
+    """A layer's gate: it reads the ledger's verdicts on the layer's tables, which are its
+    inlets (so the tables are Assets of the DAG from its first parse, with their group and
+    location, though the layer task declares only its alias)."""
     return PythonOperator(
+        inlets=outlets(settings, contract, layer, tables),
         task_id=task_id or f"gate_{layer}",
         python_callable=check_gate,
         op_kwargs={
@@ -241,11 +254,11 @@ def pipeline_dag(contract: Contract, settings: Settings, catalog: Catalog | None
                     contract,
                     layer,
                     inlets(settings, contract, catalog, layer, names),
-                    outlets(settings, contract, layer, names),
+                    names,
                     names if layer == "gold" else None,
                 )
             )
-            steps.append(_gate_task(contract, layer, names))
+            steps.append(_gate_task(settings, contract, layer, names))
         for upstream, downstream in itertools.pairwise(steps):
             upstream >> downstream
         _finish(steps, topic)
@@ -291,10 +304,11 @@ def join_dag(contract: Contract, settings: Settings, catalog: Catalog) -> DAG:
                 contract,
                 "gold",
                 inputs,
-                outlets(settings, contract, "gold", names),
                 names,
+                names,
+                joins=True,
             ),
-            _gate_task(contract, "gold", names),
+            _gate_task(settings, contract, "gold", names),
         ]
         for upstream, downstream in itertools.pairwise(steps):
             upstream >> downstream
@@ -366,11 +380,11 @@ def run_dag(
                     c,
                     layer,
                     inlets(settings, c, catalog, layer, names),
-                    outlets(settings, c, layer, names),
+                    names,
                     list(names) if layer == "gold" else None,
                     task_id=f"{layer}__{c.topic}",
                 )
-                gate = _gate_task(c, layer, names, task_id=f"gate_{layer}__{c.topic}")
+                gate = _gate_task(settings, c, layer, names, task_id=f"gate_{layer}__{c.topic}")
                 before >> job >> gate
                 tasks += [job, gate]
                 gates.append(gate)

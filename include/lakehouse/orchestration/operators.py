@@ -51,10 +51,12 @@ class LayerJobOperator(SparkSubmitOperator):
         contract: Contract,
         tables: Sequence[str] | None,
         settings: Settings,
+        written: Sequence[str] = (),
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.layer, self.contract, self.tables = layer, contract, tables
+        self.written = list(written)  # the tables whose changes it emits as asset events
         self.settings = settings
         self.base_args = list(self.application_args or [])
         self.base_conf = dict(self.conf or {})
@@ -80,6 +82,27 @@ class LayerJobOperator(SparkSubmitOperator):
         else:
             self.env_vars = {**(self.env_vars or {}), **aws}
             self._submit(context, request)
+        self._emit_changes(context)
+
+    def _emit_changes(self, context: Any) -> None:
+        """An asset event for each table this run's batches changed, through the task's alias,
+        with what the ledger says of the batch (:func:`~lakehouse.orchestration.assets.
+        changed`); none for a table left as it was."""
+        from airflow.sdk import AssetAlias
+
+        from lakehouse.orchestration.assets import changed
+        from lakehouse.quality.ledger import read_ledger
+
+        aliases = [o for o in self.outlets if isinstance(o, AssetAlias)]
+        if not aliases or not self.written:  # an operator made without them emits nothing
+            return
+        (alias,) = aliases
+        rows = read_ledger(self.settings, dag_run_id=context["run_id"], layer=self.layer)
+        events = changed(self.settings, self.contract, self.layer, self.written, rows.to_pylist())
+        for asset, extra in events:
+            context["outlet_events"][alias].add(asset, extra=extra)
+        told = ", ".join(a.name for a, _ in events) or "none (no table changed)"
+        say(f"asset events: {told}")
 
     def _run_connected(
         self, context: Any, request: RunRequest, url: str, host: str | None, port: int | None

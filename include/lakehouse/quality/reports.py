@@ -313,7 +313,7 @@ def layer_verdict(
         checks = [r for r in found if r["kind"] != BATCH]
         batches = [_batch_words(r) for r in found if r["kind"] == BATCH]
         if not found:
-            lines.append(f"{layer}.{name}: no batch in this run (no new data)")
+            lines.append(f"{layer}.{name}: no batch validated in this run (no new data)")
             continue
         met = sum(r["success"] for r in checks)
         published = sorted({r["table_version"] for r in found if r["published"]})
