@@ -5,6 +5,7 @@ spark-submits of jobs/run_layer.py."""
 
 from __future__ import annotations
 
+import html
 import itertools
 import json
 import re
@@ -22,6 +23,7 @@ from lakehouse.orchestration.airflow_env import SPARK_CONN_ENV, airflow_environm
 from lakehouse.runtime import server
 from lakehouse.runtime.config import REPO_ROOT, Settings
 from lakehouse.storage import changes_arrow, read_arrow
+from mail_server import SENDER, smtp_server
 
 pytestmark = pytest.mark.e2e
 
@@ -352,7 +354,7 @@ def _run_id(log: str) -> str:
     return found.group(1)
 
 
-def test_failed_gate_fails_the_dag_run_and_publishes_nothing(
+def test_failed_gate_fails_the_dag_run_publishes_nothing_and_notifies(
     settings: Settings,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
@@ -361,7 +363,10 @@ def test_failed_gate_fails_the_dag_run_and_publishes_nothing(
 ) -> None:
     """A `fail` expectation on silver: the silver task fails naming the table, the expectation
     and the observed value; silver publishes nothing, gold does not run, the report is still
-    built, and the DAG run ends failed."""
+    built, and the DAG run ends failed. The contract asks to be told of warnings too
+    (``quality.notify: warn``) and bronze fails a `warn` check: the SMTP server of the Airflow
+    connection ``lakehouse_notify`` receives one message per failed gate, bronze's and
+    silver's, each naming its table, expectation and what was seen, with the report's link."""
     contracts = tmp_path / "contracts"
     shutil.copytree(REPO_ROOT / "contracts", contracts)
     doc = (contracts / "user-locations.yaml").read_text()
@@ -371,12 +376,24 @@ def test_failed_gate_fails_the_dag_run_and_publishes_nothing(
         "values: [Berlin], severity: fail}\n",
         1,
     )
+    doc = doc.replace(
+        "  bronze:\n",
+        "  bronze:\n    - {name: busy_topic, expect: row_count_between, min: 100, severity: warn}\n",
+        1,
+    )
+    doc = doc.replace("quality:\n", "quality:\n  notify: warn\n", 1)
     (contracts / "user-locations.yaml").write_text(doc)
     monkeypatch.setenv("LAKEHOUSE_CONTRACTS", str(contracts))
     settings = Settings.from_env(settings.home, contracts)
     assert _lakehouse(settings, "sample").returncode == 0
     migrated(settings)
-    run = _lakehouse(settings, "airflow", "dags", "test", "pipeline__user-locations", timeout=900)
+    with smtp_server() as mail:
+        monkeypatch.setenv(
+            "AIRFLOW_CONN_LAKEHOUSE_NOTIFY", mail.connection("data@example.com, oncall@example.com")
+        )
+        run = _lakehouse(
+            settings, "airflow", "dags", "test", "pipeline__user-locations", timeout=900
+        )
     log = run.stdout + run.stderr
     (settings.home / "dags-test.log").write_text(log)  # the whole log, for a failing assert
     assert re.search(r"DagRun Finished: .*state=failed", log), log[-5000:]
@@ -388,9 +405,37 @@ def test_failed_gate_fails_the_dag_run_and_publishes_nothing(
     assert read_arrow(settings.bronze_path("user-locations")).num_rows == 5
     assert not (settings.silver_path("user_locations") / "_delta_log").exists()
     assert not (settings.gold_path("user_latest_location") / "_delta_log").exists()
-    assert f"data quality of run {_run_id(log)}:" in log
+    run_id = _run_id(log)
+    assert f"data quality of run {run_id}:" in log
     assert "AirflowFailException" in log  # failed at once: the same batch would fail again
     assert (settings.data_docs_root / "index.html").is_file()
+
+    assert [m.recipients for m in mail.received] == [
+        ["data@example.com", "oncall@example.com"]
+    ] * 2, log[-5000:]
+    bronze, silver = mail.received
+    assert bronze.message["From"] == SENDER
+    assert bronze.subject == (
+        "Data quality WARN: bronze.user-locations (busy_topic) in pipeline__user-locations"
+    )
+    assert silver.subject == (
+        "Data quality FAIL: silver.user_locations (berlin_only) in pipeline__user-locations"
+    )
+    assert "<td>warn</td><td>busy_topic (row_count_between): observed 5 rows</td>" in bronze.html
+    # The batch's version, as bronze's gate task reports it.
+    version = re.search(r"bronze\.user-locations: .* published version\(s\) \[(\d+)\]", log)
+    assert version, log[-5000:]
+    assert f"The batch was published as version {version.group(1)}." in bronze.html
+    assert (
+        "<td>fail</td><td>berlin_only (in_set location): 4 of 5 rows unexpected, "
+        "e.g. Paris, Sydney, Rome</td>"
+    ) in silver.html
+    assert "Nothing of the batch was published." in silver.html
+    for mail_ in (bronze, silver):
+        assert f"DAG run <code>{html.escape(run_id)}</code>" in mail_.html
+        assert (
+            "Data-quality report: <a href='http://localhost:8080/plugin/lakehouse-reports'>"
+        ) in mail_.html
 
 
 def test_avro_pipeline_dag_runs_through_airflow(

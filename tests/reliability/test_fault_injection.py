@@ -23,7 +23,7 @@ leaves silver, its quarantine and gold at their versions
 gold's and bronze's leave their tables (test_fail_on_gold_judges_the_rows_after_the_merge,
 test_fail_on_bronze_leaves_no_version_and_no_files), and through Airflow the failed task stops
 the run before the next layer (tests/e2e/test_airflow.py::
-test_failed_gate_fails_the_dag_run_and_publishes_nothing).
+test_failed_gate_fails_the_dag_run_publishes_nothing_and_notifies).
 """
 
 from __future__ import annotations

@@ -41,3 +41,25 @@ def test_names_cannot_escape_the_root(tmp_path: Path) -> None:
         s.bronze_path("..")
     with pytest.raises(ConfigError):
         s.gold_path("../../etc")
+
+
+def test_the_notification_connection_comes_from_the_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("LAKEHOUSE_NOTIFY_CONN", raising=False)
+    assert Settings.from_env(tmp_path).notify_conn_id == "lakehouse_notify"
+    monkeypatch.setenv("LAKEHOUSE_NOTIFY_CONN", "dq_mail")
+    assert Settings.from_env(tmp_path).notify_conn_id == "dq_mail"
+
+
+@pytest.mark.parametrize("conn_id", ["with space", "mail/alerts", "x" * 251])
+def test_a_notification_connection_that_is_no_connection_id_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, conn_id: str
+) -> None:
+    monkeypatch.setenv("LAKEHOUSE_NOTIFY_CONN", conn_id)
+    with pytest.raises(ConfigError) as info:
+        Settings.from_env(tmp_path)
+    assert str(info.value) == (
+        f"LAKEHOUSE_NOTIFY_CONN={conn_id!r} is not an Airflow connection id: use 1-250 "
+        "characters from [A-Za-z0-9_.-]"
+    )

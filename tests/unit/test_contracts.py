@@ -65,6 +65,12 @@ def test_valid_contract_parses(tmp_path: Path) -> None:
             "'median'",
         ),
         ("format: json", "format: xml", "value.format", "'xml' is not one of"),
+        (
+            "stream: {name: t_stream}",
+            "stream: {name: t_stream}\nquality: {notify: loud}",
+            "quality.notify",
+            "'loud' is not one of 'warn', 'quarantine' or 'fail'",
+        ),
         ("name: t_stream", "name: T-Stream", "stream.name", "does not match the required pattern"),
         ("key: {format: string, name: id}", "key: {format: string}", "key", "'name' is a required"),
         (
@@ -223,6 +229,21 @@ def test_broken_contract_names_file_path_and_problem(
     assert err.path == where
     assert problem in err.problem
     assert str(path) in str(err)
+
+
+@pytest.mark.parametrize(
+    ("quality", "notified"),
+    [
+        ("", ("fail",)),
+        ("quality: {notify: quarantine}\n", ("quarantine", "fail")),
+        ("quality: {notify: warn}\n", ("warn", "quarantine", "fail")),
+    ],
+)
+def test_quality_notify_names_the_least_severity_that_notifies(
+    tmp_path: Path, quality: str, notified: tuple[str, ...]
+) -> None:
+    c = load_contract(_write(tmp_path, VALID + quality))
+    assert c.quality.notified == notified
 
 
 def test_a_decimal_field_has_a_precision_and_a_scale(tmp_path: Path) -> None:

@@ -425,6 +425,10 @@ class QualityDoc(_Doc):
     freshness: Duration | None = None
     """Warn when a layer's table has had no new commit for longer than this."""
     volume: Volume | None = None
+    notify: Severity = "fail"
+    """The least severity whose failed checks notify (through the Airflow connection the
+    deployment names, never set here): 'fail' (the default), 'quarantine' (and fail), or 'warn'
+    (every failed check)."""
 
 
 class LandingDoc(_Doc):

@@ -149,12 +149,24 @@ class Expectation:
         return dict(self.params).get(name, default)
 
 
+# Severities from the mildest to the gravest (a contract's ``quality.notify`` names the least
+# one that notifies).
+SEVERITIES: tuple[Severity, ...] = ("warn", "quarantine", "fail")
+
+
 @dataclass(frozen=True)
 class QualityChecks:
-    """Checks beside the value expectations, each a warning: freshness and volume."""
+    """Checks beside the value expectations, each a warning: freshness and volume; and which
+    failed checks notify (``notify``: the least severity that does)."""
 
     freshness_ms: int | None = None
     volume: Volume | None = None
+    notify: Severity = "fail"
+
+    @property
+    def notified(self) -> tuple[Severity, ...]:
+        """The severities whose failed checks notify."""
+        return SEVERITIES[SEVERITIES.index(self.notify) :]
 
 
 WINDOW_START, WINDOW_END = "window_start", "window_end"
@@ -428,6 +440,7 @@ def parse_contract(document: Any, source: str = "<memory>", base: Path | None = 
         quality=QualityChecks(
             None if doc.quality.freshness is None else duration_ms(doc.quality.freshness),
             doc.quality.volume,
+            doc.quality.notify,
         ),
         schedule_minutes=doc.schedule_minutes,
         landing_format=landing.format,

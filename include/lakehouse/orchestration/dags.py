@@ -29,6 +29,7 @@ from lakehouse.contracts.model import Catalog, Contract, LoadedCatalog
 from lakehouse.errors import ContractError
 from lakehouse.orchestration.assets import changes_alias, inlets, outlets, pipeline_schedule
 from lakehouse.orchestration.callables import build_report, check_gate, fail_run, plan_run
+from lakehouse.orchestration.notify import QualityNotifier
 from lakehouse.orchestration.operators import SPARK_CONN_ID, LayerJobOperator
 from lakehouse.pipeline.request import OFFSETS_PATTERN, joined, own
 from lakehouse.runtime.config import LAYERS, REPO_ROOT, Layer, Settings
@@ -130,6 +131,11 @@ def _layer_task(
 ) -> LayerJobOperator:
     """A layer's job. Its outlet is an alias through which it emits an event for each table its
     batch changed (:func:`~lakehouse.orchestration.assets.changed`)."""
+    # Told once the task has ended for good, whether it failed (a `fail` check fails the task
+    # itself) or succeeded with failed checks the contract asks to be told of.
+    notifier = QualityNotifier(
+        contract, layer, contract.published_tables(layer) if tables is None else tables
+    )
     return LayerJobOperator(
         task_id=task_id or layer,
         layer=layer,
@@ -147,6 +153,8 @@ def _layer_task(
         outlets=[changes_alias(contract, layer, joins=joins)],
         written=names,
         trigger_rule=TriggerRule.NONE_FAILED,
+        on_success_callback=notifier,
+        on_failure_callback=notifier,
     )
 
 

@@ -14,7 +14,7 @@ import html
 import json
 import shutil
 from collections import defaultdict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -23,7 +23,7 @@ from lakehouse.contracts.model import Catalog
 from lakehouse.quality.expectations import import_gx, suite, suite_name
 from lakehouse.quality.history import Run
 from lakehouse.quality.ledger import BATCH, BLOCKED
-from lakehouse.quality.verdict import observed_text
+from lakehouse.quality.verdict import Outcome, observed_text
 from lakehouse.quality.web_assets import check_installed, make_offline
 from lakehouse.runtime.config import LAYERS, Settings
 
@@ -199,6 +199,54 @@ def _observed(row: Mapping[str, Any]) -> str:
     return observed_text(
         row["kind"], observed, row["element_count"], row["unexpected_count"], sample
     )
+
+
+def check_text(row: Mapping[str, Any]) -> str:
+    """A ledger row's check in the job's own words (:meth:`Outcome.describe`): the expectation,
+    its kind and column, and what it saw, with some of the unexpected values."""
+    observed = None if row["observed_value"] is None else json.loads(row["observed_value"])
+    sample = json.loads(row["unexpected_sample"]) if row["unexpected_sample"] else []
+    return Outcome(
+        expectation=row["expectation"],
+        kind=row["kind"],
+        severity=row["severity"],
+        success=row["success"],
+        column=row["column"],
+        observed=observed,
+        element_count=row["element_count"],
+        unexpected_count=row["unexpected_count"],
+        sample=tuple(sample),
+    ).describe()
+
+
+def failed_checks(
+    settings: Settings,
+    dag_run_id: str,
+    layer: str,
+    tables: Sequence[str],
+    severities: Collection[str],
+) -> dict[str, list[dict[str, Any]]]:
+    """The ledger rows of the checks of ``severities`` that failed in a DAG run's last validation
+    of each of a layer's ``tables`` (a task's retry validates again: the last job run's verdict
+    is the one that stands), by table in the order of ``tables``; a table with none is left
+    out."""
+    from lakehouse.quality.ledger import read_ledger
+
+    rows = read_ledger(settings, dag_run_id=dag_run_id, layer=layer).to_pylist()
+    found: dict[str, list[dict[str, Any]]] = {}
+    for name in tables:
+        checks = [r for r in rows if r["table"] == name and r["kind"] != BATCH]
+        if not checks:
+            continue
+        last = max(checks, key=lambda r: r["validated_at"])["run_id"]
+        failed = [
+            r
+            for r in checks
+            if r["run_id"] == last and not r["success"] and r["severity"] in severities
+        ]
+        if failed:
+            found[name] = failed
+    return found
 
 
 def ledger_report(

@@ -37,6 +37,13 @@ IDENTIFIER_RULE = (
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 
+# The Airflow connection that data-quality notifications are sent through (a deployment's, never a
+# contract's): its id, from this variable.
+NOTIFY_CONN_ENV = "LAKEHOUSE_NOTIFY_CONN"
+DEFAULT_NOTIFY_CONN = "lakehouse_notify"
+# Airflow's own rule for connection ids (``airflow.utils.helpers.validate_key``), in ASCII.
+_CONN_ID = re.compile(r"[A-Za-z0-9_.-]{1,250}")
+
 
 def validate_topic_name(name: str) -> str:
     """Return ``name`` if it is a legal Kafka topic name, else raise :class:`ConfigError`."""
@@ -60,6 +67,19 @@ def stream_table_name(topic: str) -> str:
     return re.sub(r"[^a-z0-9_]", "_", validate_topic_name(topic).lower())
 
 
+def notify_connection() -> str:
+    """The id of the Airflow connection that data-quality notifications go through:
+    ``$LAKEHOUSE_NOTIFY_CONN`` if set and not empty, else ``lakehouse_notify``; one that is no Airflow connection id
+    is a ConfigError naming the variable."""
+    raw = os.environ.get(NOTIFY_CONN_ENV) or DEFAULT_NOTIFY_CONN
+    if not _CONN_ID.fullmatch(raw):
+        raise ConfigError(
+            f"{NOTIFY_CONN_ENV}={raw!r} is not an Airflow connection id: use 1-250 characters "
+            "from [A-Za-z0-9_.-]"
+        )
+    return raw
+
+
 def whole_number_setting(name: str, default: int, unit: str, *, least: int = 0) -> int:
     """The whole number of ``unit`` in the environment variable ``name`` (``default`` when
     unset); anything else, or one below ``least``, is a ConfigError naming the variable."""
@@ -78,6 +98,7 @@ class Settings:
     contracts_dir: Path
     spark_master: str = "local[2]"
     data: Location | None = None  # None: the home folder
+    notify_conn_id: str = DEFAULT_NOTIFY_CONN
 
     def __post_init__(self) -> None:
         if self.data is None:
@@ -110,6 +131,7 @@ class Settings:
             contracts_dir=Path(raw_contracts).expanduser().resolve(),
             spark_master=master,
             data=location(raw_data) if raw_data else resolved_home,
+            notify_conn_id=notify_connection(),
         )
 
     @property
