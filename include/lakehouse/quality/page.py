@@ -168,10 +168,24 @@ def _iso(at: datetime) -> str:
     return at.isoformat().replace("+00:00", "Z")
 
 
-def _time_axis() -> Any:
+def _time_axis(runs: Sequence[Run]) -> Any:
+    """Run time on x, in UTC, its labels as precise as the runs' span needs (Vega's own
+    choice mixes seconds, minutes and a 12-hour clock on one axis)."""
     import altair as alt
 
-    return alt.X("at:T", title="run (UTC)", scale=alt.Scale(type="utc"))
+    span = runs[-1].at - runs[0].at
+    if span.total_seconds() < 3600:
+        label = "%H:%M:%S"
+    elif span.days < 2:
+        label = "%H:%M"
+    else:
+        label = "%b %d %H:%M"
+    return alt.X(
+        "at:T",
+        title="run (UTC)",
+        scale=alt.Scale(type="utc"),
+        axis=alt.Axis(format=label, formatType="utc", labelOverlap=True),
+    )
 
 
 def _outcome_scales() -> dict[str, Any]:
@@ -212,7 +226,7 @@ def pass_rate_chart(runs: Sequence[Run], links: Links) -> Any | None:
         ]
     )
     base = alt.Chart(data).encode(
-        x=_time_axis(),
+        x=_time_axis(checked),
         y=alt.Y(
             "rate:Q", title="checks met", scale=alt.Scale(domain=[0, 1]), axis=alt.Axis(format="%")
         ),
@@ -260,7 +274,14 @@ def batches_chart(runs: Sequence[Run], links: Links) -> Any | None:
         .encode(
             x=alt.X("batch:O", title="batch (UTC)", sort=None, axis=alt.Axis(labelAngle=-40)),
             xOffset=alt.XOffset("measure:N", sort=measures),
-            y=alt.Y("rows:Q", title="rows", axis=alt.Axis(tickMinStep=1)),
+            # At least 0 to 1: a table whose batches quarantined nothing shows bars at 0 on a
+            # scale, not a flat line.
+            y=alt.Y(
+                "rows:Q",
+                title="rows",
+                axis=alt.Axis(tickMinStep=1),
+                scale=alt.Scale(domain=[0, max(1, *(v["rows"] for v in values))]),
+            ),
             color=alt.Color(
                 "measure:N",
                 title="rows",
@@ -309,7 +330,7 @@ def freshness_chart(runs: Sequence[Run], links: Links) -> Any | None:
             for r in fresh
         ]
     )
-    base = alt.Chart(data).encode(x=_time_axis())
+    base = alt.Chart(data).encode(x=_time_axis(fresh))
     limit = base.mark_line(color="#c62828", strokeDash=[6, 4], aria=False).encode(
         y=alt.Y("limit:Q", title="seconds since the newest data")
     )
@@ -350,7 +371,7 @@ def lag_chart(layer: str, runs: Sequence[Run], links: Links) -> Any | None:
         ]
     )
     base = alt.Chart(data).encode(
-        x=_time_axis(),
+        x=_time_axis(lagging),
         y=alt.Y("lag:Q", title=f"lag ({unit})", axis=alt.Axis(tickMinStep=1)),
         color=alt.Color("table:N", title="table"),
     )
@@ -366,7 +387,9 @@ def svg(chart: Any) -> str:
     """The chart as SVG, drawn by Vega in vl-convert's runtime; no URL may be fetched."""
     import vl_convert
 
-    return str(vl_convert.vegalite_to_svg(chart.to_dict(), allowed_base_urls=[]))
+    # Legends below the plot, their labels whole (table names are long).
+    spec = chart.configure_legend(orient="bottom", labelLimit=0, columns=3).to_dict()
+    return str(vl_convert.vegalite_to_svg(spec, allowed_base_urls=[]))
 
 
 # -- the page -----------------------------------------------------------------------------------
