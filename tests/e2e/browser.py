@@ -3,6 +3,7 @@ Selenium), and where their screenshots go."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import tempfile
 from pathlib import Path
@@ -61,6 +62,9 @@ class Browser:
         options.binary_location = chromium
         for flag in CHROME_FLAGS:
             options.add_argument(flag)
+        # Chrome's performance log carries the DevTools protocol's network events: what the
+        # pages asked for (requested_urls).
+        options.set_capability("goog:loggingPrefs", {"performance": "ALL"})
         profile = tempfile.mkdtemp(prefix="chromium-", dir=self._profiles)
         options.add_argument(f"--user-data-dir={profile}")
         driver = webdriver.Chrome(options=options, service=Service(chromedriver))
@@ -80,3 +84,15 @@ def screenshot(driver: Any, name: str) -> Path:
     assert driver.save_screenshot(str(path)), f"no screenshot saved to {path}"
     assert path.stat().st_size > 1000
     return path
+
+
+def requested_urls(driver: Any) -> list[str]:
+    """Every URL the browser's pages (and their frames) asked for since the last call, in
+    order: the ``Network.requestWillBeSent`` events of Chrome's performance log, which reading
+    empties."""
+    urls = []
+    for entry in driver.get_log("performance"):
+        event = json.loads(entry["message"])["message"]
+        if event["method"] == "Network.requestWillBeSent":
+            urls.append(str(event["params"]["request"]["url"]))
+    return urls

@@ -1,6 +1,6 @@
 """The data-quality page on its own (no Airflow): its charts' numbers, links and verdicts from a
 ledger written here, and its answers to bad parameters. Airflow's mounting of it, the real
-pipeline's ledger and a browser are tested in tests/e2e/test_quality_page.py."""
+pipeline's ledger and a browser are tested in tests/e2e/test_data_quality_page.py."""
 
 from __future__ import annotations
 
@@ -282,3 +282,20 @@ def test_served_answers_bad_input_with_400_and_an_unknown_table_with_404(
     assert "data-table='silver.orders'" in reply.text and "gold.per_minute" not in reply.text
     # Links resolve against where the app is served.
     assert "href='http://airflow.test/dags/pipeline__orders/runs/manual__2'" in reply.text
+
+
+def test_links_resolve_against_where_airflow_mounts_the_app(
+    ledger: tuple[Settings, list[RunInfo]],
+) -> None:
+    settings, _ = ledger
+    plugin_app = FastAPI()
+    plugin_app.include_router(create_router(lambda: settings), prefix="/quality")
+    airflow = FastAPI()
+    airflow.mount("/lakehouse-reports", plugin_app)  # as Airflow's API server mounts plugins
+    client = TestClient(airflow, base_url="http://airflow.test")
+
+    page = client.get("/lakehouse-reports/quality/?days=1").text
+    assert "<a href='http://airflow.test/lakehouse-reports/'>the Data Docs</a>" in page
+    assert (
+        "<a href='http://airflow.test/dags/pipeline__orders/runs/manual__2' target='_top'>" in page
+    )

@@ -184,7 +184,7 @@ def _time_axis(runs: Sequence[Run]) -> Any:
         "at:T",
         title="run (UTC)",
         scale=alt.Scale(type="utc"),
-        axis=alt.Axis(format=label, formatType="utc", labelOverlap=True),
+        axis=alt.Axis(format=label, labelOverlap=True),  # on a utc scale, in UTC
     )
 
 
@@ -562,7 +562,10 @@ def create_router(
         except PageQueryError as exc:
             return HTMLResponse(message_page("Bad request", str(exc)), status_code=400)
         current = settings()
-        base = str(request.base_url)
+        # The URL of the app the router is part of: where Airflow mounted it (its root_path),
+        # which Starlette's base_url leaves out for a mounted app.
+        root = str(request.scope.get("root_path", "")).rstrip("/")
+        base = str(request.url.replace(path=root + "/", query=""))
         links = Links(urljoin(base, airflow), urljoin(base, data_docs), current.data_docs_root)
         found = history(current, table=query.table, days=query.days)
         if query.table is not None and not found.runs:
