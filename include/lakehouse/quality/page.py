@@ -280,7 +280,9 @@ def batches_chart(runs: Sequence[Run], links: Links) -> Any | None:
                 "rows:Q",
                 title="rows",
                 axis=alt.Axis(tickMinStep=1),
-                scale=alt.Scale(domain=[0, max(1, *(v["rows"] for v in values))]),
+                scale=alt.Scale(
+                    domain=[0, max(1, *(getattr(r, m) or 0 for r in batches for m in measures))]
+                ),
             ),
             color=alt.Color(
                 "measure:N",
