@@ -119,3 +119,9 @@ def network_traffic(driver: Any) -> Traffic:
             traffic.failures.append(f"{url}: {reason}")
     traffic.errors = [e["message"] for e in driver.get_log("browser") if e["level"] == "SEVERE"]
     return traffic
+
+
+def requested_urls(driver: Any) -> list[str]:
+    """Every URL the browser's pages (and their frames) asked for since the last read of its
+    log (:func:`network_traffic`, which reading empties), in order."""
+    return network_traffic(driver).requests

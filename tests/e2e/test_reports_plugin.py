@@ -112,6 +112,14 @@ def _read_result(proc: subprocess.Popen[str], log: Path, timeout: float) -> dict
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     root = tmp_path_factory.mktemp("reports-plugin")
     settings = Settings.from_env(home=root / "lakehouse", contracts_dir=REPO_ROOT / "contracts")
+    with running_api_server(settings, root) as running:
+        yield running
+
+
+@contextmanager
+def running_api_server(settings: Settings, root: Path) -> Iterator[Server]:
+    """Airflow's API server with the plugin, for the lakehouse ``settings`` (its log in
+    ``root``), from a migrated metadata database to its end (test_data_quality_page.py's too)."""
     env = _clean_environment(settings)
     airflow = Path(sys.executable).parent / "airflow"
     migrate = subprocess.run(
@@ -210,7 +218,7 @@ def test_airflow_loads_the_plugin_from_its_entry_point(server: Server) -> None:
     ]
     view = {
         "name": "Data quality",
-        "href": "lakehouse-reports/",
+        "href": "lakehouse-reports/quality/",
         "destination": "nav",
         "url_route": "lakehouse-reports",
         "category": "browse",
@@ -475,10 +483,13 @@ def test_airflow_ui_shows_the_data_docs_under_browse(
     frame = wait.until(
         ec.presence_of_element_located((By.CSS_SELECTOR, "iframe[title='Data quality']"))
     )
-    assert frame.get_attribute("src") == f"{server.base}{PREFIX}/"
+    # It opens the data-quality page (tests/e2e/test_data_quality_page.py), which links to the
+    # Data Docs, shown in the same frame.
+    assert frame.get_attribute("src") == f"{server.base}{PREFIX}/quality/"
     browser.switch_to.frame(frame)
     try:
+        wait.until(ec.element_to_be_clickable((By.LINK_TEXT, "the Data Docs"))).click()
         wait.until(lambda d: SUITE in _text(d) and "Data quality" in _text(d))
     finally:
         browser.switch_to.default_content()
-    screenshot(browser, "airflow_ui_data_quality.png")
+    screenshot(browser, "airflow_ui_data_docs.png")

@@ -1,15 +1,19 @@
-"""Airflow plugin: the data-quality reports (Great Expectations Data Docs) inside the Airflow UI.
+"""Airflow plugin: the data-quality page (charts of the results ledger) and the Great
+Expectations Data Docs inside the Airflow UI.
 
 Registered through the ``airflow.plugins`` entry point in ``pyproject.toml``, so any Airflow
 that has this package installed loads it (``airflow plugins`` lists it). It adds:
 
 * a FastAPI app (``fastapi_apps``) that Airflow's API server mounts at ``/lakehouse-reports``
-  (``url_prefix``); it serves the static files of ``Settings.from_env().data_docs_root``
-  (``$LAKEHOUSE_HOME/reports/data_docs``, which ``lakehouse report`` builds), or a short page
-  saying that no report has been built yet and how to build one
-  (see :mod:`lakehouse.quality.report_site`);
+  (``url_prefix``). At ``/lakehouse-reports/quality/`` it serves the data-quality page
+  (:mod:`lakehouse.quality.page`: per table, charts of the ledger's history and the latest
+  verdicts, linking to their Airflow runs and Data Docs pages); everywhere else the static files
+  of ``Settings.from_env().data_docs_root`` (``$LAKEHOUSE_HOME/reports/data_docs``, which
+  ``lakehouse report`` builds), or a short page saying that no report has been built yet and
+  how to build one (see :mod:`lakehouse.quality.report_site`);
 * a navigation entry (``external_views``: ``destination`` "nav", ``category`` "browse"): Browse
-  -> Data quality. Its ``url_route`` makes the UI show the site inside its own page
+  -> Data quality, which opens the data-quality page. Its ``url_route`` makes the UI show it
+  inside its own page
   (``/plugin/lakehouse-reports``, an iframe) instead of opening a new tab. ``href`` has no
   leading slash: the UI resolves it against its ``<base href>``, so the link also works when
   Airflow is served under a sub-path.
@@ -33,7 +37,8 @@ them is the plugin author's responsibility": ``plugins.rst``, apache/airflow PRs
 application level, from ``airflow.api_fastapi.core_api.security`` (``get_user`` /
 ``GetUserDep`` for authentication, ``requires_access_*`` for authorization). That is what this
 plugin does: its app is built with ``dependencies=[Depends(requires_access_view(
-AccessView.WEBSITE))]``. In Airflow 3.3.2 that dependency
+AccessView.WEBSITE))]`` (the page's routes are its own, the Data Docs app mounted in it is given
+the same dependency: a mounted app does not run its parent's). In Airflow 3.3.2 that dependency
 
 * authenticates through ``get_user``: the JWT comes from an ``Authorization: Bearer`` header if
   one is sent, else from the ``_token`` cookie that the UI's login sets
@@ -70,9 +75,11 @@ PLUGIN_NAME = "lakehouse"
 URL_PREFIX = "/lakehouse-reports"
 URL_ROUTE = "lakehouse-reports"
 
+QUALITY_PAGE = "/quality"  # the charts (lakehouse.quality.page); the Data Docs are at the root
+
 DATA_QUALITY_VIEW: dict[str, Any] = {
     "name": "Data quality",
-    "href": URL_PREFIX.lstrip("/") + "/",
+    "href": URL_PREFIX.lstrip("/") + QUALITY_PAGE + "/",
     "destination": "nav",
     "url_route": URL_ROUTE,
     "category": "browse",
@@ -85,23 +92,37 @@ def data_docs_root() -> Path:
 
 
 def create_reports_app() -> Any:
-    """The FastAPI app serving the Data Docs, only to a user whom Airflow's auth manager has
-    authenticated and allows to use the UI (see the module's docstring)."""
+    """The FastAPI app serving the data-quality page at ``/quality/`` and the Data Docs at the
+    root, only to a user whom Airflow's auth manager has authenticated and allows to use the UI
+    (see the module's docstring)."""
     from airflow.api_fastapi.auth.managers.models.resource_details import AccessView
     from airflow.api_fastapi.core_api.security import requires_access_view
-    from fastapi import Depends
+    from fastapi import Depends, FastAPI
 
+    from lakehouse.quality.page import create_router
     from lakehouse.quality.report_site import create_app
 
-    return create_app(
-        data_docs_root,
-        dependencies=[Depends(requires_access_view(AccessView.WEBSITE))],
+    login = [Depends(requires_access_view(AccessView.WEBSITE))]
+    app = FastAPI(
         title="Lakehouse data quality",
+        dependencies=login,
+        docs_url=None,
+        redoc_url=None,
+        openapi_url=None,
     )
+    # Airflow's UI is at the root the plugin's app is mounted under (URL_PREFIX), the Data Docs
+    # at this app's own root.
+    app.include_router(
+        create_router(Settings.from_env, airflow="../", data_docs="./"), prefix=QUALITY_PAGE
+    )
+    # Mounted last: the page's routes come first, every other path is the Data Docs site's (a
+    # mounted app runs its own dependencies, so it gets the login check too).
+    app.mount("/", create_app(data_docs_root, dependencies=login, title="Data Docs"))
+    return app
 
 
 class LakehousePlugin(AirflowPlugin):
-    """The lakehouse's additions to Airflow: the data-quality reports in the UI."""
+    """The lakehouse's additions to Airflow: the data-quality page and reports in the UI."""
 
     name = PLUGIN_NAME
     external_views = [DATA_QUALITY_VIEW]  # noqa: RUF012 (Airflow's own declaration style)
