@@ -125,3 +125,18 @@ def requested_urls(driver: Any) -> list[str]:
     """Every URL the browser's pages (and their frames) asked for since the last read of its
     log (:func:`network_traffic`, which reading empties), in order."""
     return network_traffic(driver).requests
+
+
+def open_from_menu(driver: Any, menu: str, item: str) -> None:
+    """Open ``menu`` -> ``item`` of the Airflow UI's navigation bar, as a user would."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as ec
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    wait = WebDriverWait(driver, 60)
+    wait.until(
+        ec.element_to_be_clickable((By.XPATH, f"//button[normalize-space()='{menu}']"))
+    ).click()
+    wait.until(
+        ec.element_to_be_clickable((By.XPATH, f"//*[@role='menuitem'][normalize-space()='{item}']"))
+    ).click()

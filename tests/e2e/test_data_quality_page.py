@@ -19,7 +19,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
-from browser import Browser, requested_urls, screenshot
+from browser import Browser, open_from_menu, requested_urls, screenshot
 from test_reports_plugin import PREFIX, Server, running_api_server
 
 from lakehouse import cli
@@ -276,14 +276,7 @@ def test_browser_reads_the_ledgers_numbers_in_each_chart(
     requested_urls(driver)  # what an earlier test of the module's browser asked for is not ours
     _log_in(driver, server)
     wait = WebDriverWait(driver, 60)
-    wait.until(
-        ec.element_to_be_clickable((By.XPATH, "//button[normalize-space()='Browse']"))
-    ).click()
-    wait.until(
-        ec.element_to_be_clickable(
-            (By.XPATH, "//*[@role='menuitem'][normalize-space()='Data quality']")
-        )
-    ).click()
+    open_from_menu(driver, "Browse", "Data quality")
     frame = wait.until(
         ec.presence_of_element_located((By.CSS_SELECTOR, "iframe[title='Data quality']"))
     )

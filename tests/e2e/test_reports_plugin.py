@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from browser import Browser, network_traffic, screenshot
+from browser import Browser, network_traffic, open_from_menu, screenshot
 
 from lakehouse.orchestration.airflow_env import airflow_environment
 from lakehouse.runtime.config import REPO_ROOT, Settings
@@ -470,14 +470,7 @@ def test_airflow_ui_shows_the_data_docs_under_browse(
     browser.get(f"{server.base}/")
     wait = WebDriverWait(browser, 60)
     # The navigation bar: Browse -> Data quality (the plugin's external view).
-    wait.until(
-        ec.element_to_be_clickable((By.XPATH, "//button[normalize-space()='Browse']"))
-    ).click()
-    wait.until(
-        ec.element_to_be_clickable(
-            (By.XPATH, "//*[@role='menuitem'][normalize-space()='Data quality']")
-        )
-    ).click()
+    open_from_menu(browser, "Browse", "Data quality")
     # The UI's own route for the view (it may append the view's href to it).
     wait.until(ec.url_contains(f"{server.base}/plugin/lakehouse-reports"))
     frame = wait.until(
