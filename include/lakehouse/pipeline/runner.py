@@ -105,7 +105,7 @@ def run_layer(
     active = {path: gate for path, gate in gates.items() if gate.active}
     resets = {p: replace(g, regular=False, verdicts=g.verdicts) for p, g in active.items()}
     lines: list[str] = []
-    batches = _Batches(layer, gates)
+    batches = _Batches(layer)
     try:
         if layer == "gold":
             lines += _reset_gold(spark, settings, contract, catalog, request, resets)
@@ -143,9 +143,8 @@ class _Batches:
     one row per table per batch, beside its checks' rows, with the table's lag once the layer
     is done."""
 
-    def __init__(self, layer: Layer, gates: Mapping[Location, Gate]) -> None:
+    def __init__(self, layer: Layer) -> None:
         self.layer = layer
-        self.names = {path: gate.table for path, gate in gates.items()}
         self.found: list[BatchOutcome] = []
         self._lock = threading.Lock()  # gold tables finish side by side
 
