@@ -184,7 +184,8 @@ def _time_axis(runs: Sequence[Run]) -> Any:
         "at:T",
         title="run (UTC)",
         scale=alt.Scale(type="utc"),
-        axis=alt.Axis(format=label, labelOverlap=True),  # on a utc scale, in UTC
+        # At most about six labels: a few seconds of runs made one every second, on top of each other.
+        axis=alt.Axis(format=label, labelOverlap=True, tickCount=6),  # on a utc scale, in UTC
     )
 
 
