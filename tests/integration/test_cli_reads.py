@@ -330,14 +330,15 @@ def test_show_reaches_every_table_the_pipeline_wrote(
     spark: Any, local_lake: Settings, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """`lakehouse tables` lists every table the runs wrote, by the name `show` takes: the
-    layers', the late records' and the schema registry (the contract has no expectations: no
-    ledger); each shows what Spark reads, in its order, with its row count and version."""
+    layers', the late records', the schema registry and the quality ledger (which has a row for
+    every batch, though the contract has no expectations); each shows what Spark reads, in its
+    order, with its row count and version."""
     from lakehouse.pipeline import lake
 
     assert _cli(local_lake, "tables", "--format", "json") == 0
     listed = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     kinds = {r["kind"] for r in listed}
-    assert kinds == {"bronze", "silver", "gold", "late", "registry"}, listed
+    assert kinds == {"bronze", "silver", "gold", "late", "registry", "ledger"}, listed
     catalog = Catalog.load(local_lake.contracts_dir)
     for row in listed:
         table = lake.resolve(local_lake, catalog, row["name"])
