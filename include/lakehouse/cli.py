@@ -418,8 +418,7 @@ def lag(
             "consumed_version": i.consumed,
             "lag_versions": i.lag,
         }
-        for i in lake.input_lag(settings, catalog, contracts)
-        if i.layer in layers
+        for i in lake.input_lag(settings, catalog, contracts, layers)
     ]
     if fmt == "table" and "bronze" in layers:
         print()  # between the two tables

@@ -24,7 +24,7 @@ typed, so no name reaches outside the lake. Read with delta-rs: no Spark.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -180,12 +180,17 @@ class InputLag:
 
 
 def input_lag(
-    settings: Settings, catalog: Catalog, contracts: Iterable[Contract]
+    settings: Settings,
+    catalog: Catalog,
+    contracts: Iterable[Contract],
+    layers: Collection[Layer] = ("silver", "gold"),
+    tables: Collection[str] | None = None,
 ) -> list[InputLag]:
-    """How far each silver and gold table of the topics has read its inputs, by the positions
-    its commits record: silver reads bronze; a gold table the stream (a join also the other
-    topic's), or another table's changelog. (Bronze's lag behind the topic, in records, is
-    :func:`lakehouse.topics.lag.lag`'s.)"""
+    """How far each silver and gold table of the topics (of ``layers``; of those named
+    ``tables``, if given) has read its inputs, by the positions its commits record: silver
+    reads bronze; a gold table the stream (a join also the other topic's), or another table's
+    changelog. Only the logs of the tables asked about are read. (Bronze's lag behind the
+    topic, in records, is :func:`lakehouse.topics.lag.lag`'s.)"""
     from lakehouse.streams import silver
     from lakehouse.tables import common
 
@@ -195,19 +200,25 @@ def input_lag(
         latest = int(load(source_path).version()) if is_table(source_path) else None
         return InputLag(layer, table, source, position(path, app), latest)
 
+    def wanted(layer: Layer, name: str) -> bool:
+        return layer in layers and (tables is None or name in tables)
+
     out = []
     for c in contracts:
-        out.append(
-            behind(
-                "silver",
-                f"silver.{c.stream}",
-                settings.silver_path(c.stream),
-                f"bronze.{c.topic}",
-                settings.bronze_path(c.topic),
-                silver.source_app(c),
+        if wanted("silver", c.stream):
+            out.append(
+                behind(
+                    "silver",
+                    f"silver.{c.stream}",
+                    settings.silver_path(c.stream),
+                    f"bronze.{c.topic}",
+                    settings.bronze_path(c.topic),
+                    silver.source_app(c),
+                )
             )
-        )
         for spec in c.tables:
+            if not wanted("gold", spec.name):
+                continue
             path = settings.gold_path(spec.name)
             source = spec.changelog or f"silver.{c.stream}"
             inputs = [(source, common.input_path(settings, c, spec), common.input_app(c, spec))]

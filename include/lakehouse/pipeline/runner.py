@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import replace
 from datetime import UTC, datetime
@@ -177,7 +177,7 @@ class _Batches:
         if not self.found:
             return []
         try:
-            lags = _lags(settings, contract, catalog, self.layer)
+            lags = _lags(settings, contract, catalog, self.layer, {o.table for o in self.found})
         except Exception as exc:  # the batches' rows still go in, without their lag
             echo(f"{self.layer} {contract.topic}: lag not measured: {type(exc).__name__}: {exc}")
             lags = {}
@@ -192,9 +192,13 @@ class _Batches:
 
 
 def _lags(
-    settings: Settings, contract: Contract, catalog: Catalog | None, layer: Layer
+    settings: Settings,
+    contract: Contract,
+    catalog: Catalog | None,
+    layer: Layer,
+    tables: Collection[str],
 ) -> dict[str, int]:
-    """How far each table of the layer is behind its input: bronze behind the topic, in
+    """How far each of the layer's ``tables`` is behind its input: bronze behind the topic, in
     records; a silver or gold table behind the newest of its inputs, in versions."""
     from lakehouse.pipeline.lake import input_lag
     from lakehouse.topics.lag import lag
@@ -202,10 +206,10 @@ def _lags(
     if layer == "bronze":
         return {contract.topic: sum(p.lag for p in lag(settings, [contract]).partitions)}
     out: dict[str, int] = {}
-    for i in input_lag(settings, catalog or Catalog.of([contract]), [contract]):
-        if i.layer == layer:
-            name = i.table.removeprefix(f"{layer}.")
-            out[name] = max(out.get(name, 0), i.lag)
+    catalog = catalog or Catalog.of([contract])
+    for i in input_lag(settings, catalog, [contract], (layer,), tables):
+        name = i.table.removeprefix(f"{layer}.")
+        out[name] = max(out.get(name, 0), i.lag)
     return out
 
 
