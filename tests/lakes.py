@@ -219,3 +219,33 @@ def shared_by_the_run(
             users.write_text(str(left))
             if left == 0:
                 stop(folder)
+
+
+# The suite of the one validation :func:`save_failing_validation` saves.
+FAILING_SUITE = "silver.demo_stream"
+
+
+def save_failing_validation(settings: Settings) -> None:
+    """Save one validation result of ``silver.demo_stream`` whose only expectation (a city in
+    a set) fails on one of two rows: what the Data Docs tests build a site from."""
+    import pyarrow as pa
+
+    from lakehouse.contracts.model import Expectation
+    from lakehouse.quality.ledger import RunInfo, save_result
+    from lakehouse.quality.verdict import Verdict, run_suite
+
+    exps = [
+        Expectation(
+            layer="silver",
+            name="city_known",
+            expect="in_set",
+            severity="warn",
+            column="city",
+            params=(("values", ("Berlin", "Lima")),),
+        )
+    ]
+    batch = pa.table({"city": ["Berlin", "Paris"]})
+    outcomes, engine, result = run_suite(FAILING_SUITE, exps, batch, batch.num_rows)
+    assert not all(o.success for o in outcomes), "the tests need a failing expectation"
+    verdict = Verdict("silver", "demo_stream", outcomes, batch.num_rows, engine, result)
+    assert save_result(settings, verdict, RunInfo()) is not None

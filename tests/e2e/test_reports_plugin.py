@@ -29,6 +29,7 @@ from browser import Browser, network_traffic, open_from_menu, screenshot
 
 from lakehouse.orchestration.airflow_env import airflow_environment
 from lakehouse.runtime.config import REPO_ROOT, Settings
+from lakes import FAILING_SUITE, save_failing_validation
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
@@ -37,7 +38,7 @@ API_SERVER = Path(__file__).with_name("api_server.py")
 PREFIX = "/lakehouse-reports"
 ENTRY_POINT = "lakehouse.orchestration.airflow_plugin:LakehousePlugin"
 SIMPLE_AUTH = "airflow.api_fastapi.auth.managers.simple.simple_auth_manager.SimpleAuthManager"
-SUITE = "silver.demo_stream"
+SUITE = FAILING_SUITE
 
 
 @dataclass
@@ -155,29 +156,11 @@ def running_api_server(settings: Settings, root: Path) -> Iterator[Server]:
 @pytest.fixture(scope="module")
 def built_site(server: Server) -> Path:
     """Data Docs built from one saved validation result whose only expectation fails."""
-    import pyarrow as pa
-
-    from lakehouse.contracts.model import Catalog, Expectation
-    from lakehouse.quality.ledger import RunInfo, save_result
+    from lakehouse.contracts.model import Catalog
     from lakehouse.quality.reports import build_data_docs
-    from lakehouse.quality.verdict import Verdict, run_suite
 
     settings = server.settings
-    exps = [
-        Expectation(
-            layer="silver",
-            name="city_known",
-            expect="in_set",
-            severity="warn",
-            column="city",
-            params=(("values", ("Berlin", "Lima")),),
-        )
-    ]
-    batch = pa.table({"city": ["Berlin", "Paris"]})
-    outcomes, engine, result = run_suite(SUITE, exps, batch, batch.num_rows)
-    assert not all(o.success for o in outcomes), "the test needs a failing expectation"
-    verdict = Verdict("silver", "demo_stream", outcomes, batch.num_rows, engine, result)
-    assert save_result(settings, verdict, RunInfo()) is not None
+    save_failing_validation(settings)
     index = build_data_docs(settings, Catalog.load(settings.contracts_dir))
     assert index == settings.data_docs_root / "index.html" and index.is_file()
     return settings.data_docs_root

@@ -15,8 +15,9 @@ from lakehouse.errors import OfflineDocsError, WebAssetsError
 from lakehouse.quality import web_assets
 from lakehouse.quality.web_assets import CDN, VENDOR, WEB, make_offline
 from lakehouse.runtime.config import REPO_ROOT, Settings
+from lakes import FAILING_SUITE, save_failing_validation
 
-SUITE = "silver.demo_stream"
+SUITE = FAILING_SUITE
 JQUERY = "https://code.jquery.com/jquery-3.7.1.min.js"
 
 # Independent of the module's parser: any absolute address, a hyperlink's, and what tags load.
@@ -30,28 +31,11 @@ LOADED = re.compile(
 
 def _build(home: Path) -> Settings:
     """Data Docs of the repository's contracts and one saved validation whose expectation fails."""
-    import pyarrow as pa
-
-    from lakehouse.contracts.model import Catalog, Expectation
-    from lakehouse.quality.ledger import RunInfo, save_result
+    from lakehouse.contracts.model import Catalog
     from lakehouse.quality.reports import build_data_docs
-    from lakehouse.quality.verdict import Verdict, run_suite
 
     settings = Settings.from_env(home=home, contracts_dir=REPO_ROOT / "contracts")
-    exps = [
-        Expectation(
-            layer="silver",
-            name="city_known",
-            expect="in_set",
-            severity="warn",
-            column="city",
-            params=(("values", ("Berlin", "Lima")),),
-        )
-    ]
-    batch = pa.table({"city": ["Berlin", "Paris"]})
-    outcomes, engine, result = run_suite(SUITE, exps, batch, batch.num_rows)
-    verdict = Verdict("silver", "demo_stream", outcomes, batch.num_rows, engine, result)
-    assert save_result(settings, verdict, RunInfo()) is not None
+    save_failing_validation(settings)
     build_data_docs(settings, Catalog.load(settings.contracts_dir))
     return settings
 
