@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from lakehouse.quality.ledger import BATCH, ledger_schema
+from lakehouse.quality.ledger import BATCH, ledger_schema, sql_text
 from lakehouse.runtime.config import Settings
 from lakehouse.storage import is_table
 
@@ -88,10 +88,6 @@ class History:
         return [r for r in self.runs if r.name == name]
 
 
-def _text(value: str) -> str:
-    return "'" + value.replace("'", "''") + "'"
-
-
 def _columns(snapshot: Any) -> str:
     """The ledger's columns as this module reads them: a column that a ledger written before
     it existed lacks (the batch rows' own) is read as nulls."""
@@ -108,7 +104,7 @@ def _columns(snapshot: Any) -> str:
 def _query(columns: str, since: datetime, table: str | None, limit: int) -> str:
     where = f"validated_at >= to_timestamp_micros({int(since.timestamp() * 1_000_000)})"
     if table is not None:
-        where += f' AND "table" = {_text(table)}'
+        where += f' AND "table" = {sql_text(table)}'
     batch = f"kind = '{BATCH}'"
     check = f"(kind IS NULL OR kind <> '{BATCH}')"
     return f"""
@@ -226,7 +222,7 @@ def _latest_checks(settings: Settings, runs: Sequence[Run]) -> dict[str, list[Ch
     from lakehouse.storage import snapshots
     from lakehouse.storage.store import snapshot_arrow
 
-    wanted = ", ".join(_text(r.run_id) for r in latest.values())
+    wanted = ", ".join(sql_text(r.run_id) for r in latest.values())
     rows = snapshot_arrow(snapshots.latest(settings.ledger_path), f"run_id IN ({wanted})")
     out: dict[str, list[Check]] = {}
     for row in rows.to_pylist():

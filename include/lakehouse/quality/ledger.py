@@ -259,6 +259,11 @@ class LedgerBuffer:
         write_ledger(self.spark, self.settings, rows)
 
 
+def sql_text(value: str) -> str:
+    """``value`` as an SQL string literal (for the ledger's queries through delta-rs)."""
+    return "'" + value.replace("'", "''") + "'"
+
+
 def read_ledger(
     settings: Settings,
     table: str | None = None,
@@ -277,9 +282,7 @@ def read_ledger(
         return ledger_schema().empty_table()
     wanted = {"table": table, "dag_run_id": dag_run_id, "layer": layer}
     terms = [
-        f'"{column}" = \'' + value.replace("'", "''") + "'"
-        for column, value in wanted.items()
-        if value is not None
+        f'"{column}" = {sql_text(value)}' for column, value in wanted.items() if value is not None
     ]
     data = snapshot_arrow(snapshots.latest(settings.ledger_path), " AND ".join(terms) or None)
     schema = ledger_schema()
