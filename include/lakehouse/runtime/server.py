@@ -205,6 +205,7 @@ def server_conf(settings: Settings, at: int) -> dict[str, str]:
     """Every setting the server starts with: the platform's (:func:`lakehouse.runtime.spark.spark_conf`)
     and the Connect service's, every listener on the loopback address."""
     from lakehouse.runtime.config import whole_number_setting
+    from lakehouse.runtime.metastore import metastore_conf
     from lakehouse.runtime.spark import spark_conf
 
     conf = spark_conf(settings.spark_master, "lakehouse-spark-server")
@@ -215,6 +216,9 @@ def server_conf(settings: Settings, at: int) -> dict[str, str]:
         "spark.connect.grpc.binding.port": str(at),
         "spark.driver.bindAddress": LOOPBACK,
         "spark.driver.host": LOOPBACK,
+        # The server is the process that keeps the lakehouse's table names: every table it
+        # creates is registered in the metastore (lakehouse.storage.metastore).
+        **metastore_conf(settings),
         # Spark forks each Connect session's Python workers from a daemon of the session's own
         # and stops none until the server stops (SPARK-54055): every client session that ran
         # Python work left one behind, 37 MiB each. No setting of Spark's ends it:
@@ -254,6 +258,7 @@ def command(settings: Settings, at: int) -> list[str]:
     """The ``spark-submit`` that runs the server."""
     import pyspark
 
+    from lakehouse.runtime.metastore import java_options
     from lakehouse.runtime.spark import conf_args
 
     submit = Path(pyspark.__file__).parent / "bin" / "spark-submit"
@@ -272,7 +277,7 @@ def command(settings: Settings, at: int) -> list[str]:
         "--driver-memory",
         memory,
         "--driver-java-options",
-        f"-Dlog4j2.configurationFile=file:{log_config(settings)}",
+        f"-Dlog4j2.configurationFile=file:{log_config(settings)} {java_options(settings)}".strip(),
         *conf_args(conf),
         "spark-internal",
     ]
