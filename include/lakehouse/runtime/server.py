@@ -31,6 +31,10 @@ serves on the server (``MERGE INTO``, ``readChangeFeed``, ``txnAppId`` ...).
   pandas-sized batches there, so no client imports GX. The server runs it as a process
   (``python -m lakehouse.quality.gx_service``) listening at :func:`validation_socket`; what it
   does is the quality layer's.
+* It keeps the tables' names: Spark's Hive support with the lakehouse's metastore
+  (:mod:`lakehouse.runtime.metastore`; an embedded Derby under ``<home>/metastore``, which only
+  one process may open), and every table it creates is named there
+  (:mod:`lakehouse.storage.metastore`).
 * ``LAKEHOUSE_SPARK_MASTER`` chooses local mode (``local[2]``, the default) or a standalone
   cluster (``spark://host:7077``); ``LAKEHOUSE_SPARK_PORT`` the port (default 15002).
 
