@@ -9,16 +9,20 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from lakehouse.contracts.model import Catalog
 from lakehouse.pipeline.lake import tables
 from lakehouse.runtime import server
-from lakehouse.runtime.config import Settings
+from lakehouse.runtime.config import REPO_ROOT, Settings
+from lakehouse.runtime.postgres import Cluster
 from lakehouse.runtime.process import free_port
 from lakehouse.storage import is_table, metastore
 from lakes import DEMO_TABLES, shipped_topic
@@ -202,3 +206,78 @@ except metastore.CatalogError as e:
     assert line.startswith(f"refused: gold.taken in the metastore is the table at file:{elsewhere}")
     assert "lakehouse catalog sync" in line
     assert not is_table(lake.gold_path("taken"))
+
+
+@pytest.fixture
+def on_postgres() -> Iterator[Settings]:
+    """A lakehouse whose metastore is on its own PostgreSQL (running), in a root outside pytest's
+    temporary folders (run as root, the server runs as the user postgres, which must enter it);
+    the Spark server and the cluster are stopped at the end."""
+    home = Path(tempfile.mkdtemp(prefix="lakehouse-catalog-pg-"))
+    home.chmod(0o711)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("LAKEHOUSE_HOME", str(home))
+        mp.setenv("LAKEHOUSE_CONTRACTS", str(REPO_ROOT / "contracts"))
+        mp.setenv(server.PORT_ENV, str(free_port()))
+        mp.setenv("LAKEHOUSE_POSTGRES_PORT", str(free_port()))
+        mp.setenv("LAKEHOUSE_METASTORE", "postgres")
+        settings = Settings.from_env()
+        try:
+            yield settings
+        finally:
+            try:
+                server.stop(settings)
+            finally:
+                Cluster.of(settings).stop()
+                shutil.rmtree(home, ignore_errors=True)
+
+
+def test_on_postgres_two_processes_see_the_same_names(on_postgres: Settings) -> None:
+    settings = on_postgres
+    refused = _lakehouse(settings, "catalog", "list", ok=False)
+    assert refused.returncode == 1
+    assert "which is not running: start it with `lakehouse postgres start`" in refused.stderr
+
+    _lakehouse(settings, "postgres", "start")
+    server.start(settings)
+    password = Cluster.of(settings).password()
+    assert password not in Path(f"/proc/{server.status(settings).pid}/cmdline").read_text()
+    create = """
+from lakehouse.runtime import server
+from lakehouse.runtime.config import Settings
+from lakehouse.storage import delta_spark
+settings = Settings.from_env()
+spark = server.connect(settings)
+rows = spark.createDataFrame([("alice", 1)], "username string, n long")
+delta_spark.append(rows, settings.gold_path("visits"), create=rows.schema)
+"""
+    done = _process("-c", create)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+    # Another process, with a JVM of its own, opens the same metastore while the server has it.
+    other = """
+import json
+from lakehouse.runtime.config import Settings
+from lakehouse.runtime.metastore import session_conf
+from lakehouse.runtime.spark import get_session
+spark = get_session("local[1]", extra=session_conf(Settings.from_env()))
+print(json.dumps([
+    [r["tableName"] for r in spark.sql("SHOW TABLES IN gold").collect()],
+    [list(r) for r in spark.table("gold.visits").collect()],
+]))
+spark.sql("CREATE SCHEMA IF NOT EXISTS scratch")
+"""
+    done = _process("-c", other)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads(done.stdout.splitlines()[-1]) == [["visits"], [["alice", 1]]]
+    # ... and what that process wrote, the server sees.
+    seen = _process(
+        "-c",
+        "from lakehouse.runtime import server\n"
+        "from lakehouse.runtime.config import Settings\n"
+        "spark = server.connect(Settings.from_env())\n"
+        "print(sorted(r[0] for r in spark.sql('SHOW SCHEMAS').collect()))\n",
+    )
+    assert seen.returncode == 0, seen.stderr[-3000:]
+    assert "'scratch'" in seen.stdout.splitlines()[-1]
+    assert _names(settings) == {"gold.visits": f"file:{settings.gold_path('visits')}"}

@@ -210,32 +210,34 @@ def server_conf(settings: Settings, at: int) -> dict[str, str]:
     and the Connect service's, every listener on the loopback address."""
     from lakehouse.runtime.config import whole_number_setting
     from lakehouse.runtime.metastore import metastore_conf
-    from lakehouse.runtime.spark import spark_conf
+    from lakehouse.runtime.spark import merged, spark_conf
 
     conf = spark_conf(settings.spark_master, "lakehouse-spark-server")
     idle = whole_number_setting(PYTHON_IDLE_ENV, DEFAULT_PYTHON_IDLE_S, "seconds", least=1)
-    return {
-        **conf,
-        "spark.connect.grpc.binding.address": LOOPBACK,
-        "spark.connect.grpc.binding.port": str(at),
-        "spark.driver.bindAddress": LOOPBACK,
-        "spark.driver.host": LOOPBACK,
-        # The server is the process that keeps the lakehouse's table names: every table it
-        # creates is registered in the metastore (lakehouse.storage.metastore).
-        **metastore_conf(settings),
-        # Spark forks each Connect session's Python workers from a daemon of the session's own
-        # and stops none until the server stops (SPARK-54055): every client session that ran
-        # Python work left one behind, 37 MiB each. No setting of Spark's ends it:
-        # spark.python.worker.idleTimeoutSeconds and killOnIdleTimeout watch a worker running a
-        # task (a kill fails the task), spark.python.factory.idleWorkerMaxPoolSize bounds a
-        # session's idle workers, not its daemon. Without daemons (spark.python.use.daemon
-        # false) every Python task starts an interpreter and imports its modules anew:
-        # `lakehouse run` took 2 to 3 times as long. So the server runs Spark's daemon with an
-        # end (lakehouse.runtime.pydaemon), and workers are still reused within a session.
-        "spark.python.daemon.module": "lakehouse.runtime.pydaemon",
-        # (A cluster's executors run daemons too; in local mode the server's environment has it.)
-        f"spark.executorEnv.{PYTHON_IDLE_ENV}": str(idle),
-    }
+    return merged(
+        conf,
+        {
+            "spark.connect.grpc.binding.address": LOOPBACK,
+            "spark.connect.grpc.binding.port": str(at),
+            "spark.driver.bindAddress": LOOPBACK,
+            "spark.driver.host": LOOPBACK,
+            # Spark forks each Connect session's Python workers from a daemon of the session's own
+            # and stops none until the server stops (SPARK-54055): every client session that ran
+            # Python work left one behind, 37 MiB each. No setting of Spark's ends it:
+            # spark.python.worker.idleTimeoutSeconds and killOnIdleTimeout watch a worker running a
+            # task (a kill fails the task), spark.python.factory.idleWorkerMaxPoolSize bounds a
+            # session's idle workers, not its daemon. Without daemons (spark.python.use.daemon
+            # false) every Python task starts an interpreter and imports its modules anew:
+            # `lakehouse run` took 2 to 3 times as long. So the server runs Spark's daemon with an
+            # end (lakehouse.runtime.pydaemon), and workers are still reused within a session.
+            "spark.python.daemon.module": "lakehouse.runtime.pydaemon",
+            # (A cluster's executors run daemons too; in local mode the server's environment has it.)
+            f"spark.executorEnv.{PYTHON_IDLE_ENV}": str(idle),
+            # The server is the process that keeps the lakehouse's table names: every table it
+            # creates is registered in the metastore (lakehouse.storage.metastore).
+            **metastore_conf(settings),
+        },
+    )
 
 
 def log_config(settings: Settings) -> Path:

@@ -77,6 +77,22 @@ def submit_conf() -> dict[str, str]:
     }
 
 
+# Settings whose values are class paths: more settings add to them instead of replacing them.
+CLASS_PATH_KEYS = ("spark.driver.extraClassPath", "spark.executor.extraClassPath")
+
+
+def merged(conf: Mapping[str, str], more: Mapping[str, str]) -> dict[str, str]:
+    """``conf`` with ``more``'s settings: a class path of :data:`CLASS_PATH_KEYS` is joined to
+    the one ``conf`` has (the platform's launch jars stay on it), every other setting replaced."""
+    out = dict(conf)
+    for key, value in more.items():
+        if key in CLASS_PATH_KEYS and out.get(key):
+            out[key] = os.pathsep.join((out[key], value))
+        else:
+            out[key] = value
+    return out
+
+
 def conf_args(conf: dict[str, str]) -> list[str]:
     """``conf`` as spark-submit's command-line flags."""
     return [arg for key, value in conf.items() for arg in ("--conf", f"{key}={value}")]
@@ -208,7 +224,7 @@ def get_session(
     builder = SparkSession.builder
     submitted = master is None and launched
     conf = spark_conf(master or os.environ.get("LAKEHOUSE_SPARK_MASTER", "local[2]"), app_name)
-    conf.update(extra or {})
+    conf = merged(conf, extra or {})
     if submitted:
         # Launched by spark-submit: its --master/--name/--driver-memory are the ones to keep.
         for key in ("spark.master", "spark.app.name", "spark.driver.memory"):
