@@ -104,7 +104,7 @@ def _names(settings: Settings) -> dict[str, str]:
 
 
 def test_names_through_sync_pipeline_runs_schema_changes_restarts_and_drop(
-    lake: Settings,
+    lake: Settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     server.start(lake)
     # A lake made before the catalog has no names yet.
@@ -159,8 +159,10 @@ print(spark.table("gold.user_profiles").columns[-1])
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.splitlines()[-1] == "nickname"
 
-    # The names outlive the server.
+    # The names outlive the server (restarted on a port of its own: the old one may have been
+    # taken meanwhile by any process of the machine).
     server.stop(lake)
+    monkeypatch.setenv(server.PORT_ENV, str(free_port()))
     server.start(lake)
     seen = _read(("gold.user_profiles", "silver.user_profile_changes"))
     assert seen["rows"] == [["alice", "Berlin"], ["bob", "Lima"]]
