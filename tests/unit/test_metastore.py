@@ -30,19 +30,22 @@ def test_each_kind_of_table_has_a_name_of_its_schema(
     settings: Settings, path_of: object, name: str
 ) -> None:
     path = path_of(settings)  # type: ignore[operator]
-    assert str(table_name(settings, path)) == name
+    assert str(table_name(settings.data_root, path)) == name
 
 
 def test_the_same_names_for_a_lake_in_a_bucket(settings: Settings) -> None:
     bucket = Settings(settings.home, settings.contracts_dir, data=location("s3://lake-bucket/lake"))
-    assert str(table_name(bucket, bucket.bronze_path("user-locations"))) == "bronze.user_locations"
-    assert str(table_name(bucket, bucket.ledger_path)) == "quality.ledger"
+    assert (
+        str(table_name(bucket.data_root, bucket.bronze_path("user-locations")))
+        == "bronze.user_locations"
+    )
+    assert str(table_name(bucket.data_root, bucket.ledger_path)) == "quality.ledger"
 
 
 def test_places_that_are_no_pipeline_table_have_no_name(settings: Settings) -> None:
-    assert table_name(settings, settings.home / "restored" / "user_places-1") is None
-    assert table_name(settings, settings.tables_root / "scratch" / "x" / "y") is None
-    assert table_name(settings, settings.tables_root / "gold") is None
+    assert table_name(settings.data_root, settings.home / "restored" / "user_places-1") is None
+    assert table_name(settings.data_root, settings.tables_root / "scratch" / "x" / "y") is None
+    assert table_name(settings.data_root, settings.tables_root / "gold") is None
 
 
 def test_a_name_given_to_drop_is_one_of_the_platforms_schemas() -> None:

@@ -34,6 +34,8 @@ METASTORE_ENV = "LAKEHOUSE_METASTORE"
 Kind = Literal["derby", "postgres", "none"]
 KINDS: tuple[Kind, ...] = ("derby", "postgres", "none")
 DATABASE = "metastore"  # on the lakehouse's PostgreSQL
+# The Spark setting naming the lake (its LAKEHOUSE_DATA) whose tables a metastore session names.
+LAKE_CONF = "spark.lakehouse.data"
 
 
 def kind() -> Kind:
@@ -66,6 +68,8 @@ def metastore_conf(settings: Settings) -> dict[str, str]:
     root.mkdir(parents=True, exist_ok=True)  # Derby writes its log there from the start
     conf = {
         "spark.sql.catalogImplementation": "hive",
+        # The lake whose tables this session names (lakehouse.storage.metastore).
+        LAKE_CONF: str(settings.data_root),
         # Tables created without a location (the platform creates none) would go here, not
         # into the working directory's spark-warehouse.
         "spark.sql.warehouse.dir": str(root / "warehouse"),

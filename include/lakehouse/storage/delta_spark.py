@@ -99,12 +99,9 @@ def create_table(
     from pyspark.sql.pandas.types import from_arrow_schema
     from pyspark.sql.types import StructType
 
-    from lakehouse.runtime.config import Settings
-
     if is_table(path):
         return
-    settings = Settings.from_env()
-    metastore.check_free(spark, settings, path)
+    metastore.check_free(spark, path)
     if not isinstance(schema, StructType):
         schema = from_arrow_schema(schema)
     if objectstore.is_dir(path / "_delta_log"):
@@ -121,7 +118,7 @@ def create_table(
     )
     if gate is not None:
         gate.created(spark, path)
-    metastore.register_created(spark, settings, path)
+    metastore.register_created(spark, path)
 
 
 def append(

@@ -23,7 +23,9 @@ its identifier (``user-locations`` -> ``user_locations``, lower case, every othe
 ``_``), and the quarantine tables' ``quarantine.<layer>`` becomes one schema per layer.
 
 A table is registered when the platform creates it (:func:`register_created`, called by
-:func:`lakehouse.storage.delta_spark.create_table` on a session whose catalog is the metastore),
+:func:`lakehouse.storage.delta_spark.create_table` on a session whose catalog is the metastore;
+such a session's settings name the lake it keeps names for,
+:data:`lakehouse.runtime.metastore.LAKE_CONF`),
 and keeps its name until ``lakehouse catalog drop`` removes it. Its schema is not copied into the
 metastore: Delta reads a registered table's schema from its log, so a column a write adds is in
 the named table at once. Dropping a name never deletes the table's files (the tables are
@@ -40,7 +42,9 @@ from urllib.parse import urlsplit
 
 from lakehouse.errors import ConfigError, LakehouseError
 from lakehouse.runtime.config import Settings, stream_table_name
+from lakehouse.runtime.metastore import LAKE_CONF
 from lakehouse.runtime.objectstore import Location
+from lakehouse.runtime.objectstore import location as location_of
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -94,18 +98,16 @@ class TableName:
         return cls(found.group(1), found.group(2))
 
 
-def table_name(settings: Settings, path: Location) -> TableName | None:
-    """The name in the metastore of the platform's table at ``path``, or None for a location that
-    is no pipeline table (a rebuild's scratch tables, a restored copy)."""
-    parts = _under(settings.data_root, path)
+def table_name(data_root: Location, path: Location) -> TableName | None:
+    """The name in the metastore of the platform's table at ``path`` in the lake at
+    ``data_root``, or None for a location that is no pipeline table (a rebuild's scratch
+    tables, a restored copy)."""
+    parts = _under(data_root, path)
     if parts == ("quality", "ledger"):
         return TableName("quality", "ledger")
     if parts == ("schemas",):
         return TableName("schemas", "registry")
-    inside = _under(settings.tables_root, path)
-    if inside is None:
-        return None
-    match inside:
+    match parts[1:] if parts and parts[0] == "tables" else None:
         case ("bronze" | "gaps" as schema, topic):
             return TableName(schema, stream_table_name(topic))
         case ("silver" | "gold" | "late" | "state" as schema, name):
@@ -131,13 +133,22 @@ def uses_metastore(spark: SparkSession) -> bool:
     return spark.conf.get("spark.sql.catalogImplementation", "in-memory") == "hive"
 
 
-def check_free(spark: SparkSession, settings: Settings, path: Location) -> None:
+def _named(spark: SparkSession, path: Location) -> TableName | None:
+    """The name ``spark``'s metastore gives the table at ``path``: None when the session keeps
+    no names, or names another lake's tables, or ``path`` is no pipeline table."""
+    if not uses_metastore(spark):
+        return None
+    lake = spark.conf.get(LAKE_CONF, None)
+    return None if not lake else table_name(location_of(lake), path)
+
+
+def check_free(spark: SparkSession, path: Location) -> None:
     """Before the platform creates the table at ``path``: raise :class:`CatalogError` if its name
     is taken by a table elsewhere (a lake moved or recreated at another location; two topics
     whose names become the same identifier), so nothing is written under a name that reads
     another table."""
-    name = table_name(settings, path)
-    if name is None or not uses_metastore(spark):
+    name = _named(spark, path)
+    if name is None:
         return
     where = location(spark, name)
     if where is not None and not same_location(where, path):
@@ -149,11 +160,11 @@ def check_free(spark: SparkSession, settings: Settings, path: Location) -> None:
         )
 
 
-def register_created(spark: SparkSession, settings: Settings, path: Location) -> None:
+def register_created(spark: SparkSession, path: Location) -> None:
     """Register the table the platform has just created at ``path`` under its name, if ``spark``
     keeps names in the metastore and ``path`` is a pipeline table's."""
-    name = table_name(settings, path)
-    if name is not None and uses_metastore(spark):
+    name = _named(spark, path)
+    if name is not None:
         register(spark, name, path)
 
 
@@ -234,7 +245,7 @@ def sync(spark: SparkSession, settings: Settings, paths: Iterable[Location]) -> 
     is registered. Names of tables that are gone are left alone."""
     planned: dict[TableName, Location] = {}
     for path in paths:
-        name = table_name(settings, path)
+        name = table_name(settings.data_root, path)
         if name is None:
             continue
         if name in planned:
