@@ -199,8 +199,9 @@ postgres: $(STAMP) postgres-server ## Start the lakehouse's PostgreSQL for Airfl
 airflow: java postgres ## Start Airflow 3 locally on PostgreSQL, on 127.0.0.1 (login required; the admin's password is printed once the UI is ready; Ctrl-C stops it)
 	LAKEHOUSE_AIRFLOW_DB=postgres $(LAKEHOUSE) airflow db migrate > /dev/null
 	@echo "Metadata database: PostgreSQL (stop it with: $(LAKEHOUSE) postgres stop)"
-	@# The layer tasks are clients of the Spark server; it stops when Airflow does.
-	$(LAKEHOUSE) spark start
+	@# The layer tasks are clients of the Spark server; it stops when Airflow does. It keeps the
+	@# tables' names in the metastore on the same PostgreSQL (README: The catalog).
+	LAKEHOUSE_METASTORE=postgres $(LAKEHOUSE) spark start
 	trap '$(LAKEHOUSE) spark stop' EXIT; LAKEHOUSE_AIRFLOW_DB=postgres $(LAKEHOUSE) airflow standalone
 
 # The browser tests (Data Docs in the Airflow UI) drive Debian's headless Chromium.

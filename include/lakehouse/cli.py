@@ -15,6 +15,7 @@ Commands::
     lakehouse schemas [--topic T ...] [--check]   (registered schema versions; check contracts)
     lakehouse dq [--table T] [--days D] [--last N] | report   (data-quality history; Data Docs)
     lakehouse spark start|run|stop|status   (the Spark server jobs run on; run: foreground)
+    lakehouse catalog [list|sync|drop NAME] (table names in the metastore)
     lakehouse postgres start|stop|status    (Airflow's PostgreSQL metadata database)
     lakehouse kafka start|stop|status       (a local single-node Kafka broker, KRaft mode)
     lakehouse s3 start|stop|status          (a local S3 API, moto's server, in memory)
@@ -47,6 +48,7 @@ from lakehouse.pipeline import lake
 from lakehouse.runtime import objectstore
 from lakehouse.runtime.config import LAYERS, Layer, Settings
 from lakehouse.runtime.objectstore import location
+from lakehouse.storage import is_table
 from lakehouse.storage.maintenance import DEFAULT_RETENTION_HOURS
 from lakehouse.topics import kafka
 from lakehouse.topics.landing import Producer, Record, record_from_json_line
@@ -523,6 +525,73 @@ def _spark(settings: Settings, app_name: str) -> SparkSession:
     return get_session(settings.spark_master, app_name=app_name, log=log)
 
 
+def metastore_session(settings: Settings) -> SparkSession:
+    """A session that keeps names in the lakehouse's metastore: the Spark server's when it runs,
+    else a Spark of this process's own opening the metastore itself (the embedded one admits
+    one process at a time). Raises :class:`~lakehouse.storage.metastore.CatalogError` when the
+    session has no metastore (a server started with ``LAKEHOUSE_METASTORE=none``)."""
+    from lakehouse.runtime import metastore as where
+    from lakehouse.runtime import server
+    from lakehouse.runtime.spark import get_session, session_log
+    from lakehouse.storage import metastore
+
+    if server.status(settings).running:
+        spark = server.connect(settings)
+        if not metastore.uses_metastore(spark):
+            raise metastore.CatalogError(
+                "the Spark server runs without a metastore (started with "
+                f"{where.METASTORE_ENV}=none, or by an older version): restart it with "
+                "`lakehouse spark stop` and `lakehouse spark start`"
+            )
+        return spark
+    conf = where.session_conf(settings)
+    if not conf:
+        raise metastore.CatalogError(
+            f"{where.METASTORE_ENV}=none: the lakehouse keeps no catalog of names; unset it to "
+            "use the embedded metastore"
+        )
+    log = session_log(settings.home)
+    print(f"in a Spark of its own (its log: {log})", file=sys.stderr)
+    return get_session(settings.spark_master, app_name="lakehouse-catalog", log=log, extra=conf)
+
+
+def catalog_command(settings: Settings, catalog: Catalog, action: str, name: str | None) -> int:
+    """``lakehouse catalog list | sync | drop NAME``: the names in the metastore and their
+    tables; name every table on storage (a lake older than the catalog gets its names); remove
+    one name (the table's files stay)."""
+    from lakehouse.storage import metastore
+
+    if action == "drop":
+        if not name:
+            raise ConfigError("lakehouse catalog drop: name the table, e.g. gold.user_places")
+        table = metastore.TableName.parse(name)
+        where = metastore.drop(metastore_session(settings), table)
+        print(f"dropped {table} from the catalog (its table stays at {where})")
+        return 0
+    if name:
+        raise ConfigError(f"lakehouse catalog {action} takes no name (only drop does)")
+    spark = metastore_session(settings)
+    if action == "list":
+        for entry, at in sorted(metastore.names(spark).items(), key=lambda e: str(e[0])):
+            print(f"{entry}  {at}")
+        return 0
+    on_storage = [t.path for t in lake.tables(settings, catalog) if is_table(t.path)]
+    for done in metastore.sync(spark, settings, on_storage):
+        print(f"{done.done:<10}  {done.name}  {done.path}")
+    stale = [
+        f"{table} ({where})"
+        for table, where in sorted(metastore.names(spark).items(), key=lambda e: str(e[0]))
+        if where is None or not any(metastore.same_location(where, p) for p in on_storage)
+    ]
+    if stale:
+        print(
+            f"note: {len(stale)} name(s) are of no table of this lake's contracts, and are kept: "
+            + ", ".join(stale)
+            + " (`lakehouse catalog drop NAME` removes one)"
+        )
+    return 0
+
+
 def run_pipeline(
     settings: Settings,
     catalog: Catalog,
@@ -798,6 +867,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="a local S3 API (moto's server on 127.0.0.1, in memory): start, stop, status",
     )
     s3.add_argument("action", choices=("start", "stop", "status"), nargs="?", default="status")
+    sd = sub.add_parser(
+        "catalog",
+        help="table names in the metastore: list them, sync (name every table on storage), "
+        "drop NAME (the name only; the table stays)",
+    )
+    sd.add_argument("action", choices=("list", "sync", "drop"), nargs="?", default="list")
+    sd.add_argument("name", nargs="?", help="drop: the name, e.g. gold.user_places")
     sa = sub.add_parser("airflow", help="run the airflow CLI with the lakehouse's environment")
     sa.add_argument("args", nargs=argparse.REMAINDER)
     return p
@@ -808,7 +884,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 # Commands that act on every topic when no --topic names some: a contract that does not load
 # stops them before anything moves (they would leave its topic out).
-EVERY_TOPIC = frozenset({"run", "maintain", "schemas", "lag", "tables", "sample"})
+EVERY_TOPIC = frozenset({"run", "maintain", "schemas", "lag", "tables", "sample", "catalog"})
 
 
 @dataclass
@@ -931,6 +1007,7 @@ COMMANDS: dict[str, Handler] = {
     "postgres": _service("postgres"),
     "kafka": _service("broker"),
     "s3": _service("s3server"),
+    "catalog": lambda a, c: catalog_command(c.settings, c.catalog, a.action, a.name),
     "airflow": lambda a, c: run_airflow(c.settings, a.args),
 }
 

@@ -33,6 +33,8 @@ EXPECTED = {
     # Hadoop's S3A connector and the modules of the AWS SDK it uses (not the SDK's bundle).
     "hadoop-aws-3.5.0.jar",
     "hadoop-bare-naked-local-fs-0.1.0.jar",
+    # The JDBC driver of the catalog's metastore on PostgreSQL.
+    "postgresql-42.7.14.jar",
     "analyticsaccelerator-s3-1.3.1.jar",
     "eventstream-1.0.1.jar",
     "reactive-streams-1.0.4.jar",
@@ -89,14 +91,18 @@ def test_the_installed_jars_are_the_locked_ones_and_duplicate_nothing_of_pyspark
 
 def test_spark_jars_are_the_locked_jars_as_absolute_paths() -> None:
     """Every locked jar, in ``spark.jars`` or (the local file system, which Hadoop looks up
-    before it fetches those) on the driver's and executors' class path from their start."""
+    before it fetches those; the metastore's JDBC driver) on the driver's and executors' class
+    path from their start."""
     conf = spark.jvm_conf()
     value = conf["spark.jars"]
     assert value == jvm.spark_jars_conf()
     paths = [Path(path) for path in value.split(",")]
     launched = [Path(path) for path in conf["spark.driver.extraClassPath"].split(":")]
     assert conf["spark.executor.extraClassPath"] == conf["spark.driver.extraClassPath"]
-    assert [path.name for path in launched] == ["hadoop-bare-naked-local-fs-0.1.0.jar"]
+    assert [path.name for path in launched] == [
+        "hadoop-bare-naked-local-fs-0.1.0.jar",
+        "postgresql-42.7.14.jar",
+    ]
     assert sorted(path.name for path in paths + launched) == sorted(jvm.read_lock())
     assert all(path.is_absolute() and path.is_file() for path in paths + launched)
 

@@ -19,14 +19,16 @@ LOCATIONS = Catalog.load(REPO_ROOT / "contracts").topic("user-locations")
 
 
 def _jvm_conf() -> dict[str, str]:
-    """The installed jars as spark.jars, but the local file system's, on the class path; Delta's
-    session extension and catalog; the local file system and log store."""
-    local_fs = "hadoop-bare-naked-local-fs-0.1.0.jar"
-    jars = ",".join(str(jvm.jars_dir() / name) for name in jvm.read_lock() if name != local_fs)
+    """The installed jars as spark.jars, but the local file system's and PostgreSQL's JDBC
+    driver, on the class path; Delta's session extension and catalog; the local file system and
+    log store."""
+    launched = ("hadoop-bare-naked-local-fs-0.1.0.jar", "postgresql-42.7.14.jar")
+    jars = ",".join(str(jvm.jars_dir() / name) for name in jvm.read_lock() if name not in launched)
+    class_path = ":".join(str(jvm.jars_dir() / name) for name in launched)
     return {
         "spark.jars": jars,
-        "spark.driver.extraClassPath": str(jvm.jars_dir() / local_fs),
-        "spark.executor.extraClassPath": str(jvm.jars_dir() / local_fs),
+        "spark.driver.extraClassPath": class_path,
+        "spark.executor.extraClassPath": class_path,
         "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
         "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
         "spark.hadoop.fs.file.impl": "com.globalmentor.apache.hadoop.fs.BareLocalFileSystem",

@@ -119,8 +119,9 @@ def installed(directory: Path, lock: Path) -> list[Path]:
 
 # Jars of the lock that must be on the JVM's class path when it starts, not in ``spark.jars``
 # (loaded after it has started): Hadoop looks the ``file:`` file system up first, to fetch the
-# ``spark.jars`` themselves.
-LAUNCH_ARTIFACTS = ("hadoop-bare-naked-local-fs",)
+# ``spark.jars`` themselves. PostgreSQL's JDBC driver: the Hive metastore's client (DataNucleus)
+# loads it through the class loader the JVM started with.
+LAUNCH_ARTIFACTS = ("hadoop-bare-naked-local-fs", "postgresql")
 
 
 def spark_jars(directory: Path | None = None, lock: Path | None = None) -> list[Path]:

@@ -31,6 +31,10 @@ serves on the server (``MERGE INTO``, ``readChangeFeed``, ``txnAppId`` ...).
   pandas-sized batches there, so no client imports GX. The server runs it as a process
   (``python -m lakehouse.quality.gx_service``) listening at :func:`validation_socket`; what it
   does is the quality layer's.
+* It keeps the tables' names: Spark's Hive support with the lakehouse's metastore
+  (:mod:`lakehouse.runtime.metastore`; an embedded Derby under ``<home>/metastore``, which only
+  one process may open), and every table it creates is named there
+  (:mod:`lakehouse.storage.metastore`).
 * ``LAKEHOUSE_SPARK_MASTER`` chooses local mode (``local[2]``, the default) or a standalone
   cluster (``spark://host:7077``); ``LAKEHOUSE_SPARK_PORT`` the port (default 15002).
 
@@ -205,29 +209,35 @@ def server_conf(settings: Settings, at: int) -> dict[str, str]:
     """Every setting the server starts with: the platform's (:func:`lakehouse.runtime.spark.spark_conf`)
     and the Connect service's, every listener on the loopback address."""
     from lakehouse.runtime.config import whole_number_setting
-    from lakehouse.runtime.spark import spark_conf
+    from lakehouse.runtime.metastore import metastore_conf
+    from lakehouse.runtime.spark import merged, spark_conf
 
     conf = spark_conf(settings.spark_master, "lakehouse-spark-server")
     idle = whole_number_setting(PYTHON_IDLE_ENV, DEFAULT_PYTHON_IDLE_S, "seconds", least=1)
-    return {
-        **conf,
-        "spark.connect.grpc.binding.address": LOOPBACK,
-        "spark.connect.grpc.binding.port": str(at),
-        "spark.driver.bindAddress": LOOPBACK,
-        "spark.driver.host": LOOPBACK,
-        # Spark forks each Connect session's Python workers from a daemon of the session's own
-        # and stops none until the server stops (SPARK-54055): every client session that ran
-        # Python work left one behind, 37 MiB each. No setting of Spark's ends it:
-        # spark.python.worker.idleTimeoutSeconds and killOnIdleTimeout watch a worker running a
-        # task (a kill fails the task), spark.python.factory.idleWorkerMaxPoolSize bounds a
-        # session's idle workers, not its daemon. Without daemons (spark.python.use.daemon
-        # false) every Python task starts an interpreter and imports its modules anew:
-        # `lakehouse run` took 2 to 3 times as long. So the server runs Spark's daemon with an
-        # end (lakehouse.runtime.pydaemon), and workers are still reused within a session.
-        "spark.python.daemon.module": "lakehouse.runtime.pydaemon",
-        # (A cluster's executors run daemons too; in local mode the server's environment has it.)
-        f"spark.executorEnv.{PYTHON_IDLE_ENV}": str(idle),
-    }
+    return merged(
+        conf,
+        {
+            "spark.connect.grpc.binding.address": LOOPBACK,
+            "spark.connect.grpc.binding.port": str(at),
+            "spark.driver.bindAddress": LOOPBACK,
+            "spark.driver.host": LOOPBACK,
+            # Spark forks each Connect session's Python workers from a daemon of the session's own
+            # and stops none until the server stops (SPARK-54055): every client session that ran
+            # Python work left one behind, 37 MiB each. No setting of Spark's ends it:
+            # spark.python.worker.idleTimeoutSeconds and killOnIdleTimeout watch a worker running a
+            # task (a kill fails the task), spark.python.factory.idleWorkerMaxPoolSize bounds a
+            # session's idle workers, not its daemon. Without daemons (spark.python.use.daemon
+            # false) every Python task starts an interpreter and imports its modules anew:
+            # `lakehouse run` took 2 to 3 times as long. So the server runs Spark's daemon with an
+            # end (lakehouse.runtime.pydaemon), and workers are still reused within a session.
+            "spark.python.daemon.module": "lakehouse.runtime.pydaemon",
+            # (A cluster's executors run daemons too; in local mode the server's environment has it.)
+            f"spark.executorEnv.{PYTHON_IDLE_ENV}": str(idle),
+            # The server is the process that keeps the lakehouse's table names: every table it
+            # creates is registered in the metastore (lakehouse.storage.metastore).
+            **metastore_conf(settings),
+        },
+    )
 
 
 def log_config(settings: Settings) -> Path:
@@ -254,6 +264,7 @@ def command(settings: Settings, at: int) -> list[str]:
     """The ``spark-submit`` that runs the server."""
     import pyspark
 
+    from lakehouse.runtime.metastore import java_options
     from lakehouse.runtime.spark import conf_args
 
     submit = Path(pyspark.__file__).parent / "bin" / "spark-submit"
@@ -272,7 +283,7 @@ def command(settings: Settings, at: int) -> list[str]:
         "--driver-memory",
         memory,
         "--driver-java-options",
-        f"-Dlog4j2.configurationFile=file:{log_config(settings)}",
+        f"-Dlog4j2.configurationFile=file:{log_config(settings)} {java_options(settings)}".strip(),
         *conf_args(conf),
         "spark-internal",
     ]

@@ -7,7 +7,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -75,6 +75,22 @@ def submit_conf() -> dict[str, str]:
         "spark.pyspark.driver.python": sys.executable,
         **jvm_conf(),
     }
+
+
+# Settings whose values are class paths: more settings add to them instead of replacing them.
+CLASS_PATH_KEYS = ("spark.driver.extraClassPath", "spark.executor.extraClassPath")
+
+
+def merged(conf: Mapping[str, str], more: Mapping[str, str]) -> dict[str, str]:
+    """``conf`` with ``more``'s settings: a class path of :data:`CLASS_PATH_KEYS` is joined to
+    the one ``conf`` has (the platform's launch jars stay on it), every other setting replaced."""
+    out = dict(conf)
+    for key, value in more.items():
+        if key in CLASS_PATH_KEYS and out.get(key):
+            out[key] = os.pathsep.join((out[key], value))
+        else:
+            out[key] = value
+    return out
 
 
 def conf_args(conf: dict[str, str]) -> list[str]:
@@ -184,10 +200,15 @@ def session_log(home: Path) -> Path:
 
 
 def get_session(
-    master: str | None = None, app_name: str = "lakehouse", *, log: Path | None = None
+    master: str | None = None,
+    app_name: str = "lakehouse",
+    *,
+    log: Path | None = None,
+    extra: Mapping[str, str] | None = None,
 ) -> SparkSession:
-    """Return the process's SparkSession, creating it with the platform's settings; with
-    ``log``, a JVM this starts writes its output there instead of the terminal's. Raises
+    """Return the process's SparkSession, creating it with the platform's settings and
+    ``extra`` ones (e.g. the metastore's, :func:`lakehouse.runtime.metastore.metastore_conf`);
+    with ``log``, a JVM this starts writes its output there instead of the terminal's. Raises
     :class:`~lakehouse.errors.JarsError` before Spark starts if a jar of :func:`jvm_conf` is
     missing, or, under spark-submit, if the submit did not give them."""
     from pyspark.sql import SparkSession
@@ -203,6 +224,7 @@ def get_session(
     builder = SparkSession.builder
     submitted = master is None and launched
     conf = spark_conf(master or os.environ.get("LAKEHOUSE_SPARK_MASTER", "local[2]"), app_name)
+    conf = merged(conf, extra or {})
     if submitted:
         # Launched by spark-submit: its --master/--name/--driver-memory are the ones to keep.
         for key in ("spark.master", "spark.app.name", "spark.driver.memory"):

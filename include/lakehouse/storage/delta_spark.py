@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from lakehouse.errors import ConcurrentWriteError
 from lakehouse.runtime import objectstore
 from lakehouse.runtime.objectstore import Location
+from lakehouse.storage import metastore
 from lakehouse.storage.gates import PublishGate
 from lakehouse.storage.log import (
     FENCE_APP,
@@ -89,12 +90,18 @@ def create_table(
     ``properties`` (by default :data:`TABLE_PROPERTIES`), unless one is there. The table's
     ``gate`` then adds its CHECK constraints while the table is still empty (see
     :meth:`~lakehouse.storage.gates.PublishGate.created`): the first batch is held to them by
-    Delta like every later one, and adding them reads no rows."""
+    Delta like every later one, and adding them reads no rows.
+
+    On a session that keeps names in the metastore (the Spark server's), the new table is
+    registered under its name there (:mod:`lakehouse.storage.metastore`); a name already taken
+    by a table elsewhere stops the creation first, with a
+    :class:`~lakehouse.storage.metastore.CatalogError`."""
     from pyspark.sql.pandas.types import from_arrow_schema
     from pyspark.sql.types import StructType
 
     if is_table(path):
         return
+    metastore.check_free(spark, path)
     if not isinstance(schema, StructType):
         schema = from_arrow_schema(schema)
     if objectstore.is_dir(path / "_delta_log"):
@@ -111,6 +118,7 @@ def create_table(
     )
     if gate is not None:
         gate.created(spark, path)
+    metastore.register_created(spark, path)
 
 
 def append(
