@@ -120,7 +120,7 @@ def test_names_through_sync_pipeline_runs_schema_changes_restarts_and_drop(
     on_storage = [
         t.path for t in tables(lake, Catalog.load(lake.contracts_dir)) if is_table(t.path)
     ]
-    assert sorted(names) == sorted(str(metastore.table_name(lake, p)) for p in on_storage)
+    assert sorted(names) == sorted(str(metastore.table_name(lake.data_root, p)) for p in on_storage)
     assert names["quality.ledger"] == f"file:{lake.ledger_path}"
 
     seen = _read()

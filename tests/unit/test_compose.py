@@ -743,3 +743,28 @@ def test_the_image_gets_the_data_docs_web_assets_where_reports_look_for_them() -
     assert str(NODE_MODULES.relative_to(ROOT)) in ignored
     checks = [a for i, a in instructions[stages[-1] :] if i == "RUN"]
     assert any("python -m lakehouse.quality.web_assets" in a for a in checks)
+
+
+def test_the_spark_server_keeps_the_catalog_in_the_postgres_service(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    """The server's metastore settings, as its start-up makes them from compose's environment:
+    Hive's client connects to the database `metastore` of the postgres service, logged in as
+    that service's user, and the server waits for the service to be healthy."""
+    import xml.etree.ElementTree as ET
+
+    dotenv = filled_env()
+    conf = start_up("spark-server", dotenv, tmp_path, monkeypatch)
+    assert conf["spark.sql.catalogImplementation"] == "hive"
+    site = Path(conf["spark.driver.extraClassPath"].split(os.pathsep)[-1]) / "hive-site.xml"
+    found = {
+        p.findtext("name"): p.findtext("value") for p in ET.parse(site).getroot().iter("property")
+    }
+    postgres = container_env("postgres", dotenv)
+    host, port = "postgres", 5432
+    assert found["javax.jdo.option.ConnectionURL"] == f"jdbc:postgresql://{host}:{port}/metastore"
+    assert found["javax.jdo.option.ConnectionUserName"] == postgres["POSTGRES_USER"]
+    assert found["javax.jdo.option.ConnectionPassword"] == postgres["POSTGRES_PASSWORD"]
+    assert host in services()
+    assert dependencies(services()["spark-server"])[host] == "service_healthy"
+    assert (site.stat().st_mode & 0o777) == 0o600

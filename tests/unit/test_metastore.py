@@ -77,3 +77,31 @@ def test_an_unknown_metastore_is_refused_naming_the_variable(
     monkeypatch.setenv(where.METASTORE_ENV, "mysql")
     with pytest.raises(ConfigError, match=r"LAKEHOUSE_METASTORE='mysql': expected one of derby"):
         where.metastore_conf(settings)
+
+
+def test_a_postgres_server_of_the_deployments_is_named_by_a_url(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(where.METASTORE_ENV, "postgres")
+    monkeypatch.setenv(where.URL_ENV, "postgresql://air%40flow:p%2Fw@db.internal/names")
+    target = where.postgres_target(settings)
+    assert target == where.PostgresTarget("db.internal", 5432, "air@flow", "p/w", "names")
+    assert target.jdbc_url == "jdbc:postgresql://db.internal:5432/names"
+    assert where.metastore_conf(settings)[where.LAKE_CONF] == str(settings.data_root)
+
+
+@pytest.mark.parametrize(
+    ("url", "says"),
+    [
+        ("mysql://u:p@h/db", r"expected postgresql://USER:PASSWORD@HOST:PORT/DATABASE, got mysql"),
+        ("postgresql://u:p@h", r"got postgresql://h/\(no database\)"),
+        ("postgresql://h:5432/db", r"names no USER:PASSWORD@"),
+    ],
+)
+def test_a_malformed_metastore_url_is_refused_saying_what_is_missing(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch, url: str, says: str
+) -> None:
+    monkeypatch.setenv(where.METASTORE_ENV, "postgres")
+    monkeypatch.setenv(where.URL_ENV, url)
+    with pytest.raises(ConfigError, match=rf"LAKEHOUSE_METASTORE_URL: .*{says}"):
+        where.metastore_conf(settings)

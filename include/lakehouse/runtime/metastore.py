@@ -12,7 +12,8 @@ holds; the tables they create get their names with ``lakehouse catalog sync``.
 
 ``LAKEHOUSE_METASTORE`` chooses: ``derby`` (the default); ``postgres``, the database ``metastore``
 on the lakehouse's PostgreSQL (:mod:`lakehouse.runtime.postgres`, which ``make airflow`` runs),
-which any number of processes may open at once; or ``none`` (no metastore: the server keeps the
+or the database ``LAKEHOUSE_METASTORE_URL`` names on a server of the deployment's (compose's
+``postgres``), which any number of processes may open at once; or ``none`` (no metastore: the server keeps the
 in-memory catalog, names last as long as it runs).
 
 PostgreSQL's password is never on a command line: the connection's settings go into a
@@ -23,14 +24,17 @@ path, where Spark and Hive look for that file.
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
+from urllib.parse import unquote, urlsplit
 
 from lakehouse.errors import ConfigError
 from lakehouse.runtime.config import Settings
 from lakehouse.runtime.process import private_file
 
 METASTORE_ENV = "LAKEHOUSE_METASTORE"
+URL_ENV = "LAKEHOUSE_METASTORE_URL"  # with postgres: a server of the deployment's
 Kind = Literal["derby", "postgres", "none"]
 KINDS: tuple[Kind, ...] = ("derby", "postgres", "none")
 DATABASE = "metastore"  # on the lakehouse's PostgreSQL
@@ -58,9 +62,9 @@ def folder(settings: Settings) -> Path:
 def metastore_conf(settings: Settings) -> dict[str, str]:
     """The Spark settings of a session that keeps its table names in the lakehouse's metastore
     (empty with ``LAKEHOUSE_METASTORE=none``). Static settings: they take effect when the JVM
-    starts. With ``postgres``, the cluster must run: its database ``metastore`` is created if
-    missing, and the connection's ``hive-site.xml`` written (its folder is the class path entry
-    this returns as ``spark.driver.extraClassPath``, to be joined to the platform's)."""
+    starts. With ``postgres``, the connection's ``hive-site.xml`` is written (its folder is the
+    class path entry this returns as ``spark.driver.extraClassPath``, to be joined to the
+    platform's); :func:`prepare` makes the database."""
     chosen = kind()
     if chosen == "none":
         return {}
@@ -93,26 +97,85 @@ def metastore_conf(settings: Settings) -> dict[str, str]:
     }
 
 
-def _postgres_site(settings: Settings) -> Path:
-    """Make sure the metastore's database exists on the lakehouse's running PostgreSQL, write
-    the ``hive-site.xml`` that connects to it, and return its folder."""
-    from xml.sax.saxutils import escape
+@dataclass(frozen=True)
+class PostgresTarget:
+    """The PostgreSQL database that holds the metastore, and how to log in to it."""
 
-    from lakehouse.runtime.postgres import ROLE, Cluster, PostgresError
+    host: str
+    port: int
+    user: str
+    password: str
+    database: str
+
+    @property
+    def jdbc_url(self) -> str:
+        return f"jdbc:postgresql://{self.host}:{self.port}/{self.database}"
+
+    def create_database(self) -> None:
+        """Create the database unless it exists."""
+        from lakehouse.runtime.postgres import create_database
+
+        create_database(
+            self.database, host=self.host, port=self.port, user=self.user, password=self.password
+        )
+
+
+def postgres_target(settings: Settings) -> PostgresTarget:
+    """Where ``LAKEHOUSE_METASTORE=postgres`` keeps the names: the database of
+    ``LAKEHOUSE_METASTORE_URL`` (``postgresql://user:password@host:port/database``, a server of
+    the deployment's, e.g. compose's ``postgres``) when it is set, else the database
+    ``metastore`` on the lakehouse's own PostgreSQL (:mod:`lakehouse.runtime.postgres`), which
+    must be running. A malformed URL is a ConfigError saying which part is missing."""
+    raw = os.environ.get(URL_ENV, "").strip()
+    if raw:
+        parts = urlsplit(raw)
+        database = parts.path.lstrip("/")
+        if parts.scheme not in ("postgresql", "postgres") or not parts.hostname or not database:
+            raise ConfigError(
+                f"{URL_ENV}: expected postgresql://USER:PASSWORD@HOST:PORT/DATABASE, got "
+                f"{parts.scheme or '(no scheme)'}://{parts.hostname or '(no host)'}/"
+                f"{database or '(no database)'}"
+            )
+        if not parts.username or parts.password is None:
+            raise ConfigError(f"{URL_ENV}: the URL names no USER:PASSWORD@ to log in with")
+        return PostgresTarget(
+            parts.hostname,
+            parts.port or 5432,
+            unquote(parts.username),
+            unquote(parts.password),
+            database,
+        )
+    from lakehouse.runtime.postgres import LOOPBACK, ROLE, Cluster, PostgresError
 
     cluster = Cluster.of(settings)
     status = cluster.status()
-    if not status.running:
+    if not status.running or status.port is None:
         raise PostgresError(
             f"{METASTORE_ENV}=postgres keeps the tables' names on the lakehouse's PostgreSQL "
-            f"({cluster.root}), which is not running: start it with `lakehouse postgres start`"
+            f"({cluster.root}), which is not running: start it with `lakehouse postgres start`, "
+            f"or name another server with {URL_ENV}"
         )
-    cluster.create_database(DATABASE)
+    return PostgresTarget(LOOPBACK, status.port, ROLE, cluster.password(), DATABASE)
+
+
+def prepare(settings: Settings) -> None:
+    """What must exist before a JVM opens the metastore: with ``postgres``, its database
+    (created if missing). Derby creates its own database on first use."""
+    if kind() == "postgres":
+        postgres_target(settings).create_database()
+
+
+def _postgres_site(settings: Settings) -> Path:
+    """Write the ``hive-site.xml`` that connects to the metastore's database and return its
+    folder (nothing is connected to here: :func:`prepare` does that)."""
+    from xml.sax.saxutils import escape
+
+    target = postgres_target(settings)
     properties = {
-        "javax.jdo.option.ConnectionURL": (f"jdbc:postgresql://127.0.0.1:{status.port}/{DATABASE}"),
+        "javax.jdo.option.ConnectionURL": target.jdbc_url,
         "javax.jdo.option.ConnectionDriverName": "org.postgresql.Driver",
-        "javax.jdo.option.ConnectionUserName": ROLE,
-        "javax.jdo.option.ConnectionPassword": cluster.password(),
+        "javax.jdo.option.ConnectionUserName": target.user,
+        "javax.jdo.option.ConnectionPassword": target.password,
         # The metastore's tables are made by its client when it first needs each (Hive's
         # schematool is not shipped with pyspark), and the schema's version is not checked
         # against a record of it. Tables and columns only: DataNucleus adds a new table's
@@ -151,7 +214,9 @@ def java_options(settings: Settings) -> str:
 
 def session_conf(settings: Settings) -> dict[str, str]:
     """:func:`metastore_conf` with the driver's :func:`java_options`: the settings of a Spark
-    that a command starts for itself to use the metastore."""
+    that a command starts for itself to use the metastore (whose database :func:`prepare` has
+    made)."""
+    prepare(settings)
     conf = metastore_conf(settings)
     if options := java_options(settings):
         conf["spark.driver.extraJavaOptions"] = options

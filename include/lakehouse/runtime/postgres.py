@@ -189,16 +189,13 @@ class Cluster:
 
     def create_database(self, name: str) -> None:
         """Create database ``name``, owned by the role, unless it exists."""
-        if not re.fullmatch(r"[a-z][a-z0-9_]{0,62}", name):
-            raise ConfigError(f"invalid database name {name!r}: lower-case letters, digits, '_'")
-        import psycopg
-
-        with psycopg.connect(
-            self.url("postgres").replace("postgresql+psycopg", "postgresql"), autocommit=True
-        ) as conn:
-            if conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone():
-                return
-            conn.execute(f"CREATE DATABASE {name}")  # checked above: a plain identifier
+        current = self.status()
+        if not current.running or current.port is None:
+            raise PostgresError(
+                f"the PostgreSQL cluster at {self.root} is not running: start it with "
+                "`lakehouse postgres start` (make airflow does)"
+            )
+        create_database(name, host=LOOPBACK, port=current.port, user=ROLE, password=self.password())
 
     # -- helpers -----------------------------------------------------------------------------
     def _init(self) -> None:
@@ -316,3 +313,25 @@ def main(settings: Settings, action: str) -> int:
         print(current.describe())
         return 0 if current.running else 1
     raise ConfigError(f"lakehouse postgres {action}: expected start, stop or status")
+
+
+def create_database(name: str, *, host: str, port: int, user: str, password: str) -> None:
+    """Create database ``name`` on the PostgreSQL server at ``host:port`` unless it exists,
+    logged in as ``user`` (to the server's ``postgres`` database). ``name`` must be a plain
+    identifier: anything else is a ConfigError."""
+    if not re.fullmatch(r"[a-z][a-z0-9_]{0,62}", name):
+        raise ConfigError(f"invalid database name {name!r}: lower-case letters, digits, '_'")
+    import psycopg
+
+    with psycopg.connect(
+        host=host,
+        port=port,
+        user=user,
+        password=password,
+        dbname="postgres",
+        autocommit=True,
+        connect_timeout=10,
+    ) as conn:
+        if conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone():
+            return
+        conn.execute(f"CREATE DATABASE {name}")  # checked above: a plain identifier

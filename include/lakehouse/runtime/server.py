@@ -57,7 +57,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from lakehouse.errors import ConfigError, LakehouseError
-from lakehouse.runtime import objectstore
+from lakehouse.runtime import metastore, objectstore
 from lakehouse.runtime.config import Settings
 from lakehouse.runtime.deployment import check_environment
 from lakehouse.runtime.process import (
@@ -209,7 +209,6 @@ def server_conf(settings: Settings, at: int) -> dict[str, str]:
     """Every setting the server starts with: the platform's (:func:`lakehouse.runtime.spark.spark_conf`)
     and the Connect service's, every listener on the loopback address."""
     from lakehouse.runtime.config import whole_number_setting
-    from lakehouse.runtime.metastore import metastore_conf
     from lakehouse.runtime.spark import merged, spark_conf
 
     conf = spark_conf(settings.spark_master, "lakehouse-spark-server")
@@ -235,7 +234,7 @@ def server_conf(settings: Settings, at: int) -> dict[str, str]:
             f"spark.executorEnv.{PYTHON_IDLE_ENV}": str(idle),
             # The server is the process that keeps the lakehouse's table names: every table it
             # creates is registered in the metastore (lakehouse.storage.metastore).
-            **metastore_conf(settings),
+            **metastore.metastore_conf(settings),
         },
     )
 
@@ -264,7 +263,6 @@ def command(settings: Settings, at: int) -> list[str]:
     """The ``spark-submit`` that runs the server."""
     import pyspark
 
-    from lakehouse.runtime.metastore import java_options
     from lakehouse.runtime.spark import conf_args
 
     submit = Path(pyspark.__file__).parent / "bin" / "spark-submit"
@@ -283,7 +281,7 @@ def command(settings: Settings, at: int) -> list[str]:
         "--driver-memory",
         memory,
         "--driver-java-options",
-        f"-Dlog4j2.configurationFile=file:{log_config(settings)} {java_options(settings)}".strip(),
+        f"-Dlog4j2.configurationFile=file:{log_config(settings)} {metastore.java_options(settings)}".strip(),
         *conf_args(conf),
         "spark-internal",
     ]
@@ -311,6 +309,7 @@ def start(settings: Settings, *, timeout: float = START_TIMEOUT_S) -> Status:
     check_environment(os.environ)
     ensure_java()
     objectstore.check_reachable(settings.data_root)
+    metastore.prepare(settings)
     folder = state_dir(settings)
     folder.mkdir(parents=True, exist_ok=True)
     secret = token(settings, create=True)
