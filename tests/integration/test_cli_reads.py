@@ -332,8 +332,10 @@ def test_show_reaches_every_table_the_pipeline_wrote(
     """`lakehouse tables` lists every table the runs wrote, by the name `show` takes: the
     layers', the late records', the schema registry and the quality ledger (which has a row for
     every batch, though the contract has no expectations); each shows what Spark reads, in its
-    order, with its row count and version."""
+    order, with its row count and version, under that name and under its name in the
+    catalog."""
     from lakehouse.pipeline import lake
+    from lakehouse.storage import metastore
 
     assert _cli(local_lake, "tables", "--format", "json") == 0
     listed = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
@@ -342,6 +344,9 @@ def test_show_reaches_every_table_the_pipeline_wrote(
     catalog = Catalog.load(local_lake.contracts_dir)
     for row in listed:
         table = lake.resolve(local_lake, catalog, row["name"])
+        # Its name in the catalog reaches the same table.
+        named = metastore.table_name(local_lake.data_root, table.path)
+        assert named is not None and lake.resolve(local_lake, catalog, str(named)) == table
         expected = _spark_snapshot(spark, table.path, list(table.order))
         assert (row["version"], row["rows"]) == (table_version(table.path), expected.num_rows)
         _same(local_lake, capsys, expected, "show", row["name"])

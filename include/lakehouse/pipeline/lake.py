@@ -18,8 +18,10 @@ name                             kind        what it holds
 ``schemas.registry``             registry    every registered key and value schema (``schemas``)
 ===============================  ==========  =======================================================
 
-Names are looked up among the ones the contracts give rise to, never turned into paths as
-typed, so no name reaches outside the lake. Read with delta-rs: no Spark.
+Every table is also found by its name in the catalog (:mod:`lakehouse.storage.metastore`:
+``bronze.user_locations``, ``quarantine_silver.<stream>`` ...). Names are looked up among the
+ones the contracts give rise to, never turned into paths as typed, so no name reaches outside
+the lake. Read with delta-rs: no Spark.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from lakehouse.errors import UnknownTableError
 from lakehouse.runtime import objectstore
 from lakehouse.runtime.config import Layer, Settings
 from lakehouse.runtime.objectstore import Location
+from lakehouse.storage import metastore
 from lakehouse.storage.log import is_table, load, position, table_rows
 
 Kind = Literal[
@@ -139,11 +142,13 @@ def existing(settings: Settings, catalog: Catalog, topics: Sequence[str] = ()) -
     return out
 
 
-def _aliases(t: LakeTable) -> Iterable[str]:
-    """The names a table is also known by: a gold table as ``gold.<table>``, a stream by its
-    bare name."""
-    if t.kind == "gold":
-        yield f"gold.{t.name}"
+def _aliases(settings: Settings, t: LakeTable) -> Iterable[str]:
+    """The names a table is also known by: its name in the catalog
+    (:func:`lakehouse.storage.metastore.table_name`: ``gold.<table>``,
+    ``bronze.<topic identifier>``, ``quarantine_silver.<stream>`` ...), and a stream its bare
+    name."""
+    if (named := metastore.table_name(settings.data_root, t.path)) is not None:
+        yield str(named)
     if t.kind == "silver":
         yield t.name.removeprefix("silver.")
 
@@ -154,7 +159,7 @@ def resolve(settings: Settings, catalog: Catalog, name: str) -> LakeTable:
     names the contracts give rise to)."""
     every = tables(settings, catalog)
     for t in every:
-        if name == t.name or name in _aliases(t):
+        if name == t.name or name in _aliases(settings, t):
             return t
     have = [t.name for t in every if is_table(t.path)]
     raise UnknownTableError(name, have, declared=[t.name for t in every])
