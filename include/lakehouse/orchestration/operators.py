@@ -1,6 +1,7 @@
-"""The layer task's operator, run by Airflow's workers: one micro-batch of one layer, as a Spark
-Connect client of the lakehouse's Spark server or as a spark-submit of jobs/run_layer.py; and the
-bucket's credentials it hands to what it starts.
+"""The layer task's operator, run by Airflow's workers: one micro-batch of one layer
+(:func:`lakehouse.pipeline.job.run_job`), as a Spark Connect client of the lakehouse's Spark
+server or as a spark-submit of jobs/run_layer.py given the run's request as one JSON argument;
+and the bucket's credentials it hands to what it starts.
 
 Imported at DAG parse time to build the tasks; Spark and the layers are imported only when a
 task runs.
