@@ -57,7 +57,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import SparkSession
 
-    from lakehouse.pipeline.request import RunRequest
+    from lakehouse.pipeline.request import Option, RunRequest
 
 PRODUCE_CHUNK = 10_000
 
@@ -475,14 +475,6 @@ def data_quality(
     return 0
 
 
-RUN_REQUEST_FLAGS = (
-    "full_refresh",
-    "reprocess_silver_from_version",
-    "reprocess_silver_from_offsets",
-    "reprocess_gold_from_version",
-)
-
-
 def run_requests(
     catalog: Catalog,
     topics: Sequence[str],
@@ -493,10 +485,10 @@ def run_requests(
     empty, every layer when ``layers`` is), checked as a triggered run's Params are
     (:meth:`RunRequest.from_params`). A reprocess or a refresh names versions, offsets or tables
     of one topic, so it needs one ``--topic``."""
-    from lakehouse.pipeline.request import RunRequest
+    from lakehouse.pipeline.request import OPTIONS, RunRequest
 
     asked = dict(asked or {})
-    given = [k for k in RUN_REQUEST_FLAGS if asked.get(k) not in (None, "", [], ())]
+    given = [o.name for o in OPTIONS if o.one_topic and asked.get(o.name) not in (None, "", [], ())]
     if given and len(topics) != 1:
         flags = ", ".join("--" + k.replace("_", "-") for k in given)
         if not topics:
@@ -732,23 +724,12 @@ def build_parser() -> argparse.ArgumentParser:
     sr = sub.add_parser("run", help="run one micro-batch of the pipeline, without Airflow")
     _several_topics(sr)
     _several_layers(sr, "a layer to run (repeatable; default: all three)")
-    sr.add_argument(
-        "--dry-run", action="store_true", help="print what each layer would read and write"
-    )
-    sr.add_argument(
-        "--full-refresh", action="append", metavar="TABLE",
-        help="gold: rebuild this table from the whole stream (repeatable; needs --topic)",
-    )  # fmt: skip
-    for flag, kind, metavar, text in (
-        ("silver-from-version", int, "V", "silver: decode again the bronze records from bronze "
-         "version V"),
-        ("silver-from-offsets", str, "P:O,...", "silver: decode again from these offsets, e.g. "
-         "0:120,1:0"),
-        ("gold-from-version", int, "V", "gold: rebuild as of silver version V-1 and read again "
-         "from V"),
-    ):  # fmt: skip
+    for option in _run_options():  # a triggered run's Params, as flags of the same names
         sr.add_argument(
-            f"--reprocess-{flag}", type=kind, metavar=metavar, help=f"{text} (needs --topic)"
+            "--" + option.name.replace("_", "-"),
+            dest=option.name,
+            help=option.help + (" (needs --topic)" if option.one_topic else ""),
+            **option.flag or {},
         )
 
     names = "a table's name as `lakehouse tables` lists it (e.g. user_places, silver.<stream>)"
@@ -928,8 +909,15 @@ def _produce(args: argparse.Namespace, ctx: _Context) -> int:
     return produce(ctx.settings, topic, sys.stdin, sys.stderr, args.value_schema_id)
 
 
+def _run_options() -> list[Option]:
+    """What a run can ask that ``lakehouse run`` has a flag for (the layers: ``--layer``)."""
+    from lakehouse.pipeline.request import OPTIONS
+
+    return [o for o in OPTIONS if o.flag is not None]
+
+
 def _run(args: argparse.Namespace, ctx: _Context) -> int:
-    asked = {"dry_run": args.dry_run, **{k: getattr(args, k) for k in RUN_REQUEST_FLAGS}}
+    asked = {o.name: getattr(args, o.name) for o in _run_options()}
     return run_pipeline(ctx.settings, ctx.catalog, _several(args.topic), _layers(args.layer), asked)
 
 

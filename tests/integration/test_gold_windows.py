@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from lakehouse.contracts.model import Catalog
-from lakehouse.pipeline.request import LayerRequest
+from lakehouse.pipeline.request import RunRequest
 from lakehouse.pipeline.runner import run, run_layer
 from lakehouse.runtime.config import Settings
 from lakehouse.storage import DeltaStore, changes_arrow, delta_spark, read_arrow
@@ -285,7 +285,7 @@ def test_a_lake_built_with_one_stream_time_per_topic_is_rebuilt_by_its_next_run(
     store = DeltaStore(spark)
     before = {t: store.version(lake.gold_path(t)) for t in tables}
     contract = Catalog.load(lake.contracts_dir).topic("orders")
-    planned = run_layer(spark, lake, contract, "gold", request=LayerRequest(dry_run=True))
+    planned = run_layer(spark, lake, contract, "gold", request=RunRequest(dry_run=True))
     for t in tables:
         assert any(
             line.startswith(f"gold {t} (dry run): built when stream time was one per table")

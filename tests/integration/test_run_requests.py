@@ -5,6 +5,7 @@ the gold step restricted to some tables, and a dry run that changes nothing."""
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +14,7 @@ import pytest
 
 from lakehouse.contracts.model import Catalog
 from lakehouse.errors import ConfigError
-from lakehouse.pipeline.request import LayerRequest
+from lakehouse.pipeline.request import RunRequest
 from lakehouse.pipeline.runner import run_layer
 from lakehouse.quality.ledger import RunInfo, read_ledger
 from lakehouse.runtime.config import Settings
@@ -69,9 +70,16 @@ def _send(lake: Settings, rows: list[tuple[str, Any]], partition: int = 0) -> No
 
 
 def _run(
-    spark: Any, lake: Settings, *layers: str, request: LayerRequest | None = None
+    spark: Any,
+    lake: Settings,
+    *layers: str,
+    params: Mapping[str, Any] | None = None,
+    tables: Sequence[str] | None = None,
 ) -> list[str]:
+    """The layers' jobs of a run triggered with ``params``, of a DAG whose gold step builds
+    ``tables`` (default: every table of the topic)."""
     contract = Catalog.load(lake.contracts_dir).topic("orders")
+    request = RunRequest.from_params(params or {}, contract, tables)
     lines: list[str] = []
     for layer in layers:
         lines += run_layer(
@@ -126,13 +134,13 @@ def test_silver_reprocess_from_offsets_recovers_quarantined_records(
     # The contract is relaxed: negative amounts are refunds, not errors.
     lake = _lake(tmp_path, expectations="")
     before = _versions(lake)
-    (dry,) = _run(spark, lake, "silver", request=LayerRequest(dry_run=True, from_offsets={0: 1}))[
-        1:
-    ]
+    (dry,) = _run(
+        spark, lake, "silver", params={"dry_run": True, "reprocess_silver_from_offsets": "0:1"}
+    )[1:]
     assert "would decode again 2 record(s) not in the stream, 2 of them in quarantine now" in dry
     assert _versions(lake) == before
 
-    lines = _run(spark, lake, "silver", request=LayerRequest(from_offsets={0: 1}))
+    lines = _run(spark, lake, "silver", params={"reprocess_silver_from_offsets": "0:1"})
     assert lines[0] == "silver orders_stream: bronze has no new versions"
     assert lines[1] == (
         "silver orders_stream: reprocess of bronze.orders versions 0..1 from offsets 0:1: "
@@ -148,7 +156,7 @@ def test_silver_reprocess_from_offsets_recovers_quarantined_records(
 
     # A rerun finds nothing new to do and commits nothing.
     versions = _versions(lake)
-    again = _run(spark, lake, "silver", request=LayerRequest(from_offsets={0: 1}))
+    again = _run(spark, lake, "silver", params={"reprocess_silver_from_offsets": "0:1"})
     assert "1 record(s) not in the stream decoded again: 0 joined the stream, 0 newly " in again[1]
     assert _versions(lake) == versions
 
@@ -173,7 +181,7 @@ def test_silver_reprocess_from_a_bronze_version_only_reads_from_there(
     assert table_version(lake.bronze_path("orders")) == (first_batch or 0) + 1
     lake = _lake(tmp_path, expectations="")
     assert first_batch is not None
-    lines = _run(spark, lake, "silver", request=LayerRequest(from_version=first_batch + 1))
+    lines = _run(spark, lake, "silver", params={"reprocess_silver_from_version": first_batch + 1})
     assert "1 joined the stream" in lines[1] and "1 released from quarantine" in lines[1]
     silver = records(lake.silver_path("orders_stream"), by=["order_id"])
     assert [r["order_id"] for r in silver] == ["b"]  # "a" came before that version
@@ -193,7 +201,7 @@ def test_gold_reprocess_from_a_silver_version_and_full_refresh(spark: Any, tmp_p
     silver_head = table_version(lake.silver_path("orders_stream"))
     assert silver_head is not None
 
-    lines = _run(spark, lake, "gold", request=LayerRequest(from_version=silver_head))
+    lines = _run(spark, lake, "gold", params={"reprocess_gold_from_version": silver_head})
     # The tables reading the stream are put back and read again; the changelog reader is not
     # put back but takes their (here: no) corrections.
     assert [x.split(":")[0] for x in lines if "rebuilt from" in x] == [
@@ -209,7 +217,7 @@ def test_gold_reprocess_from_a_silver_version_and_full_refresh(spark: Any, tmp_p
 
     DeltaTable(str(lake.gold_path("order_totals"))).delete("order_id = 'k2'")
     damaged = table_version(lake.gold_path("order_totals"))
-    lines = _run(spark, lake, "gold", request=LayerRequest(full_refresh=("order_totals",)))
+    lines = _run(spark, lake, "gold", params={"full_refresh": ["order_totals"]})
     assert any(x.startswith("gold order_totals: rebuilt from input versions 0..") for x in lines)
     assert records(lake.gold_path("order_totals"), by=["order_id"]) == expected["order_totals"]
     assert damaged is not None
@@ -225,11 +233,11 @@ def test_gold_step_limited_to_some_tables(spark: Any, tmp_path: Path) -> None:
     lake = _lake(tmp_path, expectations="")
     _send(lake, [("k1", {"city": "A", "amount": 1})])
     _run(spark, lake, "bronze", "silver")
-    lines = _run(spark, lake, "gold", request=LayerRequest(tables=("order_totals",)))
+    lines = _run(spark, lake, "gold", tables=["order_totals"])
     assert [x.split(":")[0] for x in lines] == ["gold order_totals"]
     assert table_version(lake.gold_path("order_latest")) is None
-    with pytest.raises(ConfigError, match="has no gold table 'nope'"):
-        _run(spark, lake, "gold", request=LayerRequest(full_refresh=("nope",)))
+    with pytest.raises(ConfigError, match="'nope' is not a gold table this DAG builds"):
+        _run(spark, lake, "gold", params={"full_refresh": ["nope"]})
 
 
 def test_dry_run_of_every_layer_changes_nothing(spark: Any, tmp_path: Path) -> None:
@@ -238,8 +246,8 @@ def test_dry_run_of_every_layer_changes_nothing(spark: Any, tmp_path: Path) -> N
     _run(spark, lake, "bronze", "silver", "gold")
     _send(lake, [("o5", {"city": "Rome", "amount": 5})], partition=1)
     before = _versions(lake)
-    request = LayerRequest(dry_run=True)
-    lines = _run(spark, lake, "bronze", "silver", "gold", request=request)
+    dry = {"dry_run": True}
+    lines = _run(spark, lake, "bronze", "silver", "gold", params=dry)
     assert _versions(lake) == before
     assert lines[0] == (
         "bronze orders (dry run): would read 1 segment(s) into bronze.orders as one batch: "
@@ -254,7 +262,7 @@ def test_dry_run_of_every_layer_changes_nothing(spark: Any, tmp_path: Path) -> N
     ]
     _run(spark, lake, "bronze")
     head = table_version(lake.bronze_path("orders"))
-    (line,) = _run(spark, lake, "silver", request=request)
+    (line,) = _run(spark, lake, "silver", params=dry)
     assert line == (
         f"silver orders_stream (dry run): would decode bronze versions {head}..{head} "
         "(1 records) into silver.orders_stream and its quarantine"
@@ -263,7 +271,7 @@ def test_dry_run_of_every_layer_changes_nothing(spark: Any, tmp_path: Path) -> N
         spark,
         lake,
         "gold",
-        request=LayerRequest(dry_run=True, full_refresh=("order_latest",)),
+        params={"dry_run": True, "full_refresh": ["order_latest"]},
     )
     assert lines[0].startswith("gold order_latest (dry run): would rebuild from the whole of")
     assert lines[2] == (

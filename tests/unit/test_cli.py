@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from lakehouse import cli
+from lakehouse.pipeline.request import RunRequest
 from lakehouse.runtime.config import Settings
 from lakehouse.topics import samples
 from lakehouse.topics.landing import end_offsets, list_segments
@@ -368,26 +369,24 @@ def pipeline_calls(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     return seen
 
 
-def test_run_hands_each_layer_its_part_of_the_request(
+def test_run_hands_the_layers_the_request_its_flags_ask(
     settings: Settings,
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
     pipeline_calls: dict[str, Any],
 ) -> None:
-    """What `lakehouse run`'s flags ask reaches each layer as a triggered run's Params do."""
+    """What `lakehouse run`'s flags ask reaches the layers as a triggered run's Params do."""
     seen = pipeline_calls
     argv = ["run", "--topic", "user-locations", "--reprocess-silver-from-offsets", "0:10"]
     argv += ["--full-refresh", "user_latest_location", "--dry-run"]
     assert _run(monkeypatch, argv) == 0
     assert seen["topics"] == ["user-locations"] and seen["layers"] == ("bronze", "silver", "gold")
     request = seen["requests"]["user-locations"]
-    assert request.for_layer("silver").args() == ["--dry-run", "--from-offsets", "0:10"]
-    assert request.for_layer("gold").args() == [
-        "--dry-run",
-        "--full-refresh",
-        "user_latest_location",
-    ]
-    assert request.for_layer("bronze").args() == ["--dry-run"]
+    assert request == RunRequest(
+        dry_run=True,
+        full_refresh=("user_latest_location",),
+        reprocess_silver_from_offsets={0: 10},
+    )
     out = capsys.readouterr().out
     assert "decode again the bronze records from offsets 0:10" in out
     assert "gold user_latest_location: full refresh from the whole silver stream" in out
@@ -404,7 +403,7 @@ def test_a_plain_run_asks_nothing_more_of_any_topic(
     assert sorted(requests) == ["user-locations", "user-profiles"]
     for request in requests.values():
         assert request.layers == ("silver",)
-        assert request.for_layer("silver").args() == []
+        assert request == RunRequest(layers=("silver",))
     assert capsys.readouterr().out == ""
 
 

@@ -1,6 +1,6 @@
 """The pipeline DAGs' schedules: a landing topic's runs on its clock alone; a Kafka-sourced
 topic's on the same clock or when records arrive on its broker topic. A contract that does not
-load breaks only its own DAGs."""
+load breaks only its own DAGs. A run's Params are what its request reads, by the same names."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ from lakehouse.contracts.model import Catalog, Contract, parse_contract
 from lakehouse.errors import ContractError
 from lakehouse.orchestration.airflow_env import kafka_conn_id
 from lakehouse.orchestration.dags import START, maintenance_dags, pipeline_dag, pipeline_dags
+from lakehouse.pipeline.request import OPTIONS, RunRequest, own
 from lakehouse.runtime.config import REPO_ROOT, Settings
 
 CONTRACT = {
@@ -240,3 +241,19 @@ def test_a_run_airflow_started_yields_to_a_run_queued_behind_it(
         assert runs.asked == [{"dag_id": "pipeline__payments", "states": ["queued"]}]
     else:
         assert runs.asked == []
+
+
+def test_a_runs_params_are_the_requests_options_under_their_names(tmp_path: Path) -> None:
+    """The pipeline DAG's trigger form has a Param for everything a run can ask, under the name
+    the request, the command line and the job give it; its defaults ask nothing beyond the
+    micro-batch (a scheduled run takes them). The other DAGs offer some of them, by the same
+    names."""
+    contract = _contract()
+    dag = pipeline_dag(contract, _settings(tmp_path))
+    assert list(dag.params) == [o.name for o in OPTIONS]
+    request = RunRequest.from_params(dag.params.dump(), contract, own(contract))
+    assert request == RunRequest(tables=tuple(own(contract)))
+    assert RunRequest.from_json(request.to_json(), contract) == request
+    shipped = pipeline_dags(Settings.from_env(tmp_path / "home", REPO_ROOT / "contracts"))
+    for built in shipped.values():
+        assert set(built.params) <= {o.name for o in OPTIONS} | {"topics"}, built.dag_id

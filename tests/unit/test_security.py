@@ -19,7 +19,7 @@ from lakehouse import cli
 from lakehouse.contracts.model import Catalog, Expectation, load_contract, parse_contract
 from lakehouse.errors import CONFIG_ERROR_EXIT, ConfigError, ContractError
 from lakehouse.orchestration.airflow_env import airflow_secrets
-from lakehouse.pipeline.request import LayerRequest, RunRequest, own
+from lakehouse.pipeline.request import RunRequest, own
 from lakehouse.quality.expectations import check_constraint
 from lakehouse.quality.ledger import ledger_schema, read_ledger, write_ledger
 from lakehouse.runtime.config import REPO_ROOT, Settings
@@ -438,7 +438,7 @@ def test_params_of_the_wrong_shape_are_refused(params: dict[str, Any], message: 
 
 def test_a_legitimate_full_refresh_still_reaches_the_job() -> None:
     request = RunRequest.from_params({"full_refresh": ["user_places"]}, LOCATIONS, own(LOCATIONS))
-    assert request.for_layer("gold").args()[:2] == ["--full-refresh", "user_places"]
+    assert json.loads(request.to_json())["full_refresh"] == ["user_places"]
 
 
 def _no_spark(*_args: object, **_kwargs: object) -> None:
@@ -446,30 +446,34 @@ def _no_spark(*_args: object, **_kwargs: object) -> None:
 
 
 @pytest.mark.parametrize(
-    ("flags", "message"),
+    ("asked", "message"),
     [
-        (["--tables", "../x"], "--tables: topic 'user-locations' has no gold table '../x'"),
-        (["--tables", "user_places,a' OR '1'='1"], "has no gold table \"a' OR '1'='1\""),
-        (["--full-refresh", "/etc"], "--full-refresh: topic 'user-locations' has no gold table"),
-        (["--full-refresh", "user_places\n"], "has no gold table 'user_places\\n'"),
+        ({"tables": ["../x"]}, "tables: topic 'user-locations' has no gold table '../x'"),
+        (
+            {"tables": ["user_places", "a' OR '1'='1"]},
+            "tables: topic 'user-locations' has no gold table \"a' OR '1'='1\"",
+        ),
+        ({"full_refresh": ["/etc"]}, "Param full_refresh: '/etc' is not a gold table"),
+        ({"full_refresh": ["user_places\n"]}, "Param full_refresh: 'user_places\\n' is not"),
     ],
 )
 def test_the_job_refuses_unknown_tables_before_spark_starts(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
-    flags: list[str],
+    asked: dict[str, Any],
     message: str,
     layer_job: ModuleType,
 ) -> None:
     monkeypatch.setattr("lakehouse.runtime.spark.get_session", _no_spark)
     monkeypatch.setenv("LAKEHOUSE_HOME", str(tmp_path / "lakehouse"))
     monkeypatch.setenv("LAKEHOUSE_CONTRACTS", str(REPO_ROOT / "contracts"))
-    argv = ["--topic", "user-locations", "--layer", "gold", *flags]
+    argv = ["--topic", "user-locations", "--layer", "gold", f"--request={json.dumps(asked)}"]
     assert layer_job.main(argv) == CONFIG_ERROR_EXIT
     assert message in capsys.readouterr().err
     assert not (tmp_path / "lakehouse").exists()
-    LayerRequest(tables=("user_places",), full_refresh=("user_places",)).check(LOCATIONS)
+    fine = {"tables": ["user_places"], "full_refresh": ["user_places"]}
+    RunRequest.from_json(json.dumps(fine), LOCATIONS)
 
 
 @pytest.mark.parametrize("run_id", ["--full-refresh", "--tables=x", "-h", "manual__a b;c'd"])
@@ -501,9 +505,9 @@ def test_a_run_id_reaches_the_job_as_one_value(
         conn_id=SPARK_CONN_ID,
     )
     operator.execute({"params": {}, "run_id": run_id})
-    args, request = layer_job.parse(sent[0])
+    args = layer_job.parser().parse_args(sent[0])
     assert args.dag_run_id == run_id
-    assert request == LayerRequest(tables=("user_places",))
+    assert RunRequest.from_json(args.request, LOCATIONS) == RunRequest(tables=("user_places",))
 
 
 # -- the command line --------------------------------------------------------------------------

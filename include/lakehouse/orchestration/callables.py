@@ -1,5 +1,6 @@
 """What the pipeline DAGs' Python tasks run, in Airflow's workers: the plan of a run, the gates'
-verdicts, the report, and the helpers the layer tasks share with them (the run's Params).
+verdicts, the report, and what the layer tasks share with them (which tasks a run's Params
+leave out).
 
 Imported at DAG parse time (the tasks name these callables); the quality reports are imported
 only when a task runs.
@@ -7,12 +8,11 @@ only when a task runs.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
-from lakehouse.contracts.model import Catalog, Contract
+from lakehouse.contracts.model import Catalog
 from lakehouse.errors import ConfigError
 from lakehouse.pipeline.request import RunRequest
 from lakehouse.runtime.config import LAYERS, Layer, Settings
@@ -20,11 +20,6 @@ from lakehouse.runtime.config import LAYERS, Layer, Settings
 # The run types Airflow creates by itself (DagRunType's values): such a run yields to a run
 # queued behind it (:func:`plan_run`); a run someone asked for never does.
 YIELDING_RUNS = ("scheduled", "asset_triggered")
-
-
-def say(line: str) -> None:
-    """A line of the task's log, at once."""
-    print(line, flush=True)
 
 
 def chosen(params: Any, topic: str) -> bool:
@@ -39,13 +34,6 @@ def skip_if_left_out(params: Any, topic: str, layer: Layer) -> None:
         raise AirflowSkipException(f"the run's Param topics leaves out {topic}")
     if layer not in (params.get("layers") or LAYERS):
         raise AirflowSkipException(f"the run's Param layers leaves out {layer}")
-
-
-def request_of(context: Any, contract: Contract, tables: Sequence[str] | None) -> RunRequest:
-    try:
-        return RunRequest.from_params(context["params"], contract, tables)
-    except ConfigError as exc:  # the same Params would fail again: no retries
-        raise AirflowFailException(str(exc)) from None
 
 
 def plan_run(

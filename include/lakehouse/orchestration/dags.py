@@ -142,9 +142,8 @@ def _layer_task(
         contract=contract,
         tables=tables,
         application=JOB,
-        application_args=[
-            *("--topic", contract.topic, "--layer", layer),
-        ],  # the run's id and Params add the rest (``--tables`` for gold, ...) at execution
+        # The run's id and its request (the Params, as JSON) are added when the task runs.
+        application_args=["--topic", contract.topic, "--layer", layer],
         settings=settings,
         conn_id=SPARK_CONN_ID,
         name=f"lakehouse-{layer}-{contract.topic}",

@@ -1,6 +1,7 @@
-"""The layer task's operator, run by Airflow's workers: one micro-batch of one layer, as a Spark
-Connect client of the lakehouse's Spark server or as a spark-submit of jobs/run_layer.py; and the
-bucket's credentials it hands to what it starts.
+"""The layer task's operator, run by Airflow's workers: one micro-batch of one layer
+(:func:`lakehouse.pipeline.job.run_job`), as a Spark Connect client of the lakehouse's Spark
+server or as a spark-submit of jobs/run_layer.py given the run's request as one JSON argument;
+and the bucket's credentials it hands to what it starts.
 
 Imported at DAG parse time to build the tasks; Spark and the layers are imported only when a
 task runs.
@@ -16,8 +17,16 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from lakehouse.contracts.model import Catalog, Contract
-from lakehouse.errors import CONFIG_ERROR_EXIT, GATE_FAILED_EXIT, ConfigError
-from lakehouse.orchestration.callables import request_of, say, skip_if_left_out
+from lakehouse.errors import (
+    CONFIG_ERROR_EXIT,
+    GATE_FAILED_EXIT,
+    ConfigError,
+    LakehouseError,
+    QualityGateError,
+    TablesFailedError,
+)
+from lakehouse.orchestration.callables import skip_if_left_out
+from lakehouse.pipeline.job import load_topic, run_job, say
 from lakehouse.pipeline.request import RunRequest
 from lakehouse.runtime import objectstore, server
 from lakehouse.runtime.config import Layer, Settings
@@ -63,22 +72,24 @@ class LayerJobOperator(SparkSubmitOperator):
 
     def execute(self, context: Any) -> None:
         skip_if_left_out(context["params"], self.contract.topic, self.layer)
-        request = request_of(context, self.contract, self.tables)
         from airflow.providers.apache.spark.hooks.spark_connect import SparkConnectHook
         from airflow.sdk import BaseHook
 
         connection = BaseHook.get_connection(self._conn_id)
         try:
+            # The contracts as they are now (the DAG may have been parsed long ago).
+            catalog, contract = load_topic(self.settings, self.contract.topic)
+            request = RunRequest.from_params(context["params"], contract, self.tables)
             aws = store_credentials()
             preflight(connection.conn_type, self.settings, self.base_conf)
-        except ConfigError as exc:  # before anything runs; every try would fail alike
+        except LakehouseError as exc:  # before anything runs; every try would fail alike
             raise AirflowFailException(str(exc)) from None
         # This process reads the logs and landing files itself (delta-rs, pyarrow).
         os.environ.update(aws)
         objectstore.reset()
         if connection.conn_type == SparkConnectHook.conn_type:
             url = SparkConnectHook(self._conn_id).get_connection_url()
-            self._run_connected(context, request, url, connection.host, connection.port)
+            self._run_connected(context, catalog, contract, request, url, connection)
         else:
             self.env_vars = {**(self.env_vars or {}), **aws}
             self._submit(context, request)
@@ -105,49 +116,36 @@ class LayerJobOperator(SparkSubmitOperator):
         say(f"asset events: {told}")
 
     def _run_connected(
-        self, context: Any, request: RunRequest, url: str, host: str | None, port: int | None
+        self,
+        context: Any,
+        catalog: Catalog,
+        contract: Contract,
+        request: RunRequest,
+        url: str,
+        connection: Any,
     ) -> None:
-        """The layer in this task's process, on a Spark Connect session of the server."""
-        where = f"{host}:{port or server.DEFAULT_PORT}"
-        if not answers(host or "localhost", port or server.DEFAULT_PORT, timeout=2.0):
+        """The layer's job in this task's process, on a Spark Connect session of the server."""
+        host, port = connection.host or "localhost", connection.port or server.DEFAULT_PORT
+        if not answers(host, port, timeout=2.0):
             # Retried by Airflow: the batch is taken again once the server is back.
             raise AirflowException(
-                f"no Spark server answers at {where} (Airflow connection {self._conn_id!r}): "
-                "start it with `lakehouse spark start`"
+                f"no Spark server answers at {host}:{port} (Airflow connection "
+                f"{self._conn_id!r}): start it with `lakehouse spark start`"
             )
-        from pyspark.sql import SparkSession
-
-        from lakehouse.errors import QualityGateError, TablesFailedError
-        from lakehouse.pipeline.runner import run_layer
-        from lakehouse.quality.ledger import RunInfo
-        from lakehouse.runtime.server import hold_to_address
-
-        # The contracts that load: another topic's broken contract is not this task's business.
-        loaded = Catalog.load_each(self.settings.contracts_dir)
-        catalog = loaded.catalog
-        layer_request = request.for_layer(self.layer)
+        say(f"on the Spark server at {host}:{port}")
+        # The session is held to the server's address: a server that dies under the task fails
+        # the try at once (Airflow's retry takes the batch again), instead of the client
+        # retrying for ten minutes holding the table's lock.
         try:
-            layer_request.check(self.contract)
-        except ConfigError as exc:
-            raise AirflowFailException(str(exc)) from None
-        print(f"on the Spark server at {where}", flush=True)
-        spark = SparkSession.builder.remote(url).getOrCreate()
-        # A server that dies under the task fails the try at once (and Airflow's retry takes the
-        # batch again), instead of the client retrying for ten minutes holding the table's lock.
-        hold_to_address(spark, host or "localhost", port or server.DEFAULT_PORT)
-        run = RunInfo.from_env(dag_run_id=context["run_id"])
-        try:
-            for line in run_layer(
-                spark,
+            run_job(
                 self.settings,
-                loaded.topic(self.contract.topic),
-                self.layer,
                 catalog,
-                run=run,
-                echo=say,
-                request=layer_request,
-            ):
-                say(line)
+                contract,
+                self.layer,
+                request,
+                session=lambda: server.connect_to(url, host, port),
+                dag_run_id=context["run_id"],
+            )
         except QualityGateError as exc:
             raise AirflowFailException(
                 f"a `fail` expectation stopped the batch: {exc}; nothing was published"
@@ -163,17 +161,15 @@ class LayerJobOperator(SparkSubmitOperator):
             raise AirflowFailException(
                 f"the job refused its configuration: {exc}; nothing moved"
             ) from None
-        finally:
-            spark.stop()
 
     def _submit(self, context: Any, request: RunRequest) -> None:
-        """spark-submit of the layer's job, with the flags the run's Params ask for."""
+        """spark-submit of the layer's job, with the run's request as its one JSON argument."""
         # Set afresh on each try (never appended to: a retry in the same process adds nothing).
         self.application_args = [
             *self.base_args,
-            # One argument: a run id chosen in the trigger form may start with '--'.
+            # One argument each: a run id chosen in the trigger form may start with '--'.
             f"--dag-run-id={context['run_id']}",
-            *request.for_layer(self.layer).args(),
+            f"--request={request.to_json()}",
         ]
         # The interpreter Airflow runs with (it has `lakehouse`) for the driver and executors,
         # and the JVM jars, as this machine has them now (not when the DAG was parsed); the

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from lakehouse.contracts.model import Catalog, Contract, TableSpec
 from lakehouse.errors import QualityGateError, TablesFailedError
-from lakehouse.pipeline.request import LayerRequest, RunRequest, reprocessable
+from lakehouse.pipeline.request import RunRequest
 from lakehouse.quality.expectations import pandas_max_rows, sync_constraints
 from lakehouse.quality.gate import Gate, freshness_outcome
 from lakehouse.quality.ledger import (
@@ -55,7 +55,7 @@ def run_layer(
     *,
     run: RunInfo | None = None,
     echo: Callable[[str], None] = print,
-    request: LayerRequest | None = None,
+    request: RunRequest | None = None,
     ledger: LedgerBuffer | None = None,
 ) -> list[str]:
     """Run one layer of one topic; return one summary line per table written.
@@ -65,12 +65,12 @@ def run_layer(
     table the layer publishes is gated by the contract's expectations for it (see
     :mod:`lakehouse.quality`); the gates' results go to the ledger and, line by line, to
     ``echo`` (the task log). ``catalog`` resolves the other topic of a gold join. ``request``
-    adds a reprocess or full refresh, restricts gold to some tables, or makes it a dry run
-    (:mod:`lakehouse.pipeline.request`). The layer's ledger rows are written when it ends, in
+    (the run's, checked by its maker; :mod:`lakehouse.pipeline.request`) adds the layer's
+    reprocess or full refresh, restricts gold to the DAG's tables, or makes it a dry run. The layer's ledger rows are written when it ends, in
     one commit, unless the caller passes the ``ledger`` it writes them with (:func:`run`: one
     commit for all the layers it runs).
     """
-    request = request or LayerRequest()
+    request = request or RunRequest()
     specs = _selected(contract, layer, request)
     objectstore.check_reachable(settings.data_root)
     registry = SchemaRegistry(settings.registry_path)
@@ -126,7 +126,7 @@ def run_layer(
             lines += _build_gold(
                 spark, settings, contract, specs, catalog, active, workers, echo, batches
             )
-        if layer == "silver" and request.reprocesses:
+        if layer == "silver" and request.reprocesses_silver:
             judge = resets.get(settings.silver_path(contract.stream))
             lines.append(_reprocess_silver(spark, settings, contract, request, judge))
         for gate in gates.values():
@@ -265,29 +265,27 @@ def _reprocess_silver(
     spark: SparkSession,
     settings: Settings,
     contract: Contract,
-    request: LayerRequest,
+    request: RunRequest,
     gate: Gate | None,
 ) -> str:
     result = silver.reprocess(
         spark,
         settings,
         contract,
-        from_version=request.from_version,
-        from_offsets=request.from_offsets,
+        from_version=request.reprocess_silver_from_version,
+        from_offsets=request.reprocess_silver_from_offsets,
         dry_run=request.dry_run,
         gate=gate,
     )
     return result.summary()
 
 
-def _selected(contract: Contract, layer: Layer, request: LayerRequest) -> list[TableSpec] | None:
-    """The gold tables this job builds (all the topic's, or the request's), in declaration
-    order; None for bronze and silver. An unknown name is a configuration error."""
+def _selected(contract: Contract, layer: Layer, request: RunRequest) -> list[TableSpec] | None:
+    """The gold tables this job builds (all the topic's, or the request's DAG's), in declaration
+    order; None for bronze and silver."""
     if layer != "gold":
         return None
-    request.check(contract)
-    names = [t.name for t in contract.tables]
-    wanted = set(names if request.tables is None else request.tables)
+    wanted = set(request.gold_tables(contract))
     return [t for t in contract.tables if t.name in wanted]
 
 
@@ -296,7 +294,7 @@ def _reset_gold(
     settings: Settings,
     contract: Contract,
     catalog: Catalog | None,
-    request: LayerRequest,
+    request: RunRequest,
     gates: Mapping[Location, Gate],
 ) -> list[str]:
     """Full refreshes and reprocesses first; the micro-batch that follows then reads on from the
@@ -320,24 +318,23 @@ def _reset_gold(
                 f"{result.summary()} (built when stream time was one per table: rebuilt with "
                 "a stream time per partition)"
             )
-        elif request.from_version is not None and spec.name in _reprocessed(contract, request):
+        elif spec.name in request.reprocessed(contract):
+            version = request.reprocess_gold_from_version
             result = rebuild.refresh(
                 spark,
                 settings,
                 catalog,
                 contract,
                 spec,
-                request.from_version,
+                version,
                 catch_up=True,
                 gate=gates.get(settings.gold_path(spec.name)),
             )
-            lines.append(f"{result.summary()} (reprocessed from version {request.from_version})")
+            lines.append(f"{result.summary()} (reprocessed from version {version})")
     return lines
 
 
-def _outdated(
-    store: DeltaStore, settings: Settings, spec: TableSpec, request: LayerRequest
-) -> bool:
+def _outdated(store: DeltaStore, settings: Settings, spec: TableSpec, request: RunRequest) -> bool:
     """A table this run builds that an earlier version of the platform built by another rule
     (:func:`lakehouse.tables.windows.needs_rebuild`): rebuilt before its micro-batch."""
     wanted = request.tables is None or spec.name in request.tables
@@ -348,17 +345,13 @@ def _outdated(
     )
 
 
-def _reprocessed(contract: Contract, request: LayerRequest) -> list[str]:
-    return [] if request.from_version is None else reprocessable(contract, request.tables)
-
-
 def plan_layer(
     spark: SparkSession,
     settings: Settings,
     contract: Contract,
     layer: Layer,
     catalog: Catalog | None,
-    request: LayerRequest,
+    request: RunRequest,
 ) -> list[str]:
     """A dry run: what the layer would read and write, from the tables' logs and positions
     (and, for a reprocess, a count of the records in scope). Changes nothing."""
@@ -381,13 +374,13 @@ def plan_layer(
             f"({_bronze_records(settings.bronze_path(contract.topic), start, head)} records) "
             f"into silver.{contract.stream} and its quarantine"
         ]
-        if request.reprocesses:
+        if request.reprocesses_silver:
             lines.append(_reprocess_silver(spark, settings, contract, request, None))
         return lines
     specs = _selected(contract, layer, request) or []
     store = DeltaStore(spark)
     lines = []
-    reset = set(request.full_refresh) | set(_reprocessed(contract, request))
+    reset = set(request.full_refresh) | set(request.reprocessed(contract))
     for spec in specs:
         source = common.input_path(settings, contract, spec)
         if spec.name in request.full_refresh:
@@ -405,10 +398,11 @@ def plan_layer(
             )
             continue
         if spec.name in reset:
+            version = request.reprocess_gold_from_version
             lines.append(
                 f"gold {spec.name} {tag}: would be put back to {_table_name(settings, source)} "
-                f"version {request.from_version - 1 if request.from_version else -1} and "
-                f"read again from version {request.from_version} to {table_version(source)}"
+                f"version {version - 1 if version else -1} and "
+                f"read again from version {version} to {table_version(source)}"
             )
             continue
         todo = common.pending(
@@ -495,8 +489,7 @@ def run(
         # this run, not as of the previous one.
         for layer in ordered:
             for contract in contracts:
-                asked = (requests or {}).get(contract.topic)
-                request = None if asked is None else asked.for_layer(layer)
+                request = (requests or {}).get(contract.topic)
                 for line in run_layer(
                     spark,
                     settings,

@@ -488,6 +488,16 @@ def _while_alive(pid: int, at: int) -> RetryPolicy:
     return WhileAlive()
 
 
+def connect_to(url: str, host: str, at: int) -> SparkSession:
+    """A Spark Connect session at ``url`` (an Airflow connection's: a server this process may
+    not be able to watch), held to ``host:at`` answering (:func:`hold_to_address`)."""
+    from pyspark.sql import SparkSession
+
+    spark = SparkSession.builder.remote(url).getOrCreate()
+    hold_to_address(spark, host, at)
+    return spark
+
+
 def hold_to_address(spark: SparkSession, host: str, at: int) -> None:
     """Hold a Connect session's retries to its server's port answering (for a server that may
     be on another machine, where its process cannot be watched, e.g. an Airflow connection's):
