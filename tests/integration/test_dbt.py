@@ -70,11 +70,13 @@ def sql_endpoint(settings: Settings, folder: Path) -> Iterator[Endpoint]:
             "spark.driver.bindAddress": "127.0.0.1",
             "spark.driver.host": "127.0.0.1",
             **metastore.session_conf(settings),
-            # The Thrift server runs each statement in a thread of its own, whose class loader
-            # is the one the JVM started with: jars given in spark.jars alone (loaded later)
-            # are not found there (NoClassDefFoundError for Delta's commands).
-            "spark.driver.extraClassPath": os.pathsep.join(str(p) for p in jvm.spark_jars()),
         },
+    )
+    # The Thrift server runs each statement in a thread of its own, whose class loader is the
+    # one the JVM started with: jars given in spark.jars alone (loaded later) are not found
+    # there (NoClassDefFoundError for Delta's commands). On the class path from the start:
+    conf = merged(
+        conf, {"spark.driver.extraClassPath": os.pathsep.join(str(p) for p in jvm.spark_jars())}
     )
     conf.pop("spark.master")
     memory = conf.pop("spark.driver.memory")
@@ -352,5 +354,8 @@ def test_dbt_builds_and_tests_its_models_on_gold_then_fails_on_bad_data(
             r for n, r in failed.results.items() if "not_null_user_summary_current_location" in n
         )
         assert failure["failures"] == 1
-        # dbt tests a model after building it: the table has the row its test refused.
+        # dbt tests a model after building it: the table has the row its test refused, in a
+        # second version of its history.
         assert [r[:2] for r in query(endpoint, SUMMARY)] == gold_rows
+        history = query(endpoint, f"DESCRIBE HISTORY {SCHEMA}.user_summary")
+        assert sorted(r[0] for r in history) == [0, 1]
