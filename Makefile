@@ -108,11 +108,37 @@ $(WEB_STAMP): $(WEB)/package.json $(WEB)/package-lock.json $(WEB)/.npmrc
 .PHONY: web-assets
 web-assets: $(WEB_STAMP) ## Install the Data Docs' locked styles, fonts and scripts (include/web/package-lock.json; part of install)
 
-$(STAMP): $(PY_STAMP) $(JARS_STAMP) $(KAFKA_JARS_STAMP) $(ORACLE_JARS_STAMP) $(WEB_STAMP)
+# The dbt project on the gold tables (analytics/): dbt-core and dbt-spark with PyHive, pinned in
+# analytics/requirements.in and locked in analytics/requirements.lock, in an environment of their
+# own, $(DBT_VENV). They cannot share .venv: dbt-core 1.11 requires pathspec<0.13, the pinned mypy
+# pathspec>=1, and dbt's packages hold protobuf below 7, which Airflow and the Spark Connect client
+# use at 7. dbt is a client of the SQL endpoint like any BI tool, so nothing of the platform needs
+# it in .venv; the tests run its command line (tests/integration/test_dbt.py).
+DBT_VENV := .venv-dbt
+DBT_REQUIREMENTS := analytics/requirements.in
+DBT_LOCK := analytics/requirements.lock
+DBT_STAMP := $(DBT_VENV)/.installed
+
+$(DBT_VENV)/bin/python:
+	$(PYTHON) -m venv $(DBT_VENV)
+
+$(DBT_STAMP): $(DBT_VENV)/bin/python $(DBT_LOCK) $(PY_STAMP)
+	$(BIN)/uv pip install --quiet --compile-bytecode --python $(DBT_VENV)/bin/python -r $(DBT_LOCK)
+	$(DBT_VENV)/bin/python -c "from importlib.metadata import version as v; import dbt.adapters.spark, pyhive.hive; print('installed: dbt-core', v('dbt-core'), '| dbt-spark', v('dbt-spark'), '| PyHive', v('pyhive'))"
+	@touch $@
+
+.PHONY: dbt
+dbt: $(DBT_STAMP) ## Install the dbt project's environment (.venv-dbt: dbt-core, dbt-spark with PyHive; analytics/requirements.lock; part of install)
+
+.PHONY: dbt-lock
+dbt-lock: $(PY_STAMP) ## Re-resolve analytics/requirements.lock from analytics/requirements.in
+	$(BIN)/uv pip compile $(DBT_REQUIREMENTS) --universal --python-version 3.11 -o $(DBT_LOCK)
+
+$(STAMP): $(PY_STAMP) $(JARS_STAMP) $(KAFKA_JARS_STAMP) $(ORACLE_JARS_STAMP) $(WEB_STAMP) $(DBT_STAMP)
 	@touch $@
 
 .PHONY: install
-install: $(STAMP) ## Create .venv and install the pinned stack (requirements.lock, include/jvm/**/jars.sha256, tests/oracle/jars.sha256, include/web/package-lock.json)
+install: $(STAMP) ## Create .venv and install the pinned stack (requirements.lock, include/jvm/**/jars.sha256, tests/oracle/jars.sha256, include/web/package-lock.json, analytics/requirements.lock)
 
 .PHONY: jars-lock
 jars-lock: $(PY_STAMP) ## After a change to a pom (include/jvm/**, tests/oracle): copy the jars of each, rewrite each jars.sha256
@@ -291,5 +317,5 @@ clean-demo: ## Delete the default lakehouse root (.lakehouse: landing, tables, A
 	rm -rf $(CURDIR)/.lakehouse
 
 .PHONY: clean
-clean: clean-demo ## Delete .venv and caches too
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+clean: clean-demo ## Delete .venv, .venv-dbt and caches too
+	rm -rf $(VENV) $(DBT_VENV) .pytest_cache .mypy_cache .ruff_cache analytics/target analytics/logs
