@@ -2,10 +2,10 @@
 of contracts (:func:`lake_with`, :func:`shipped_topic`, the :data:`ORDERS` topic), records
 produced to its topics (:func:`record`, :func:`produce`), the pipeline run on it with its lines
 kept (:func:`run_pipeline`, :func:`run_layers`), a table's rows (:func:`rows`, :func:`records`),
-the ``lakehouse`` command in a process of its own (:func:`lakehouse`), the size of the fault
-rounds and of the property tests, the test S3 API's description, a lakehouse's settings on local
-files or in the test bucket, and a local server the whole test run shares
-(:func:`shared_by_the_run`)."""
+the ``lakehouse`` command in a process of its own (:func:`lakehouse`), the processes running a
+command (:func:`processes_with`), the size of the fault rounds and of the property tests, the
+test S3 API's description, a lakehouse's settings on local files or in the test bucket, and a
+local server the whole test run shares (:func:`shared_by_the_run`)."""
 
 from __future__ import annotations
 
@@ -289,6 +289,21 @@ def lakehouse(
         timeout=timeout,
         check=False,
     )
+
+
+def processes_with(*words: str) -> list[int]:
+    """The pids of the running processes whose command line has each of ``words`` as one of its
+    arguments (read from /proc)."""
+    wanted = [word.encode() for word in words]
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            args = cmdline.read_bytes().split(b"\0")
+        except OSError:  # the process ended while the folder was read
+            continue
+        if all(word in args for word in wanted):
+            found.append(int(cmdline.parent.name))
+    return found
 
 
 @contextlib.contextmanager
