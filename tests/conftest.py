@@ -6,7 +6,6 @@ from __future__ import annotations
 import importlib.util
 import os
 import secrets
-import socket
 import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -18,6 +17,7 @@ import pytest
 from hypothesis import settings as hypothesis_settings
 
 from lakehouse.runtime.config import REPO_ROOT, Settings
+from lakehouse.runtime.process import free_port
 from lakes import S3_REGION, S3Store, shared_by_the_run
 from oracle import StreamsOracle
 
@@ -87,11 +87,8 @@ def _start_on_a_free_port(start: Callable[[int], T], error: type[Exception]) -> 
     """``start(port)`` on a free port: one can be taken again before the server binds it (by
     another worker); then its start fails, and up to two more ports are tried."""
     for attempt in range(3):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = int(s.getsockname()[1])
         try:
-            return start(port)
+            return start(free_port())
         except error:
             if attempt == 2:
                 raise

@@ -1,9 +1,11 @@
 """Helpers the test modules share (imported by name: ``from lakes import ...``): a lakehouse made
-of contracts (:func:`lake_with`, :func:`shipped_topic`), a table's rows (:func:`rows`,
-:func:`records`), the ``lakehouse`` command in a process of its own (:func:`lakehouse`), the
-size of the fault rounds and of the property tests, the test S3 API's description, a
-lakehouse's settings on local files or in the test bucket, and a local server the whole test
-run shares (:func:`shared_by_the_run`)."""
+of contracts (:func:`lake_with`, :func:`shipped_topic`, the :data:`ORDERS` topic), records
+produced to its topics (:func:`record`, :func:`produce`), the pipeline run on it with its lines
+kept (:func:`run_pipeline`, :func:`run_layers`), a table's rows (:func:`rows`, :func:`records`),
+the ``lakehouse`` command in a process of its own (:func:`lakehouse`), the processes running a
+command (:func:`processes_with`), the size of the fault rounds and of the property tests, the
+test S3 API's description, a lakehouse's settings on local files or in the test bucket, and a
+local server the whole test run shares (:func:`shared_by_the_run`)."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -20,8 +22,9 @@ from typing import Any, TypeVar
 import pytest
 
 from lakehouse.runtime import process
-from lakehouse.runtime.config import REPO_ROOT, Settings
+from lakehouse.runtime.config import LAYERS, REPO_ROOT, Settings
 from lakehouse.runtime.objectstore import Location
+from lakehouse.topics.landing import Producer, Record, RecordMetadata
 
 T = TypeVar("T")
 
@@ -108,14 +111,112 @@ def lake_settings(
     return Settings.from_env()
 
 
-def lake_with(root: Path, contracts: Mapping[str, str]) -> Settings:
+def lake_with(root: Path, *contracts: str, data: str | None = None) -> Settings:
     """A lakehouse under ``root`` (its home ``root/home``) whose contracts folder holds
-    ``contracts``: each topic's YAML text, by topic."""
+    ``contracts``: each a topic's YAML text, in a file named after its ``topic``; its tables
+    under ``data`` (default: under the home)."""
+    import yaml
+
     folder = root / "contracts"
     folder.mkdir(parents=True, exist_ok=True)
-    for topic, text in contracts.items():
-        (folder / f"{topic}.yaml").write_text(text)
-    return Settings.from_env(root / "home", folder)
+    for text in contracts:
+        (folder / f"{yaml.safe_load(text)['topic']}.yaml").write_text(text)
+    return Settings.from_env(root / "home", folder, data)
+
+
+# A JSON topic of orders with two partitions, up to its stream: a test adds its tables and
+# expectations.
+ORDERS = """\
+topic: orders
+partitions: 2
+key: {format: string, name: order_id}
+value:
+  format: json
+  fields:
+    - {name: city, type: string}
+    - {name: amount, type: long}
+stream: {name: orders_stream}
+"""
+
+# A record as a test writes it: its key (None: no key) and its value (see :func:`record`).
+Event = tuple[str | None, Any]
+
+
+def record(
+    key: str | None, value: Any, *, partition: int | None = 0, timestamp_ms: int | None = None
+) -> Record:
+    """The record a producer of a JSON topic sends: the key as UTF-8, the value as JSON text
+    (bytes as they are, say a value that does not decode; None, a tombstone), in ``partition``
+    (default 0: one partition, so offset order is the order of the test's history; None: the
+    partition Kafka's default partitioner picks) at ``timestamp_ms`` (None: when it is sent)."""
+    if value is not None and not isinstance(value, bytes):
+        value = json.dumps(value).encode()
+    return Record(
+        None if key is None else key.encode(), value, timestamp_ms=timestamp_ms, partition=partition
+    )
+
+
+def produce(
+    lake: Settings, topic: str, events: Iterable[Event | Record], *, partition: int | None = 0
+) -> list[RecordMetadata]:
+    """Append ``events`` to ``topic``'s landing partitions (as many as its contract has) in one
+    batch, as the producer of ``lakehouse produce`` does: each ``(key, value)`` as
+    :func:`record` makes it in ``partition``, a :class:`Record` as it is. Returns each one's
+    partition and offset, in order."""
+    from lakehouse.contracts.model import Catalog
+
+    partitions = Catalog.load(lake.contracts_dir).topic(topic).partitions
+    return Producer(lake, topic, partitions).send_batch(
+        e if isinstance(e, Record) else record(*e, partition=partition) for e in events
+    )
+
+
+def run_pipeline(
+    spark: Any, lake: Settings, layers: Sequence[str] = LAYERS, topics: Sequence[str] = ()
+) -> list[str]:
+    """One micro-batch of the ``layers`` (default all) of the ``topics`` (default all) of the
+    lakehouse's contracts, layer by layer across topics (a gold join sees the other topic's
+    stream as of this run); the lines it would print, printed nowhere."""
+    from lakehouse.contracts.model import Catalog
+    from lakehouse.pipeline.runner import run
+
+    lines: list[str] = []
+    catalog = Catalog.load(lake.contracts_dir)
+    run(spark, lake, catalog, layers=layers, topics=topics, echo=lines.append)  # type: ignore[arg-type]
+    return lines
+
+
+def run_layers(
+    spark: Any,
+    lake: Settings,
+    topic: str,
+    *layers: str,
+    run_id: str = "manual__test",
+    params: Mapping[str, Any] | None = None,
+    tables: Sequence[str] | None = None,
+) -> list[str]:
+    """Each of ``layers`` of ``topic``, in the order given, as the layer tasks of the DAG run
+    ``run_id`` triggered with ``params`` run them, of a DAG whose gold step builds ``tables``
+    (default: every table of the topic); each layer's lines, printed nowhere."""
+    from lakehouse.contracts.model import Catalog
+    from lakehouse.pipeline.request import RunRequest
+    from lakehouse.pipeline.runner import run_layer
+    from lakehouse.quality.ledger import RunInfo
+
+    contract = Catalog.load(lake.contracts_dir).topic(topic)
+    request = RunRequest.from_params(params or {}, contract, tables)
+    lines: list[str] = []
+    for layer in layers:
+        lines += run_layer(
+            spark,
+            lake,
+            contract,
+            layer,  # type: ignore[arg-type]
+            run=RunInfo(dag_run_id=run_id),
+            echo=lines.append,
+            request=request,
+        )
+    return lines
 
 
 # The shipped user-locations topic's first two gold tables, the ones `make demo` prints: what a
@@ -188,6 +289,21 @@ def lakehouse(
         timeout=timeout,
         check=False,
     )
+
+
+def processes_with(*words: str) -> list[int]:
+    """The pids of the running processes whose command line has each of ``words`` as one of its
+    arguments (read from /proc)."""
+    wanted = [word.encode() for word in words]
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            args = cmdline.read_bytes().split(b"\0")
+        except OSError:  # the process ended while the folder was read
+            continue
+        if all(word in args for word in wanted):
+            found.append(int(cmdline.parent.name))
+    return found
 
 
 @contextlib.contextmanager

@@ -20,7 +20,6 @@ import os
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -36,6 +35,7 @@ from typing import Any
 from lakehouse.orchestration.airflow_env import airflow_environment
 from lakehouse.runtime.config import Settings
 from lakehouse.runtime.postgres import Cluster
+from lakehouse.runtime.process import free_port
 
 AIRFLOW = Path(sys.executable).parent / "airflow"
 COMPONENTS = ("api-server", "scheduler", "dag-processor")
@@ -45,12 +45,6 @@ TERMINAL_STATES = ("success", "failed")
 
 class AirflowError(RuntimeError):
     """Airflow did not start, a component died, or an API call failed."""
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def call(

@@ -10,7 +10,6 @@ import itertools
 import json
 import re
 import shutil
-import socket
 import subprocess
 import sys
 from collections.abc import Callable
@@ -22,6 +21,7 @@ import pytest
 from lakehouse.orchestration.airflow_env import SPARK_CONN_ENV, airflow_environment, airflow_secrets
 from lakehouse.runtime import server
 from lakehouse.runtime.config import REPO_ROOT, Settings
+from lakehouse.runtime.process import free_port
 from lakehouse.storage import changes_arrow, read_arrow
 from mail_server import SENDER, smtp_server
 
@@ -506,9 +506,7 @@ def test_a_task_whose_server_is_down_fails_at_once_and_its_retry_succeeds(
     """No Spark server answers the ``lakehouse_spark`` connection: the bronze task's try fails
     at once (no minutes of client retries) saying how to start the server; once the server is
     started, Airflow's retry takes the batch and the run succeeds."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = int(s.getsockname()[1])
+    port = free_port()
     monkeypatch.setenv(server.PORT_ENV, str(port))
     assert _lakehouse(settings, "sample", "--topic", "user-profiles").returncode == 0
     migrated(settings)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import secrets
-import socket
 import subprocess
 import sys
 import time
@@ -26,14 +25,9 @@ from airflow_stack import clean_environment
 
 from lakehouse.orchestration.airflow_env import airflow_secrets
 from lakehouse.runtime.config import REPO_ROOT, Settings
+from lakehouse.runtime.process import free_port
 
 pytestmark = pytest.mark.e2e
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class _NoRedirect(urllib.request.HTTPRedirectHandler):
@@ -87,7 +81,7 @@ def api_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, 
         timeout=300,
     )
     assert parse.returncode == 0, parse.stderr[-3000:]
-    port = _free_port()
+    port = free_port()
     log = (tmp_path / "api-server.log").open("w")
     server = subprocess.Popen(
         [lakehouse, "airflow", "api-server", "--host", "127.0.0.1", "--port", str(port)],

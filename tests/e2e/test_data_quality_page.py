@@ -25,12 +25,10 @@ from test_reports_plugin import PREFIX, Server, running_api_server
 from lakehouse import cli
 from lakehouse.contracts.model import Catalog
 from lakehouse.errors import QualityGateError
-from lakehouse.pipeline.runner import run
 from lakehouse.quality.history import History, Run, history
 from lakehouse.quality.reports import build_data_docs
 from lakehouse.runtime.config import Settings
-from lakehouse.topics.landing import Producer, Record
-from lakes import lake_with
+from lakes import lake_with, produce, run_pipeline
 
 pytestmark = [pytest.mark.e2e, pytest.mark.integration, pytest.mark.timeout(900)]
 
@@ -67,26 +65,20 @@ T0 = datetime(2026, 1, 1, tzinfo=UTC)
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     root = tmp_path_factory.mktemp("quality-page")
-    settings = lake_with(root, {"visits": CONTRACT})
+    settings = lake_with(root, CONTRACT)
     with running_api_server(settings, root) as running:
         yield running
 
 
 def _send(settings: Settings, *events: tuple[float, str, int]) -> None:
     """Visits of user u1: (event time in minutes after T0, page, amount), in offset order."""
-    Producer(settings, "visits", 1).send_batch(
-        Record(
-            b"u1",
-            json.dumps(
-                {
-                    "event_time": (T0 + timedelta(minutes=m)).isoformat(),
-                    "page": page,
-                    "amount": amount,
-                }
-            ).encode(),
-            partition=0,
-        )
-        for m, page, amount in events
+    produce(
+        settings,
+        "visits",
+        [
+            ("u1", {"event_time": (T0 + timedelta(minutes=m)).isoformat(), "page": p, "amount": a})
+            for m, p, a in events
+        ],
     )
 
 
@@ -111,7 +103,7 @@ def pipeline_runs(server: Server, spark: Any) -> Runs:
         with pytest.MonkeyPatch.context() as mp:
             mp.setenv("AIRFLOW_CTX_DAG_ID", DAG_ID)
             mp.setenv("AIRFLOW_CTX_DAG_RUN_ID", dag_run_id)
-            run(spark, settings, Catalog.load(settings.contracts_dir), echo=lambda _: None)
+            run_pipeline(spark, settings)
 
     # Two records whose page is unknown are quarantined.
     _send(settings, (0, "home", 5), (0.5, "cart", 7), (1, "nowhere", 1), (1.2, "elsewhere", 2))

@@ -14,10 +14,11 @@ import pytest
 
 from lakehouse import cli
 from lakehouse.contracts.model import Catalog
+from lakehouse.errors import ConfigError
 from lakehouse.runtime.config import Settings
 from lakehouse.storage import read_arrow
 from lakehouse.topics import bronze
-from lakehouse.topics.landing import Producer, Record
+from lakes import lake_with, produce
 
 pytestmark = pytest.mark.integration
 
@@ -48,11 +49,7 @@ BAD_UTF8_AT = BAD_UTF8.index(b"\xff")
 @pytest.fixture
 def lake(tmp_path: Path) -> Settings:
     """A lakehouse with the contracts above."""
-    contracts = tmp_path / "contracts"
-    contracts.mkdir()
-    for name, text in CONTRACTS.items():
-        (contracts / f"{name}.yaml").write_text(dedent(text))
-    return Settings.from_env(tmp_path / "home", contracts)
+    return lake_with(tmp_path, *(dedent(text) for text in CONTRACTS.values()))
 
 
 def _ingest(spark: Any, lake: Settings, topic: str) -> bronze.BronzeResult:
@@ -60,14 +57,12 @@ def _ingest(spark: Any, lake: Settings, topic: str) -> bronze.BronzeResult:
 
 
 def _produce(lake: Settings, n: int, start: int = 0, partition: int = 0) -> None:
-    Producer(lake, "t", 2).send_batch(
-        Record(
-            f"k{i}".encode(),
-            json.dumps({"v": i}, separators=(",", ":")).encode(),
-            partition=partition,
-        )
+    """Records k<i>: {"v": i} (compact JSON) for i from ``start``, ``n`` of them."""
+    compact = [
+        (f"k{i}", json.dumps({"v": i}, separators=(",", ":")).encode())
         for i in range(start, start + n)
-    )
+    ]
+    produce(lake, "t", compact, partition=partition)
 
 
 def _bronze(lake: Settings, topic: str = "t") -> list[dict[str, Any]]:
@@ -206,7 +201,7 @@ def test_producer_refuses_connect_topics(
     lake: Settings, capsys: pytest.CaptureFixture[str]
 ) -> None:
     catalog = Catalog.load(lake.contracts_dir)
-    with pytest.raises(Exception, match="lands as connect_json files"):
+    with pytest.raises(ConfigError, match="lands as connect_json files"):
         cli.produce(
             lake, catalog.topic("c"), io.StringIO('{"key": "a", "value": 1}\n'), io.StringIO()
         )

@@ -20,15 +20,14 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
+from pyspark.errors import AnalysisException
 
 from lakehouse import cli
 from lakehouse.contracts.model import Catalog
-from lakehouse.pipeline.runner import run
 from lakehouse.runtime.config import Settings
 from lakehouse.runtime.objectstore import Location
 from lakehouse.storage.store import table_version
-from lakehouse.topics.landing import Producer, Record
-from lakes import STORAGES, S3Store
+from lakes import STORAGES, S3Store, lake_with, produce, record, run_pipeline
 
 pytestmark = pytest.mark.integration
 
@@ -113,16 +112,10 @@ FORMATS = ("table", "json")
 
 def _build(spark: Any, root: Path, data: str | None = None) -> Settings:
     """The topic's tables after three micro-batches of the real pipeline."""
-    (root / "contracts").mkdir()
-    (root / "contracts" / "rides.yaml").write_text(CONTRACT)
-    lake = Settings.from_env(root / "home", root / "contracts", data)
-    catalog = Catalog.load(lake.contracts_dir)
+    lake = lake_with(root, CONTRACT, data=data)
     for batch in BATCHES:
-        Producer(lake, "rides", 2).send_batch(
-            Record(k.encode(), None if v is None else json.dumps(v).encode(), partition=p)
-            for k, v, p in batch
-        )
-        run(spark, lake, catalog, echo=lambda _line: None)
+        produce(lake, "rides", [record(k, v, partition=p) for k, v, p in batch])
+        run_pipeline(spark, lake)
     return lake
 
 
@@ -273,7 +266,7 @@ def test_show_as_of_a_time_prints_what_spark_reads(
         when = datetime.fromtimestamp(ms / 1000, UTC)
         for instant in (when, when - timedelta(milliseconds=1)):
             if version == 0 and instant < when:
-                with pytest.raises(Exception, match="DELTA_TIMESTAMP_EARLIER_THAN_COMMIT"):
+                with pytest.raises(AnalysisException, match="DELTA_TIMESTAMP_EARLIER_THAN_COMMIT"):
                     _spark_snapshot(spark, path, order, timestampAsOf=_iso(instant))
                 assert _cli(lake, "show", name, "--as-of", _iso(instant)) == 1
                 assert "did not exist yet" in capsys.readouterr().err
@@ -321,7 +314,7 @@ def test_a_time_after_the_last_commit_shows_the_latest_where_spark_refuses(
     name, order = "last_ride", TABLES["last_ride"]
     path = _path(lake, name)
     later = "2999-01-01T00:00:00Z"
-    with pytest.raises(Exception, match="DELTA_TIMESTAMP_GREATER_THAN_COMMIT"):
+    with pytest.raises(AnalysisException, match="DELTA_TIMESTAMP_GREATER_THAN_COMMIT"):
         _spark_snapshot(spark, path, order, timestampAsOf=later)
     _same(lake, capsys, _spark_snapshot(spark, path, order), "show", name, "--as-of", later)
 
@@ -364,13 +357,8 @@ def test_run_keeps_sparks_log_off_the_terminal_and_lag_counts_versions(
 
     from lakehouse.runtime.spark import session_log
 
-    (tmp_path / "contracts").mkdir()
-    (tmp_path / "contracts" / "rides.yaml").write_text(CONTRACT)
-    lake = Settings.from_env(tmp_path / "home", tmp_path / "contracts")
-    batch = [(k, v, p) for k, v, p in BATCHES[0] if v is not None]
-    Producer(lake, "rides", 2).send_batch(
-        Record(k.encode(), json.dumps(v).encode(), partition=p) for k, v, p in batch
-    )
+    lake = lake_with(tmp_path, CONTRACT)
+    produce(lake, "rides", [record(k, v, partition=p) for k, v, p in BATCHES[0] if v is not None])
     env = {**os.environ, "LAKEHOUSE_HOME": str(lake.home), "LAKEHOUSE_DATA": str(lake.data_root)}
     env["LAKEHOUSE_CONTRACTS"] = str(lake.contracts_dir)
     ran = subprocess.run(
@@ -389,8 +377,8 @@ def test_run_keeps_sparks_log_off_the_terminal_and_lag_counts_versions(
     assert " WARN " in log.read_text()  # where they went
 
     # One more batch, through bronze only: silver is a version behind, gold is not (yet).
-    Producer(lake, "rides", 2).send_batch([Record(b"fay", json.dumps(BATCHES[1][0][1]).encode())])
-    run(spark, lake, Catalog.load(lake.contracts_dir), layers=("bronze",), echo=lambda _: None)
+    produce(lake, "rides", [("fay", BATCHES[1][0][1])], partition=None)
+    run_pipeline(spark, lake, ("bronze",))
     capsys.readouterr()
     assert _cli(lake, "lag", "--layer", "silver", "--layer", "gold", "--format", "json") == 0
     behind = {

@@ -3,7 +3,6 @@ KGroupedTable), re-keying by a value field, and averages, built incrementally in
 
 from __future__ import annotations
 
-import json
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -11,11 +10,9 @@ from typing import Any
 import pytest
 
 from lakehouse.contracts.model import Catalog
-from lakehouse.pipeline.runner import run
 from lakehouse.runtime.config import Settings
 from lakehouse.storage import read_arrow
-from lakehouse.topics.landing import Producer, Record
-from lakes import lake_with
+from lakes import lake_with, produce, run_pipeline
 
 pytestmark = pytest.mark.integration
 
@@ -60,28 +57,6 @@ tables:
 """
 
 
-def _lake(root: Path) -> Settings:
-    return lake_with(root, {"moves": CONTRACT})
-
-
-Event = tuple[str | None, dict[str, Any] | None]
-
-
-def _produce(lake: Settings, events: list[Event]) -> None:
-    Producer(lake, "moves", 2).send_batch(
-        Record(
-            None if k is None else k.encode(),
-            None if v is None else json.dumps(v).encode(),
-            partition=0,  # one partition: offset order is the order of the history
-        )
-        for k, v in events
-    )
-
-
-def _run(spark: Any, lake: Settings) -> None:
-    run(spark, lake, Catalog.load(lake.contracts_dir), echo=lambda _line: None)
-
-
 def _table(lake: Settings, name: str, key: str) -> dict[Any, dict[str, Any]]:
     rows = read_arrow(lake.gold_path(name)).to_pylist()
     return {
@@ -90,11 +65,11 @@ def _table(lake: Settings, name: str, key: str) -> dict[Any, dict[str, Any]]:
 
 
 def test_seed_example_stream_sum_7_table_sum_5(spark: Any, tmp_path: Path) -> None:
-    lake = _lake(tmp_path)
-    _produce(lake, [("k1", {"amount": 2, "city": "Oslo"})])
-    _run(spark, lake)
-    _produce(lake, [("k1", {"amount": 5, "city": "Oslo"})])
-    _run(spark, lake)
+    lake = lake_with(tmp_path, CONTRACT)
+    produce(lake, "moves", [("k1", {"amount": 2, "city": "Oslo"})])
+    run_pipeline(spark, lake)
+    produce(lake, "moves", [("k1", {"amount": 5, "city": "Oslo"})])
+    run_pipeline(spark, lake)
     assert _table(lake, "stream_totals", "user") == {"k1": {"n": 2, "total": 7, "mean": 3.5}}
     assert _table(lake, "table_totals", "user") == {"k1": {"n": 1, "total": 5, "mean": 5.0}}
 
@@ -102,23 +77,28 @@ def test_seed_example_stream_sum_7_table_sum_5(spark: Any, tmp_path: Path) -> No
 def test_rekeyed_table_moves_a_key_between_groups_and_tombstones_take_back(
     spark: Any, tmp_path: Path
 ) -> None:
-    lake = _lake(tmp_path)
-    _produce(
+    lake = lake_with(tmp_path, CONTRACT)
+    produce(
         lake,
+        "moves",
         [
             ("ann", {"amount": 10, "city": "Oslo"}),
             ("bob", {"amount": 1, "city": "Oslo"}),
             ("cy", {"amount": 4, "city": "Rome"}),
         ],
     )
-    _run(spark, lake)
+    run_pipeline(spark, lake)
     assert _table(lake, "city_table", "city") == {
         "Oslo": {"n": 2, "total": 11, "mean": 5.5},
         "Rome": {"n": 1, "total": 4, "mean": 4.0},
     }
     # ann moves to Rome; cy's account is deleted; a record without a city counts nowhere.
-    _produce(lake, [("ann", {"amount": 20, "city": "Rome"}), ("cy", None), ("dee", {"amount": 3})])
-    _run(spark, lake)
+    produce(
+        lake,
+        "moves",
+        [("ann", {"amount": 20, "city": "Rome"}), ("cy", None), ("dee", {"amount": 3})],
+    )
+    run_pipeline(spark, lake)
     assert _table(lake, "city_table", "city") == {
         "Oslo": {"n": 1, "total": 1, "mean": 1.0},
         "Rome": {"n": 1, "total": 20, "mean": 20.0},
@@ -176,25 +156,23 @@ def test_decimal_sums_and_averages_are_exact_and_too_fine_a_value_is_quarantined
 
     from lakehouse import cli
 
-    lake = lake_with(tmp_path, {"payments": PAYMENTS})
+    lake = lake_with(tmp_path, PAYMENTS)
     contract = Catalog.load(lake.contracts_dir).topic("payments")
 
-    def produce(*events: tuple[str, str]) -> None:
+    def produce_lines(*events: tuple[str, str]) -> None:
         """`lakehouse produce` of (customer, the amount as the JSON line writes it)."""
         lines = "".join(
             f'{{"key": "{k}", "value": {{"amount": {a}, "region": "eu"}}}}\n' for k, a in events
         )
         assert cli.produce(lake, contract, io.StringIO(lines), io.StringIO()) == 0
 
-    produce(("ann", "1999.13"), ("bob", '"0.10"'), ("ann", "1002.76"))
-    _run(spark, lake)
-    produce(("ann", "535.69"), ("bob", "0.2"))
+    produce_lines(("ann", "1999.13"), ("bob", '"0.10"'), ("ann", "1002.76"))
+    run_pipeline(spark, lake)
+    produce_lines(("ann", "535.69"), ("bob", "0.2"))
     # Another producer's value with more digits after the point than the scale (lakehouse
     # produce refuses it): silver quarantines it rather than round it.
-    Producer(lake, "payments", 2).send_batch(
-        [Record(b"ann", b'{"amount": 12.505, "region": "eu"}', partition=0)]
-    )
-    _run(spark, lake)
+    produce(lake, "payments", [("ann", b'{"amount": 12.505, "region": "eu"}')])
+    run_pipeline(spark, lake)
 
     assert _table(lake, "customer_totals", "customer") == {
         "ann": {

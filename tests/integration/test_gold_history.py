@@ -4,7 +4,6 @@ from the changelog, and the table as of an event time."""
 
 from __future__ import annotations
 
-import json
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -12,12 +11,10 @@ from typing import Any
 import pytest
 
 from lakehouse.contracts.model import Catalog
-from lakehouse.pipeline.runner import run
 from lakehouse.runtime.config import Settings
 from lakehouse.storage import changes_arrow, read_arrow
 from lakehouse.tables.rebuild import at_event_time, refresh, restore
-from lakehouse.topics.landing import Producer, Record
-from lakes import lake_with
+from lakes import Event, lake_with, produce, run_pipeline
 
 pytestmark = pytest.mark.integration
 
@@ -61,30 +58,9 @@ tables:
       - {name: versions, fn: count}
 """
 
-Event = tuple[str | None, dict[str, Any] | None]
-
-
-def _lake(root: Path) -> Settings:
-    return lake_with(root, {"trips": CONTRACT})
-
 
 def _catalog(lake: Settings) -> Catalog:
     return Catalog.load(lake.contracts_dir)
-
-
-def _produce(lake: Settings, events: list[Event]) -> None:
-    Producer(lake, "trips", 1).send_batch(
-        Record(
-            None if k is None else k.encode(),
-            None if v is None else json.dumps(v).encode(),
-            partition=0,
-        )
-        for k, v in events
-    )
-
-
-def _run(spark: Any, lake: Settings) -> None:
-    run(spark, lake, _catalog(lake), echo=lambda _line: None)
 
 
 def _rows(path: Path, key: str, version: int | None = None) -> dict[Any, dict[str, Any]]:
@@ -99,13 +75,13 @@ def _trip(city: str | None, km: int | None = 1, at: int = 0) -> dict[str, Any]:
 
 
 def test_changelog_read_as_stream_counts_each_version_of_a_row(spark: Any, tmp_path: Path) -> None:
-    lake = _lake(tmp_path)
-    _produce(lake, [("a", _trip("Oslo")), ("b", _trip("Rome"))])
-    _run(spark, lake)
-    _produce(lake, [("a", _trip("Lima"))])
-    _run(spark, lake)
-    _produce(lake, [("b", None), ("a", _trip("Oslo"))])
-    _run(spark, lake)
+    lake = lake_with(tmp_path, CONTRACT)
+    produce(lake, "trips", [("a", _trip("Oslo")), ("b", _trip("Rome"))])
+    run_pipeline(spark, lake)
+    produce(lake, "trips", [("a", _trip("Lima"))])
+    run_pipeline(spark, lake)
+    produce(lake, "trips", [("b", None), ("a", _trip("Oslo"))])
+    run_pipeline(spark, lake)
     # current's changelog: a inserted, updated twice; b inserted then deleted (a tombstone,
     # which an aggregation ignores, as Kafka Streams does).
     assert _rows(lake.gold_path("moves"), "user") == {"a": {"versions": 3}, "b": {"versions": 1}}
@@ -113,11 +89,11 @@ def test_changelog_read_as_stream_counts_each_version_of_a_row(spark: Any, tmp_p
 
 
 def test_table_group_left_by_its_last_key_is_deleted(spark: Any, tmp_path: Path) -> None:
-    lake = _lake(tmp_path)
-    _produce(lake, [("a", _trip("Oslo")), ("b", _trip("Rome"))])
-    _run(spark, lake)
-    _produce(lake, [("a", _trip("Rome"))])
-    _run(spark, lake)
+    lake = lake_with(tmp_path, CONTRACT)
+    produce(lake, "trips", [("a", _trip("Oslo")), ("b", _trip("Rome"))])
+    run_pipeline(spark, lake)
+    produce(lake, "trips", [("a", _trip("Rome"))])
+    run_pipeline(spark, lake)
     assert _rows(lake.gold_path("living_in"), "city") == {"Rome": {"users": 2}}
     feed = changes_arrow(lake.gold_path("living_in"), 2).to_pylist()
     assert ("delete", "Oslo") in {(r["_change_type"], r["city"]) for r in feed}
@@ -135,11 +111,11 @@ def built(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> tuple[Setting
     """One lake for the rebuild tests, three micro-batches in (the last deletes c); returns it
     with per_user's table version after each batch. Every test leaves the tables as it found
     them."""
-    lake = _lake(tmp_path_factory.mktemp("built"))
+    lake = lake_with(tmp_path_factory.mktemp("built"), CONTRACT)
     versions = []
     for batch in BATCHES:
-        _produce(lake, batch)
-        _run(spark, lake)
+        produce(lake, "trips", batch)
+        run_pipeline(spark, lake)
         versions.append(_version(lake.gold_path("per_user")))
     return lake, versions
 
@@ -179,7 +155,7 @@ def test_full_refresh_repairs_a_damaged_table(
     # The refresh's changelog re-inserts just the lost row.
     feed = changes_arrow(lake.gold_path("living_in"), _version(lake.gold_path("living_in")))
     assert [(r["_change_type"], r["city"]) for r in feed.to_pylist()] == [("insert", "Oslo")]
-    _run(spark, lake)  # and the next micro-batch finds nothing new
+    run_pipeline(spark, lake)  # and the next micro-batch finds nothing new
     assert read_arrow(lake.gold_path("living_in")).sort_by("city").equals(good)
 
 
@@ -197,7 +173,7 @@ def test_reprocess_from_a_version_then_catch_up(
     second_batch = int(DeltaTable(str(lake.silver_path("trips_stream"))).version()) - 1
     refresh(spark, lake, catalog, contract, contract.table("per_user"), from_version=second_batch)
     assert _rows(lake.gold_path("per_user"), "user") == after_first
-    _run(spark, lake)  # the next micro-batch re-reads from there
+    run_pipeline(spark, lake)  # the next micro-batch re-reads from there
     assert _rows(lake.gold_path("per_user"), "user") == final
 
 

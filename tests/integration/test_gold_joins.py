@@ -4,7 +4,6 @@ KStream-KStream), built incrementally in micro-batches with both inputs' positio
 from __future__ import annotations
 
 import itertools
-import json
 from pathlib import Path
 from typing import Any
 
@@ -13,11 +12,9 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from lakehouse.contracts.model import Catalog
-from lakehouse.pipeline.runner import run
 from lakehouse.runtime.config import Settings
 from lakehouse.storage import DeltaStore, changes_arrow, read_arrow
-from lakehouse.topics.landing import Producer, Record
-from lakes import histories, row_order, rows
+from lakes import histories, lake_with, produce, record, row_order, rows, run_pipeline
 from oracle import StreamsOracle, left, right
 
 pytestmark = pytest.mark.integration
@@ -64,50 +61,6 @@ stream: {name: clicks_stream}
 tables:
 """
 
-Event = tuple[str | None, dict[str, Any] | None]
-
-
-def _lake(root: Path, tables: str, *others: str) -> Settings:
-    contracts = root / "contracts"
-    contracts.mkdir(parents=True, exist_ok=True)
-    (contracts / "clicks.yaml").write_text(CLICKS + tables)
-    for text in others:
-        topic = text.split("\n", 1)[0].removeprefix("topic: ")
-        (contracts / f"{topic}.yaml").write_text(text)
-    return Settings.from_env(root / "home", contracts)
-
-
-def _produce(lake: Settings, topic: str, events: list[Event]) -> None:
-    """One partition, so offset order is the order given; a tombstone's event time is its
-    record timestamp, taken from its predecessor's ``ts`` convention: ``{"ts": t}`` -> None."""
-    records = []
-    for key, value in events:
-        ts = None
-        if value is not None and value.get("__tombstone"):
-            ts, value = value["ts"], None
-        records.append(
-            Record(
-                None if key is None else key.encode(),
-                None if value is None else json.dumps(value).encode(),
-                timestamp_ms=ts,
-                partition=0,
-            )
-        )
-    Producer(lake, topic, 1).send_batch(records)
-
-
-def _dead(ts: int) -> dict[str, Any]:
-    """A tombstone whose record timestamp (its event time) is ``ts``."""
-    return {"__tombstone": True, "ts": ts}
-
-
-def _run(spark: Any, lake: Settings) -> None:
-    """Every topic's bronze and silver first, then gold: a join sees the other topic's records
-    produced before the run."""
-    catalog = Catalog.load(lake.contracts_dir)
-    run(spark, lake, catalog, layers=("bronze", "silver"), echo=lambda _line: None)
-    run(spark, lake, catalog, layers=("gold",), echo=lambda _line: None)
-
 
 def _version(lake: Settings, table: str) -> int:
     from deltalake import DeltaTable
@@ -136,13 +89,13 @@ STREAM_TABLE = """\
 def test_stream_table_is_as_of_the_event_time_and_never_rewrites_history(
     spark: Any, tmp_path: Path
 ) -> None:
-    lake = _lake(tmp_path, STREAM_TABLE, USERS)
-    _produce(
+    lake = lake_with(tmp_path, CLICKS + STREAM_TABLE, USERS)
+    produce(
         lake,
         "users",
         [("ann", {"name": "Ann", "city": "Oslo", "ts": 100}), ("ann", {"city": "Rome", "ts": 200})],
     )
-    _produce(
+    produce(
         lake,
         "clicks",
         [
@@ -154,7 +107,7 @@ def test_stream_table_is_as_of_the_event_time_and_never_rewrites_history(
             ("ann", None),  # a tombstone is ignored
         ],
     )
-    _run(spark, lake)
+    run_pipeline(spark, lake)
     left = [
         ("ann", "p1", None),
         ("ann", "p2", "Oslo"),
@@ -169,8 +122,9 @@ def test_stream_table_is_as_of_the_event_time_and_never_rewrites_history(
     ]
     # A late profile update (event time 120) arrives, then ann is deleted at 400. Rows already
     # emitted keep their values; later events see the history as it is now.
-    _produce(lake, "users", [("ann", {"city": "Paris", "ts": 120}), ("ann", _dead(400))])
-    _produce(
+    tombstone = record("ann", None, timestamp_ms=400)  # its event time: its record timestamp
+    produce(lake, "users", [("ann", {"city": "Paris", "ts": 120}), tombstone])
+    produce(
         lake,
         "clicks",
         [
@@ -180,7 +134,7 @@ def test_stream_table_is_as_of_the_event_time_and_never_rewrites_history(
             ("ann", {"page": "p9", "ts": 500}),  # after the deletion: no value
         ],
     )
-    _run(spark, lake)
+    run_pipeline(spark, lake)
     assert rows(lake.gold_path("clicks_left"), "user", "page", "city") == sorted(
         [
             *left,
@@ -215,11 +169,11 @@ def test_stream_table_is_as_of_the_event_time_and_never_rewrites_history(
     )
     # Rerun: nothing new, nothing written.
     versions = {t: _version(lake, t) for t in ("clicks_left", "clicks_inner")}
-    _run(spark, lake)
+    run_pipeline(spark, lake)
     assert {t: _version(lake, t) for t in versions} == versions
     # Only the other side moved: a stream-table join does not re-emit anything.
-    _produce(lake, "users", [("bob", {"city": "Lima", "ts": 0})])
-    _run(spark, lake)
+    produce(lake, "users", [("bob", {"city": "Lima", "ts": 0})])
+    run_pipeline(spark, lake)
     assert {t: _version(lake, t) for t in versions} == versions
 
 
@@ -239,12 +193,12 @@ TABLE_TABLE = """\
 
 
 def test_table_table_follows_both_sides_changes_and_deletes(spark: Any, tmp_path: Path) -> None:
-    lake = _lake(tmp_path, TABLE_TABLE, USERS, IMPRESSIONS)
+    lake = lake_with(tmp_path, CLICKS + TABLE_TABLE, USERS, IMPRESSIONS)
     inner, left = "last_click_profile", "last_click_profile_left"
-    _produce(lake, "users", [("ann", {"city": "Oslo"}), ("bob", {"city": "Rome"})])
-    _produce(lake, "impressions", [("ad1", {"placement": "top"})])
-    _produce(lake, "clicks", [("ann", {"page": "p1", "ad": "ad1"}), ("cy", {"page": "p2"})])
-    _run(spark, lake)
+    produce(lake, "users", [("ann", {"city": "Oslo"}), ("bob", {"city": "Rome"})])
+    produce(lake, "impressions", [("ad1", {"placement": "top"})])
+    produce(lake, "clicks", [("ann", {"page": "p1", "ad": "ad1"}), ("cy", {"page": "p2"})])
+    run_pipeline(spark, lake)
     assert rows(lake.gold_path(inner), "user", "page", "u_city") == [("ann", "p1", "Oslo")]
     assert rows(lake.gold_path(left), "user", "page", "u_city") == [
         ("ann", "p1", "Oslo"),
@@ -257,9 +211,9 @@ def test_table_table_follows_both_sides_changes_and_deletes(spark: Any, tmp_path
 
     # The other side changes: ann moves, cy gets a profile, an ad's placement changes.
     before = {t: _version(lake, t) for t in (inner, left, "last_click_ad")}
-    _produce(lake, "users", [("ann", {"city": "Lima"}), ("cy", {"city": "Paris"})])
-    _produce(lake, "impressions", [("ad1", {"placement": "side"})])
-    _run(spark, lake)
+    produce(lake, "users", [("ann", {"city": "Lima"}), ("cy", {"city": "Paris"})])
+    produce(lake, "impressions", [("ad1", {"placement": "side"})])
+    run_pipeline(spark, lake)
     assert rows(lake.gold_path(inner), "user", "page", "u_city") == [
         ("ann", "p1", "Lima"),
         ("cy", "p2", "Paris"),
@@ -282,9 +236,9 @@ def test_table_table_follows_both_sides_changes_and_deletes(spark: Any, tmp_path
 
     # This side changes (ann clicks again, now on no ad; bob clicks) and the other deletes cy.
     before = {t: _version(lake, t) for t in before}
-    _produce(lake, "clicks", [("ann", {"page": "p3"}), ("bob", {"page": "p4", "ad": "ad1"})])
-    _produce(lake, "users", [("cy", None)])
-    _run(spark, lake)
+    produce(lake, "clicks", [("ann", {"page": "p3"}), ("bob", {"page": "p4", "ad": "ad1"})])
+    produce(lake, "users", [("cy", None)])
+    run_pipeline(spark, lake)
     assert rows(lake.gold_path(inner), "user", "page", "u_city") == [
         ("ann", "p3", "Lima"),
         ("bob", "p4", "Rome"),
@@ -308,15 +262,15 @@ def test_table_table_follows_both_sides_changes_and_deletes(spark: Any, tmp_path
 
     # This side deletes: the row goes from both joins.
     before = {t: _version(lake, t) for t in before}
-    _produce(lake, "clicks", [("ann", None)])
-    _run(spark, lake)
+    produce(lake, "clicks", [("ann", None)])
+    run_pipeline(spark, lake)
     assert _feed(lake, inner, before[inner] + 1, "user") == [("delete", "ann")]
     assert _feed(lake, left, before[left] + 1, "user") == [("delete", "ann")]
     # A change of the other side that changes no row (a field not taken, a key no row has)
     # moves the positions without rewriting rows.
     before = {t: _version(lake, t) for t in before}
-    _produce(lake, "users", [("bob", {"city": "Rome", "name": "Bob"}), ("zed", {"city": "X"})])
-    _run(spark, lake)
+    produce(lake, "users", [("bob", {"city": "Rome", "name": "Bob"}), ("zed", {"city": "X"})])
+    run_pipeline(spark, lake)
     assert _feed(lake, inner, before[inner] + 1, "user") == []
     store = DeltaStore(spark)
     for table in (inner, left):
@@ -325,7 +279,7 @@ def test_table_table_follows_both_sides_changes_and_deletes(spark: Any, tmp_path
         ) == store.version(lake.silver_path("users_stream"))
     # Rerun: a no-op.
     before = {t: _version(lake, t) for t in before}
-    _run(spark, lake)
+    run_pipeline(spark, lake)
     assert {t: _version(lake, t) for t in before} == before
 
 
@@ -334,26 +288,26 @@ def test_table_table_recovers_from_a_crash_between_the_gold_and_state_commits(
 ) -> None:
     from lakehouse.tables import joins
 
-    lake = _lake(tmp_path, PROPERTY_TABLES.split("  - name: tt_left")[0], USERS)
-    _produce(lake, "users", [("a", {"city": "x"}), ("b", {"city": "y"})])
-    _produce(lake, "clicks", [("a", {"page": "p"})])
-    _run(spark, lake)
+    lake = lake_with(tmp_path, CLICKS + PROPERTY_TABLES.split("  - name: tt_left")[0], USERS)
+    produce(lake, "users", [("a", {"city": "x"}), ("b", {"city": "y"})])
+    produce(lake, "clicks", [("a", {"page": "p"})])
+    run_pipeline(spark, lake)
 
     def crash(*_args: Any) -> None:
         raise RuntimeError("killed before the state commits")
 
-    _produce(lake, "users", [("a", None)])
-    _produce(lake, "clicks", [("b", {"page": "q"})])
+    produce(lake, "users", [("a", None)])
+    produce(lake, "clicks", [("b", {"page": "q"})])
     with monkeypatch.context() as m:
         m.setattr(joins, "merge_latest", crash)
         with pytest.raises(RuntimeError, match="killed"):
-            _run(spark, lake)
+            run_pipeline(spark, lake)
     assert _table(lake, "tt_inner") == {"b": ("q", "y")}  # the gold commit went through
     # The next run catches the states up first; later changes build on the right state.
     # (Stale states would lose b, whose click the state missed, and give a the deleted city.)
-    _produce(lake, "users", [("b", {"city": "w"})])
-    _produce(lake, "clicks", [("a", {"page": "p2"})])
-    _run(spark, lake)
+    produce(lake, "users", [("b", {"city": "w"})])
+    produce(lake, "clicks", [("a", {"page": "p2"})])
+    run_pipeline(spark, lake)
     assert _table(lake, "tt_inner") == {"b": ("q", "w")}
     assert _replayed(lake, "tt_inner") == {"b": ("q", "w")}
 
@@ -369,15 +323,15 @@ STREAM_STREAM = """\
 
 
 def test_stream_stream_pairs_events_within_the_window_once(spark: Any, tmp_path: Path) -> None:
-    lake = _lake(tmp_path, STREAM_STREAM, IMPRESSIONS)
+    lake = lake_with(tmp_path, CLICKS + STREAM_STREAM, IMPRESSIONS)
     table = "clicked_impressions"
     columns = ("user", "imp_placement", "ts", "imp_offset")
-    _produce(
+    produce(
         lake,
         "impressions",
         [("ad1", {"placement": "top", "ts": 1_000}), ("ad2", {"placement": "side", "ts": 1_000})],
     )
-    _produce(
+    produce(
         lake,
         "clicks",
         [
@@ -387,12 +341,12 @@ def test_stream_stream_pairs_events_within_the_window_once(spark: Any, tmp_path:
             ("dee", None),  # a tombstone: none
         ],
     )
-    _run(spark, lake)
+    run_pipeline(spark, lake)
     assert rows(lake.gold_path(table), *columns) == [("ann", "top", 11_000, 0)]
     # Both sides move: a new click pairs with an old impression, new impressions pair with old
     # clicks and with the new click, each pair once.
-    _produce(lake, "clicks", [("eve", {"ad": "ad1", "ts": 9_000})])
-    _produce(
+    produce(lake, "clicks", [("eve", {"ad": "ad1", "ts": 9_000})])
+    produce(
         lake,
         "impressions",
         [
@@ -400,7 +354,7 @@ def test_stream_stream_pairs_events_within_the_window_once(spark: Any, tmp_path:
             ("ad1", {"placement": "low", "ts": 12_000}),
         ],
     )
-    _run(spark, lake)
+    run_pipeline(spark, lake)
     expected = [
         ("ann", "low", 11_000, 3),
         ("ann", "top", 11_000, 0),
@@ -413,14 +367,14 @@ def test_stream_stream_pairs_events_within_the_window_once(spark: Any, tmp_path:
     assert (row["partition"], row["offset"], row["imp_partition"]) == (0, 1, 0)
     assert (row["event_time"].timestamp(), row["imp_event_time"].timestamp()) == (20.0, 15.0)
     # Only the other side moves: pairs with clicks consumed earlier.
-    _produce(lake, "impressions", [("ad2", {"placement": "late", "ts": 29_000})])
-    _run(spark, lake)
+    produce(lake, "impressions", [("ad2", {"placement": "late", "ts": 29_000})])
+    run_pipeline(spark, lake)
     assert rows(lake.gold_path(table), *columns) == sorted(
         [*expected, ("bob", "late", 20_000, 4)], key=row_order
     )
     # Rerun: a no-op; the table is append-only (its change feed has inserts only).
     version = _version(lake, table)
-    _run(spark, lake)
+    run_pipeline(spark, lake)
     assert _version(lake, table) == version
     assert {r[0] for r in _feed(lake, table, 0)} == {"insert"}
 
@@ -430,7 +384,7 @@ def test_a_left_stream_stream_join_is_refused(spark: Any, tmp_path: Path) -> Non
     from lakehouse.tables import gold
 
     left = STREAM_STREAM.replace("within: 10s", "within: 10s, how: left")
-    lake = _lake(tmp_path, left, IMPRESSIONS)
+    lake = lake_with(tmp_path, CLICKS + left, IMPRESSIONS)
     with pytest.raises(ContractError, match=r"left|inner"):
         catalog = Catalog.load(lake.contracts_dir)
         clicks = catalog.topic("clicks")
@@ -462,7 +416,7 @@ Step = tuple[str, str | None, str | None]
 def _produce_steps(lake: Settings, steps: list[Step]) -> None:
     for topic in ("clicks", "users"):
         field = "page" if topic == "clicks" else "city"
-        _produce(
+        produce(
             lake,
             topic,
             [(k, None if v is None else {field: v}) for t, k, v in steps if t == topic],
@@ -533,11 +487,11 @@ def test_table_table_every_batching_equals_kafka_streams(
 ) -> None:
     """Both sides' changes cut into micro-batches anywhere (no cut: one batch) end in the joins
     Kafka Streams computes from the same records, and their change feeds replay to them."""
-    lake = _lake(tmp_path_factory.mktemp("joins"), PROPERTY_TABLES, USERS)
+    lake = lake_with(tmp_path_factory.mktemp("joins"), CLICKS + PROPERTY_TABLES, USERS)
     bounds = [0, *sorted(c for c in cuts if c < len(history)), len(history)]
     for lo, hi in itertools.pairwise(bounds):
         _produce_steps(lake, history[lo:hi])
-        _run(spark, lake)
+        run_pipeline(spark, lake)
     for name, how in (("tt_inner", "inner"), ("tt_left", "left")):
         expected = _kafka(streams_oracle, how, history)
         assert _table(lake, name) == expected, (name, history, bounds)

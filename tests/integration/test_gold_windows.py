@@ -6,7 +6,6 @@ stream time was one per topic. test_semantics compares them with Kafka Streams i
 from __future__ import annotations
 
 import itertools
-import json
 import shutil
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -16,11 +15,10 @@ import pytest
 
 from lakehouse.contracts.model import Catalog
 from lakehouse.pipeline.request import RunRequest
-from lakehouse.pipeline.runner import run, run_layer
+from lakehouse.pipeline.runner import run_layer
 from lakehouse.runtime.config import Settings
 from lakehouse.storage import DeltaStore, changes_arrow, delta_spark, read_arrow
-from lakehouse.topics.landing import Producer, Record
-from lakes import lake_with
+from lakes import Event, lake_with, produce, run_pipeline
 
 pytestmark = pytest.mark.integration
 
@@ -42,13 +40,6 @@ tables:
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 MIN = 60_000
 
-# (key, value); a value is {"m": event time in minutes or None, "page": ..., "amount": ...}
-Event = tuple[str | None, dict[str, Any] | None]
-
-
-def _lake(root: Path, tables: str) -> Settings:
-    return lake_with(root, {"clicks": HEAD + tables})
-
 
 def _iso(minutes: float) -> str:
     return (T0 + timedelta(minutes=minutes)).isoformat().replace("+00:00", "Z")
@@ -59,24 +50,15 @@ def _minutes(t: datetime | None) -> float | None:
 
 
 def _produce(lake: Settings, events: list[Event]) -> None:
-    def value(v: dict[str, Any]) -> bytes:
+    """Clicks of ``(key, value)``, a value ``{"m": event time in minutes after T0 or None,
+    "page": ..., "amount": ... (default 1)}``."""
+
+    def value(v: dict[str, Any]) -> dict[str, Any]:
         m = v.get("m")
-        body = {"event_time": None if m is None else _iso(m), "page": v.get("page")}
-        body["amount"] = v.get("amount", 1)
-        return json.dumps(body).encode()
+        time = None if m is None else _iso(m)
+        return {"event_time": time, "page": v.get("page"), "amount": v.get("amount", 1)}
 
-    Producer(lake, "clicks", 1).send_batch(
-        Record(
-            None if k is None else k.encode(),
-            None if v is None else value(v),
-            partition=0,  # one partition: offset order is the order of the history
-        )
-        for k, v in events
-    )
-
-
-def _run(spark: Any, lake: Settings) -> None:
-    run(spark, lake, Catalog.load(lake.contracts_dir), echo=lambda _line: None)
+    produce(lake, "clicks", [(k, None if v is None else value(v)) for k, v in events])
 
 
 def _windows(lake: Settings, name: str) -> dict[tuple[Any, ...], dict[str, Any]]:
@@ -137,7 +119,7 @@ TIME_TABLES = """\
 
 
 def test_tumbling_and_hopping_windows_grace_and_late_records(spark: Any, tmp_path: Path) -> None:
-    lake = _lake(tmp_path, TIME_TABLES)
+    lake = lake_with(tmp_path, HEAD + TIME_TABLES)
     _produce(
         lake,
         [
@@ -150,7 +132,7 @@ def test_tumbling_and_hopping_windows_grace_and_late_records(spark: Any, tmp_pat
             _ev("a", BEFORE_EPOCH, "pre-epoch"),  # invalid, as in Kafka: to the late table
         ],
     )
-    _run(spark, lake)
+    run_pipeline(spark, lake)
     _produce(
         lake,
         [
@@ -159,8 +141,8 @@ def test_tumbling_and_hopping_windows_grace_and_late_records(spark: Any, tmp_pat
             _ev("a", 0 + 40 / 60, "p6", 100),  # late for [0, 1)
         ],
     )
-    _run(spark, lake)
-    _run(spark, lake)  # nothing new: nothing changes, nothing is written twice
+    run_pipeline(spark, lake)
+    run_pipeline(spark, lake)  # nothing new: nothing changes, nothing is written twice
     assert _windows(lake, "per_minute") == {
         ("a", 0, 1): {"n": 2, "total": 4, "pages": ["p1", "p4"]},
         ("a", 1, 2): {"n": 2, "total": 6, "pages": ["p3", "p5"]},
@@ -243,20 +225,17 @@ def test_in_order_records_are_never_late_whatever_the_partitions_and_the_cuts(
     topic has and wherever the micro-batches are cut: each partition has its own stream time
     (a single stream time for the topic let partition 0's later records close the windows of
     the others)."""
-    lake = lake_with(tmp_path, {"clicks": IN_ORDER.format(partitions=partitions)})
-    producer = Producer(lake, "clicks", partitions)
+    lake = lake_with(tmp_path, IN_ORDER.format(partitions=partitions))
     records = [
-        Record(
-            f"user-{i % 30}".encode(),
-            json.dumps({"event_time": _iso(2 * i / 60), "page": f"page-{i % 7}"}).encode(),
-        )
+        (f"user-{i % 30}", {"event_time": _iso(2 * i / 60), "page": f"page-{i % 7}"})
         for i in range(300)
     ]
-    placed = {m.partition for m in producer.send_batch(records[: cuts[0]])}
-    _run(spark, lake)
+    # Kafka's default partitioner: the keys spread over the partitions.
+    placed = {m.partition for m in produce(lake, "clicks", records[: cuts[0]], partition=None)}
+    run_pipeline(spark, lake)
     for lo, hi in itertools.pairwise([*cuts, 300]):
-        placed |= {m.partition for m in producer.send_batch(records[lo:hi])}
-        _run(spark, lake)
+        placed |= {m.partition for m in produce(lake, "clicks", records[lo:hi], partition=None)}
+        run_pipeline(spark, lake)
     assert placed == set(range(partitions))  # the records did spread over every partition
     for table in ("per_minute", "visits", "per_page"):
         assert sum(row["n"] for row in _windows(lake, table).values()) == 300, table
@@ -292,8 +271,7 @@ def test_a_lake_built_with_one_stream_time_per_topic_is_rebuilt_by_its_next_run(
             for line in planned
         ), (t, planned)
     assert {t: store.version(lake.gold_path(t)) for t in tables} == before
-    lines: list[str] = []
-    run(spark, lake, Catalog.load(lake.contracts_dir), echo=lines.append)
+    lines = run_pipeline(spark, lake)
     for t in tables:
         assert any(
             # (A checkout gives the landing files new times: bronze reads them again, finds
@@ -316,15 +294,10 @@ def test_a_lake_built_with_one_stream_time_per_topic_is_rebuilt_by_its_next_run(
     assert 0 < len(changed) < len(rows)
     # The next micro-batch goes on incrementally, with nothing to rebuild.
     more = [
-        Record(
-            f"user-{i % 20}".encode(),
-            json.dumps({"event_time": _iso(2 * i / 60), "amount": i}).encode(),
-        )
-        for i in range(120, 180)
+        (f"user-{i % 20}", {"event_time": _iso(2 * i / 60), "amount": i}) for i in range(120, 180)
     ]
-    Producer(lake, "orders", 3).send_batch(more)
-    lines.clear()
-    run(spark, lake, Catalog.load(lake.contracts_dir), echo=lines.append)
+    produce(lake, "orders", more, partition=None)
+    lines = run_pipeline(spark, lake)
     assert not [line for line in lines if "rebuilt" in line], lines
     for t in tables:
         assert sum(row["n"] for row in _windows(lake, t).values()) == 180, t
@@ -363,7 +336,7 @@ def _session(pages: list[str], amounts: list[int]) -> dict[str, Any]:
 
 
 def test_sessions_merge_across_micro_batches_and_late_records(spark: Any, tmp_path: Path) -> None:
-    lake = _lake(tmp_path, SESSION_TABLE)
+    lake = lake_with(tmp_path, HEAD + SESSION_TABLE)
     _produce(
         lake,
         [
@@ -374,7 +347,7 @@ def test_sessions_merge_across_micro_batches_and_late_records(spark: Any, tmp_pa
             _ev("b", 4, "pay", 8),
         ],
     )
-    _run(spark, lake)
+    run_pipeline(spark, lake)
     assert _windows(lake, "visits") == {
         ("a", 0, 2): _session(["home", "cart"], [1, 2]),
         ("a", 10, 10): _session(["home"], [3]),
@@ -391,7 +364,7 @@ def test_sessions_merge_across_micro_batches_and_late_records(spark: Any, tmp_pa
             _ev("a", 45, "on-time", 1),  # 45 + 15 = 60 is not < 60: a new session
         ],
     )
-    _run(spark, lake)
+    run_pipeline(spark, lake)
     assert _windows(lake, "visits") == {
         # arrival order, not event-time order, for collect/earliest/latest (ksqlDB's by-offset)
         ("a", 0, 10): _session(["home", "cart", "home", "bridge"], [1, 2, 3, 4]),
@@ -431,9 +404,10 @@ def test_sessions_merge_across_micro_batches_and_late_records(spark: Any, tmp_pa
 def test_a_batch_commits_the_late_table_and_the_state_only_when_they_change(
     spark: Any, tmp_path: Path
 ) -> None:
-    lake = _lake(
+    lake = lake_with(
         tmp_path,
-        SESSION_TABLE
+        HEAD
+        + SESSION_TABLE
         + """\
   - name: per_minute
     kind: aggregate
@@ -455,12 +429,12 @@ def test_a_batch_commits_the_late_table_and_the_state_only_when_they_change(
         return {name: store.version(path) for name, path in paths.items()}
 
     _produce(lake, [_ev("a", 0, "home"), _ev("a", 60, "later")])  # in order: nothing late
-    _run(spark, lake)
+    run_pipeline(spark, lake)
     created = commits()
     assert _late(lake, "visits") == [] and _late(lake, "per_minute") == []
 
     _produce(lake, [("a", None), ("b", None)])  # tombstones: windows do not take them
-    _run(spark, lake)
+    run_pipeline(spark, lake)
     assert commits() == {
         **created,
         "gold": created["gold"] + 1,  # its position moves on
@@ -468,7 +442,7 @@ def test_a_batch_commits_the_late_table_and_the_state_only_when_they_change(
     }
 
     _produce(lake, [_ev("b", 1, "late")])  # behind stream time 60 in both tables: late only
-    _run(spark, lake)
+    run_pipeline(spark, lake)
     assert commits() == {
         "gold": created["gold"] + 2,
         "late": created["late"] + 1,
@@ -480,7 +454,7 @@ def test_a_batch_commits_the_late_table_and_the_state_only_when_they_change(
     assert [r["page"] for r in _late(lake, "per_minute")] == ["late"]
 
     _produce(lake, [_ev("a", 62, "joins")])  # joins a's open session [60, 60]
-    _run(spark, lake)
+    run_pipeline(spark, lake)
     after = commits()
     assert after["state"] == created["state"] + 1 and after["late"] == created["late"] + 1
     assert _windows(lake, "visits")[("a", 60, 62)]["pages"] == ["later", "joins"]
@@ -489,7 +463,7 @@ def test_a_batch_commits_the_late_table_and_the_state_only_when_they_change(
 def test_a_crash_between_commits_is_finished_by_the_next_run_without_double_counting(
     spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    lake = _lake(tmp_path, SESSION_TABLE)
+    lake = lake_with(tmp_path, HEAD + SESSION_TABLE)
     real_append = delta_spark.append
 
     def crash_on(path: Path) -> None:
@@ -510,7 +484,7 @@ def test_a_crash_between_commits_is_finished_by_the_next_run_without_double_coun
     _produce(lake, [_ev("a", 0, "p1", 1), _ev("a", 10, "p2", 2)])
     crash_on(lake.state_path("visits"))
     with pytest.raises(RuntimeError, match="crash before committing"):
-        _run(spark, lake)
+        run_pipeline(spark, lake)
     monkeypatch.undo()
     # Batch 2 arrives meanwhile. The next run finishes batch 1, then dies in batch 2 after its
     # gold commit, before its late commit; the run after that finishes batch 2.
@@ -525,10 +499,10 @@ def test_a_crash_between_commits_is_finished_by_the_next_run_without_double_coun
     )
     crash_on(lake.late_path("visits"))
     with pytest.raises(RuntimeError, match="crash before committing"):
-        _run(spark, lake)
+        run_pipeline(spark, lake)
     monkeypatch.undo()
-    _run(spark, lake)
-    _run(spark, lake)
+    run_pipeline(spark, lake)
+    run_pipeline(spark, lake)
     assert _windows(lake, "visits") == {
         ("a", 0, 2): _session(["p1", "p3"], [1, 3]),
         ("a", 10, 10): _session(["p2"], [2]),
@@ -567,20 +541,20 @@ def test_reprocess_moves_the_stream_time_back_with_the_position(spark: Any, tmp_
     from lakehouse.tables.rebuild import refresh
 
     events = [_ev("a", m, f"r{i}") for i, m in enumerate([0, 4, 1, 2, 9, 1, 7, 3])]
-    reprocessed = _lake(tmp_path / "reprocessed", REPROCESSED)
-    straight = _lake(tmp_path / "straight", REPROCESSED)
+    reprocessed = lake_with(tmp_path / "reprocessed", HEAD + REPROCESSED)
+    straight = lake_with(tmp_path / "straight", HEAD + REPROCESSED)
     for lake in (reprocessed, straight):
         _produce(lake, events[:3])
-        _run(spark, lake)
+        run_pipeline(spark, lake)
         _produce(lake, events[3:6])
-        _run(spark, lake)  # stream time 9: would make the re-read batch's records late
+        run_pipeline(spark, lake)  # stream time 9: would make the re-read batch's records late
     catalog = Catalog.load(reprocessed.contracts_dir)
     contract = catalog.topic("clicks")
     for spec in contract.tables:
         refresh(spark, reprocessed, catalog, contract, spec, from_version=2)  # before batch 2
     for lake in (reprocessed, straight):
         _produce(lake, events[6:])
-        _run(spark, lake)
+        run_pipeline(spark, lake)
     for name in ("tumbling", "sessions"):
         assert _windows(reprocessed, name) == _windows(straight, name), name
         judged = ("page", "window_start", "window_end", "stream_time", "reason")

@@ -14,29 +14,20 @@ from typing import Any
 
 import pytest
 
-from lakehouse.contracts.model import Catalog
-from lakehouse.pipeline.runner import run_layer
-from lakehouse.runtime.config import Settings
 from lakehouse.runtime.jvm import spark_jars_conf
 from lakehouse.storage import read_arrow
-from lakehouse.topics.landing import Producer, Record
+from lakes import ORDERS, lake_with, produce, run_pipeline
 
 pytestmark = pytest.mark.integration
 
-CONTRACT = """\
-topic: orders
-partitions: 2
-key: {format: string, name: order_id}
-value:
-  format: json
-  fields:
-    - {name: city, type: string}
-    - {name: amount, type: long}
-stream: {name: orders_stream}
+CONTRACT = (
+    ORDERS
+    + """\
 expectations:
   silver:
     - {name: amount_range, expect: between, column: amount, min: 0, max: 100, severity: fail}
 """
+)
 
 # Runs in its own interpreter: a new JVM with nothing of the platform's settings.
 PLAIN_USER = textwrap.dedent(
@@ -78,22 +69,12 @@ PLAIN_USER = textwrap.dedent(
 def test_a_plain_delta_spark_session_reads_what_the_pipeline_wrote(
     spark: Any, tmp_path: Path
 ) -> None:
-    contracts = tmp_path / "contracts"
-    contracts.mkdir()
-    (contracts / "orders.yaml").write_text(CONTRACT)
-    lake = Settings.from_env(tmp_path / "home", contracts)
-    Producer(lake, "orders", 2).send_batch(
-        Record(f"o{i}".encode(), json.dumps({"city": "Lima", "amount": i}).encode(), partition=0)
-        for i in range(5)
-    )
+    lake = lake_with(tmp_path, CONTRACT)
+    produce(lake, "orders", [(f"o{i}", {"city": "Lima", "amount": i}) for i in range(5)])
     (lake.topic_dir("orders") / "partition=1").mkdir(parents=True, exist_ok=True)
     (lake.topic_dir("orders") / "partition=1" / "orders+1+0000000000.json").write_text("{bad\n")
-    Producer(lake, "orders", 2).send_batch(
-        [Record(b"o9", b"not json", partition=0)]  # decodes badly: silver's quarantine
-    )
-    contract = Catalog.load(lake.contracts_dir).topic("orders")
-    for layer in ("bronze", "silver"):
-        run_layer(spark, lake, contract, layer, echo=lambda _: None)  # type: ignore[arg-type]
+    produce(lake, "orders", [("o9", b"not json")])  # decodes badly: silver's quarantine
+    run_pipeline(spark, lake, ("bronze", "silver"))
 
     tables = {
         "bronze": lake.bronze_path("orders"),

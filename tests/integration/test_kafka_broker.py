@@ -17,34 +17,14 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from lakehouse.runtime.broker import Broker, BrokerDown, Metadata, bootstrap_servers, metadata
 from lakehouse.runtime.config import REPO_ROOT, Settings
-from lakehouse.runtime.process import alive
-from lakes import lakehouse
+from lakehouse.runtime.process import alive, free_port
+from lakes import lakehouse, processes_with
 
 pytestmark = pytest.mark.integration
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _lakehouse(home: Path, port: int, *args: str) -> subprocess.CompletedProcess[str]:
     return lakehouse(home, *args, env={"LAKEHOUSE_KAFKA_PORT": str(port)})
-
-
-def _brokers_of(root: Path) -> list[int]:
-    """The pids of the processes that run a broker on ``root``'s settings."""
-    needle = str(root / "server.properties").encode()
-    found = []
-    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
-        try:
-            args = cmdline.read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if b"kafka.Kafka" in args and needle in args:
-            found.append(int(cmdline.parent.name))
-    return found
 
 
 def _listening(ports: set[int]) -> set[str]:
@@ -99,7 +79,7 @@ def test_start_serve_stop_and_restart_on_the_same_storage(tmp_path: Path) -> Non
     home = tmp_path / "lakehouse"
     settings = Settings.from_env(home, REPO_ROOT / "contracts")
     broker = Broker.of(settings)
-    port = _free_port()
+    port = free_port()
     try:
         down = _lakehouse(home, port, "kafka", "status")
         assert down.returncode == 1
@@ -119,7 +99,7 @@ def test_start_serve_stop_and_restart_on_the_same_storage(tmp_path: Path) -> Non
         assert bootstrap_servers(settings) == address
         state = json.loads((home / "kafka" / "broker.json").read_text())
         pid = state["pid"]
-        assert _brokers_of(broker.root) == [pid]
+        assert processes_with("kafka.Kafka", str(broker.root / "server.properties")) == [pid]
 
         # It serves Kafka's protocol on the loopback address only, as a cluster of its own.
         cluster = broker.cluster_id()
@@ -132,11 +112,14 @@ def test_start_serve_stop_and_restart_on_the_same_storage(tmp_path: Path) -> Non
         again = _lakehouse(home, port, "kafka", "start")
         assert again.returncode == 0
         assert f"already running, pid {pid}" in again.stdout
-        assert _brokers_of(broker.root) == [pid]
+        assert processes_with("kafka.Kafka", str(broker.root / "server.properties")) == [pid]
 
         stopped = _lakehouse(home, port, "kafka", "stop")
         assert stopped.returncode == 0 and "Kafka broker: stopped" in stopped.stdout
-        assert not alive(pid) and _brokers_of(broker.root) == []
+        assert (
+            not alive(pid)
+            and processes_with("kafka.Kafka", str(broker.root / "server.properties")) == []
+        )
         assert not (home / "kafka" / "broker.json").exists()
         after = _lakehouse(home, port, "kafka", "status")
         assert after.returncode == 1 and "not running" in after.stdout
@@ -144,7 +127,7 @@ def test_start_serve_stop_and_restart_on_the_same_storage(tmp_path: Path) -> Non
         assert not_again.returncode == 0 and "was not running" in not_again.stdout
 
         # Started again, on another port: the storage formatted once, its records kept.
-        other = _free_port()
+        other = free_port()
         restarted = _lakehouse(home, other, "kafka", "start")
         assert restarted.returncode == 0, restarted.stderr
         assert broker.cluster_id() == cluster
@@ -153,7 +136,7 @@ def test_start_serve_stop_and_restart_on_the_same_storage(tmp_path: Path) -> Non
         assert _round_trip(f"127.0.0.1:{other}", "checkins", []) == [b"first", b"second"]
     finally:
         broker.stop()
-    assert _brokers_of(broker.root) == []
+    assert processes_with("kafka.Kafka", str(broker.root / "server.properties")) == []
 
 
 def test_a_taken_port_is_refused(tmp_path: Path) -> None:

@@ -44,10 +44,6 @@ def _contract_text(kafka_topic: str, servers: str, partitions: int = 3, extra: s
     )
 
 
-def _lake(tmp_path: Path, text: str) -> Settings:
-    return lake_with(tmp_path, {"payments": text})
-
-
 def _contract(lake: Settings) -> Contract:
     return Catalog.load(lake.contracts_dir).topic("payments")
 
@@ -71,7 +67,7 @@ def topic_name() -> str:
 
 @pytest.fixture
 def lake(tmp_path: Path, kafka_broker: Any, topic_name: str) -> Settings:
-    lake = _lake(tmp_path, _contract_text(topic_name, kafka_broker.bootstrap_servers))
+    lake = lake_with(tmp_path, _contract_text(topic_name, kafka_broker.bootstrap_servers))
     err = io.StringIO()
     assert cli.create_topic(lake, _contract(lake), err) == 0
     assert "created, 3 partition(s)" in err.getvalue()
@@ -136,12 +132,14 @@ def test_a_partition_count_the_broker_disagrees_with_is_refused_before_any_data_
     spark: Any, tmp_path: Path, kafka_broker: Any, lake: Settings, topic_name: str
 ) -> None:
     kafka.Producer(kafka.client(lake, _contract(lake)), 3).send_batch(_records(0, 5))
-    wrong = _lake(tmp_path / "wrong", _contract_text(topic_name, kafka_broker.bootstrap_servers, 2))
+    wrong = lake_with(
+        tmp_path / "wrong", _contract_text(topic_name, kafka_broker.bootstrap_servers, 2)
+    )
     with pytest.raises(ConfigError, match=r"partitions is 2, but Kafka topic .* has 3"):
         bronze.ingest(spark, wrong, _contract(wrong))
     assert not wrong.bronze_path("payments").exists()
 
-    missing = _lake(
+    missing = lake_with(
         tmp_path / "missing",
         _contract_text("nowhere-" + topic_name, kafka_broker.bootstrap_servers),
     )
@@ -365,7 +363,7 @@ def test_an_unreachable_broker_fails_the_ingest_in_bounded_time_and_commits_noth
     naming the servers and saying how to start the local broker, before the table exists. With
     no servers in the contract, the lakehouse's own broker not running fails it at once."""
     servers = f"127.0.0.1:{free_port()}"
-    lake = _lake(tmp_path / "servers", _contract_text("payments", servers))
+    lake = lake_with(tmp_path / "servers", _contract_text("payments", servers))
     started = time.monotonic()
     with pytest.raises(BrokerUnavailableError) as info:
         bronze.ingest(spark, lake, _contract(lake))
@@ -379,7 +377,7 @@ def test_an_unreachable_broker_fails_the_ingest_in_bounded_time_and_commits_noth
 
     monkeypatch.delenv(kafka.BOOTSTRAP_ENV, raising=False)
     text = _contract_text("payments", servers).replace(f", bootstrap_servers: '{servers}'", "")
-    local = _lake(tmp_path / "local", text)
+    local = lake_with(tmp_path / "local", text)
     started = time.monotonic()
     with pytest.raises(BrokerUnavailableError, match="start it with `lakehouse kafka start`"):
         bronze.ingest(spark, local, _contract(local))

@@ -14,14 +14,11 @@ from typing import Any
 
 import pytest
 
-from lakehouse.contracts.model import Catalog
-from lakehouse.pipeline.runner import run
 from lakehouse.runtime import objectstore
 from lakehouse.runtime.config import REPO_ROOT, Settings
 from lakehouse.storage import changes_arrow, read_arrow
 from lakehouse.topics import samples
-from lakehouse.topics.landing import Producer, Record
-from lakes import DEMO_TABLES, STORAGES, lake_settings, rows, shipped_topic
+from lakes import DEMO_TABLES, STORAGES, lake_settings, produce, rows, run_pipeline, shipped_topic
 
 pytestmark = pytest.mark.integration
 TOPIC = "user-locations"
@@ -56,22 +53,6 @@ def local(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Settings:
     return Settings.from_env()
 
 
-def _produce(settings: Settings, *records: tuple[str | None, Any]) -> None:
-    Producer(settings, TOPIC, 3).send_batch(
-        Record(
-            None if k is None else k.encode(),
-            None if v is None else (v if isinstance(v, bytes) else json.dumps(v).encode()),
-        )
-        for k, v in records
-    )
-
-
-def _run(spark: Any, settings: Settings) -> list[str]:
-    lines: list[str] = []
-    run(spark, settings, Catalog.load(settings.contracts_dir), echo=lines.append)
-    return lines
-
-
 def _versions(settings: Settings) -> dict[str, int]:
     from deltalake import DeltaTable
 
@@ -96,8 +77,10 @@ def test_seed_example_tombstone_null_key_and_changelog(
     from lakehouse import cli
 
     settings = two_tables
-    _produce(settings, *[(u, {"location": p}) for u, p in samples.SAMPLE_EVENTS])
-    _run(spark, settings)
+    produce(
+        settings, TOPIC, [(u, {"location": p}) for u, p in samples.SAMPLE_EVENTS], partition=None
+    )
+    run_pipeline(spark, settings)
     assert rows(settings.gold_path("user_latest_location"), "username", "location") == [
         ("alice", "Berlin"),
         ("bob", "Lima"),
@@ -110,10 +93,13 @@ def test_seed_example_tombstone_null_key_and_changelog(
 
     # A null key is ignored by tables; a tombstone deletes bob from the latest-value table but
     # is not counted; alice moves on.
-    _produce(
-        settings, (None, {"location": "Nowhere"}), ("bob", None), ("alice", {"location": "Madrid"})
+    produce(
+        settings,
+        TOPIC,
+        [(None, {"location": "Nowhere"}), ("bob", None), ("alice", {"location": "Madrid"})],
+        partition=None,
     )
-    _run(spark, settings)
+    run_pipeline(spark, settings)
     assert rows(settings.gold_path("user_latest_location"), "username", "location") == [
         ("alice", "Madrid")
     ]
@@ -164,10 +150,10 @@ def test_seed_example_tombstone_null_key_and_changelog(
 
 def test_rerun_without_new_data_changes_nothing(spark: Any, local: Settings) -> None:
     settings = local
-    _produce(settings, ("alice", {"location": "Paris"}))
-    _run(spark, settings)
+    produce(settings, TOPIC, [("alice", {"location": "Paris"})], partition=None)
+    run_pipeline(spark, settings)
     before = _versions(settings)
-    lines = _run(spark, settings)
+    lines = run_pipeline(spark, settings)
     assert _versions(settings) == before
     assert any("no new segments" in line for line in lines)
     assert rows(settings.gold_path("user_location_counts"), "username", "count") == [("alice", 1)]
@@ -175,14 +161,18 @@ def test_rerun_without_new_data_changes_nothing(spark: Any, local: Settings) -> 
 
 def test_bad_values_go_to_quarantine_and_good_ones_still_land(spark: Any, local: Settings) -> None:
     settings = local
-    _produce(
+    produce(
         settings,
-        ("alice", {"location": "Paris"}),
-        ("bob", b"{not json"),
-        ("carol", b'"just a string"'),
-        ("dave", {"location": "Oslo"}),
+        TOPIC,
+        [
+            ("alice", {"location": "Paris"}),
+            ("bob", b"{not json"),
+            ("carol", b'"just a string"'),
+            ("dave", {"location": "Oslo"}),
+        ],
+        partition=None,
     )
-    _run(spark, settings)
+    run_pipeline(spark, settings)
     assert rows(settings.gold_path("user_latest_location"), "username", "location") == [
         ("alice", "Paris"),
         ("dave", "Oslo"),
@@ -199,7 +189,7 @@ def test_corrupt_segment_line_is_quarantined_with_its_origin(
     spark: Any, two_tables: Settings
 ) -> None:
     settings = two_tables
-    _produce(settings, ("alice", {"location": "Paris"}))
+    produce(settings, TOPIC, [("alice", {"location": "Paris"})], partition=None)
     (segment,) = [
         e.path
         for e in objectstore.walk_files(settings.topic_dir(TOPIC))
@@ -207,7 +197,7 @@ def test_corrupt_segment_line_is_quarantined_with_its_origin(
     ]
     good_line = objectstore.read_bytes(segment).decode()
     objectstore.write_bytes(segment, (good_line + "this is not an envelope\n").encode())
-    _run(spark, settings)
+    run_pipeline(spark, settings)
     bad = read_arrow(settings.quarantine_path("bronze", TOPIC)).to_pylist()
     assert [(r["raw"], r["source_file"], r["line"], r["byte_offset"]) for r in bad] == [
         (b"this is not an envelope", str(segment), 2, len(good_line))

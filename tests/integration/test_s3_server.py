@@ -19,34 +19,15 @@ from typing import Any
 import boto3
 import pytest
 
-from lakehouse.runtime.process import alive
+from lakehouse.runtime.process import alive, free_port
 from lakehouse.runtime.s3server import lists_buckets
-from lakes import lakehouse
+from lakes import lakehouse, processes_with
 
 pytestmark = pytest.mark.integration
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _lakehouse(home: Path, port: int, *args: str) -> subprocess.CompletedProcess[str]:
     return lakehouse(home, *args, env={"LAKEHOUSE_S3_PORT": str(port)}, timeout=120)
-
-
-def _servers_on(port: int) -> list[int]:
-    """The pids of the moto servers started for ``port``."""
-    found = []
-    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
-        try:
-            args = cmdline.read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if b"moto.server" in args and str(port).encode() in args:
-            found.append(int(cmdline.parent.name))
-    return found
 
 
 def _listening(port: int) -> set[str]:
@@ -72,7 +53,7 @@ def _client(endpoint: str) -> Any:
 
 def test_start_serve_stop_through_the_cli(tmp_path: Path) -> None:
     home = tmp_path / "lakehouse"
-    port = _free_port()
+    port = free_port()
     endpoint = f"http://127.0.0.1:{port}"
     try:
         down = _lakehouse(home, port, "s3", "status")
@@ -86,7 +67,7 @@ def test_start_serve_stop_through_the_cli(tmp_path: Path) -> None:
         state = json.loads((home / "s3" / "server.json").read_text())
         pid = state["pid"]
         assert state["endpoint"] == endpoint
-        assert _servers_on(port) == [pid]
+        assert processes_with("moto.server", str(port)) == [pid]
         assert _listening(port) == {"127.0.0.1"}
         up = _lakehouse(home, port, "s3", "status")
         assert up.returncode == 0
@@ -104,11 +85,11 @@ def test_start_serve_stop_through_the_cli(tmp_path: Path) -> None:
         again = _lakehouse(home, port, "s3", "start")
         assert again.returncode == 0
         assert f"already running, pid {pid}" in again.stdout
-        assert _servers_on(port) == [pid]
+        assert processes_with("moto.server", str(port)) == [pid]
 
         stopped = _lakehouse(home, port, "s3", "stop")
         assert stopped.returncode == 0 and "S3 API (moto): stopped" in stopped.stdout
-        assert not alive(pid) and _servers_on(port) == []
+        assert not alive(pid) and processes_with("moto.server", str(port)) == []
         assert not lists_buckets("127.0.0.1", port)
         assert not (home / "s3" / "server.json").exists()
         after = _lakehouse(home, port, "s3", "status")
@@ -122,7 +103,7 @@ def test_start_serve_stop_through_the_cli(tmp_path: Path) -> None:
         assert _client(endpoint).list_buckets()["Buckets"] == []
     finally:
         _lakehouse(home, port, "s3", "stop")
-    assert _servers_on(port) == []
+    assert processes_with("moto.server", str(port)) == []
 
 
 def test_the_sessions_server_has_the_bucket(s3_server: Any) -> None:

@@ -27,7 +27,6 @@ move stream time; a table aggregate deletes a group its last member left.
 from __future__ import annotations
 
 import itertools
-import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -38,13 +37,10 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from lakehouse.contracts.model import Catalog
-from lakehouse.pipeline.runner import run
 from lakehouse.runtime.config import Settings
 from lakehouse.storage import changes_arrow, read_arrow
 from lakehouse.tables.windows import time_windows
-from lakehouse.topics.landing import Producer, Record
-from lakes import histories, lake_with
+from lakes import histories, lake_with, produce, record, run_pipeline
 from oracle import Result, StreamsOracle, left, right
 
 pytestmark = pytest.mark.integration
@@ -226,25 +222,12 @@ def _produce(
         ts = T0 + minute * MIN
         body = None if value is None else {"id": ident, "event_time": _iso(ts), **value}
         made.append((key, body, ts))
-        records.append(
-            Record(
-                None if key is None else key.encode(),
-                None if body is None else json.dumps(body).encode(),
-                timestamp_ms=ts,
-            )
-        )
-    placed = Producer(lake, topic, PARTITIONS).send_batch(records)
+        records.append(record(key, body, partition=None, timestamp_ms=ts))
+    placed = produce(lake, topic, records)
     return [
         Produced(topic, batch, m.partition, m.offset, key, body, ts)
         for m, (key, body, ts) in zip(placed, made, strict=True)
     ]
-
-
-def _run(spark: Any, lake: Settings) -> None:
-    """Both topics' bronze and silver, then gold: joins see the profiles produced before."""
-    catalog = Catalog.load(lake.contracts_dir)
-    run(spark, lake, catalog, layers=("bronze", "silver"), echo=lambda _line: None)
-    run(spark, lake, catalog, layers=("gold",), echo=lambda _line: None)
 
 
 def _arrival(records: Iterable[Produced]) -> list[Produced]:
@@ -558,14 +541,14 @@ def test_every_table_kind_equals_kafka_streams(
     """A history over three partitions, its profiles complete before the first micro-batch
     and its clicks cut into micro-batches anywhere: every gold table equals what Kafka Streams
     computes from the same records."""
-    lake = lake_with(tmp_path_factory.mktemp("semantics"), {"clicks": CLICKS, "profiles": PROFILES})
+    lake = lake_with(tmp_path_factory.mktemp("semantics"), CLICKS, PROFILES)
     profiles = _produce(lake, "profiles", 0, [(f"q{i}", p) for i, p in enumerate(others)])
     bounds = [0, *sorted(c for c in cuts if c < len(history)), len(history)]
     clicks: list[Produced] = []
     for batch, (lo, hi) in enumerate(itertools.pairwise(bounds)):
         items = [(f"r{i}", history[i]) for i in range(lo, hi)]
         clicks += _produce(lake, "clicks", batch, items)
-        _run(spark, lake)
+        run_pipeline(spark, lake)
     _check(spark, lake, streams_oracle, clicks, profiles)
 
 
@@ -579,11 +562,11 @@ def test_a_windowed_count_ignores_tombstones_where_kafka_streams_counts_them(
     (its ``count()`` counts it) and let it move stream time, although its documentation says
     such records are ignored. The platform ignores them, as its other aggregations and Kafka
     Streams' own non-windowed ones do: a tombstone is a deletion, not an event."""
-    lake = lake_with(tmp_path, {"clicks": CLICKS, "profiles": PROFILES})
+    lake = lake_with(tmp_path, CLICKS, PROFILES)
     clicks = _produce(
         lake, "clicks", 0, [("r0", _click("a", 0)), ("r1", _gone("a", 1)), ("r2", _click("a", 9))]
     )
-    _run(spark, lake)
+    run_pipeline(spark, lake)
     kafka = streams_oracle.compute(_aggregate("tumbling"), [r.fed() for r in clicks]).table()
     assert kafka[("a", (T0, T0 + 2 * MIN))]["n"] == 2  # Kafka counts the tombstone
     ours = _table(lake, "tumbling", "user")
@@ -591,7 +574,7 @@ def test_a_windowed_count_ignores_tombstones_where_kafka_streams_counts_them(
     assert ours[("a", (T0 + 8 * MIN, T0 + 10 * MIN))]["n"] == 1
     # The tombstone at minute 1 does not move stream time: minute 9's record still does.
     tombstone_late = _produce(lake, "clicks", 1, [("r3", _gone("a", 20)), ("r4", _click("a", 8))])
-    _run(spark, lake)
+    run_pipeline(spark, lake)
     assert _late(lake, "tumbling") == set()  # minute 8 is in [8, 10), open at stream time 9
     kafka = streams_oracle.compute(
         _aggregate("tumbling"), [r.fed() for r in [*clicks, *tombstone_late]]
@@ -605,11 +588,11 @@ def test_a_table_aggregate_deletes_a_group_its_last_member_left(
     """Kafka Streams' KGroupedTable keeps a group whose last member left, with a count of 0;
     the platform deletes it (as ksqlDB does), so the table equals one computed from the current
     keys alone, and its changelog shows the delete."""
-    lake = lake_with(tmp_path, {"clicks": CLICKS, "profiles": PROFILES})
+    lake = lake_with(tmp_path, CLICKS, PROFILES)
     clicks = _produce(
         lake, "clicks", 0, [("r0", _click("a", 0, "p1", 5)), ("r1", _click("a", 1, "p2", 6))]
     )
-    _run(spark, lake)
+    run_pipeline(spark, lake)
     kafka = streams_oracle.compute(
         _aggregate("page_now", "page", "table"), [r.fed() for r in clicks]
     )
@@ -624,9 +607,9 @@ def test_a_changelog_has_one_change_per_key_per_micro_batch(
     a Delta change data feed has one change per key per commit, so a table that reads the
     changelog sees a key changed twice in one micro-batch as one change (Kafka Streams with
     record caching on does much the same)."""
-    lake = lake_with(tmp_path, {"clicks": CLICKS, "profiles": PROFILES})
+    lake = lake_with(tmp_path, CLICKS, PROFILES)
     clicks = _produce(lake, "clicks", 0, [("r0", _click("a", 0)), ("r1", _click("a", 1))])
-    _run(spark, lake)
+    run_pipeline(spark, lake)
     table_changes = streams_oracle.compute({"kind": "latest"}, [r.fed() for r in clicks])
     per_record = [left(c.key, c.value, c.ts) for c in table_changes.changelog]
     kafka = streams_oracle.compute(_aggregate("moves"), per_record).table()

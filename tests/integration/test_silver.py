@@ -13,12 +13,11 @@ from deltalake import DeltaTable
 
 from lakehouse.contracts.model import Catalog
 from lakehouse.errors import SchemaEvolutionError
-from lakehouse.pipeline.runner import run
 from lakehouse.runtime.config import Settings
 from lakehouse.storage import read_arrow
 from lakehouse.storage.log import commit_metadata
 from lakehouse.streams.registry import SchemaRegistry
-from lakehouse.topics.landing import Producer, Record
+from lakes import lake_with, produce, run_pipeline
 
 pytestmark = pytest.mark.integration
 
@@ -39,24 +38,12 @@ CONTRACT = dedent(
 
 @pytest.fixture
 def lake(tmp_path: Path) -> Settings:
-    contracts = tmp_path / "contracts"
-    contracts.mkdir()
-    (contracts / "orders.yaml").write_text(CONTRACT)
-    return Settings.from_env(tmp_path / "home", contracts)
+    return lake_with(tmp_path, CONTRACT)
 
 
-def _produce(settings: Settings, values: list[bytes | None], start: int = 0) -> None:
-    Producer(settings, "orders", 2).send_batch(
-        Record(f"o{start + i}".encode(), v) for i, v in enumerate(values)
-    )
-
-
-def _run(
-    spark: Any, settings: Settings, layers: tuple[str, ...] = ("bronze", "silver")
-) -> list[str]:
-    lines: list[str] = []
-    run(spark, settings, Catalog.load(settings.contracts_dir), layers=layers, echo=lines.append)  # type: ignore[arg-type]
-    return lines
+def _produce(lake: Settings, values: list[bytes | None], start: int = 0) -> None:
+    """Orders of these values (as they are), keyed o<start>, o<start + 1>, ..."""
+    produce(lake, "orders", [(f"o{start + i}", v) for i, v in enumerate(values)], partition=None)
 
 
 def _source_versions(path: Path) -> list[list[int]]:
@@ -85,7 +72,7 @@ def test_ten_thousand_bad_among_ninety_thousand_good(spark: Any, lake: Settings)
         else:
             values.append(json.dumps({"customer": f"c{i % 97}", "amount": i}).encode())
     _produce(lake, values)
-    _run(spark, lake)
+    run_pipeline(spark, lake, ("bronze", "silver"))
 
     silver = read_arrow(lake.silver_path("orders_stream"))
     bad = read_arrow(lake.quarantine_path("silver", "orders_stream"))
@@ -104,21 +91,21 @@ def test_ten_thousand_bad_among_ninety_thousand_good(spark: Any, lake: Settings)
 
 def test_incremental_runs_read_only_new_bronze_versions(spark: Any, lake: Settings) -> None:
     _produce(lake, [b'{"customer": "a", "amount": 1}'] * 3)
-    _run(spark, lake)
+    run_pipeline(spark, lake, ("bronze", "silver"))
     bronze_v1 = DeltaTable(str(lake.bronze_path("orders"))).version()
     _produce(lake, [b'{"customer": "b", "amount": 2}'] * 2, start=3)
-    _run(spark, lake, ("bronze",))
+    run_pipeline(spark, lake, ("bronze",))
     _produce(lake, [b'{"customer": "c", "amount": 3}'], start=5)
-    _run(spark, lake, ("bronze",))
+    run_pipeline(spark, lake, ("bronze",))
     bronze_v3 = DeltaTable(str(lake.bronze_path("orders"))).version()
-    lines = _run(spark, lake, ("silver",))
+    lines = run_pipeline(spark, lake, ("silver",))
     assert f"bronze versions {bronze_v1 + 1}..{bronze_v3} committed: 3 records" in lines[0]
     silver = lake.silver_path("orders_stream")
     assert _source_versions(silver) == [[0, bronze_v1], [bronze_v1 + 1, bronze_v3]]
     assert sorted(read_arrow(silver).column("customer").to_pylist()) == ["a"] * 3 + ["b"] * 2 + [
         "c"
     ]
-    assert "no new versions" in _run(spark, lake, ("silver",))[0]
+    assert "no new versions" in run_pipeline(spark, lake, ("silver",))[0]
 
 
 def test_a_crash_between_quarantine_and_stream_then_new_bronze_quarantines_once(
@@ -131,7 +118,7 @@ def test_a_crash_between_quarantine_and_stream_then_new_bronze_quarantines_once(
 
     silver = lake.silver_path("orders_stream")
     _produce(lake, [b'{"customer": "a", "amount": 1}', b"{broken"])
-    _run(spark, lake, ("bronze",))
+    run_pipeline(spark, lake, ("bronze",))
     append = delta_spark.append
 
     def dies_before_the_stream(df: Any, path: Path, **kwargs: Any) -> Any:
@@ -141,13 +128,13 @@ def test_a_crash_between_quarantine_and_stream_then_new_bronze_quarantines_once(
 
     monkeypatch.setattr(delta_spark, "append", dies_before_the_stream)
     with pytest.raises(RuntimeError, match="killed"):
-        _run(spark, lake, ("silver",))
+        run_pipeline(spark, lake, ("silver",))
     monkeypatch.undo()
     quarantine = lake.quarantine_path("silver", "orders_stream")
     assert read_arrow(quarantine).num_rows == 1 and not (silver / "_delta_log").exists()
 
     _produce(lake, [b"{broken again", b'{"customer": "b", "amount": 2}'], start=2)
-    _run(spark, lake, ("bronze", "silver"))
+    run_pipeline(spark, lake, ("bronze", "silver"))
     bad = read_arrow(quarantine).to_pylist()
     assert sorted(r["value"] for r in bad) == [b"{broken", b"{broken again"]
     assert sorted(read_arrow(silver).column("customer").to_pylist()) == ["a", "b"]
@@ -157,7 +144,7 @@ def test_an_added_optional_field_adds_a_column_without_rewriting_history(
     spark: Any, lake: Settings
 ) -> None:
     _produce(lake, [b'{"customer": "a", "amount": 1}'] * 2)
-    _run(spark, lake)
+    run_pipeline(spark, lake, ("bronze", "silver"))
     silver = lake.silver_path("orders_stream")
     files_before = set(DeltaTable(str(silver)).file_uris())
 
@@ -169,7 +156,7 @@ def test_an_added_optional_field_adds_a_column_without_rewriting_history(
         )
     )
     _produce(lake, [b'{"customer": "b", "amount": 2, "coupon": "X1"}'], start=2)
-    _run(spark, lake)
+    run_pipeline(spark, lake, ("bronze", "silver"))
 
     table = read_arrow(silver).to_pylist()
     assert sorted((r["customer"], r["coupon"]) for r in table) == [
@@ -193,14 +180,14 @@ def test_an_added_optional_field_adds_a_column_without_rewriting_history(
         )
     )
     _produce(lake, [b'{"customer": "c", "coupon": "Y"}'], start=3)
-    _run(spark, lake)
+    run_pipeline(spark, lake, ("bronze", "silver"))
     rows = {r["customer"]: r for r in read_arrow(silver).to_pylist()}
     assert (rows["b"]["amount"], rows["c"]["amount"], rows["c"]["coupon"]) == (2, None, "Y")
 
 
 def test_a_breaking_contract_is_refused_before_any_data_moves(spark: Any, lake: Settings) -> None:
     _produce(lake, [b'{"customer": "a", "amount": 1}'])
-    _run(spark, lake)
+    run_pipeline(spark, lake, ("bronze", "silver"))
     versions = {
         p: DeltaTable(str(p)).version()
         for p in (lake.bronze_path("orders"), lake.silver_path("orders_stream"))
@@ -214,7 +201,7 @@ def test_a_breaking_contract_is_refused_before_any_data_moves(spark: Any, lake: 
     )
     _produce(lake, [b'{"customer": "b", "amount": 2, "region": "eu"}'], start=1)
     with pytest.raises(SchemaEvolutionError) as info:
-        _run(spark, lake)
+        run_pipeline(spark, lake, ("bronze", "silver"))
     assert info.value.source == str(contract)
     assert "region" in info.value.problem and "BACKWARD" in info.value.problem
     assert {p: DeltaTable(str(p)).version() for p in versions} == versions
@@ -225,14 +212,7 @@ def test_shipped_avro_topic_through_silver_and_gold(spark: Any, settings: Settin
 
     contract = Catalog.load(settings.contracts_dir).topic("user-profiles")
     samples.produce_seed(settings, contract)
-    lines: list[str] = []
-    run(
-        spark,
-        settings,
-        Catalog.load(settings.contracts_dir),
-        topics=["user-profiles"],
-        echo=lines.append,
-    )
+    run_pipeline(spark, settings, topics=["user-profiles"])
     silver = read_arrow(settings.silver_path("user_profile_changes")).to_pylist()
     assert len(silver) == len(samples.SAMPLE_PROFILES)
     assert not settings.quarantine_path("silver", "user_profile_changes").exists()

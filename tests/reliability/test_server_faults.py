@@ -26,7 +26,6 @@ import contextlib
 import os
 import random
 import signal
-import socket
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -64,7 +63,7 @@ from faults import (
 
 from lakehouse.runtime import server
 from lakehouse.runtime.config import Settings
-from lakehouse.runtime.process import alive
+from lakehouse.runtime.process import alive, free_port
 
 pytestmark = [
     pytest.mark.reliability,
@@ -80,18 +79,12 @@ CLIENT_BOUND_S = 120.0
 WORKERS_BOUND_S = 60.0
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lake]:
     """The faults' lake (:func:`faults.make_lake`), its server running on a free port."""
     lake = make_lake(tmp_path_factory.mktemp("server-faults") / "killed")
     with pytest.MonkeyPatch.context() as mp:
-        mp.setenv(server.PORT_ENV, str(_free_port()))
+        mp.setenv(server.PORT_ENV, str(free_port()))
         server.start(lake.settings)
         try:
             yield lake

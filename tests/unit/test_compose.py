@@ -18,6 +18,9 @@ import json
 import os
 import re
 import shlex
+import subprocess
+import sys
+import tomllib
 from pathlib import Path, PurePosixPath
 from typing import Any
 from urllib.parse import urlsplit
@@ -44,8 +47,10 @@ from compose_file import (
 )
 
 DOCKERIGNORE = ROOT / ".dockerignore"
-README = ROOT / "README.md"
 KAFKA_POM = ROOT / "include" / "jvm" / "kafka" / "pom.xml"
+# What `make install` installs besides Python packages, each named by the file that locks it.
+MAKE_INPUTS = ("include/jvm/pom.xml", "include/jvm/kafka/pom.xml", "include/web/package-lock.json")
+COPY_JARS = "include/jvm/copy-jars.sh"
 
 SERVICES = {
     "postgres",
@@ -136,16 +141,6 @@ def expand(word: str, env: dict[str, str | None]) -> str:
     return SHELL_VARIABLE.sub(value, word)
 
 
-def readme_section(heading: str) -> str:
-    """The README's text from ``heading`` to the next heading of the same or a higher level."""
-    text = README.read_text()
-    assert heading in text, f"README has no {heading!r}"
-    level = heading.split(" ")[0]
-    rest = text.split(heading, 1)[1]
-    end = re.search(rf"^#{{1,{len(level)}}} ", rest, re.MULTILINE)
-    return rest[: end.start()] if end else rest
-
-
 def host_ports(service: dict[str, Any]) -> list[str]:
     ports = []
     for port in service.get("ports", []):
@@ -185,6 +180,40 @@ def dockerfile_copies() -> dict[str, PurePosixPath]:
             into_dir = (ROOT / source).is_file() and (dest.endswith("/") or len(sources) > 1)
             copied[source.rstrip("/")] = target / PurePosixPath(source).name if into_dir else target
     return copied
+
+
+def run_steps() -> list[tuple[int, list[str]]]:
+    """Each command of the Dockerfile's RUN instructions (split at ``&&``) as words, with the
+    index of its instruction."""
+    return [
+        (i, shlex.split(part))
+        for i, (instruction, args) in enumerate(dockerfile_instructions())
+        if instruction == "RUN"
+        for part in args.split("&&")
+    ]
+
+
+def make_install_commands() -> list[list[str]]:
+    """The commands `make install` runs for the JVM jars and the web assets, as ``make -n``
+    prints them (each as words; a line's commands split at ``&&``) when their locks are newer
+    than what is installed."""
+    touched = [arg for path in MAKE_INPUTS for arg in ("-W", path)]
+    done = subprocess.run(
+        ["make", "-n", *touched, "install"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.replace("\\\n", " ").splitlines()
+    return [
+        shlex.split(part)
+        for line in lines
+        if line.strip() and not line.lstrip().startswith("#")
+        for part in line.split("&&")
+    ]
 
 
 def is_secret_name(name: str) -> bool:
@@ -447,15 +476,6 @@ def test_services_and_the_host_reach_the_broker_where_it_advertises_itself() -> 
             assert ports[str(port)][1] == str(bound[name][1]), name
 
 
-def test_the_ports_published_for_users_are_the_ones_the_readme_gives() -> None:
-    section = readme_section("### In docker compose")
-    documented = set(re.findall(r"localhost:(\d+)", section))
-    assert documented == {port for svc in services().values() for port in published(svc)}
-    # The store and the broker (which has no authentication) only on this host's loopback.
-    for name in ("minio", "kafka"):
-        assert {address for address, _ in published(services()[name]).values()} == {"127.0.0.1"}
-
-
 # -- each service's start-up, through the platform's own checks --------------------------------
 def started_with(name: str) -> list[str]:
     """The lakehouse command a service starts with (for a script, its line that runs one)."""
@@ -543,6 +563,38 @@ def test_every_service_starts_with_a_filled_env(tmp_path: Path, monkeypatch: Any
     scheduler = container_env("airflow-scheduler", dotenv)
     for key in ("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", "AIRFLOW__CORE__FERNET_KEY"):
         assert made["airflow-scheduler"][key] == scheduler[key]
+
+
+def test_every_published_port_leads_to_a_port_its_service_listens_on(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    """A port published for users reaches what listens in the container: MinIO's API and
+    console (its command's options), the broker's listeners, and the API server where
+    `lakehouse airflow api-server`'s environment puts it. The store and the broker (which has
+    no authentication) are published on this host's loopback only."""
+    from lakehouse.orchestration.standalone import ui_address
+
+    minio_args = command(services()["minio"])
+    kafka_env = environment(services()["kafka"])
+    api = start_up("airflow-apiserver", filled_env(), tmp_path, monkeypatch)
+    listening = {
+        "minio": {
+            option(minio_args, "--address", ":9000").rpartition(":")[2],
+            option(minio_args, "--console-address", "").rpartition(":")[2],
+        },
+        "kafka": {str(port) for _, port in listeners(kafka_env["KAFKA_LISTENERS"] or "").values()},
+        "airflow-apiserver": {str(ui_address(api)[1])},
+    }
+    targets = {
+        name: {target for _, target in published(svc).values()}
+        for name, svc in services().items()
+        if svc.get("ports")
+    }
+    assert set(targets) == set(listening)
+    for name, ports in targets.items():
+        assert ports and ports <= listening[name], (name, ports, listening[name])
+    for name in ("minio", "kafka"):
+        assert {address for address, _ in published(services()[name]).values()} == {"127.0.0.1"}
 
 
 def test_a_placeholder_left_in_env_stops_every_service_before_it_starts(
@@ -665,18 +717,41 @@ def test_dags_jobs_and_contracts_sit_beside_the_package_in_the_image() -> None:
 
 
 def test_dockerfile_sets_the_shared_paths_and_runs_as_a_non_root_user() -> None:
+    """The image is the official Python image of a version the package supports: Spark's
+    workers run its interpreter, and SPARK_HOME is the pyspark that pip installs for it. The
+    homes are folders of their own, outside the project; the image runs as a non-root user."""
+    from packaging.specifiers import SpecifierSet
+
     instructions = dockerfile_instructions()
     # The image is the last stage; the one before it only installs files for it.
     stages = [args for instruction, args in instructions if instruction == "FROM"]
-    assert stages[-1] == "python:3.11-slim-bookworm"
+    found = re.fullmatch(r"python:(\d+\.\d+)-[\w.-]+", stages[-1])
+    assert found, f"{stages[-1]}: an official Python image, pinned to a minor version"
+    version = found[1]
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert version in SpecifierSet(project["requires-python"]), (
+        version,
+        project["requires-python"],
+    )
     env = dockerfile_env()
-    assert env["LAKEHOUSE_HOME"] == "/lakehouse"
-    assert env["AIRFLOW_HOME"] == "/opt/airflow"
     assert env["PYSPARK_PYTHON"] == env["PYSPARK_DRIVER_PYTHON"] == "/usr/local/bin/python"
-    # pip puts pyspark (and its bin/spark-class) in the base image's site-packages.
-    assert env["SPARK_HOME"] == "/usr/local/lib/python3.11/site-packages/pyspark"
+    assert env["SPARK_HOME"] == f"/usr/local/lib/python{version}/site-packages/pyspark"
+    project_dir = dockerfile_copies()["include"].parent
+    for key in ("LAKEHOUSE_HOME", "AIRFLOW_HOME"):
+        home = PurePosixPath(env[key])
+        assert home.is_absolute() and not home.is_relative_to(project_dir), (key, home)
+    assert env["LAKEHOUSE_HOME"] != env["AIRFLOW_HOME"]
     users = [args for instruction, args in instructions if instruction == "USER"]
     assert users and users[-1].split(":")[0] not in {"root", "0"}
+    # The user can write both homes (named volumes mounted on them start out with their owner).
+    uid = users[-1].split(":")[0]
+    owned = {
+        path
+        for _, args in run_steps()
+        if args[:2] == ["chown", "-R"] and args[2].split(":")[0] == uid
+        for path in args[3:]
+    }
+    assert {env["LAKEHOUSE_HOME"], env["AIRFLOW_HOME"]} <= owned, owned
 
 
 def test_the_compose_schedulers_hand_off_tasks_as_soon_as_the_local_airflow(
@@ -692,33 +767,53 @@ def test_the_compose_schedulers_hand_off_tasks_as_soon_as_the_local_airflow(
     assert environment(services()["airflow-scheduler"])[key] == local[key] == "0.5"
 
 
-def test_the_image_copies_the_jvm_jars_where_jobs_look_for_them() -> None:
-    """`lakehouse.runtime.jvm.jars_dir` is the interpreter's prefix's ``jars``: /usr/local/jars in the
-    image. Maven is installed, the jars are copied there by make's own step (before the image
-    switches to its non-root user), and checked against the lock once the package is in."""
+def test_the_image_copies_the_jvm_jars_where_jobs_look_for_them(monkeypatch: Any) -> None:
+    """`lakehouse.runtime.jvm` looks for the jars under the interpreter's prefix: /usr/local in
+    the image (the official Python image's). The image runs `make install`'s own step for the
+    Spark and broker jars (the same script and poms, into the image's folders), with Maven
+    installed, before it switches to its non-root user, and the same checks once the package
+    is in."""
+    from lakehouse.runtime import jvm
+
+    made = make_install_commands()
+    # make's copies go where jobs look in the virtualenv (the oracle's jars are the tests').
+    folders = {
+        jvm.jars_dir().resolve(): jvm.jars_dir,
+        jvm.kafka_jars_dir().resolve(): jvm.kafka_jars_dir,
+    }
+    copies = [args for args in made if args[0] == COPY_JARS]
+    local = {(ROOT / args[1]).resolve(): args[2:] for args in copies}
+    assert set(folders) <= set(local), (folders, copies)
+    checks = [args[3:] for args in made if args[1:3] == ["-m", "lakehouse.runtime.jvm"]]
+    monkeypatch.setattr(sys, "prefix", "/usr/local")
+    wanted = {str(where()): local[folder] for folder, where in folders.items()}
+
+    steps = run_steps()
+    image_copies = {args[1]: args[2:] for _, args in steps if args[0] == COPY_JARS}
+    assert image_copies == wanted
+    image_checks = [
+        args[3:] for _, args in steps if args[:3] == ["python", "-m", "lakehouse.runtime.jvm"]
+    ]
+    assert image_checks == [kind for kind in checks if kind != ["oracle"]]
+
     instructions = dockerfile_instructions()
-    runs = [i for i, (instruction, _) in enumerate(instructions) if instruction == "RUN"]
-    apt = [i for i in runs if "apt-get install" in instructions[i][1]]
-    copy = [i for i in runs if "include/jvm/copy-jars.sh /usr/local/jars" in instructions[i][1]]
-    install = [i for i in runs if "pip install --no-cache-dir --no-deps -e ." in instructions[i][1]]
-    check = [i for i in runs if "python -m lakehouse.runtime.jvm" in instructions[i][1]]
+    apt = [i for i, args in steps if args[:2] == ["apt-get", "install"] and "maven" in args]
+    copy = [i for i, args in steps if args[0] == COPY_JARS]
+    install = [
+        i for i, args in steps if args[:2] == ["pip", "install"] and args[-2:] == ["-e", "."]
+    ]
+    check = [i for i, args in steps if args[:3] == ["python", "-m", "lakehouse.runtime.jvm"]]
     user = [i for i, (instruction, _) in enumerate(instructions) if instruction == "USER"]
-    assert apt and " maven" in instructions[apt[0]][1]
-    assert len(copy) == 1 and len(check) == 1 and install and user
-    assert apt[0] < copy[0] < check[0] < user[-1]
-    assert install[0] <= check[0]
+    assert apt and copy and install and check and user
+    assert apt[0] < copy[0] and max(copy) < min(check) and max(check) < user[-1]
+    assert install[0] <= min(check)
     assert "include/jvm" in dockerfile_copies()
-    assert "include/jvm/copy-jars.sh $(JARS)" in (ROOT / "Makefile").read_text()
-    # The broker's jars beside them, where lakehouse.runtime.jvm.kafka_jars_dir looks, checked too.
-    broker = "include/jvm/copy-jars.sh /usr/local/kafka-jars include/jvm/kafka/pom.xml"
-    assert broker in instructions[copy[0]][1]
-    assert "python -m lakehouse.runtime.jvm kafka" in instructions[check[0]][1]
 
 
 def test_the_image_gets_the_data_docs_web_assets_where_reports_look_for_them() -> None:
     """`lakehouse.quality.web_assets.NODE_MODULES` is include/web/node_modules beside the package:
-    npm installs the locked files in a stage of their own (as `make web-assets` does), the image
-    copies them there (never a local install: it is ignored), and checks them."""
+    npm installs the locked files in a stage of their own with `make install`'s own command, the
+    image copies them there (never a local install: it is ignored), and checks them."""
     from lakehouse.quality.web_assets import NODE_MODULES
 
     instructions = dockerfile_instructions()
@@ -730,8 +825,8 @@ def test_the_image_gets_the_data_docs_web_assets_where_reports_look_for_them() -
         i == "COPY" and "include/web/package.json include/web/package-lock.json" in a
         for i, a in stage
     )
-    assert ("RUN", "npm ci --ignore-scripts --no-audit --no-fund") in stage
-    assert "npm ci --ignore-scripts --no-audit --no-fund" in (ROOT / "Makefile").read_text()
+    (npm,) = [args for args in make_install_commands() if args[0] == "npm"]
+    assert [shlex.split(a) for i, a in stage if i == "RUN"] == [npm]
     copies = [k for k, (i, a) in enumerate(instructions) if i == "COPY" and "--from=web" in a]
     assert len(copies) == 1
     *_, source, dest = instructions[copies[0]][1].split()

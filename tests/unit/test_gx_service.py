@@ -296,15 +296,46 @@ def test_start_after_the_server_died_ends_its_validation_service_first(
     assert service.wait(timeout=30) is not None
 
 
+# A process that reports the signals it gets: it blocks them (a blocked signal stays pending),
+# says "ready", takes them one by one until SIGUSR1, then prints the names of those it took and
+# of those still pending, and exits.
+_SIGNAL_REPORTER = textwrap.dedent(
+    """\
+    import signal
+    watched = {signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1}
+    signal.pthread_sigmask(signal.SIG_BLOCK, watched)
+    print("ready", flush=True)
+    got = []
+    while signal.SIGUSR1 not in got:
+        got.append(signal.Signals(signal.sigwaitinfo(watched).si_signo))
+    got += sorted(signal.sigpending() & watched)
+    print(" ".join(sig.name for sig in got), flush=True)
+    """
+)
+
+
 def test_a_recorded_service_pid_reused_by_another_process_is_left_alone(
     settings: Settings,
 ) -> None:
-    other = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    """stop() sends no signal to a process that merely has the recorded pid. kill(2) makes a
+    signal pending before it returns: the process reports what it got or has pending once it
+    takes a SIGUSR1 sent after stop() returned, so a signal stop() sent is in the report (or
+    the process is dead, for SIGKILL)."""
+    other = subprocess.Popen(
+        [sys.executable, "-c", _SIGNAL_REPORTER],
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     try:
+        assert other.stdout is not None
+        assert other.stdout.readline() == "ready\n"
         _record_a_dead_server(settings, other.pid)
         assert not server.stop(settings)
-        time.sleep(0.5)
-        assert other.poll() is None
+        other.send_signal(signal.SIGUSR1)
+        out, _ = other.communicate(timeout=30)
+        assert (other.returncode, out) == (0, "SIGUSR1\n")
     finally:
-        other.kill()
-        other.wait()
+        if other.poll() is None:
+            other.kill()
+            other.wait()

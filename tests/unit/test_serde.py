@@ -75,7 +75,7 @@ TOPICS = ("payments", "payments-avro")
 
 @pytest.fixture
 def lake(tmp_path: Path) -> Settings:
-    return lake_with(tmp_path, {"payments": JSON_TOPIC, "payments-avro": AVRO_TOPIC})
+    return lake_with(tmp_path, JSON_TOPIC, AVRO_TOPIC)
 
 
 def _produce(
