@@ -83,6 +83,27 @@ $(ORACLE_JARS_STAMP): $(PY_STAMP) $(ORACLE_POM) $(ORACLE_JARS_LOCK) include/jvm/
 	$(BIN)/python -m lakehouse.runtime.jvm oracle
 	@touch $@
 
+# The Spark server's own JVM code (include/jvm/server/src: the server's main class, its two
+# credentials on Spark Connect and the SQL endpoint, and the check that holds the readers' credential
+# to reading; lakehouse.runtime.server), compiled with the JDK's javac against pyspark's jars alone
+# (nothing to resolve) into one jar in the virtualenv, which the server's class path names.
+SERVER_JAR := $(VENV)/lakehouse-server.jar
+SERVER_SOURCES := $(shell find include/jvm/server/src -name '*.java' | sort)
+
+$(SERVER_JAR): $(PY_STAMP) $(SERVER_SOURCES)
+	@command -v javac > /dev/null || { \
+		echo "javac is missing: the Spark server's JVM code (include/jvm/server) is built with a JDK 17+"; \
+		echo "(Debian/Ubuntu: sudo apt-get install openjdk-17-jdk-headless)"; exit 1; }
+	rm -rf $(VENV)/lakehouse-server-classes
+	javac -nowarn --release 17 -d $(VENV)/lakehouse-server-classes \
+		-cp "$$($(BIN)/python -c 'from lakehouse.runtime.jvm import pyspark_jars_dir; print(pyspark_jars_dir())')/*" \
+		$(SERVER_SOURCES)
+	jar --create --file $@ -C $(VENV)/lakehouse-server-classes .
+	rm -rf $(VENV)/lakehouse-server-classes
+
+.PHONY: server-jar
+server-jar: $(SERVER_JAR) ## Build the Spark server's JVM code (include/jvm/server; part of install)
+
 # The styles, fonts and scripts of the Data Docs pages (Bootstrap, jQuery, Popper,
 # bootstrap-table, bootstrap-datepicker, Font Awesome, Vega), which Great Expectations' templates
 # load from CDNs: include/web/package.json names the versions the templates name and
@@ -108,7 +129,7 @@ $(WEB_STAMP): $(WEB)/package.json $(WEB)/package-lock.json $(WEB)/.npmrc
 .PHONY: web-assets
 web-assets: $(WEB_STAMP) ## Install the Data Docs' locked styles, fonts and scripts (include/web/package-lock.json; part of install)
 
-$(STAMP): $(PY_STAMP) $(JARS_STAMP) $(KAFKA_JARS_STAMP) $(ORACLE_JARS_STAMP) $(WEB_STAMP)
+$(STAMP): $(PY_STAMP) $(JARS_STAMP) $(KAFKA_JARS_STAMP) $(ORACLE_JARS_STAMP) $(SERVER_JAR) $(WEB_STAMP)
 	@touch $@
 
 .PHONY: install
