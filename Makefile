@@ -221,8 +221,10 @@ airflow: java postgres ## Start Airflow 3 locally on PostgreSQL, on 127.0.0.1 (l
 	LAKEHOUSE_AIRFLOW_DB=postgres $(LAKEHOUSE) airflow db migrate > /dev/null
 	@echo "Metadata database: PostgreSQL (stop it with: $(LAKEHOUSE) postgres stop)"
 	@# The layer tasks are clients of the Spark server; it stops when Airflow does. It keeps the
-	@# tables' names in the metastore on the same PostgreSQL (README: The catalog).
+	@# tables' names in the metastore on the same PostgreSQL (README: The catalog), and serves the
+	@# SQL endpoint for tools (docs/sql.md; `lakehouse spark reader` prints the login).
 	LAKEHOUSE_METASTORE=postgres $(LAKEHOUSE) spark start
+	@echo "SQL endpoint for tools: user reader, password from: $(LAKEHOUSE) spark reader"
 	trap '$(LAKEHOUSE) spark stop' EXIT; LAKEHOUSE_AIRFLOW_DB=postgres $(LAKEHOUSE) airflow standalone
 
 # The browser tests (Data Docs in the Airflow UI) drive Debian's headless Chromium.
