@@ -98,7 +98,9 @@ $(SERVER_JAR): $(PY_STAMP) $(SERVER_SOURCES)
 	javac -nowarn --release 17 -d $(VENV)/lakehouse-server-classes \
 		-cp "$$($(BIN)/python -c 'from lakehouse.runtime.jvm import pyspark_jars_dir; print(pyspark_jars_dir())')/*" \
 		$(SERVER_SOURCES)
-	jar --create --file $@ -C $(VENV)/lakehouse-server-classes .
+	@# Written beside it, then renamed: a running server keeps reading the jar it started with.
+	jar --create --file $@.tmp -C $(VENV)/lakehouse-server-classes .
+	mv $@.tmp $@
 	rm -rf $(VENV)/lakehouse-server-classes
 
 .PHONY: server-jar

@@ -1,6 +1,8 @@
 package lakehouse.server;
 
+import java.util.HashSet;
 import java.util.Map;
+import java.util.Set;
 import java.util.WeakHashMap;
 import java.util.concurrent.ConcurrentHashMap;
 import org.apache.spark.sql.SparkSession;
@@ -19,7 +21,13 @@ import scala.collection.Iterator;
  * pipeline, so a session nobody recorded can never write.
  */
 final class Sessions {
-  private static final Map<String, Credentials.Role> CONNECT = new ConcurrentHashMap<>();
+  private static final Map<String, Claim> CONNECT = new ConcurrentHashMap<>();
+  private static final int PRUNE_ABOVE = 10_000;
+  // A session id claimed this recently is kept even if Spark has no session for it yet: its
+  // first request is still on its way to Spark's session manager.
+  private static final long YOUNG_MS = 10 * 60 * 1000L;
+
+  private record Claim(Credentials.Role role, long at) {}
   // The answer for a Connect session found in Spark's session manager (it cannot change: its id
   // keeps its role); weak keys, so a closed session's entry goes with it.
   private static final Map<SparkSession, Boolean> KNOWN = new WeakHashMap<>();
@@ -31,8 +39,28 @@ final class Sessions {
    * session already had (the same, or another: the caller refuses that request).
    */
   static Credentials.Role claim(String sessionId, Credentials.Role role) {
-    Credentials.Role before = CONNECT.putIfAbsent(sessionId, role);
-    return before == null ? role : before;
+    Claim before = CONNECT.putIfAbsent(sessionId, new Claim(role, System.currentTimeMillis()));
+    if (before == null && CONNECT.size() > PRUNE_ABOVE) {
+      prune();
+    }
+    return before == null ? role : before.role();
+  }
+
+  /**
+   * Forget the ids of Connect sessions that are no longer active, so the record does not grow
+   * with every session the server ever had. An active session keeps its role; a closed one is
+   * never used again (Spark refuses a closed session's id, and a session it makes anew under an
+   * id it has forgotten is a new session, whose role is recorded anew).
+   */
+  private static synchronized void prune() {
+    Set<String> active = new HashSet<>();
+    Iterator<SessionHolderInfo> infos =
+        SparkConnectService$.MODULE$.sessionManager().listActiveSessions().iterator();
+    while (infos.hasNext()) {
+      active.add(infos.next().sessionId());
+    }
+    long young = System.currentTimeMillis() - YOUNG_MS;
+    CONNECT.entrySet().removeIf(e -> !active.contains(e.getKey()) && e.getValue().at() < young);
   }
 
   /** Whether {@code session} is a Connect session the pipeline's token opened. */
@@ -47,7 +75,8 @@ final class Sessions {
     if (id == null) {
       return false;
     }
-    boolean pipeline = CONNECT.get(id) == Credentials.Role.PIPELINE;
+    Claim claim = CONNECT.get(id);
+    boolean pipeline = claim != null && claim.role() == Credentials.Role.PIPELINE;
     synchronized (KNOWN) {
       KNOWN.put(session, pipeline);
     }
