@@ -535,6 +535,11 @@ def test_every_service_starts_with_a_filled_env(tmp_path: Path, monkeypatch: Any
     listening = {key: conf[key] for key in conf if key.endswith(("binding.address", "bindAddress"))}
     assert set(listening.values()) == {"127.0.0.1"}, listening
     assert conf["spark.master"] == f"local[{dotenv['SPARK_SERVER_CORES']}]"
+    # The SQL endpoint, in the same JVM, listens on the container's every interface and the host
+    # publishes it on its loopback only.
+    sql_port = conf["spark.hadoop.hive.server2.thrift.port"]
+    assert conf["spark.hadoop.hive.server2.thrift.bind.host"] == "0.0.0.0"
+    assert published(services()["spark-server"]) == {sql_port: ("127.0.0.1", sql_port)}
     # The API server listens on the container's every interface (its port is published on the
     # host's loopback); on one machine `lakehouse airflow` keeps it on 127.0.0.1.
     assert made["airflow-apiserver"]["AIRFLOW__API__HOST"] == "0.0.0.0"
