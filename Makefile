@@ -90,18 +90,9 @@ $(ORACLE_JARS_STAMP): $(PY_STAMP) $(ORACLE_POM) $(ORACLE_JARS_LOCK) include/jvm/
 SERVER_JAR := $(VENV)/lakehouse-server.jar
 SERVER_SOURCES := $(shell find include/jvm/server/src -name '*.java' | sort)
 
-$(SERVER_JAR): $(PY_STAMP) $(SERVER_SOURCES)
-	@command -v javac > /dev/null || { \
-		echo "javac is missing: the Spark server's JVM code (include/jvm/server) is built with a JDK 17+"; \
-		echo "(Debian/Ubuntu: sudo apt-get install openjdk-17-jdk-headless)"; exit 1; }
-	rm -rf $(VENV)/lakehouse-server-classes
-	javac -nowarn --release 17 -d $(VENV)/lakehouse-server-classes \
-		-cp "$$($(BIN)/python -c 'from lakehouse.runtime.jvm import pyspark_jars_dir; print(pyspark_jars_dir())')/*" \
-		$(SERVER_SOURCES)
-	@# Written beside it, then renamed: a running server keeps reading the jar it started with.
-	jar --create --file $@.tmp -C $(VENV)/lakehouse-server-classes .
-	mv $@.tmp $@
-	rm -rf $(VENV)/lakehouse-server-classes
+$(SERVER_JAR): $(PY_STAMP) $(SERVER_SOURCES) include/jvm/server/build.sh
+	include/jvm/server/build.sh $@ \
+		"$$($(BIN)/python -c 'from lakehouse.runtime.jvm import pyspark_jars_dir; print(pyspark_jars_dir())')"
 
 .PHONY: server-jar
 server-jar: $(SERVER_JAR) ## Build the Spark server's JVM code (include/jvm/server; part of install)

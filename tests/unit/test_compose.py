@@ -748,3 +748,22 @@ def test_the_image_gets_the_data_docs_web_assets_where_reports_look_for_them() -
     assert str(NODE_MODULES.relative_to(ROOT)) in ignored
     checks = [a for i, a in instructions[stages[-1] :] if i == "RUN"]
     assert any("python -m lakehouse.quality.web_assets" in a for a in checks)
+
+
+def test_the_image_builds_the_spark_servers_code_where_the_server_looks_for_it() -> None:
+    """`lakehouse.runtime.jvm.server_jar` is the interpreter's prefix's lakehouse-server.jar:
+    /usr/local in the image. The image has the JDK (javac) and runs make's own build script
+    there, after the package (and so pyspark's jars) is installed."""
+    from lakehouse.runtime.jvm import SERVER_JAR
+
+    instructions = dockerfile_instructions()
+    runs = [k for k, (i, a) in enumerate(instructions) if i == "RUN"]
+    build = [k for k in runs if "include/jvm/server/build.sh" in instructions[k][1]]
+    assert len(build) == 1
+    assert f"/usr/local/{SERVER_JAR}" in instructions[build[0]][1]
+    editable = [
+        k for k in runs if "pip install --no-cache-dir --no-deps -e ." in instructions[k][1]
+    ]
+    assert editable and editable[0] < build[0]
+    assert any("openjdk-17-jdk-headless" in instructions[k][1] for k in runs)
+    assert "include/jvm/server/build.sh" in (ROOT / "Makefile").read_text()
