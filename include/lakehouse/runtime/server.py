@@ -8,9 +8,10 @@ The server is the lakehouse's own main class (``include/jvm/server``, compiled a
 :func:`lakehouse.runtime.jvm.server_jar`), started by pyspark's own ``spark-submit`` with the
 platform's Spark settings and JVM jars (:func:`lakehouse.runtime.spark.spark_conf`): it starts the
 session, then Spark Connect on it as Spark's ``SparkConnectServer`` does, then Spark's Thrift
-server on the same session's context, so both protocols commit through this one driver. Delta has no Connect plugin for this Spark line, so clients
-use Delta through SQL and the DataFrame reader and writer, which Delta's session extension
-serves on the server (``MERGE INTO``, ``readChangeFeed``, ``txnAppId`` ...).
+server on the same session, so both protocols commit through this one driver. Delta has no
+Connect plugin for this Spark line, so clients use Delta through SQL and the DataFrame reader and
+writer, which Delta's session extension serves on the server (``MERGE INTO``,
+``readChangeFeed``, ``txnAppId`` ...).
 
 * It listens on 127.0.0.1 only: the Connect port, and Spark's own driver and block manager
   ports, which have no authentication of their own.
@@ -101,8 +102,8 @@ SQL_PORT_ENV = "LAKEHOUSE_SQL_PORT"
 DEFAULT_SQL_PORT = 10000
 SQL_ADDRESS_ENV = "LAKEHOUSE_SQL_ADDRESS"
 READER_USER = "reader"  # the SQL endpoint's one user (the readers' token is its password)
-# Read by Spark's client (and by Spark's own Connect server, which this one is not: it is kept
-# out of the server's environment).
+# Where Spark's client (and Spark's own Connect server) look for a token: never in this server's
+# environment, which gets its tokens on its standard input.
 TOKEN_ENV = "SPARK_CONNECT_AUTHENTICATE_TOKEN"
 LOOPBACK = "127.0.0.1"
 # The server's setting naming the lake's folders of data for the readers' check (lake_folders).
@@ -241,6 +242,7 @@ class Reader:
         return f"sc://localhost:{self.connect_port}/;token={self.password}"
 
     def describe(self) -> str:
+        """What ``lakehouse spark reader`` prints: one ``name: value`` line each."""
         return "\n".join(
             (
                 f"host: {self.host}",
@@ -326,10 +328,11 @@ def status(settings: Settings) -> Status:
 
 
 def server_conf(settings: Settings, at: int, sql_at: int | None = None) -> dict[str, str]:
-    """Every setting the server starts with: the platform's (:func:`lakehouse.runtime.spark.spark_conf`),
-    the Connect service's and the SQL endpoint's (on ``sql_at``, by default :func:`sql_port`),
-    every listener on the loopback address but the SQL endpoint's (:func:`sql_address`), and the
-    readers' check's (its class, the lake, the warehouse and the pipeline's schemas)."""
+    """Every setting the server starts with: the platform's
+    (:func:`lakehouse.runtime.spark.spark_conf`), the Connect service's and the SQL endpoint's
+    (on ``sql_at``, by default :func:`sql_port`), every listener on the loopback address but the
+    SQL endpoint's (:func:`sql_address`), and the readers' check's (its classes, the lake's
+    folders, the warehouse and the pipeline's schemas)."""
     from lakehouse.runtime import jvm
     from lakehouse.runtime.config import whole_number_setting
     from lakehouse.runtime.metastore import PIPELINE_SCHEMAS, folder, metastore_conf
