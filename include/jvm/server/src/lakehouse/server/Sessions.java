@@ -76,7 +76,10 @@ final class Sessions {
       return false;
     }
     Claim claim = CONNECT.get(id);
-    boolean pipeline = claim != null && claim.role() == Credentials.Role.PIPELINE;
+    if (claim == null) {
+      return false; // not claimed yet: a reader's until its credential's first request says
+    }
+    boolean pipeline = claim.role() == Credentials.Role.PIPELINE;
     synchronized (KNOWN) {
       KNOWN.put(session, pipeline);
     }

@@ -28,7 +28,7 @@ public final class TokenInterceptor implements ServerInterceptor {
   private static final Metadata.Key<String> AUTHORIZATION =
       Metadata.Key.of("authorization", Metadata.ASCII_STRING_MARSHALLER);
   private static final String BEARER = "Bearer ";
-  private static final Map<Class<?>, Method> SESSION_ID = new ConcurrentHashMap<>();
+  private static final Map<String, Method> GETTERS = new ConcurrentHashMap<>();
 
   @Override
   public <Q, R> ServerCall.Listener<Q> interceptCall(
@@ -104,13 +104,16 @@ public final class TokenInterceptor implements ServerInterceptor {
 
   /** Why {@code message} is refused to {@code role}, or null when it may go on. */
   static String check(Object message, Credentials.Role role) {
-    String sessionId = sessionId(message);
-    if (sessionId != null && !sessionId.isEmpty()) {
-      Credentials.Role owner = Sessions.claim(sessionId, role);
-      if (owner != role) {
-        return "the Spark Connect session "
-            + sessionId
-            + " was opened with another credential: open a new session";
+    // A clone (CloneSession's new session id) is its source's credential's too.
+    for (String getter : new String[] {"getSessionId", "getNewSessionId"}) {
+      String sessionId = string(message, getter);
+      if (sessionId != null && !sessionId.isEmpty()) {
+        Credentials.Role owner = Sessions.claim(sessionId, role);
+        if (owner != role) {
+          return "the Spark Connect session "
+              + sessionId
+              + " was opened with another credential: open a new session";
+        }
       }
     }
     if (role != Credentials.Role.READER || !(message instanceof ExecutePlanRequest request)) {
@@ -153,14 +156,18 @@ public final class TokenInterceptor implements ServerInterceptor {
     return null;
   }
 
-  /** The session id every Connect request carries, or null for a message without one. */
-  private static String sessionId(Object message) {
+  /**
+   * A string field of a Connect request by its getter (every request has {@code getSessionId}),
+   * or null for a message without it.
+   */
+  private static String string(Object message, String name) {
     Method getter =
-        SESSION_ID.computeIfAbsent(
-            message.getClass(),
-            type -> {
+        GETTERS.computeIfAbsent(
+            message.getClass().getName() + "#" + name,
+            key -> {
               try {
-                return type.getMethod("getSessionId");
+                Method found = message.getClass().getMethod(name);
+                return found.getReturnType() == String.class ? found : null;
               } catch (NoSuchMethodException e) {
                 return null;
               }
