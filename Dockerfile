@@ -21,12 +21,12 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 
-# Spark 4 needs Java 17; Spark's launch scripts call `ps` (procps); Maven copies the JVM jars
-# below. The man1 folder works around the JRE's post-install step on slim images. JAVA_HOME gets
+# Spark 4 needs Java 17 (the JDK: its javac compiles the Spark server's own code below);
+# Spark's launch scripts call `ps` (procps); Maven copies the JVM jars below. The man1 folder works around the JRE's post-install step on slim images. JAVA_HOME gets
 # an arch-independent name.
 RUN mkdir -p /usr/share/man/man1 \
     && apt-get update \
-    && apt-get install -y --no-install-recommends openjdk-17-jre-headless procps maven \
+    && apt-get install -y --no-install-recommends openjdk-17-jdk-headless procps maven \
     && rm -rf /var/lib/apt/lists/* \
     && ln -s "/usr/lib/jvm/java-17-openjdk-$(dpkg --print-architecture)" /usr/lib/jvm/java-17
 ENV JAVA_HOME=/usr/lib/jvm/java-17
@@ -59,6 +59,11 @@ COPY contracts/ contracts/
 RUN pip install --no-cache-dir --no-deps -e . \
     && rm -rf include/lakehouse.egg-info \
     && python -c "import lakehouse.runtime.config as c, sys; sys.exit(0 if str(c.REPO_ROOT) == '/opt/lakehouse' else f'REPO_ROOT is {c.REPO_ROOT}')"
+# The Spark server's own code (include/jvm/server: its main class, its credentials, the readers'
+# check), compiled as `make install` does, into the interpreter's prefix where
+# lakehouse.runtime.jvm looks (/usr/local/lakehouse-server.jar).
+RUN include/jvm/server/build.sh /usr/local/lakehouse-server.jar \
+    "$(python -c 'from lakehouse.runtime.jvm import pyspark_jars_dir; print(pyspark_jars_dir())')"
 
 # Paths every service agrees on. SPARK_HOME is pip's pyspark folder (bin/spark-class, jars/).
 ENV LAKEHOUSE_HOME=/lakehouse \

@@ -83,6 +83,20 @@ $(ORACLE_JARS_STAMP): $(PY_STAMP) $(ORACLE_POM) $(ORACLE_JARS_LOCK) include/jvm/
 	$(BIN)/python -m lakehouse.runtime.jvm oracle
 	@touch $@
 
+# The Spark server's own JVM code (include/jvm/server/src: the server's main class, its two
+# credentials on Spark Connect and the SQL endpoint, and the check that holds the readers' credential
+# to reading; lakehouse.runtime.server), compiled with the JDK's javac against pyspark's jars alone
+# (nothing to resolve) into one jar in the virtualenv, which the server's class path names.
+SERVER_JAR := $(VENV)/lakehouse-server.jar
+SERVER_SOURCES := $(shell find include/jvm/server/src -name '*.java' | sort)
+
+$(SERVER_JAR): $(PY_STAMP) $(SERVER_SOURCES) include/jvm/server/build.sh
+	include/jvm/server/build.sh $@ \
+		"$$($(BIN)/python -c 'from lakehouse.runtime.jvm import pyspark_jars_dir; print(pyspark_jars_dir())')"
+
+.PHONY: server-jar
+server-jar: $(SERVER_JAR) ## Build the Spark server's JVM code (include/jvm/server; part of install)
+
 # The styles, fonts and scripts of the Data Docs pages (Bootstrap, jQuery, Popper,
 # bootstrap-table, bootstrap-datepicker, Font Awesome, Vega), which Great Expectations' templates
 # load from CDNs: include/web/package.json names the versions the templates name and
@@ -134,7 +148,7 @@ dbt: $(DBT_STAMP) ## Install the dbt project's environment (.venv-dbt: dbt-core,
 dbt-lock: $(PY_STAMP) ## Re-resolve analytics/requirements.lock from analytics/requirements.in
 	$(BIN)/uv pip compile $(DBT_REQUIREMENTS) --universal --python-version 3.11 -o $(DBT_LOCK)
 
-$(STAMP): $(PY_STAMP) $(JARS_STAMP) $(KAFKA_JARS_STAMP) $(ORACLE_JARS_STAMP) $(WEB_STAMP) $(DBT_STAMP)
+$(STAMP): $(PY_STAMP) $(JARS_STAMP) $(KAFKA_JARS_STAMP) $(ORACLE_JARS_STAMP) $(SERVER_JAR) $(WEB_STAMP) $(DBT_STAMP)
 	@touch $@
 
 .PHONY: install
@@ -226,8 +240,10 @@ airflow: java postgres ## Start Airflow 3 locally on PostgreSQL, on 127.0.0.1 (l
 	LAKEHOUSE_AIRFLOW_DB=postgres $(LAKEHOUSE) airflow db migrate > /dev/null
 	@echo "Metadata database: PostgreSQL (stop it with: $(LAKEHOUSE) postgres stop)"
 	@# The layer tasks are clients of the Spark server; it stops when Airflow does. It keeps the
-	@# tables' names in the metastore on the same PostgreSQL (README: The catalog).
+	@# tables' names in the metastore on the same PostgreSQL (README: The catalog), and serves the
+	@# SQL endpoint for tools (docs/sql.md; `lakehouse spark reader` prints the login).
 	LAKEHOUSE_METASTORE=postgres $(LAKEHOUSE) spark start
+	@echo "SQL endpoint for tools: user reader, password from: $(LAKEHOUSE) spark reader"
 	trap '$(LAKEHOUSE) spark stop' EXIT; LAKEHOUSE_AIRFLOW_DB=postgres $(LAKEHOUSE) airflow standalone
 
 # The browser tests (Data Docs in the Airflow UI) drive Debian's headless Chromium.

@@ -30,6 +30,10 @@ os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 # micro-batches, for this process and every job it starts (spark-submit, Airflow, the CLI).
 os.environ.setdefault("LAKEHOUSE_SHUFFLE_PARTITIONS", "1")
 os.environ.setdefault("LAKEHOUSE_SPARK_CODEGEN", "off")
+# The Spark server's SQL endpoint on a port of this test process's own (its default, 10000, is
+# one port for the machine; a test that starts servers in parallel would find it taken). A test
+# of the endpoint sets its own.
+os.environ.setdefault("LAKEHOUSE_SQL_PORT", str(free_port()))
 # Other Spark defaults for the tests' JVMs (see the file).
 os.environ.setdefault("SPARK_CONF_DIR", str(Path(__file__).with_name("spark")))
 

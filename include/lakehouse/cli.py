@@ -14,7 +14,7 @@ Commands::
     lakehouse sample [--topic T] [--records N [--value-bytes B]]   (fixed samples, or N random)
     lakehouse schemas [--topic T ...] [--check]   (registered schema versions; check contracts)
     lakehouse dq [--table T] [--days D] [--last N] | report   (data-quality history; Data Docs)
-    lakehouse spark start|run|stop|status   (the Spark server jobs run on; run: foreground)
+    lakehouse spark start|run|stop|status|reader   (the Spark server; run: foreground; reader: SQL login)
     lakehouse catalog [list|sync|drop NAME] (table names in the metastore)
     lakehouse postgres start|stop|status    (Airflow's PostgreSQL metadata database)
     lakehouse kafka start|stop|status       (a local single-node Kafka broker, KRaft mode)
@@ -827,11 +827,15 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("report", help="rebuild the Data Docs (HTML) from the saved validations")
     sk = sub.add_parser(
         "spark",
-        help="the long-lived Spark server (Spark Connect) that jobs run on: start, run (in the "
-        "foreground), stop, status",
+        help="the long-lived Spark server (Spark Connect, and the SQL endpoint for tools) that "
+        "jobs run on: start, run (in the foreground), stop, status; reader: print the readers' "
+        "credential and addresses (docs/sql.md)",
     )
     sk.add_argument(
-        "action", choices=("start", "run", "stop", "status"), nargs="?", default="status"
+        "action",
+        choices=("start", "run", "stop", "status", "reader"),
+        nargs="?",
+        default="status",
     )
     sg = sub.add_parser(
         "postgres",

@@ -221,6 +221,7 @@ def on_postgres() -> Iterator[Settings]:
         mp.setenv("LAKEHOUSE_HOME", str(home))
         mp.setenv("LAKEHOUSE_CONTRACTS", str(REPO_ROOT / "contracts"))
         mp.setenv(server.PORT_ENV, str(free_port()))
+        mp.setenv(server.SQL_PORT_ENV, str(free_port()))  # beside the module's other server
         mp.setenv("LAKEHOUSE_POSTGRES_PORT", str(free_port()))
         mp.setenv("LAKEHOUSE_METASTORE", "postgres")
         settings = Settings.from_env()

@@ -289,6 +289,7 @@ def _server_env(cluster: Cluster, settings: Settings, root: Path, events: Path) 
     return airflow_environment(settings) | {
         "LAKEHOUSE_SPARK_MASTER": cluster.master_url,
         server.PORT_ENV: str(free_port()),
+        server.SQL_PORT_ENV: str(free_port()),
         "SPARK_CONF_DIR": str(conf_dir),
         "SPARK_LOCAL_IP": "127.0.0.1",
         "LAKEHOUSE_SHUFFLE_PARTITIONS": str(WORKERS),

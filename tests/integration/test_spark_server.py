@@ -392,6 +392,7 @@ def test_spark_run_holds_the_foreground_rolls_its_log_and_stops_whole_on_sigint(
         **{k: v for k, v in os.environ.items() if k != server.TOKEN_ENV},
         "LAKEHOUSE_HOME": str(settings.home),
         server.PORT_ENV: str(free_port()),
+        server.SQL_PORT_ENV: str(free_port()),  # beside the module's server
         server.LOG_LEVEL_ENV: "INFO",
         server.LOG_SIZE_ENV: "16KB",
         server.LOG_FILES_ENV: "2",

@@ -85,6 +85,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lake]:
     lake = make_lake(tmp_path_factory.mktemp("server-faults") / "killed")
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv(server.PORT_ENV, str(free_port()))
+        mp.setenv(server.SQL_PORT_ENV, str(free_port()))
         server.start(lake.settings)
         try:
             yield lake

@@ -555,6 +555,11 @@ def test_every_service_starts_with_a_filled_env(tmp_path: Path, monkeypatch: Any
     listening = {key: conf[key] for key in conf if key.endswith(("binding.address", "bindAddress"))}
     assert set(listening.values()) == {"127.0.0.1"}, listening
     assert conf["spark.master"] == f"local[{dotenv['SPARK_SERVER_CORES']}]"
+    # The SQL endpoint, in the same JVM, listens on the container's every interface and the host
+    # publishes it on its loopback only.
+    sql_port = conf["spark.hadoop.hive.server2.thrift.port"]
+    assert conf["spark.hadoop.hive.server2.thrift.bind.host"] == "0.0.0.0"
+    assert published(services()["spark-server"]) == {sql_port: ("127.0.0.1", sql_port)}
     # The API server listens on the container's every interface (its port is published on the
     # host's loopback); on one machine `lakehouse airflow` keeps it on 127.0.0.1.
     assert made["airflow-apiserver"]["AIRFLOW__API__HOST"] == "0.0.0.0"
@@ -863,3 +868,22 @@ def test_the_spark_server_keeps_the_catalog_in_the_postgres_service(
     assert host in services()
     assert dependencies(services()["spark-server"])[host] == "service_healthy"
     assert (site.stat().st_mode & 0o777) == 0o600
+
+
+def test_the_image_builds_the_spark_servers_code_where_the_server_looks_for_it() -> None:
+    """`lakehouse.runtime.jvm.server_jar` is the interpreter's prefix's lakehouse-server.jar:
+    /usr/local in the image. The image has the JDK (javac) and runs make's own build script
+    there, after the package (and so pyspark's jars) is installed."""
+    from lakehouse.runtime.jvm import SERVER_JAR
+
+    instructions = dockerfile_instructions()
+    runs = [k for k, (i, a) in enumerate(instructions) if i == "RUN"]
+    build = [k for k in runs if "include/jvm/server/build.sh" in instructions[k][1]]
+    assert len(build) == 1
+    assert f"/usr/local/{SERVER_JAR}" in instructions[build[0]][1]
+    editable = [
+        k for k in runs if "pip install --no-cache-dir --no-deps -e ." in instructions[k][1]
+    ]
+    assert editable and editable[0] < build[0]
+    assert any("openjdk-17-jdk-headless" in instructions[k][1] for k in runs)
+    assert "include/jvm/server/build.sh" in (ROOT / "Makefile").read_text()

@@ -6,6 +6,9 @@
 * The local Kafka broker's (:mod:`lakehouse.runtime.broker`): ``include/jvm/kafka/pom.xml`` names them;
   ``make install`` copies them into ``.venv/kafka-jars``. They are the broker's class path alone
   (:func:`broker_classpath`), never Spark's: Kafka brings its own Scala and Jackson.
+* The Spark server's own code (``include/jvm/server``), compiled from source by ``make install``
+  with the JDK's javac against pyspark's jars into ``.venv/lakehouse-server.jar``
+  (:func:`server_jar`): nothing to resolve, so nothing to lock.
 * The tests' Kafka Streams oracle's (``tests/oracle/StreamsOracle.java``, real Kafka Streams in a
   TopologyTestDriver, which the property tests compare the platform's tables with):
   ``tests/oracle/pom.xml`` names them; ``make install`` copies them into ``.venv/oracle-jars``.
@@ -69,6 +72,22 @@ def kafka_jars_dir() -> Path:
 def oracle_jars_dir() -> Path:
     """Where ``make install`` puts the tests' Kafka Streams oracle's jars (``.venv/oracle-jars``)."""
     return Path(sys.prefix) / "oracle-jars"
+
+
+SERVER_JAR = "lakehouse-server.jar"
+
+
+def server_jar() -> Path:
+    """The Spark server's own JVM code (``include/jvm/server``: its main class, its credentials,
+    the readers' check), which ``make install`` compiles into the virtualenv
+    (``.venv/lakehouse-server.jar``). Raises :class:`JarsError` if it is not there."""
+    path = Path(sys.prefix) / SERVER_JAR
+    if not path.is_file():
+        raise JarsError(
+            [f"the Spark server's jar {path} is missing"],
+            "run `make install` (it compiles include/jvm/server with the JDK's javac)",
+        )
+    return path
 
 
 def pyspark_jars_dir() -> Path:

@@ -38,6 +38,20 @@ URL_ENV = "LAKEHOUSE_METASTORE_URL"  # with postgres: a server of the deployment
 Kind = Literal["derby", "postgres", "none"]
 KINDS: tuple[Kind, ...] = ("derby", "postgres", "none")
 DATABASE = "metastore"  # on the lakehouse's PostgreSQL
+# The schemas the platform's tables are in (lakehouse.storage.metastore names them): the Spark
+# server refuses the readers' credential any change in them.
+PIPELINE_SCHEMAS = (
+    "bronze",
+    "silver",
+    "gold",
+    "quarantine_bronze",
+    "quarantine_silver",
+    "late",
+    "state",
+    "gaps",
+    "quality",
+    "schemas",
+)
 # The Spark setting naming the lake (its LAKEHOUSE_DATA) whose tables a metastore session names.
 LAKE_CONF = "spark.lakehouse.data"
 

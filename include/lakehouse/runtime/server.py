@@ -1,21 +1,31 @@
 """The platform's long-lived Spark: one Spark Connect server that holds the JVM, the jars, the
-caches and every commit, and the thin clients (Airflow tasks, the CLI) that hand it their work.
+caches and every commit, and the thin clients (Airflow tasks, the CLI) that hand it their work;
+in the same JVM, the SQL endpoint for tools (JDBC/ODBC, HiveServer2's protocol; docs/sql.md).
 
-    lakehouse spark start | stop | status
+    lakehouse spark start | run | stop | status | reader
 
-The server is ``org.apache.spark.sql.connect.service.SparkConnectServer`` from the jars pyspark
-ships, started by pyspark's own ``spark-submit`` with the platform's Spark settings and JVM jars
-(:func:`lakehouse.runtime.spark.spark_conf`). Delta has no Connect plugin for this Spark line, so clients
-use Delta through SQL and the DataFrame reader and writer, which Delta's session extension
-serves on the server (``MERGE INTO``, ``readChangeFeed``, ``txnAppId`` ...).
+The server is the lakehouse's own main class (``include/jvm/server``, compiled at install:
+:func:`lakehouse.runtime.jvm.server_jar`), started by pyspark's own ``spark-submit`` with the
+platform's Spark settings and JVM jars (:func:`lakehouse.runtime.spark.spark_conf`): it starts the
+session, then Spark Connect on it as Spark's ``SparkConnectServer`` does, then Spark's Thrift
+server on the same session, so both protocols commit through this one driver. Delta has no
+Connect plugin for this Spark line, so clients use Delta through SQL and the DataFrame reader and
+writer, which Delta's session extension serves on the server (``MERGE INTO``,
+``readChangeFeed``, ``txnAppId`` ...).
 
 * It listens on 127.0.0.1 only: the Connect port, and Spark's own driver and block manager
   ports, which have no authentication of their own.
-* Clients must present the platform's token (a pre-shared bearer token Spark Connect checks on
-  every call). It is generated on the first start and kept at ``<home>/spark/token``, mode 0600,
-  outside the repository; the server gets it through its environment, so it is not on a command
-  line. Spark's client sends a token over plain TCP only to the host named ``localhost`` (to any
-  other it insists on TLS), so clients connect to ``sc://localhost:<port>``.
+* Two credentials. The pipeline's token (``<home>/spark/token``) is what the pipeline's clients
+  present, and writes. The readers' token (``<home>/spark/reader-token``; ``lakehouse spark
+  reader`` prints what a reader needs) reads every table and changes none of the pipeline's: the
+  server refuses its writes to the pipeline's schemas and the lake, and the ways around that
+  (files outside the lake, Python code, Java reflection, uploaded jars; docs/sql.md). Both are
+  generated on the first start, mode 0600, outside the repository. The server reads them from its
+  standard input when it starts and keeps their digests only: they are not in its environment,
+  where a session's code could read them, nor on a command line. On Spark Connect a client
+  presents either as its bearer token (Spark's client sends a token over plain TCP only to the
+  host named ``localhost``, so clients connect to ``sc://localhost:<port>``); the SQL endpoint
+  logs in the user ``reader`` with the readers' token as password, and no one else.
 * Its pid, its settings and its log live under ``<home>/spark/``; ``status`` reads them and
   checks that the process is alive and the port answers. Spark logs to ``server.log`` at WARN
   (``LAKEHOUSE_SPARK_LOG_LEVEL``), rolled over at 10 MB with 5 old files kept
@@ -36,10 +46,14 @@ serves on the server (``MERGE INTO``, ``readChangeFeed``, ``txnAppId`` ...).
   one process may open), and every table it creates is named there
   (:mod:`lakehouse.storage.metastore`).
 * ``LAKEHOUSE_SPARK_MASTER`` chooses local mode (``local[2]``, the default) or a standalone
-  cluster (``spark://host:7077``); ``LAKEHOUSE_SPARK_PORT`` the port (default 15002).
+  cluster (``spark://host:7077``); ``LAKEHOUSE_SPARK_PORT`` the Connect port (default 15002);
+  ``LAKEHOUSE_SQL_PORT`` the SQL endpoint's (default 10000) and ``LAKEHOUSE_SQL_ADDRESS`` the
+  address it listens on (default 127.0.0.1; compose opens it to the container's network, the host
+  publishing it on its loopback).
 
 The server is the platform's single committing driver: Delta's log store excludes concurrent
-commits only inside one JVM on a local filesystem, and assumes one driver on S3.
+commits only inside one JVM on a local filesystem, and assumes one driver on S3. The SQL endpoint
+is in that JVM, on that driver's session, so a tool's statements commit there too.
 """
 
 from __future__ import annotations
@@ -60,6 +74,7 @@ from lakehouse.errors import ConfigError, LakehouseError
 from lakehouse.runtime import metastore, objectstore
 from lakehouse.runtime.config import Settings
 from lakehouse.runtime.deployment import check_environment
+from lakehouse.runtime.objectstore import Location
 from lakehouse.runtime.process import (
     alive,
     answers,
@@ -76,11 +91,23 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
     from pyspark.sql.connect.client.retries import RetryPolicy
 
-SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
+SERVER_CLASS = "lakehouse.server.LakehouseServer"  # include/jvm/server
+# The server's credentials on Spark Connect, and the check that holds the readers' to reading
+# (both in include/jvm/server).
+INTERCEPTOR_CLASS = "lakehouse.server.TokenInterceptor"
+EXTENSION_CLASS = "lakehouse.server.ReadOnlyExtension"
 PORT_ENV = "LAKEHOUSE_SPARK_PORT"
 DEFAULT_PORT = 15002
-TOKEN_ENV = "SPARK_CONNECT_AUTHENTICATE_TOKEN"  # read by both Spark's server and its client
+SQL_PORT_ENV = "LAKEHOUSE_SQL_PORT"
+DEFAULT_SQL_PORT = 10000
+SQL_ADDRESS_ENV = "LAKEHOUSE_SQL_ADDRESS"
+READER_USER = "reader"  # the SQL endpoint's one user (the readers' token is its password)
+# Where Spark's client (and Spark's own Connect server) look for a token: never in this server's
+# environment, which gets its tokens on its standard input.
+TOKEN_ENV = "SPARK_CONNECT_AUTHENTICATE_TOKEN"
 LOOPBACK = "127.0.0.1"
+# The server's setting naming the lake's folders of data for the readers' check (lake_folders).
+LAKE_FOLDERS_CONF = "spark.lakehouse.lakeFolders"
 START_TIMEOUT_S = 180.0
 SERVICE_MODULE = "lakehouse.quality.gx_service"  # the validation service, run with python -m
 LOG_LEVEL_ENV, LOG_SIZE_ENV, LOG_FILES_ENV = (
@@ -122,6 +149,27 @@ def port() -> int:
     return port_setting(PORT_ENV, DEFAULT_PORT)
 
 
+def sql_port() -> int:
+    """The SQL endpoint's port (``LAKEHOUSE_SQL_PORT``, default 10000); anything but a port
+    number is a ConfigError naming the variable."""
+    return port_setting(SQL_PORT_ENV, DEFAULT_SQL_PORT)
+
+
+def sql_address() -> str:
+    """The address the SQL endpoint listens on (``LAKEHOUSE_SQL_ADDRESS``, default 127.0.0.1);
+    anything but an IP address is a ConfigError naming the variable."""
+    import ipaddress
+
+    raw = os.environ.get(SQL_ADDRESS_ENV, "").strip() or LOOPBACK
+    try:
+        return str(ipaddress.ip_address(raw))
+    except ValueError:
+        raise ConfigError(
+            f"{SQL_ADDRESS_ENV}={raw!r}: expected an IP address to listen on (127.0.0.1, the "
+            "default, or 0.0.0.0 for every interface)"
+        ) from None
+
+
 def state_dir(settings: Settings) -> Path:
     """Where the server keeps its pid, settings, log and token: local state, never data."""
     return settings.home / "spark"
@@ -150,14 +198,78 @@ def spawn_validation_service(settings: Settings) -> subprocess.Popen[bytes]:
 
 
 def token(settings: Settings, *, create: bool = False) -> str:
-    """The clients' token: read from ``<home>/spark/token``; with ``create``, generated there
+    """The pipeline's token: read from ``<home>/spark/token``; with ``create``, generated there
     first if missing (mode 0600, written whole before it is visible)."""
-    path = state_dir(settings) / "token"
+    return _secret(state_dir(settings) / "token", create)
+
+
+def reader_token(settings: Settings, *, create: bool = False) -> str:
+    """The readers' token, which reads every table and changes none of the pipeline's: read from
+    ``<home>/spark/reader-token``; with ``create``, generated there first if missing (mode
+    0600)."""
+    return _secret(state_dir(settings) / "reader-token", create)
+
+
+def _secret(path: Path, create: bool) -> str:
     if not create and not path.is_file():
         raise ServerDown(
             f"no Spark server token at {path}: start the server with `lakehouse spark start`"
         )
     return private_file(path, lambda: secrets.token_urlsafe(32)).strip()
+
+
+@dataclass(frozen=True)
+class Reader:
+    """What a reader (a person, a BI tool, dbt) needs to reach the server with the readers'
+    credential: the SQL endpoint's host, port, user and password, and the Spark Connect
+    address."""
+
+    host: str
+    port: int
+    user: str
+    password: str
+    connect_port: int
+
+    @property
+    def jdbc_url(self) -> str:
+        """The SQL endpoint's JDBC URL (Hive's driver, ``org.apache.hive.jdbc.HiveDriver``)."""
+        return f"jdbc:hive2://{self.host}:{self.port}/default"
+
+    @property
+    def connect_url(self) -> str:
+        """The Spark Connect address with the readers' token (``sc://localhost``: the only host
+        Spark's client sends a token to without TLS)."""
+        return f"sc://localhost:{self.connect_port}/;token={self.password}"
+
+    def describe(self) -> str:
+        """What ``lakehouse spark reader`` prints: one ``name: value`` line each."""
+        return "\n".join(
+            (
+                f"host: {self.host}",
+                f"port: {self.port}",
+                f"user: {self.user}",
+                f"password: {self.password}",
+                f"jdbc_url: {self.jdbc_url}",
+                f"connect_url: {self.connect_url}",
+            )
+        )
+
+
+def reader(settings: Settings) -> Reader:
+    """The readers' credential and addresses of this lakehouse's running server (``lakehouse
+    spark reader`` prints them). Raises :class:`ServerDown`, saying how to start it, when the
+    server is not running."""
+    current = status(settings)
+    if not current.running:
+        raise ServerDown(current.describe())
+    host = current.sql_address or LOOPBACK
+    return Reader(
+        host=LOOPBACK if host == "0.0.0.0" else host,
+        port=current.sql_port or sql_port(),
+        user=READER_USER,
+        password=reader_token(settings),
+        connect_port=current.port,
+    )
 
 
 @dataclass(frozen=True)
@@ -170,6 +282,8 @@ class Status:
     pid: int | None = None
     started_at: str | None = None
     log: str | None = None
+    sql_port: int | None = None
+    sql_address: str | None = None
 
     def describe(self) -> str:
         if not self.running:
@@ -177,8 +291,13 @@ class Status:
                 f"Spark server: not running (port {self.port}); start it with "
                 "`lakehouse spark start`"
             )
+        sql = (
+            f", SQL endpoint jdbc:hive2://{self.sql_address}:{self.sql_port}/default"
+            if self.sql_port
+            else ""
+        )
         return (
-            f"Spark server: running, pid {self.pid}, sc://localhost:{self.port}, master "
+            f"Spark server: running, pid {self.pid}, sc://localhost:{self.port}{sql}, master "
             f"{self.master}, since {self.started_at} (log: {self.log})"
         )
 
@@ -195,6 +314,7 @@ def status(settings: Settings) -> Status:
     at = recorded_port if isinstance(recorded_port, int) else port()
     if not isinstance(pid, int) or not alive(pid) or not answers(LOOPBACK, at):
         return Status(False, at)
+    sql_at, sql_host = rec.get("sql_port"), rec.get("sql_address")
     return Status(
         True,
         at,
@@ -202,18 +322,24 @@ def status(settings: Settings) -> Status:
         pid=pid,
         started_at=str(rec.get("started_at")),
         log=str(state_dir(settings) / "server.log"),
+        sql_port=sql_at if isinstance(sql_at, int) else None,
+        sql_address=str(sql_host) if sql_host else None,
     )
 
 
-def server_conf(settings: Settings, at: int) -> dict[str, str]:
-    """Every setting the server starts with: the platform's (:func:`lakehouse.runtime.spark.spark_conf`)
-    and the Connect service's, every listener on the loopback address."""
+def server_conf(settings: Settings, at: int, sql_at: int | None = None) -> dict[str, str]:
+    """Every setting the server starts with: the platform's
+    (:func:`lakehouse.runtime.spark.spark_conf`), the Connect service's and the SQL endpoint's
+    (on ``sql_at``, by default :func:`sql_port`), every listener on the loopback address but the
+    SQL endpoint's (:func:`sql_address`), and the readers' check's (its classes, the lake's
+    folders, the warehouse and the pipeline's schemas)."""
+    from lakehouse.runtime import jvm
     from lakehouse.runtime.config import whole_number_setting
-    from lakehouse.runtime.spark import merged, spark_conf
+    from lakehouse.runtime.spark import DELTA_CONF, merged, spark_conf
 
     conf = spark_conf(settings.spark_master, "lakehouse-spark-server")
     idle = whole_number_setting(PYTHON_IDLE_ENV, DEFAULT_PYTHON_IDLE_S, "seconds", least=1)
-    return merged(
+    served = merged(
         conf,
         {
             "spark.connect.grpc.binding.address": LOOPBACK,
@@ -232,10 +358,48 @@ def server_conf(settings: Settings, at: int) -> dict[str, str]:
             "spark.python.daemon.module": "lakehouse.runtime.pydaemon",
             # (A cluster's executors run daemons too; in local mode the server's environment has it.)
             f"spark.executorEnv.{PYTHON_IDLE_ENV}": str(idle),
-            # The server is the process that keeps the lakehouse's table names: every table it
-            # creates is registered in the metastore (lakehouse.storage.metastore).
-            **metastore.metastore_conf(settings),
+            # Readers' tables go to the metastore's warehouse, under the lakehouse's home (also
+            # with LAKEHOUSE_METASTORE=none), and the readers' check reads the warehouse, the
+            # pipeline's schemas and the lake's folders from these static settings, which no
+            # session can change.
+            "spark.sql.warehouse.dir": str(metastore.folder(settings) / "warehouse"),
+            "spark.lakehouse.pipelineSchemas": ",".join(metastore.PIPELINE_SCHEMAS),
+            LAKE_FOLDERS_CONF: ",".join(map(str, lake_folders(settings))),
+            # The server's code (its main class, its Connect credentials, the readers' check),
+            # and the platform's jars (Delta ...) on the class path the JVM starts with, not only
+            # in spark.jars: the SQL endpoint opens its sessions on threads whose class loader is
+            # that one, and a session needs Delta's catalog.
+            "spark.driver.extraClassPath": os.pathsep.join(
+                (str(jvm.server_jar()), *map(str, jvm.spark_jars()))
+            ),
+            "spark.connect.grpc.interceptor.classes": INTERCEPTOR_CLASS,
+            "spark.sql.extensions": f"{DELTA_CONF['spark.sql.extensions']},{EXTENSION_CLASS}",
+            # The SQL endpoint (Spark's Thrift server, HiveServer2's binary protocol): SASL PLAIN
+            # logins checked by the server's code (the readers' token; its main class names the
+            # login class), as the server's own user.
+            "spark.hadoop.hive.server2.thrift.bind.host": sql_address(),
+            "spark.hadoop.hive.server2.thrift.port": str(sql_port() if sql_at is None else sql_at),
+            "spark.hadoop.hive.server2.transport.mode": "binary",
+            "spark.hadoop.hive.server2.authentication": "CUSTOM",
+            "spark.hadoop.hive.server2.enable.doAs": "false",
         },
+    )
+    # The server is the process that keeps the lakehouse's table names: every table it creates
+    # is registered in the metastore (lakehouse.storage.metastore). (Merged on its own: its class
+    # path joins the one above.)
+    return merged(served, metastore.metastore_conf(settings))
+
+
+def lake_folders(settings: Settings) -> tuple[Location, ...]:
+    """The lake's folders of data (landing, tables, the schema registry, the quality ledger):
+    readers read there and never write (the SQL endpoint's and Connect's readers' check,
+    :data:`LAKE_FOLDERS_CONF`). The lakehouse's home beside them (its tokens, its metastore) is
+    not data, even when the data lies in the home."""
+    return (
+        settings.landing_root,
+        settings.tables_root,
+        settings.registry_path,
+        settings.ledger_path,
     )
 
 
@@ -259,14 +423,14 @@ def log_config(settings: Settings) -> Path:
     return path
 
 
-def command(settings: Settings, at: int) -> list[str]:
-    """The ``spark-submit`` that runs the server."""
+def command(settings: Settings, at: int, sql_at: int | None = None) -> list[str]:
+    """The ``spark-submit`` that runs the server (its tokens go to its standard input)."""
     import pyspark
 
     from lakehouse.runtime.spark import conf_args
 
     submit = Path(pyspark.__file__).parent / "bin" / "spark-submit"
-    conf = server_conf(settings, at)
+    conf = server_conf(settings, at, sql_at)
     master = conf.pop("spark.master")
     name = conf.pop("spark.app.name")
     memory = conf.pop("spark.driver.memory")
@@ -300,42 +464,50 @@ def start(settings: Settings, *, timeout: float = START_TIMEOUT_S) -> Status:
     recorded = _recorded(settings).get("pid")
     if not isinstance(recorded, int) or not alive(recorded):
         stop(settings)  # what a dead server left: its validation service, its socket
-    at = port()
-    if answers(LOOPBACK, at):
-        raise ServerError(
-            f"port {at} on {LOOPBACK} is taken by another process: stop it, or choose another "
-            f"port with {PORT_ENV}"
-        )
+    at, sql_at = port(), sql_port()
+    for taken, variable in ((at, PORT_ENV), (sql_at, SQL_PORT_ENV)):
+        if answers(LOOPBACK, taken):
+            raise ServerError(
+                f"port {taken} on {LOOPBACK} is taken by another process: stop it, or choose "
+                f"another port with {variable}"
+            )
     check_environment(os.environ)
     ensure_java()
     objectstore.check_reachable(settings.data_root)
     metastore.prepare(settings)
     folder = state_dir(settings)
     folder.mkdir(parents=True, exist_ok=True)
-    secret = token(settings, create=True)
+    secrets_in = f"{token(settings, create=True)}\n{reader_token(settings, create=True)}\n"
     spark_home = Path(pyspark.__file__).parent
     env = {
-        **os.environ,
+        # No token in the server's environment (a client's own may hold one): the server reads
+        # them from its standard input, and its sessions' code could read its environment.
+        **{k: v for k, v in os.environ.items() if k != TOKEN_ENV},
         "SPARK_HOME": str(spark_home),
         # Spark Connect runs Python work (UDFs, mapInArrow) with this interpreter, which has the
         # platform's package; it reads this variable, not spark.pyspark.python.
         "PYSPARK_PYTHON": sys.executable,
         "PYSPARK_DRIVER_PYTHON": sys.executable,
-        TOKEN_ENV: secret,
     }
     log_path, out_path = folder / "server.log", folder / "server.out"
     with out_path.open("ab") as log:
         log.write(f"\n--- starting at {time.strftime('%Y-%m-%dT%H:%M:%S%z')}\n".encode())
         log.flush()
         proc = subprocess.Popen(
-            command(settings, at),
+            command(settings, at, sql_at),
             env=env,
-            stdin=subprocess.DEVNULL,
+            stdin=subprocess.PIPE,
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,  # its own process group: stop() ends it whole
             cwd=folder,
         )
+    assert proc.stdin is not None
+    try:
+        with proc.stdin:
+            proc.stdin.write(secrets_in.encode())
+    except BrokenPipeError:
+        pass  # it exited at once: the wait below reports it with its log
     # Great Expectations' validation service: it imports GX while the JVM starts, and stop()
     # ends it with the server.
     try:
@@ -348,6 +520,8 @@ def start(settings: Settings, *, timeout: float = START_TIMEOUT_S) -> Status:
         "pid": proc.pid,
         "validation_pid": service.pid,
         "port": at,
+        "sql_port": sql_at,
+        "sql_address": sql_address(),
         "master": settings.spark_master,
         "data": str(settings.data_root),
         "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
@@ -369,13 +543,17 @@ def start(settings: Settings, *, timeout: float = START_TIMEOUT_S) -> Status:
                 f"the validation service exited with code {service.returncode} while starting; "
                 f"its log ({service_log}) ends with:\n{tail(service_log)}"
             )
-        if answers(LOOPBACK, at) and socket_answers(validation_socket(settings)):
+        if (
+            answers(LOOPBACK, at)
+            and answers(LOOPBACK, sql_at)
+            and socket_answers(validation_socket(settings))
+        ):
             return status(settings)
         time.sleep(0.25)
     stop(settings)
     raise ServerError(
-        f"the Spark server did not listen on port {at} within {timeout:.0f} s; "
-        + _logs_end(log_path, out_path)
+        f"the Spark server did not listen on ports {at} (Connect) and {sql_at} (SQL) within "
+        f"{timeout:.0f} s; " + _logs_end(log_path, out_path)
     )
 
 
@@ -547,8 +725,9 @@ def run(settings: Settings, *, poll: float = 1.0) -> int:
 
 
 def main(settings: Settings, action: str) -> int:
-    """``lakehouse spark start | run | stop | status`` (status: exit code 1 when it is down;
-    run: in the foreground, see :func:`run`)."""
+    """``lakehouse spark start | run | stop | status | reader`` (status: exit code 1 when it is
+    down; run: in the foreground, see :func:`run`; reader: what a reader needs, see
+    :func:`reader`)."""
     if action == "start":
         print(start(settings).describe())
         return 0
@@ -561,4 +740,7 @@ def main(settings: Settings, action: str) -> int:
         current = status(settings)
         print(current.describe())
         return 0 if current.running else 1
-    raise ConfigError(f"lakehouse spark {action}: expected start, run, stop or status")
+    if action == "reader":
+        print(reader(settings).describe())
+        return 0
+    raise ConfigError(f"lakehouse spark {action}: expected start, run, stop, status or reader")

@@ -42,7 +42,7 @@ from urllib.parse import urlsplit
 
 from lakehouse.errors import ConfigError, LakehouseError
 from lakehouse.runtime.config import Settings, stream_table_name
-from lakehouse.runtime.metastore import LAKE_CONF
+from lakehouse.runtime.metastore import LAKE_CONF, PIPELINE_SCHEMAS
 from lakehouse.runtime.objectstore import Location
 from lakehouse.runtime.objectstore import location as location_of
 
@@ -50,18 +50,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 # The schemas the platform's tables are in; `lakehouse catalog drop` acts in these only.
-SCHEMAS = (
-    "bronze",
-    "silver",
-    "gold",
-    "quarantine_bronze",
-    "quarantine_silver",
-    "late",
-    "state",
-    "gaps",
-    "quality",
-    "schemas",
-)
+SCHEMAS = PIPELINE_SCHEMAS
 _NAME = re.compile(r"([a-z][a-z0-9_]*)\.([a-z0-9_]+)")
 
 
