@@ -4,8 +4,10 @@ through the SQL endpoint (HiveServer2 protocol) with dbt-spark's ``thrift`` meth
 are read back through the endpoint and compared with the gold tables. Bad data that reaches gold
 then makes ``dbt build`` fail on the test that guards against it.
 
-Everything about the endpoint is in :func:`sql_endpoint`: host, port, user and password, the
-four things dbt's profile takes from the environment."""
+The endpoint is the platform's (:func:`sql_endpoint`): the Spark server's HiveServer2 service,
+logged in to with the readers' credential, which may build in dbt's own schema and change
+nothing of the pipeline's; host, port, user and password are the four things dbt's profile takes
+from the environment."""
 
 from __future__ import annotations
 
@@ -14,7 +16,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +23,9 @@ from typing import Any
 
 import pytest
 
+from lakehouse.runtime import server
 from lakehouse.runtime.config import REPO_ROOT, Settings
+from lakehouse.runtime.process import free_port
 from lakehouse.storage.metastore import SCHEMAS
 from lakes import lakehouse, row_order, rows, shipped_topic
 
@@ -47,81 +50,20 @@ class Endpoint:
 
 
 @contextlib.contextmanager
-def sql_endpoint(settings: Settings, folder: Path) -> Iterator[Endpoint]:
-    """A SQL endpoint on the lakehouse of ``settings``, for the length of the ``with``.
+def sql_endpoint(settings: Settings) -> Iterator[Endpoint]:
+    """The platform's own SQL endpoint on the lakehouse of ``settings``, for the length of the
+    ``with``: the Spark server (``lakehouse spark start``), whose HiveServer2 endpoint runs in
+    the same driver as its Spark Connect service, logged in to with the readers' credential
+    (``lakehouse spark reader``), as a person or a BI tool would. The server is stopped on the
+    way out, whatever happened."""
+    from lakehouse.runtime import server
 
-    Spark's Thrift server (HiveThriftServer2, which pyspark ships) in a driver of its own, with
-    the platform's Spark settings and its metastore (the embedded Derby under the home, which
-    names the lake's tables), on 127.0.0.1 at a free port. Its authentication is HiveServer2's
-    ``NONE``: SASL PLAIN that takes any password, so the password given here is not checked.
-    Its log is ``folder/thrift-server.log``; it is stopped (its whole process group) on the way
-    out, whatever happened."""
-    import pyspark
-
-    from lakehouse.runtime import jvm, metastore
-    from lakehouse.runtime.process import answers, ensure_java, free_port, stop_group, tail
-    from lakehouse.runtime.spark import conf_args, merged, spark_conf
-
-    ensure_java()
-    port = free_port()
-    conf = merged(
-        spark_conf(settings.spark_master, "lakehouse-sql-endpoint"),
-        {
-            "spark.driver.bindAddress": "127.0.0.1",
-            "spark.driver.host": "127.0.0.1",
-            **metastore.session_conf(settings),
-        },
-    )
-    # The Thrift server runs each statement in a thread of its own, whose class loader is the
-    # one the JVM started with: jars given in spark.jars alone (loaded later) are not found
-    # there (NoClassDefFoundError for Delta's commands). On the class path from the start:
-    conf = merged(
-        conf, {"spark.driver.extraClassPath": os.pathsep.join(str(p) for p in jvm.spark_jars())}
-    )
-    conf.pop("spark.master")
-    memory = conf.pop("spark.driver.memory")
-    spark_home = Path(pyspark.__file__).parent
-    command = [
-        str(spark_home / "bin" / "spark-submit"),
-        "--class",
-        "org.apache.spark.sql.hive.thriftserver.HiveThriftServer2",
-        "--master",
-        settings.spark_master,
-        "--driver-memory",
-        memory,
-        *conf_args(conf),
-        "spark-internal",
-        *("--hiveconf", "hive.server2.thrift.bind.host=127.0.0.1"),
-        *("--hiveconf", f"hive.server2.thrift.port={port}"),
-        *("--hiveconf", "hive.server2.authentication=NONE"),
-    ]
-    folder.mkdir(parents=True, exist_ok=True)
-    log = folder / "thrift-server.log"
-    env = {**os.environ, "SPARK_HOME": str(spark_home), "PYSPARK_PYTHON": sys.executable}
-    with log.open("ab") as out:
-        proc = subprocess.Popen(
-            command,
-            env=env,
-            cwd=folder,
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,  # its own process group, ended whole below
-        )
+    server.start(settings)
     try:
-        deadline = time.monotonic() + 240
-        while not answers("127.0.0.1", port):
-            if proc.poll() is not None:
-                raise AssertionError(
-                    f"the Thrift server exited with code {proc.returncode}:\n{tail(log, 60)}"
-                )
-            if time.monotonic() > deadline:
-                raise AssertionError(f"the Thrift server did not listen in time:\n{tail(log, 60)}")
-            time.sleep(0.5)
-        yield Endpoint("127.0.0.1", port, user="analyst", password="not-checked-here")
+        reader = server.reader(settings)
+        yield Endpoint(reader.host, reader.port, reader.user, reader.password)
     finally:
-        stop_group(proc.pid, timeout=30)
-        proc.wait(timeout=30)
+        server.stop(settings)
 
 
 @dataclass(frozen=True)
@@ -218,6 +160,9 @@ def lake(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Settings]:
         mp.delenv("LAKEHOUSE_METASTORE", raising=False)  # the embedded Derby
         mp.setenv("LAKEHOUSE_HOME", str(root / "lakehouse"))
         mp.setenv("LAKEHOUSE_CONTRACTS", str(contracts))
+        # A server of this lake's own, on ports of its own.
+        mp.setenv(server.PORT_ENV, str(free_port()))
+        mp.setenv(server.SQL_PORT_ENV, str(free_port()))
         settings = Settings.from_env()
         for args in (("sample",), ("run", "--topic", "user-locations"), ("catalog", "sync")):
             done = _lakehouse(settings, *args)
@@ -276,7 +221,7 @@ SUMMARY = (
 def test_dbt_builds_and_tests_its_models_on_gold_then_fails_on_bad_data(
     lake: Settings, tmp_path: Path
 ) -> None:
-    with sql_endpoint(lake, tmp_path / "endpoint") as endpoint:
+    with sql_endpoint(lake) as endpoint:
         built = dbt(endpoint, tmp_path / "dbt", "build")
         assert built.returncode == 0, built.output[-5000:]
         # Every model built and every test passed.
