@@ -575,13 +575,15 @@ def test_every_published_port_leads_to_a_port_its_service_listens_on(
 ) -> None:
     """A port published for users reaches what listens in the container: MinIO's API and
     console (its command's options), the broker's listeners, and the API server where
-    `lakehouse airflow api-server`'s environment puts it. The store and the broker (which has
-    no authentication) are published on this host's loopback only."""
+    `lakehouse airflow api-server`'s environment puts it, and the Spark server's SQL endpoint
+    where the server's settings put it. The store, the broker (which has no authentication) and
+    the SQL endpoint are published on this host's loopback only."""
     from lakehouse.orchestration.standalone import ui_address
 
     minio_args = command(services()["minio"])
     kafka_env = environment(services()["kafka"])
     api = start_up("airflow-apiserver", filled_env(), tmp_path, monkeypatch)
+    spark = start_up("spark-server", filled_env(), tmp_path, monkeypatch)
     listening = {
         "minio": {
             option(minio_args, "--address", ":9000").rpartition(":")[2],
@@ -589,6 +591,7 @@ def test_every_published_port_leads_to_a_port_its_service_listens_on(
         },
         "kafka": {str(port) for _, port in listeners(kafka_env["KAFKA_LISTENERS"] or "").values()},
         "airflow-apiserver": {str(ui_address(api)[1])},
+        "spark-server": {spark["spark.hadoop.hive.server2.thrift.port"]},
     }
     targets = {
         name: {target for _, target in published(svc).values()}
@@ -598,7 +601,7 @@ def test_every_published_port_leads_to_a_port_its_service_listens_on(
     assert set(targets) == set(listening)
     for name, ports in targets.items():
         assert ports and ports <= listening[name], (name, ports, listening[name])
-    for name in ("minio", "kafka"):
+    for name in ("minio", "kafka", "spark-server"):
         assert {address for address, _ in published(services()[name]).values()} == {"127.0.0.1"}
 
 
