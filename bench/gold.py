@@ -133,7 +133,7 @@ def _arrow_schema(contract: Any) -> Any:
     """The silver stream's Arrow schema, as the silver job writes it."""
     from pyspark.sql.pandas.types import to_arrow_schema
 
-    from lakehouse.streams.silver import stream_schema
+    from lakehouse.streams.schema import stream_schema
 
     return to_arrow_schema(stream_schema(contract), timezone="UTC")
 

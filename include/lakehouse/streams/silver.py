@@ -22,17 +22,23 @@ from lakehouse.quality.verdict import Verdict
 from lakehouse.runtime.config import Settings
 from lakehouse.runtime.objectstore import Location
 from lakehouse.storage import DeltaStore, Txn, delta_spark, is_table
+from lakehouse.streams.schema import (
+    EVENT_TIME,
+    TOMBSTONE,
+    event_time_is_a_field,
+    kind_spark_type,
+    spark_type,
+    stream_schema,
+    value_schema,
+)
 
 if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import Column, DataFrame, SparkSession
-    from pyspark.sql.types import DataType, StructType
 
     # One projection of the decoding: new columns by name, or the whole select list.
     Step = dict[str, Column] | list[Column]
 
-TOMBSTONE = "tombstone"
-EVENT_TIME = "event_time"
 # Decoded values and the first decoding problem of each record, before the checks that follow.
 _V, _VALUE_ERROR, _K, _KEY_ERROR = "_v", "_value_error", "_k", "_key_error"
 _VARIANT = "_variant"  # a JSON value parsed, when its decimal fields need it
@@ -54,60 +60,6 @@ _JSON_KINDS: dict[str, tuple[str, ...]] = {
 def source_app(contract: Contract) -> str:
     """The app id under which silver records how far it has read bronze."""
     return f"bronze.{contract.topic}"
-
-
-def spark_type(f: Field) -> DataType:
-    if f.type == "decimal":
-        from pyspark.sql.types import DecimalType
-
-        assert f.precision is not None and f.scale is not None
-        return DecimalType(f.precision, f.scale)
-    return _spark_type(f.type)
-
-
-def key_spark_type(contract: Contract) -> DataType:
-    return _spark_type(contract.key_type)
-
-
-def _spark_type(kind: str) -> DataType:
-    from pyspark.sql import types as T
-
-    types: dict[str, DataType] = {
-        "string": T.StringType(),
-        "long": T.LongType(),
-        "int": T.IntegerType(),
-        "double": T.DoubleType(),
-        "boolean": T.BooleanType(),
-        "timestamp": T.TimestampType(),
-    }
-    return types[kind]
-
-
-def value_schema(contract: Contract) -> StructType:
-    from pyspark.sql.types import StructField, StructType
-
-    return StructType([StructField(f.name, spark_type(f), True) for f in contract.fields])
-
-
-def stream_schema(contract: Contract) -> StructType:
-    """The silver stream's schema: key, value fields, then the stream metadata."""
-    from pyspark.sql import types as T
-
-    fields = [
-        T.StructField(contract.key_name, _spark_type(contract.key_type), True),
-        *(T.StructField(f.name, spark_type(f), True) for f in contract.fields),
-        T.StructField(TOMBSTONE, T.BooleanType(), True),
-        T.StructField("partition", T.IntegerType(), True),
-        T.StructField("offset", T.LongType(), True),
-        T.StructField("timestamp", T.TimestampType(), True),
-    ]
-    if not _event_time_is_a_field(contract):
-        fields.append(T.StructField(EVENT_TIME, T.TimestampType(), True))
-    return T.StructType(fields)
-
-
-def _event_time_is_a_field(contract: Contract) -> bool:
-    return contract.event_time == EVENT_TIME
 
 
 def _first(cases: list[tuple[Column, Column | str]], otherwise: Column | None = None) -> Column:
@@ -315,7 +267,7 @@ def _text_key_steps(contract: Contract) -> list[Step]:
     variant = F.try_parse_json(text)
     found = _json_kind(variant)
     kind = contract.key_type
-    typed = F.try_variant_get(variant, "$", _spark_type(kind).simpleString())
+    typed = F.try_variant_get(variant, "$", kind_spark_type(kind).simpleString())
     error = _first(
         [
             (F.col("key").isNull(), F.lit(None).cast("string")),
@@ -350,7 +302,7 @@ def _decode_avro(df: DataFrame, contract: Contract) -> DataFrame:
         ]
     if key_avro:
         out_fields += [
-            T.StructField(_K, _spark_type(contract.key_type), True),
+            T.StructField(_K, kind_spark_type(contract.key_type), True),
             T.StructField(_KEY_ERROR, T.StringType(), True),
         ]
     value_args = (
@@ -482,7 +434,7 @@ def _build_decode_steps(contract: Contract) -> list[Step]:
         F.col("offset"),
         F.col("timestamp"),
     ]
-    if not _event_time_is_a_field(contract):
+    if not event_time_is_a_field(contract):
         columns.append(_event_time(contract, is_tombstone).alias(EVENT_TIME))
     reason = _first(checks).alias("_reason")
     return [*steps, [*columns, reason, F.col("key"), F.col("value"), F.col("topic")]]

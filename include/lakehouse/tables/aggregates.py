@@ -21,7 +21,7 @@ from lakehouse.runtime.config import Settings
 from lakehouse.runtime.objectstore import Location
 from lakehouse.storage import DeltaStore, Txn, WriteResult, delta_spark
 from lakehouse.storage.gates import PublishGate
-from lakehouse.streams.silver import TOMBSTONE, key_spark_type, spark_type
+from lakehouse.streams.schema import TOMBSTONE, key_spark_type, spark_type
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession

@@ -16,7 +16,7 @@ from lakehouse.runtime.config import Settings
 from lakehouse.runtime.objectstore import Location
 from lakehouse.storage import DeltaStore
 from lakehouse.storage.gates import PublishGate
-from lakehouse.streams.silver import TOMBSTONE, spark_type
+from lakehouse.streams.schema import TOMBSTONE, spark_type
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame

@@ -61,7 +61,7 @@ from lakehouse.contracts.model import Catalog, Contract, Join, TableSpec
 from lakehouse.runtime.config import Settings
 from lakehouse.runtime.objectstore import Location
 from lakehouse.storage import DeltaStore, Txn, delta_spark
-from lakehouse.streams.silver import EVENT_TIME, TOMBSTONE, key_spark_type, spark_type
+from lakehouse.streams.schema import EVENT_TIME, TOMBSTONE, key_spark_type, spark_type
 from lakehouse.tables.aggregates import LATEST, catch_up_state, latest_per_key, merge_latest
 from lakehouse.tables.common import (
     GoldResult,

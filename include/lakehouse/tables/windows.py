@@ -104,7 +104,13 @@ from lakehouse.contracts.model import (
 from lakehouse.errors import LakehouseError
 from lakehouse.runtime.config import Settings
 from lakehouse.storage import DeltaStore, Txn, WriteResult, delta_spark
-from lakehouse.streams.silver import EVENT_TIME, TOMBSTONE, spark_type, stream_schema
+from lakehouse.streams.schema import (
+    EVENT_TIME,
+    TOMBSTONE,
+    key_spark_type,
+    spark_type,
+    stream_schema,
+)
 from lakehouse.tables import aggregates, common
 from lakehouse.tables.common import StreamTimes
 
@@ -292,8 +298,6 @@ def _state_fields(source: Contract, spec: TableSpec) -> list[str]:
 def session_state_schema(source: Contract, spec: TableSpec) -> StructType:
     """The raw records of a session table's open sessions, with their session's bounds."""
     from pyspark.sql import types as T
-
-    from lakehouse.streams.silver import key_spark_type
 
     return T.StructType(
         [
