@@ -151,7 +151,7 @@ def schemas(settings: Settings, catalog: Catalog, topics: Sequence[str], check: 
     ``check``: would the current contracts be accepted (nothing is registered)?"""
     from lakehouse.streams.registry import SUBJECTS, SchemaRegistry
 
-    registry = SchemaRegistry(settings.registry_path)
+    registry = SchemaRegistry(settings)
     contracts = [catalog.topic(t) for t in topics] if topics else list(catalog)
     for contract in contracts:
         pending = registry.check(contract) if check else {}

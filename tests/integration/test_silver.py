@@ -181,7 +181,7 @@ def test_an_added_optional_field_adds_a_column_without_rewriting_history(
     assert files_before <= set(dt.file_uris())  # the old files are still the old rows
     operations = [c["operation"] for c in dt.history()]
     assert "DELETE" not in operations and "MERGE" not in operations
-    registered = SchemaRegistry(lake.registry_path).versions("orders", "value")[1]
+    registered = SchemaRegistry(lake).versions("orders", "value")[1]
     assert registered.version == 2
     assert registered.state.columns == {"customer": "string", "amount": "long", "coupon": "string"}
     assert "coupon" in registered.contract_text

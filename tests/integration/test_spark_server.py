@@ -217,7 +217,7 @@ def test_maintain_runs_on_the_server(served: Settings) -> None:
         "from lakehouse.storage.maintenance import maintain\n"
         "spark = server.connect(Settings.from_env())\n"
         "print(type(spark).__module__)\n"
-        f"report = maintain(spark, Path({str(path)!r}), retention_hours=0, "
+        f"report = maintain(spark, Settings.from_env(), Path({str(path)!r}), retention_hours=0, "
         "allow_unsafe_retention=True)\n"
         "print(json.dumps(dataclasses.asdict(report)))\n",
     )

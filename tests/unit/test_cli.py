@@ -217,7 +217,7 @@ def test_schemas_lists_versions_and_checks_contracts(
     from lakehouse.contracts.model import Catalog
     from lakehouse.streams.registry import SchemaRegistry
 
-    (key, value) = SchemaRegistry(settings.registry_path).register(
+    (key, value) = SchemaRegistry(settings).register(
         Catalog.load(settings.contracts_dir).topic("user-profiles"), spark
     )
     assert _run(monkeypatch, ["schemas", "--check", "--topic", "user-profiles"]) == 0

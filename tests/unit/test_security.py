@@ -380,7 +380,7 @@ def test_the_registry_reads_no_hostile_topic_name(tmp_path: Path, hostile: str) 
     """The registry is one table: a topic name becomes part of a query on it, not a path."""
     s = _settings(tmp_path)
     with pytest.raises(ConfigError, match=r"invalid topic name") as caught:
-        SchemaRegistry(s.registry_path).versions(hostile, "value")
+        SchemaRegistry(s).versions(hostile, "value")
     assert repr(hostile) in str(caught.value)
     assert list(tmp_path.iterdir()) == []  # nothing was created
 
@@ -391,7 +391,7 @@ def test_legitimate_names_make_paths_inside_the_root(tmp_path: Path) -> None:
         name = "user-locations" if "bronze" in what or what == "topic_dir" else "t_1"
         assert path(name).is_relative_to(s.home), what
     assert s.registry_path.is_relative_to(s.home)
-    assert SchemaRegistry(s.registry_path).versions("user-locations", "value") == []
+    assert SchemaRegistry(s).versions("user-locations", "value") == []
 
 
 def test_a_symlink_out_of_the_root_is_refused(tmp_path: Path) -> None:

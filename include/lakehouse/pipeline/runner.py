@@ -73,7 +73,7 @@ def run_layer(
     request = request or LayerRequest()
     specs = _selected(contract, layer, request)
     objectstore.check_reachable(settings.data_root)
-    registry = SchemaRegistry(settings.registry_path)
+    registry = SchemaRegistry(settings)
     if request.dry_run:
         registry.check(contract)
         return plan_layer(spark, settings, contract, layer, catalog, request)
@@ -599,6 +599,7 @@ def maintain_topics(
     for path, consumers in maintained_tables(settings, catalog, topics=topics, ledger=ledger):
         report = maintain(
             spark,
+            settings,
             path,
             consumers,
             retention_hours=retention_hours,

@@ -234,7 +234,7 @@ def write_ledger(
     data = delta_spark.arrow_frame(spark, pa.Table.from_pylist(list(rows), schema=schema))
     data = data.coalesce(1)
     ledger = settings.ledger_path
-    with delta_spark.table_lock(ledger):
+    with delta_spark.table_lock(settings, ledger):
         delta_spark.append(
             data,
             ledger,

@@ -52,6 +52,8 @@ if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
     from pyspark.sql.types import StructType
 
+    from lakehouse.runtime.config import Settings
+
 
 CDF_PROPERTIES: Mapping[str, str] = {"delta.enableChangeDataFeed": "true"}
 # The platform's tables: the change data feed on, and Delta's own cleanup of expired commits off
@@ -61,14 +63,12 @@ TABLE_PROPERTIES: Mapping[str, str] = {**CDF_PROPERTIES, "delta.enableExpiredLog
 
 
 @contextmanager
-def table_lock(path: Location) -> Iterator[None]:
+def table_lock(settings: Settings, path: Location) -> Iterator[None]:
     """Hold the table's commit lock (an exclusive ``flock`` on a local file: beside a local
-    table, under ``$LAKEHOUSE_HOME/locks`` for one in a bucket) for the ``with`` block; threads
-    and processes of this machine take turns. Only this machine's: on S3 the platform's rule is
-    one committing driver, the Spark server every layer task is a client of."""
-    from lakehouse.runtime.config import Settings
-
-    lock = Settings.from_env().lock_path(path)
+    table, under the ``locks`` folder of ``settings``' home for one in a bucket) for the ``with``
+    block; threads and processes of this machine take turns. Only this machine's: on S3 the
+    platform's rule is one committing driver, the Spark server every layer task is a client of."""
+    lock = settings.lock_path(path)
     lock.parent.mkdir(parents=True, exist_ok=True)
     with lock.open("a") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)

@@ -38,6 +38,8 @@ from lakehouse.storage.log import position, positions_commit
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+    from lakehouse.runtime.config import Settings
+
 DEFAULT_RETENTION_HOURS = 168  # Delta's default deletedFileRetentionDuration: 7 days
 # Vacuum also deletes files no commit references (left by crashed writers); a write still in
 # flight has such files too, so the window must outlast the longest write.
@@ -101,6 +103,7 @@ class MaintenanceReport:
 
 def maintain(
     spark: SparkSession,
+    settings: Settings,
     path: Location,
     consumers: Sequence[Consumer] = (),
     *,
@@ -118,7 +121,7 @@ def maintain(
             "could delete the files of a write still in flight"
         )
     table = f"delta.`{path}`"
-    with table_lock(path):
+    with table_lock(settings, path):
         report = MaintenanceReport(table=str(path), version_before=_version(path))
         if compact and not dry_run:
             metrics = spark.sql(f"OPTIMIZE {table}").collect()[0]["metrics"]

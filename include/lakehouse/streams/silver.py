@@ -96,7 +96,10 @@ def build(
     it waits, then finds the batch done."""
     silver_path = settings.silver_path(contract.stream)
     quarantine_path = settings.quarantine_path("silver", contract.stream)
-    with delta_spark.table_lock(silver_path), delta_spark.table_lock(quarantine_path):
+    with (
+        delta_spark.table_lock(settings, silver_path),
+        delta_spark.table_lock(settings, quarantine_path),
+    ):
         return _build(spark, settings, contract, silver_path, quarantine_path, gate)
 
 
@@ -286,7 +289,10 @@ def reprocess(
     only finishes the release."""
     silver_path = settings.silver_path(contract.stream)
     quarantine_path = settings.quarantine_path("silver", contract.stream)
-    with delta_spark.table_lock(silver_path), delta_spark.table_lock(quarantine_path):
+    with (
+        delta_spark.table_lock(settings, silver_path),
+        delta_spark.table_lock(settings, quarantine_path),
+    ):
         return _reprocess(
             spark, settings, contract, from_version, from_offsets or {}, dry_run=dry_run, gate=gate
         )

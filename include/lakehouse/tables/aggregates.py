@@ -476,7 +476,7 @@ def build_table(
     """Fold the input's new versions (up to ``upto``) into a ``latest`` or ``aggregate`` table
     (and a table source's state): one micro-batch, one commit."""
     # One committing driver per table: the gold table's lock, then its state's.
-    with delta_spark.table_lock(out.gold), delta_spark.table_lock(out.state):
+    with delta_spark.table_lock(settings, out.gold), delta_spark.table_lock(settings, out.state):
         return _build_table(DeltaStore(spark), settings, contract, spec, out, upto)
 
 

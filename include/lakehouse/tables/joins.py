@@ -130,9 +130,9 @@ def build_join(
     other = catalog.topic(j.other)
     # One committing driver per table: the join table's lock, then its two states'.
     with (
-        delta_spark.table_lock(out.gold),
-        delta_spark.table_lock(out.state),
-        delta_spark.table_lock(other_state_path(out)),
+        delta_spark.table_lock(settings, out.gold),
+        delta_spark.table_lock(settings, out.state),
+        delta_spark.table_lock(settings, other_state_path(out)),
     ):
         store = DeltaStore(spark)
         delta_spark.create_table(spark, out.gold, join_schema(contract, other, spec), gate=out.gate)

@@ -107,7 +107,7 @@ def refresh(
     apps = _apps(catalog, contract, spec)
     upto = None if from_version is None else from_version - 1
     # Every writer of a gold table and its state and late tables takes the table's lock first.
-    with delta_spark.table_lock(real.gold), _scratch(settings) as tmp:
+    with delta_spark.table_lock(settings, real.gold), _scratch(settings) as tmp:
         out = common.Outputs(tmp / "gold", tmp / "state", tmp / "late")
         gold.build_table(spark, settings, contract, spec, catalog, out=out, upto=upto)
         if catch_up and upto is not None:

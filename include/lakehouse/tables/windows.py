@@ -442,9 +442,9 @@ def build_windowed(
     Finishes first a batch that a crash left half-written (see the module docstring)."""
     # One committing driver per table: the gold table's lock, then its late table's and state's.
     with (
-        delta_spark.table_lock(out.gold),
-        delta_spark.table_lock(out.late),
-        delta_spark.table_lock(out.state),
+        delta_spark.table_lock(settings, out.gold),
+        delta_spark.table_lock(settings, out.late),
+        delta_spark.table_lock(settings, out.state),
     ):
         return _build_windowed(DeltaStore(spark), settings, contract, spec, out, upto)
 

@@ -389,12 +389,18 @@ def _write_quarantine(
         "_ingested_at": [now] * n,
     }
     _append_side(
-        spark, settings.quarantine_path("bronze", topic), batch_id, columns, QUARANTINE_SCHEMA
+        spark,
+        settings,
+        settings.quarantine_path("bronze", topic),
+        batch_id,
+        columns,
+        QUARANTINE_SCHEMA,
     )
 
 
 def _append_side(
     spark: SparkSession,
+    settings: Settings,
     path: Location,
     batch_id: int,
     columns: Mapping[str, Any],
@@ -403,7 +409,7 @@ def _append_side(
     """Append a batch's rows to a side table of bronze (quarantine, gaps), once per batch: the
     same app transaction and batch id as bronze's commit."""
     rows = delta_spark.arrow_frame(spark, pa.table(columns, schema=schema))
-    with delta_spark.table_lock(path):
+    with delta_spark.table_lock(settings, path):
         delta_spark.append(rows, path, txn=Txn(BRONZE_APP, batch_id), create=schema)
 
 
@@ -455,7 +461,7 @@ def ingest(
 
         client = kafka.client(settings, contract)
         kafka.check_topic(client, contract)
-    with delta_spark.table_lock(path):
+    with delta_spark.table_lock(settings, path):
         delta_spark.create_table(spark, path, BRONZE_SCHEMA, gate=gate)
         if client is not None:
             _repair_gaps(spark, settings, contract)
@@ -723,7 +729,7 @@ def _write_gaps(
         "_batch_id": [batch_id] * len(parts),
         "_ingested_at": [now] * len(parts),
     }
-    _append_side(spark, settings.gaps_path(topic), batch_id, columns, GAPS_SCHEMA)
+    _append_side(spark, settings, settings.gaps_path(topic), batch_id, columns, GAPS_SCHEMA)
 
 
 def _repair_gaps(spark: SparkSession, settings: Settings, contract: Contract) -> None:
