@@ -17,6 +17,7 @@ from lakehouse.contracts.model import Catalog
 from lakehouse.runtime.config import Settings
 from lakehouse.storage import read_arrow
 from lakehouse.topics import bronze
+from lakehouse.topics.bronze_table import BronzeResult
 from lakehouse.topics.landing import Producer, Record
 
 pytestmark = pytest.mark.integration
@@ -55,7 +56,7 @@ def lake(tmp_path: Path) -> Settings:
     return Settings.from_env(tmp_path / "home", contracts)
 
 
-def _ingest(spark: Any, lake: Settings, topic: str) -> bronze.BronzeResult:
+def _ingest(spark: Any, lake: Settings, topic: str) -> BronzeResult:
     return bronze.ingest(spark, lake, Catalog.load(lake.contracts_dir).topic(topic))
 
 

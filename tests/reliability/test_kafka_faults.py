@@ -183,7 +183,7 @@ def batch_problems(path: Path) -> list[str]:
     from deltalake import DeltaTable
 
     from lakehouse.storage.log import commit_metadata
-    from lakehouse.topics.bronze import BATCH_KEY, BRONZE_APP
+    from lakehouse.topics.bronze_table import BATCH_KEY, BRONZE_APP
 
     table = DeltaTable(str(path))
     committed = sorted(

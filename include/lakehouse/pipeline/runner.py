@@ -33,7 +33,7 @@ from lakehouse.streams import silver
 from lakehouse.streams.registry import SchemaRegistry
 from lakehouse.tables import common, gold, windows
 from lakehouse.tables.common import GoldResult
-from lakehouse.topics import bronze
+from lakehouse.topics import bronze, bronze_table
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -438,7 +438,7 @@ def _bronze_records(path: Location, start: int, end: int) -> int:
     total = 0
     for commit in snapshots.latest(path).history():
         version = commit.get("version")
-        value = commit_metadata(commit, bronze.BATCH_KEY)
+        value = commit_metadata(commit, bronze_table.BATCH_KEY)
         if version is None or value is None or not start <= int(version) <= end:
             continue
         metrics = commit.get("operationMetrics") or {}
