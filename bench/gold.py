@@ -113,7 +113,7 @@ def _settings(work: Path) -> Any:
 
 
 def _contract_and_spec(work: Path, kind: str) -> tuple[Any, Any]:
-    from lakehouse.contracts.model import Catalog
+    from lakehouse.contracts.catalog import Catalog
 
     contract = Catalog.load(work / "contracts").topic(_topic(kind))
     return contract, contract.tables[0]

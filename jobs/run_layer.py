@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from lakehouse.contracts.model import Catalog
+from lakehouse.contracts.catalog import Catalog
 from lakehouse.errors import (
     CONFIG_ERROR_EXIT,
     GATE_FAILED_EXIT,

@@ -42,7 +42,8 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
-from lakehouse.contracts.model import Catalog, Contract, TableSpec
+from lakehouse.contracts.catalog import Catalog
+from lakehouse.contracts.model import Contract, TableSpec
 from lakehouse.errors import BadRecordError, ConfigError, LakehouseError
 from lakehouse.pipeline import lake
 from lakehouse.runtime import objectstore

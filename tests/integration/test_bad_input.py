@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 from deltalake import DeltaTable
 
-from lakehouse.contracts.model import Catalog
+from lakehouse.contracts.catalog import Catalog
 from lakehouse.pipeline.runner import run
 from lakehouse.runtime.config import Settings
 from lakehouse.storage.log import commit_metadata

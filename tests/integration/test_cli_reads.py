@@ -22,7 +22,7 @@ import pyarrow as pa
 import pytest
 
 from lakehouse import cli
-from lakehouse.contracts.model import Catalog
+from lakehouse.contracts.catalog import Catalog
 from lakehouse.pipeline.runner import run
 from lakehouse.runtime.config import Settings
 from lakehouse.runtime.objectstore import Location

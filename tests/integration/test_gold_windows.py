@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from lakehouse.contracts.model import Catalog
+from lakehouse.contracts.catalog import Catalog
 from lakehouse.pipeline.request import LayerRequest
 from lakehouse.pipeline.runner import run, run_layer
 from lakehouse.runtime.config import Settings

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from lakehouse.contracts.model import Catalog
+from lakehouse.contracts.catalog import Catalog
 from lakehouse.pipeline.runner import run_layer
 from lakehouse.runtime.config import Settings
 from lakehouse.runtime.jvm import spark_jars_conf

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from lakehouse.contracts.model import Catalog
+from lakehouse.contracts.catalog import Catalog
 from lakehouse.pipeline.runner import run
 from lakehouse.runtime import objectstore
 from lakehouse.runtime.config import REPO_ROOT, Settings

@@ -14,7 +14,7 @@ import pytest
 from deltalake import DeltaTable
 
 from lakehouse import cli
-from lakehouse.contracts.model import Catalog
+from lakehouse.contracts.catalog import Catalog
 from lakehouse.errors import InputFailedError, QualityGateError, TablesFailedError
 from lakehouse.pipeline.runner import maintain_topics, run, run_layer
 from lakehouse.quality.ledger import RunInfo, read_ledger

@@ -11,7 +11,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from lakehouse.contracts.model import Catalog
+from lakehouse.contracts.catalog import Catalog
 from lakehouse.errors import ConfigError
 from lakehouse.pipeline.request import LayerRequest
 from lakehouse.pipeline.runner import run_layer

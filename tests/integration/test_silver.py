@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from deltalake import DeltaTable
 
-from lakehouse.contracts.model import Catalog
+from lakehouse.contracts.catalog import Catalog
 from lakehouse.errors import SchemaEvolutionError
 from lakehouse.pipeline.runner import run
 from lakehouse.runtime.config import Settings

@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 
 from lakehouse.contracts import avro
-from lakehouse.contracts.model import Contract, parse_contract
+from lakehouse.contracts.catalog import parse_contract
+from lakehouse.contracts.model import Contract
 from lakehouse.streams.decode import decode, stream_rows
 from lakehouse.streams.silver import quarantine_rows
 

@@ -141,7 +141,7 @@ def test_the_pipeline_runs_on_the_server(served: Settings) -> None:
         "from lakehouse.pipeline import runner\n"
         "from lakehouse.runtime import server\n"
         "from lakehouse.runtime.config import Settings\n"
-        "from lakehouse.contracts.model import Catalog\n"
+        "from lakehouse.contracts.catalog import Catalog\n"
         "from lakehouse.storage import read_arrow\n"
         "settings = Settings.from_env()\n"
         "spark = server.connect(settings)\n"

@@ -58,7 +58,8 @@ from faults import (
     wait_for_data_commit,
 )
 
-from lakehouse.contracts.model import Catalog, Contract
+from lakehouse.contracts.catalog import Catalog
+from lakehouse.contracts.model import Contract
 from lakehouse.runtime.broker import Broker, BrokerError
 from lakehouse.runtime.process import alive, free_port
 from lakehouse.topics import kafka

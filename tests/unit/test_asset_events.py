@@ -6,7 +6,8 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from lakehouse.contracts.model import Catalog, Contract
+from lakehouse.contracts.catalog import Catalog
+from lakehouse.contracts.model import Contract
 from lakehouse.orchestration.assets import changed, table_asset
 from lakehouse.quality.ledger import BLOCKED, PUBLISHED, BatchOutcome, RunInfo, ledger_rows
 from lakehouse.quality.verdict import Outcome, Verdict

@@ -6,8 +6,8 @@ from textwrap import dedent, indent
 
 import pytest
 
+from lakehouse.contracts.catalog import Catalog, load_contract
 from lakehouse.contracts.fields import Field
-from lakehouse.contracts.model import Catalog, load_contract
 from lakehouse.errors import ContractError, UnknownTableError, UnknownTopicError
 from lakehouse.runtime.config import REPO_ROOT
 

@@ -7,7 +7,7 @@ import importlib.util
 
 import pytest
 
-from lakehouse.contracts.model import Catalog
+from lakehouse.contracts.catalog import Catalog
 from lakehouse.errors import ConfigError
 from lakehouse.pipeline.request import (
     LayerRequest,

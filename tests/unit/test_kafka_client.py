@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from lakehouse.contracts.model import Contract, KafkaSource, load_contract
+from lakehouse.contracts.catalog import load_contract
+from lakehouse.contracts.model import Contract, KafkaSource
 from lakehouse.errors import BrokerUnavailableError, ConfigError
 from lakehouse.runtime.config import Settings
 from lakehouse.topics import kafka

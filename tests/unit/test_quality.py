@@ -13,7 +13,8 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from lakehouse.contracts.model import Expectation, load_contract
+from lakehouse.contracts.catalog import load_contract
+from lakehouse.contracts.model import Expectation
 from lakehouse.errors import ContractError
 from lakehouse.quality.expectations import check_constraint, gx_expectation
 from lakehouse.quality.gate import freshness_outcome, volume_outcome

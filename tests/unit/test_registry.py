@@ -20,7 +20,8 @@ from typing import Any
 import pytest
 import yaml
 
-from lakehouse.contracts.model import Contract, parse_contract
+from lakehouse.contracts.catalog import parse_contract
+from lakehouse.contracts.model import Contract
 from lakehouse.errors import ContractError, LakehouseError, SchemaEvolutionError
 from lakehouse.runtime.config import Settings
 from lakehouse.streams.registry import (
@@ -134,7 +135,7 @@ def test_each_contract_version_is_kept_with_its_text(spark: Any, tmp_path: Path)
         """
     )
     path.write_text(v1)
-    from lakehouse.contracts.model import load_contract
+    from lakehouse.contracts.catalog import load_contract
 
     registry.register(load_contract(path), spark)
     v2 = v1.replace("{name: a, type: long}", "{name: a, type: long}, {name: b, type: string}")

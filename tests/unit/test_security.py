@@ -16,7 +16,8 @@ import pytest
 import yaml
 
 from lakehouse import cli
-from lakehouse.contracts.model import Catalog, Expectation, load_contract, parse_contract
+from lakehouse.contracts.catalog import Catalog, load_contract, parse_contract
+from lakehouse.contracts.model import Expectation
 from lakehouse.errors import CONFIG_ERROR_EXIT, ConfigError, ContractError
 from lakehouse.orchestration.airflow_env import airflow_secrets
 from lakehouse.pipeline.request import LayerRequest, RunRequest, own

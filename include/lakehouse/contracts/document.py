@@ -5,8 +5,9 @@ names and patterns, and the keys one key's value requires or refuses (:class:`Ke
 once per section, checked when a file is read and written into the editors' schema).
 :func:`validate_document` reads a parsed YAML document into a ``ContractDoc``, or raises its first
 problem as a ContractError naming the file, the path inside it (``tables[1].window.size``) and
-what is wrong there, in the file's words. :mod:`lakehouse.contracts.model` builds the platform's
-view of a contract from the document and checks it across its sections.
+what is wrong there, in the file's words. :mod:`lakehouse.contracts.catalog` builds the platform's
+view of a contract (:mod:`lakehouse.contracts.model`) from the document and checks it across its
+sections (:mod:`lakehouse.contracts.checks`).
 
 The vocabulary the file and the platform share lives here too: the kinds, formats and severities,
 and :class:`Aggregation` and :class:`Volume`, which read the same in a file and on the platform.

@@ -32,7 +32,8 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-from lakehouse.contracts.model import Catalog, Contract
+from lakehouse.contracts.catalog import Catalog
+from lakehouse.contracts.model import Contract
 from lakehouse.errors import ConfigError
 from lakehouse.runtime import server
 from lakehouse.runtime.config import REPO_ROOT, Settings

@@ -25,7 +25,8 @@ from airflow.providers.standard.operators.bash import BashOperator
 from airflow.providers.standard.operators.python import PythonOperator, ShortCircuitOperator
 from airflow.sdk import DAG, Asset, Param, TriggerRule
 
-from lakehouse.contracts.model import Catalog, Contract, LoadedCatalog
+from lakehouse.contracts.catalog import Catalog, LoadedCatalog
+from lakehouse.contracts.model import Contract
 from lakehouse.errors import ContractError
 from lakehouse.orchestration.assets import changes_alias, inlets, outlets, pipeline_schedule
 from lakehouse.orchestration.callables import build_report, check_gate, fail_run, plan_run

@@ -9,7 +9,8 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from lakehouse.contracts.model import Catalog, Contract, TableSpec
+from lakehouse.contracts.catalog import Catalog
+from lakehouse.contracts.model import Contract, TableSpec
 from lakehouse.errors import QualityGateError, TablesFailedError
 from lakehouse.pipeline.request import LayerRequest, RunRequest, reprocessable
 from lakehouse.quality.expectations import pandas_max_rows, sync_constraints

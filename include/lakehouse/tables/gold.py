@@ -10,11 +10,8 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from lakehouse.contracts.model import (
-    Catalog,
-    Contract,
-    TableSpec,
-)
+from lakehouse.contracts.catalog import Catalog
+from lakehouse.contracts.model import Contract, TableSpec
 from lakehouse.errors import InputFailedError
 from lakehouse.runtime.config import Settings, whole_number_setting
 

@@ -25,7 +25,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from lakehouse.contracts.model import Catalog, Contract, TableSpec
+from lakehouse.contracts.catalog import Catalog
+from lakehouse.contracts.model import Contract, TableSpec
 from lakehouse.errors import LakehouseError
 from lakehouse.runtime import objectstore
 from lakehouse.runtime.config import Settings
