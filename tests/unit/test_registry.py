@@ -322,9 +322,9 @@ def test_two_registrants_of_one_version_cannot_both_land(
     real_lock = delta_spark.table_lock
 
     @contextmanager
-    def lock_once_both_decided(path: Path) -> Iterator[None]:
+    def lock_once_both_decided(settings: Settings, path: Path) -> Iterator[None]:
         both_decided.wait()  # each has read version 1 and chosen number 2
-        with real_lock(path):
+        with real_lock(settings, path):
             yield
 
     monkeypatch.setattr(delta_spark, "table_lock", lock_once_both_decided)
