@@ -1,5 +1,5 @@
 """More aggregations (count_distinct, earliest, latest, collect), a table read back as a stream
-(its changelog), and rebuilding tables: full refresh, reprocess from a source version, restore
+(its changelog), and rebuilding tables: full refresh, reprocess from an input version, restore
 from the changelog, and the table as of an event time."""
 
 from __future__ import annotations

@@ -215,7 +215,7 @@ def test_a_breaking_contract_is_refused_before_any_data_moves(spark: Any, lake: 
     _produce(lake, [b'{"customer": "b", "amount": 2, "region": "eu"}'], start=1)
     with pytest.raises(SchemaEvolutionError) as info:
         _run(spark, lake)
-    assert info.value.source == str(contract)
+    assert info.value.file == str(contract)
     assert "region" in info.value.problem and "BACKWARD" in info.value.problem
     assert {p: DeltaTable(str(p)).version() for p in versions} == versions
 

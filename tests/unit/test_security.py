@@ -190,7 +190,7 @@ def test_a_hostile_name_anywhere_in_a_contract_is_refused_naming_the_place(
 ) -> None:
     with pytest.raises(ContractError) as caught:
         _catalog(_with(ORDERS, keys, hostile))
-    assert (caught.value.source, caught.value.path) == (SOURCE, where), str(caught.value)
+    assert (caught.value.file, caught.value.path) == (SOURCE, where), str(caught.value)
 
 
 @pytest.mark.parametrize(

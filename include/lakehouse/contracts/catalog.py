@@ -57,20 +57,20 @@ from lakehouse.runtime.config import LAYERS
 
 
 # -- Reading a file: the document, then the platform's view of it ------------------------------
-def parse_contract(document: Any, source: str = "<memory>", base: Path | None = None) -> Contract:
+def parse_contract(document: Any, file: str = "<memory>", base: Path | None = None) -> Contract:
     """Validate a parsed YAML document and build a :class:`Contract`, or raise ContractError.
 
     ``base`` is the folder Avro schema files are read from (the contract's own folder).
     """
-    doc = validate_document(document, source)
-    key_schemas = _schema_versions(doc.key.schemas or [], source, "key.schemas", base)
-    value_schemas = _schema_versions(doc.value.schemas or [], source, "value.schemas", base)
+    doc = validate_document(document, file)
+    key_schemas = _schema_versions(doc.key.schemas or [], file, "key.schemas", base)
+    value_schemas = _schema_versions(doc.value.schemas or [], file, "value.schemas", base)
     key_type: FieldType = doc.key.type or "string"
     if doc.key.format == "avro":
         from lakehouse.contracts import avro
 
         latest = len(key_schemas) - 1
-        key_type = avro.primitive_of(key_schemas[-1].schema, source, f"key.schemas[{latest}]")
+        key_type = avro.primitive_of(key_schemas[-1].schema, file, f"key.schemas[{latest}]")
     landing = doc.landing or LandingDoc()
     contract = Contract(
         topic=doc.topic,
@@ -81,7 +81,7 @@ def parse_contract(document: Any, source: str = "<memory>", base: Path | None = 
         key_schemas=key_schemas,
         value_format=doc.value.format,
         value_schemas=value_schemas,
-        fields=_value_fields(doc.value, value_schemas, source),
+        fields=_value_fields(doc.value, value_schemas, file),
         stream=doc.stream.name,
         tables=tuple(_table(t) for t in doc.tables),
         event_time=doc.event_time,
@@ -95,10 +95,10 @@ def parse_contract(document: Any, source: str = "<memory>", base: Path | None = 
         schedule_minutes=doc.schedule_minutes,
         landing_format=landing.format,
         max_record_bytes=landing.max_record_bytes,
-        kafka=_kafka(doc, source),
+        kafka=_kafka(doc, file),
         description=doc.description,
         owner=doc.owner,
-        source=source,
+        file=file,
     )
     check_contract(contract)
     return contract
@@ -115,7 +115,7 @@ def _table(t: TableDoc) -> TableSpec:
         aggregations=tuple(t.aggregations or ()),
         description=t.description,
         group_by=t.group_by,
-        source=t.source,
+        read_as=t.source,
         window=None if t.window is None else _window(t.window),
         join=None if t.join is None else _join(t.join),
         changelog=t.changelog,
@@ -131,12 +131,12 @@ def _join(j: JoinDoc) -> Join:
     return Join(j.type, j.with_, tuple(j.fields), j.how, j.on_field, j.prefix, _ms(j.within))
 
 
-def _kafka(doc: ContractDoc, source: str) -> KafkaSource | None:
+def _kafka(doc: ContractDoc, file: str) -> KafkaSource | None:
     if doc.kafka is None:
         return None
     if doc.landing is not None:
         raise ContractError(
-            source,
+            file,
             "kafka",
             "a topic has one source: 'landing' (segment files) or 'kafka' (a broker), not both",
         )
@@ -148,14 +148,14 @@ def _kafka(doc: ContractDoc, source: str) -> KafkaSource | None:
         where = f"kafka.properties.{name}"
         if SECRET_SETTING.search(name):
             raise ContractError(
-                source,
+                file,
                 where,
                 "looks like a credential: a contract never holds one; name the environment "
                 f"variable that does under kafka.secrets ({name}: SOME_VARIABLE)",
             )
         if name in OWNED_SETTINGS:
             raise ContractError(
-                source,
+                file,
                 where,
                 "is set by the platform"
                 + (" (use kafka.bootstrap_servers)" if name == "bootstrap.servers" else ""),
@@ -163,7 +163,7 @@ def _kafka(doc: ContractDoc, source: str) -> KafkaSource | None:
     for name in doc.kafka.secrets:
         if name in props or name in OWNED_SETTINGS:
             raise ContractError(
-                source,
+                file,
                 f"kafka.secrets.{name}",
                 "is also set in kafka.properties or by the platform",
             )
@@ -177,7 +177,7 @@ def _kafka(doc: ContractDoc, source: str) -> KafkaSource | None:
 
 
 def _schema_versions(
-    items: list[SchemaVersionDoc], source: str, where: str, base: Path | None
+    items: list[SchemaVersionDoc], file: str, where: str, base: Path | None
 ) -> tuple[SchemaVersion, ...]:
     """Load each listed Avro schema (file beside the contract, or inline) and validate it."""
     if not items:
@@ -189,37 +189,39 @@ def _schema_versions(
     for i, item in enumerate(items):
         path = f"{where}[{i}]"
         if item.id in seen:
-            raise ContractError(source, f"{path}.id", f"schema id {item.id} is listed twice")
+            raise ContractError(file, f"{path}.id", f"schema id {item.id} is listed twice")
         seen.add(item.id)
         schema = item.schema_
         if item.file is not None:
             if base is None:
-                raise ContractError(source, f"{path}.file", "schema files need a contract file")
-            file = base / item.file
-            if not file.resolve().is_relative_to(base.resolve()):  # e.g. through a symlink
+                raise ContractError(file, f"{path}.file", "schema files need a contract file")
+            schema_file = base / item.file
+            if not schema_file.resolve().is_relative_to(base.resolve()):  # e.g. through a symlink
                 raise ContractError(
-                    source, f"{path}.file", f"{item.file!r} is outside the contract's folder"
+                    file, f"{path}.file", f"{item.file!r} is outside the contract's folder"
                 )
             try:
-                schema = json.loads(file.read_text(encoding="utf-8"))
+                schema = json.loads(schema_file.read_text(encoding="utf-8"))
             except OSError as exc:
                 raise ContractError(
-                    source, f"{path}.file", f"cannot read {file}: {exc.strerror}"
+                    file, f"{path}.file", f"cannot read {schema_file}: {exc.strerror}"
                 ) from None
             except json.JSONDecodeError as exc:
                 raise ContractError(
-                    source, f"{path}.file", f"{file} is not JSON: {exc.msg} (line {exc.lineno})"
+                    file,
+                    f"{path}.file",
+                    f"{schema_file} is not JSON: {exc.msg} (line {exc.lineno})",
                 ) from None
         elif isinstance(schema, str):
             with contextlib.suppress(json.JSONDecodeError):  # else a bare name such as "string"
                 schema = json.loads(schema)
-        avro.parse(schema, source, path)
+        avro.parse(schema, file, path)
         out.append(SchemaVersion(id=item.id, schema=schema, file=item.file))
     return tuple(out)
 
 
 def _value_fields(
-    value: ValueDoc, schemas: tuple[SchemaVersion, ...], source: str
+    value: ValueDoc, schemas: tuple[SchemaVersion, ...], file: str
 ) -> tuple[Field, ...]:
     if value.format == "string":
         assert value.name is not None  # ValueDoc's rules require it
@@ -228,7 +230,7 @@ def _value_fields(
         from lakehouse.contracts import avro
 
         latest = f"value.schemas[{len(schemas) - 1}]"
-        return avro.fields_of(schemas[-1].schema, source, latest)
+        return avro.fields_of(schemas[-1].schema, file, latest)
     # A decimal's scale is 0 when left out, as in Avro.
     return tuple(
         Field(f.name, f.type, f.nullable, f.precision, f.scale or 0)
@@ -254,22 +256,22 @@ def _params(e: ExpectationDoc) -> tuple[tuple[str, Any], ...]:
 # -- A contract file, and a folder of them -----------------------------------------------------
 def load_contract(path: Path) -> Contract:
     """Read and validate one contract file."""
-    source = str(path)
+    file = str(path)
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
-        raise ContractError(source, "", f"cannot read the file: {exc.strerror}") from exc
+        raise ContractError(file, "", f"cannot read the file: {exc.strerror}") from exc
     try:
         # libyaml's parser where it is built in (a fifth of a DAG file's parse time otherwise).
         document = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        raise ContractError(source, where, f"not valid YAML: {exc}") from exc
-    contract = parse_contract(document, source, base=path.parent)
+        raise ContractError(file, where, f"not valid YAML: {exc}") from exc
+    contract = parse_contract(document, file, base=path.parent)
     if path.stem != contract.topic:
         raise ContractError(
-            source,
+            file,
             "topic",
             f"topic {contract.topic!r} must live in a file named {contract.topic}.yaml",
         )
@@ -308,14 +310,14 @@ class Catalog:
                 errors[str(path)] = exc
                 continue
             loaded.append(contract)
-        broken = {Path(source).stem: source for source in errors}
+        broken = {Path(file).stem: file for file in errors}
         while True:
             try:
                 catalog = cls.of(loaded, broken=broken)
             except ContractError as exc:  # a join names a topic no contract has
-                errors[exc.source] = exc
-                broken[Path(exc.source).stem] = exc.source
-                loaded = [c for c in loaded if c.source != exc.source]
+                errors[exc.file] = exc
+                broken[Path(exc.file).stem] = exc.file
+                loaded = [c for c in loaded if c.file != exc.file]
                 continue
             unjoinable = {
                 c.topic: {
@@ -393,7 +395,7 @@ class LoadedCatalog:
     def topic(self, name: str) -> Contract:
         """The contract of topic ``name``; the error of its file when that does not load (a
         task or a command about one topic fails on its own contract only)."""
-        for source, error in self.errors.items():
-            if Path(source).stem == name:
+        for file, error in self.errors.items():
+            if Path(file).stem == name:
                 raise error
         return self.catalog.topic(name)

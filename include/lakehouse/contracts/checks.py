@@ -29,7 +29,7 @@ from lakehouse.runtime.config import IDENTIFIER, IDENTIFIER_RULE
 def check_contract(c: Contract) -> None:
     """Rules across the document: names must not collide, fields must exist and fit."""
     if c.topic in {".", ".."}:
-        raise ContractError(c.source, "topic", "'.' and '..' are not legal topic names")
+        raise ContractError(c.file, "topic", "'.' and '..' are not legal topic names")
     columns = list(c.columns)
     for i, name in enumerate(columns):
         where = "key.name" if i == 0 else f"value.fields[{i - 1}].name"
@@ -38,31 +38,31 @@ def check_contract(c: Contract) -> None:
         elif c.value_format == "avro" and i > 0:
             where = f"value.schemas[{len(c.value_schemas) - 1}].fields[{i - 1}].name"
         if not IDENTIFIER.fullmatch(name):  # Avro field names reach here unchecked
-            raise ContractError(c.source, where, f"invalid column name {name!r}: {IDENTIFIER_RULE}")
+            raise ContractError(c.file, where, f"invalid column name {name!r}: {IDENTIFIER_RULE}")
         if name in SQL_LITERAL_WORDS:
-            raise ContractError(c.source, where, _literal_word(name))
+            raise ContractError(c.file, where, _literal_word(name))
         reserved = name in STREAM_METADATA_COLUMNS
         if name == "event_time" and c.event_time == "event_time":
             reserved = False  # the event-time field may itself be called event_time
         if reserved:
             raise ContractError(
-                c.source,
+                c.file,
                 where,
                 f"{name!r} is reserved for stream metadata {STREAM_METADATA_COLUMNS}",
             )
         if name in columns[:i]:
-            raise ContractError(c.source, where, f"column {name!r} is declared twice")
+            raise ContractError(c.file, where, f"column {name!r} is declared twice")
     if c.event_time is not None:
         try:
             et = c.field(c.event_time)
         except KeyError:
             raise ContractError(
-                c.source, "event_time", f"no value field named {c.event_time!r}"
+                c.file, "event_time", f"no value field named {c.event_time!r}"
             ) from None
         allowed = ("timestamp",) if et.name == "event_time" else ("timestamp", "long")
         if et.type not in allowed:
             raise ContractError(
-                c.source,
+                c.file,
                 "event_time",
                 f"field {et.name!r} is {et.type_name}; event time must be "
                 + " or ".join(f"a {t}" for t in allowed)
@@ -92,10 +92,10 @@ def _check_schema_chain(c: Contract) -> None:
                     c.compatibility, versions[i].schema, [v.schema for v in versions[:i]]
                 )
             except ValueError as exc:  # Apache's parser is stricter than fastavro's
-                raise ContractError(c.source, f"{part}.schemas[{i}]", str(exc)) from None
+                raise ContractError(c.file, f"{part}.schemas[{i}]", str(exc)) from None
             if problems:
                 raise ContractError(
-                    c.source,
+                    c.file,
                     f"{part}.schemas[{i}]",
                     f"schema id {versions[i].id} breaks {c.compatibility} compatibility: "
                     + "; ".join(problems),
@@ -107,17 +107,17 @@ def _check_tables(c: Contract) -> None:
     for ti, t in enumerate(c.tables):
         at = f"tables[{ti}]"
         if t.name in seen:
-            raise ContractError(c.source, f"{at}.name", f"table {t.name!r} declared twice")
+            raise ContractError(c.file, f"{at}.name", f"table {t.name!r} declared twice")
         if t.changelog is not None:
             _check_changelog_source(c, t, seen, at)
         seen.add(t.name)
         source = c.input(t)
         values = [f.name for f in source.fields]
         if t.group_by is not None and t.group_by not in values:
-            raise ContractError(c.source, f"{at}.group_by", f"no value field named {t.group_by!r}")
+            raise ContractError(c.file, f"{at}.group_by", f"no value field named {t.group_by!r}")
         if t.group_by is not None and source.field(t.group_by).type == "decimal":
             raise ContractError(
-                c.source,
+                c.file,
                 f"{at}.group_by",
                 f"cannot re-key by {t.group_by!r} of type {source.field(t.group_by).type_name}: "
                 "a key is a string, long, int, double, boolean or timestamp",
@@ -127,21 +127,21 @@ def _check_tables(c: Contract) -> None:
         if t.join is not None:
             if t.join.on is not None and t.join.on not in values:
                 raise ContractError(
-                    c.source, f"{at}.join.on_field", f"no value field named {t.join.on!r}"
+                    c.file, f"{at}.join.on_field", f"no value field named {t.join.on!r}"
                 )
             for name in c.table_columns(t):
                 if len(name) > 128:  # the prefix's pattern has no length limit
                     raise ContractError(
-                        c.source,
+                        c.file,
                         f"{at}.join.prefix",
                         f"column {name!r} would be longer than 128 characters",
                     )
             continue
-        if t.source == "table":
+        if t.read_as == "table":
             for ai, a in enumerate(t.aggregations):
                 if a.fn not in SUBTRACTABLE:
                     raise ContractError(
-                        c.source,
+                        c.file,
                         f"{at}.aggregations[{ai}].fn",
                         f"'{a.fn}' cannot aggregate a table: when a key's value changes the "
                         "old value must be taken back, and only "
@@ -152,20 +152,20 @@ def _check_tables(c: Contract) -> None:
         for ai, a in enumerate(t.aggregations):
             where = f"{at}.aggregations[{ai}]"
             if a.name in out_names or a.name.startswith("__"):
-                raise ContractError(c.source, f"{where}.name", f"column {a.name!r} already exists")
+                raise ContractError(c.file, f"{where}.name", f"column {a.name!r} already exists")
             if a.name in SQL_LITERAL_WORDS:
-                raise ContractError(c.source, f"{where}.name", _literal_word(a.name))
+                raise ContractError(c.file, f"{where}.name", _literal_word(a.name))
             out_names.add(a.name)
             if a.fn == "count" and a.field is None:
                 continue
             if a.field is None:
-                raise ContractError(c.source, where, f"'{a.fn}' needs a 'field' to aggregate")
+                raise ContractError(c.file, where, f"'{a.fn}' needs a 'field' to aggregate")
             if a.field not in values:
-                raise ContractError(c.source, f"{where}.field", f"no value field named {a.field!r}")
+                raise ContractError(c.file, f"{where}.field", f"no value field named {a.field!r}")
             f = source.field(a.field)
             if a.fn in {"sum", "avg"} and f.type not in NUMERIC_TYPES:
                 raise ContractError(
-                    c.source, f"{where}.field", f"cannot {a.fn} {a.field!r} of type {f.type_name}"
+                    c.file, f"{where}.field", f"cannot {a.fn} {a.field!r} of type {f.type_name}"
                 )
 
 
@@ -174,7 +174,7 @@ def _check_changelog_source(c: Contract, t: TableSpec, earlier: set[str], at: st
     name = t.changelog
     if name not in earlier:
         raise ContractError(
-            c.source,
+            c.file,
             f"{at}.changelog",
             f"no earlier table named {name!r} in this contract (a changelog source must be "
             "declared before the tables that read it)",
@@ -182,14 +182,14 @@ def _check_changelog_source(c: Contract, t: TableSpec, earlier: set[str], at: st
     src = c.table(name or "")
     if src.window is not None or src.join is not None:
         raise ContractError(
-            c.source,
+            c.file,
             f"{at}.changelog",
             f"{name!r} is a {'windowed' if src.window else 'join'} table; only latest and plain "
             "aggregate tables can be read as a stream",
         )
     if any(a.fn == "collect" for a in src.aggregations):
         raise ContractError(
-            c.source,
+            c.file,
             f"{at}.changelog",
             f"{name!r} has a 'collect' column (a list), which a stream cannot carry",
         )
@@ -200,8 +200,8 @@ def claim_names(c: Contract, owners: dict[str, str]) -> None:
     contract took first is an error of ``c``."""
     for kind, name in [("stream", c.stream), *(("table", t.name) for t in c.tables)]:
         if name in owners:
-            raise ContractError(c.source, kind, f"name {name!r} is already used by {owners[name]}")
-    owners.update({name: c.source for name in [c.stream, *(t.name for t in c.tables)]})
+            raise ContractError(c.file, kind, f"name {name!r} is already used by {owners[name]}")
+    owners.update({name: c.file for name in [c.stream, *(t.name for t in c.tables)]})
 
 
 def check_join(topics: Mapping[str, Contract], c: Contract, t: TableSpec, at: str) -> None:
@@ -212,31 +212,31 @@ def check_join(topics: Mapping[str, Contract], c: Contract, t: TableSpec, at: st
     other = topics.get(j.other)
     if other is None:
         raise ContractError(
-            c.source, f"{at}.with", f"no contract for topic {j.other!r} (known: {list(topics)})"
+            c.file, f"{at}.with", f"no contract for topic {j.other!r} (known: {list(topics)})"
         )
     known = [f.name for f in other.fields]
     for fi, name in enumerate(j.fields):
         if name not in known:
             raise ContractError(
-                c.source, f"{at}.fields[{fi}]", f"topic {j.other!r} has no value field {name!r}"
+                c.file, f"{at}.fields[{fi}]", f"topic {j.other!r} has no value field {name!r}"
             )
     mine = c.key_type if j.on is None else c.field(j.on).type
     if mine != other.key_type:
         raise ContractError(
-            c.source,
+            c.file,
             f"{at}.on_field" if j.on else at,
             f"{j.on or c.key_name!r} is {mine} but topic {j.other!r} is keyed by {other.key_type}",
         )
     if j.type == "stream-stream" and j.how == "left":
         raise ContractError(
-            c.source,
+            c.file,
             f"{at}.how",
             "a stream-stream join is inner only: Kafka emits a left join's unmatched events once "
             "their window has closed, which needs a grace period not declared here",
         )
     if j.type == "stream-stream" and not j.prefix:
         raise ContractError(
-            c.source,
+            c.file,
             f"{at}.prefix",
             "a stream-stream join needs a prefix: both sides have partition, offset and event_time",
         )
@@ -244,7 +244,7 @@ def check_join(topics: Mapping[str, Contract], c: Contract, t: TableSpec, at: st
     for name in columns:
         if columns.count(name) > 1:
             raise ContractError(
-                c.source,
+                c.file,
                 f"{at}.fields",
                 f"column {name!r} would appear twice in {t.name!r}; set a 'prefix' for the "
                 "columns taken from the other side",
@@ -254,23 +254,23 @@ def check_join(topics: Mapping[str, Contract], c: Contract, t: TableSpec, at: st
 def _check_window(c: Contract, t: TableSpec, at: str) -> None:
     w = t.window
     assert w is not None
-    if t.source != "stream":
+    if t.read_as != "stream":
         raise ContractError(
-            c.source,
+            c.file,
             f"{at}.window",
             "windows aggregate a stream; a table source cannot be windowed (as in Kafka Streams, "
             "where only KGroupedStream has windowedBy)",
         )
     if w.type == "hopping" and w.advance_ms > w.size_ms:
         raise ContractError(
-            c.source,
+            c.file,
             f"{at}.window.advance",
             "a hopping window cannot advance by more than its size",
         )
     taken = {*WINDOW_LATE_COLUMNS} & {f.name for f in c.input(t).fields}
     if taken:
         raise ContractError(
-            c.source,
+            c.file,
             f"{at}.window",
             f"value field(s) {sorted(taken)} would collide with the window and late-record "
             f"columns {list(WINDOW_LATE_COLUMNS)}",
@@ -296,7 +296,7 @@ def _check_expectations(c: Contract) -> None:
     volume = c.quality.volume
     if volume is not None and volume.min_history > volume.history:
         raise ContractError(
-            c.source,
+            c.file,
             "quality.volume.min_history",
             f"{volume.min_history} is more than the {volume.history} batches of history kept: "
             "the check could never run",
@@ -309,23 +309,21 @@ def _check_expectations(c: Contract) -> None:
         where = f"expectations.{e.layer}[{i}]"
         if (e.layer, e.name) in seen:
             raise ContractError(
-                c.source, f"{where}.name", f"expectation {e.name!r} is declared twice"
+                c.file, f"{where}.name", f"expectation {e.name!r} is declared twice"
             )
         seen.add((e.layer, e.name))
         if e.layer == "gold":
             if e.table is None:
-                raise ContractError(c.source, where, "a gold expectation must name its 'table'")
+                raise ContractError(c.file, where, "a gold expectation must name its 'table'")
             try:
                 available = c.table_columns(c.table(e.table))
             except KeyError:
                 raise ContractError(
-                    c.source, f"{where}.table", f"no table named {e.table!r} in this contract"
+                    c.file, f"{where}.table", f"no table named {e.table!r} in this contract"
                 ) from None
         else:
             if e.table is not None:
-                raise ContractError(
-                    c.source, f"{where}.table", "only gold expectations name a table"
-                )
+                raise ContractError(c.file, f"{where}.table", "only gold expectations name a table")
             available = (
                 BRONZE_COLUMNS
                 if e.layer == "bronze"
@@ -333,24 +331,24 @@ def _check_expectations(c: Contract) -> None:
             )
         if e.column is not None and e.column not in available:
             raise ContractError(
-                c.source,
+                c.file,
                 f"{where}.column",
                 f"no column {e.column!r} in {e.layer} (columns: {', '.join(available)})",
             )
         if e.severity == "quarantine" and (why := _no_quarantine(e)):
-            raise ContractError(c.source, f"{where}.severity", f"{why}: use warn or fail")
+            raise ContractError(c.file, f"{where}.severity", f"{why}: use warn or fail")
         lo, hi = e.param("min"), e.param("max")
         numbers = (lo, hi, *(e.param("values") or ()))
         if any(isinstance(v, float) and not math.isfinite(v) for v in numbers):
             raise ContractError(
-                c.source, where, "min, max and values must be finite numbers (not .nan or .inf)"
+                c.file, where, "min, max and values must be finite numbers (not .nan or .inf)"
             )
         if lo is not None and hi is not None and lo > hi:
-            raise ContractError(c.source, f"{where}.min", f"min {lo} is greater than max {hi}")
+            raise ContractError(c.file, f"{where}.min", f"min {lo} is greater than max {hi}")
         if e.expect == "match_regex":
             try:
                 re.compile(e.param("pattern"))
             except re.error as exc:
                 raise ContractError(
-                    c.source, f"{where}.pattern", f"not a valid regular expression: {exc}"
+                    c.file, f"{where}.pattern", f"not a valid regular expression: {exc}"
                 ) from None

@@ -35,7 +35,8 @@ from lakehouse.contracts.fields import MAX_DECIMAL_PRECISION, Field, FieldType
 
 # Aggregation and Volume read the same in a file: they are the document's own (imported above).
 
-# Aggregations a table source can take back when a key's value changes (KGroupedTable's subtractor).
+# Aggregations that can take a value back when a key's value changes, as an aggregate of an
+# input read as a table must (KGroupedTable's subtractor).
 SUBTRACTABLE = frozenset({"count", "sum", "avg"})
 
 
@@ -64,14 +65,14 @@ BRONZE_COLUMNS = (
 )
 
 
-def aggregate_field(source: Contract, a: Aggregation) -> Field:
+def aggregate_field(stream: Contract, a: Aggregation) -> Field:
     """The column of an aggregation, typed as Spark types it (``collect`` is a list of its
     field's type, which no :class:`Field` is; it is refused where a field is needed). A sum of
     a decimal(p,s) is a decimal(p+10,s) and an average a decimal(p+4,s+4), at most 38 digits,
     so neither is rounded to a binary fraction."""
     if a.fn in {"count", "count_distinct"}:
         return Field(a.name, "long")
-    f = source.field(a.field or "")
+    f = stream.field(a.field or "")
     if f.type == "decimal" and a.fn in {"sum", "avg"}:
         assert f.precision is not None and f.scale is not None
         if a.fn == "sum":
@@ -199,10 +200,10 @@ class Join:
 class TableSpec:
     """A gold table: an aggregated stream (KTable).
 
-    An ``aggregate`` groups by the record key, or re-keys by a value field (``group_by``). Its
-    ``source`` is the ``stream`` (every event counts, KGroupedStream) or the stream read as a
-    ``table`` (only each key's latest value counts: an update takes back the old value and adds
-    the new one, KGroupedTable).
+    An ``aggregate`` groups by the record key, or re-keys by a value field (``group_by``). It
+    reads its input (``read_as``; the file's ``source``) as a ``stream`` (every event counts,
+    KGroupedStream) or as a ``table`` (only each key's latest value counts: an update takes back
+    the old value and adds the new one, KGroupedTable).
     """
 
     name: str
@@ -210,7 +211,7 @@ class TableSpec:
     aggregations: tuple[Aggregation, ...] = ()
     description: str = ""
     group_by: str | None = None
-    source: Literal["stream", "table"] = "stream"
+    read_as: Literal["stream", "table"] = "stream"
     window: Window | None = None
     join: Join | None = None
     changelog: str | None = None  # another table of the contract whose changelog is the input
@@ -270,7 +271,7 @@ class Contract:
     kafka: KafkaSource | None = None
     description: str = ""
     owner: str = "data-platform"
-    source: str = field(default="<memory>", compare=False)
+    file: str = field(default="<memory>", compare=False)
 
     @property
     def bronze_name(self) -> str:
@@ -322,13 +323,13 @@ class Contract:
     def changelog_stream(self, spec: TableSpec) -> Contract:
         """A table turned back into a stream: its changelog, keyed by the table's key, with the
         table's other columns as the value; a deleted row is a tombstone."""
-        source = self.input(spec)
+        stream = self.input(spec)
         key = self.table_key(spec)
         if spec.kind == "latest":
-            key_type, fields = source.key_type, source.fields
+            key_type, fields = stream.key_type, stream.fields
         else:
-            key_type = source.key_type if key == source.key_name else source.field(key).type
-            fields = tuple(aggregate_field(source, a) for a in spec.aggregations)
+            key_type = stream.key_type if key == stream.key_name else stream.field(key).type
+            fields = tuple(aggregate_field(stream, a) for a in spec.aggregations)
         return Contract(
             topic=f"{self.topic}:{spec.name}",
             partitions=1,
@@ -338,7 +339,7 @@ class Contract:
             value_format="json",
             fields=fields,
             stream=spec.name,
-            source=f"{self.source} (changelog of {spec.name})",
+            file=f"{self.file} (changelog of {spec.name})",
         )
 
     def table_key(self, spec: TableSpec) -> str:
@@ -358,21 +359,21 @@ class Contract:
 
     def table_columns(self, spec: TableSpec) -> tuple[str, ...]:
         """A gold table's visible columns (hidden state columns start with ``__``)."""
-        source = self.input(spec)
+        stream = self.input(spec)
         if spec.kind == "latest":
-            return source.columns
+            return stream.columns
         if spec.join is not None:
             j = spec.join
             taken = tuple(j.column(f) for f in j.fields)
             if j.type == "table-table":
-                return (*source.columns, *taken)
+                return (*stream.columns, *taken)
             # A stream whose event-time field is itself called event_time has it once.
             if j.type == "stream-table":
                 event = ("partition", "offset", "timestamp", "event_time")
-                return tuple(dict.fromkeys((*source.columns, *taken, *event)))
+                return tuple(dict.fromkeys((*stream.columns, *taken, *event)))
             mine = ("partition", "offset", "event_time")
             return tuple(
-                dict.fromkeys((*source.columns, *taken, *mine, *(j.column(c) for c in mine)))
+                dict.fromkeys((*stream.columns, *taken, *mine, *(j.column(c) for c in mine)))
             )
         return (*self.table_key_columns(spec), *(a.name for a in spec.aggregations))
 

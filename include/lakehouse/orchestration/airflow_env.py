@@ -159,8 +159,8 @@ def kafka_connections(settings: Settings, env: Mapping[str, str]) -> dict[str, s
         conn_id = kafka_conn_id(contract.topic)
         if conn_id in owners:
             raise ConfigError(
-                f"{contract.source}: topic {contract.topic!r} and topic "
-                f"{owners[conn_id].topic!r} ({owners[conn_id].source}) would share the Airflow "
+                f"{contract.file}: topic {contract.topic!r} and topic "
+                f"{owners[conn_id].topic!r} ({owners[conn_id].file}) would share the Airflow "
                 f"connection {conn_id!r} of their Kafka triggers: rename one of them"
             )
         owners[conn_id] = contract

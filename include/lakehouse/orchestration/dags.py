@@ -235,7 +235,7 @@ def pipeline_dag(contract: Contract, settings: Settings, catalog: Catalog | None
             if elsewhere
             else ""
         )
-        + f"\n\nContract: `{contract.source}`\n\n"
+        + f"\n\nContract: `{contract.file}`\n\n"
         "Trigger with the Params form to run some layers only, do a dry run, reprocess silver "
         "from a bronze version or offsets, reprocess gold from a silver version, or fully "
         "refresh gold tables. The `plan` task prints what the run will do."
@@ -512,7 +512,7 @@ def pipeline_dags(settings: Settings | None = None) -> dict[str, DAG]:
         if missing:
             why = "; ".join(str(loaded.errors[source]) for source in missing.values())
             dags[join_dag_id(c.topic)] = broken_dag(
-                join_dag_id(c.topic), f"Joins of topic `{c.topic}`", c.source, why
+                join_dag_id(c.topic), f"Joins of topic `{c.topic}`", c.file, why
             )
         else:
             dags[join_dag_id(c.topic)] = join_dag(c, settings, catalog)

@@ -2,7 +2,7 @@
 log cleanup.
 
 A *consumer* is a downstream job that reads a table's change feed, and its position is the last
-source version it consumed, recorded in its own output table (see
+input version it consumed, recorded in its own output table (see
 :func:`~lakehouse.storage.log.position`). A consumer at position ``p`` still reads the
 versions after ``p``: the files those versions removed, and their commits.
 

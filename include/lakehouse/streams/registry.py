@@ -213,7 +213,7 @@ def subject_change(
     problems = evolution_problems(contract.compatibility, state, list(history))
     if problems:
         raise SchemaEvolutionError(
-            contract.source,
+            contract.file,
             subject,
             f"the {subject} schema of topic {contract.topic!r} cannot be registered after "
             f"version {history[-1].version} under compatibility {contract.compatibility}: "
@@ -251,7 +251,7 @@ def new_version(
         state=state,
         compatibility=contract.compatibility,
         registered_at=datetime.now(UTC).isoformat(timespec="milliseconds"),
-        contract_source=contract.source,
+        contract_source=contract.file,
         contract_text=text,
     )
 
@@ -259,7 +259,7 @@ def new_version(
 def contract_text(contract: Contract) -> str:
     """The text of the contract's file ("" for a contract made in code)."""
     try:
-        return Path(contract.source).read_text(encoding="utf-8")
+        return Path(contract.file).read_text(encoding="utf-8")
     except OSError:
         return ""
 

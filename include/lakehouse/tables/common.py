@@ -41,7 +41,7 @@ def input_app(contract: Contract, spec: TableSpec) -> str:
 @dataclass(frozen=True)
 class Outputs:
     """Where one gold table's build writes: the table, its private state (e.g. each key's latest
-    value for a table source), and its late-records side table (windowed tables). A full refresh
+    value for an input read as a table), and its late-records side table (windowed tables). A full refresh
     builds into a scratch set of these and then folds the result into the real ones."""
 
     gold: Location

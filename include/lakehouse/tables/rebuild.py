@@ -1,4 +1,4 @@
-"""Rebuilding gold tables: full refresh, reprocess from a source version, a table as of an event
+"""Rebuilding gold tables: full refresh, reprocess from an input version, a table as of an event
 time, and restore from the changelog alone.
 
 * **Full refresh** builds the table from its whole input into scratch tables, then folds the
@@ -102,7 +102,7 @@ def refresh(
     changelog see no back-and-forth (a pipeline run's reprocess does this). ``gate`` judges
     the one write to the table."""
     if from_version is not None and from_version < 0:
-        raise LakehouseError(f"gold {spec.name}: a source version is >= 0, not {from_version}")
+        raise LakehouseError(f"gold {spec.name}: an input version is >= 0, not {from_version}")
     store = DeltaStore(spark)
     real = common.outputs(settings, spec)
     apps = _apps(catalog, contract, spec)

@@ -88,7 +88,7 @@ def client(settings: Settings, contract: Contract) -> Client:
     missing = [var for _, var in source.secrets if not os.environ.get(var)]
     if missing:
         raise ConfigError(
-            f"{contract.source}: kafka.secrets names environment variable(s) {missing} for topic "
+            f"{contract.file}: kafka.secrets names environment variable(s) {missing} for topic "
             f"{contract.topic!r}, and they are not set"
         )
     config.update({name: os.environ[var] for name, var in source.secrets})
@@ -127,7 +127,7 @@ def check_topic(c: Client, contract: Contract) -> None:
         )
     if n != contract.partitions:
         raise ConfigError(
-            f"{contract.source}: partitions is {contract.partitions}, but Kafka topic {c.topic} "
+            f"{contract.file}: partitions is {contract.partitions}, but Kafka topic {c.topic} "
             f"at {c.bootstrap_servers} has {n}; records are keyed to partitions, so the two must "
             "agree: fix the contract (nothing was read)"
         )
