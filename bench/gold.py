@@ -298,7 +298,7 @@ def worker_latency_ours(work: Path, keys: int, batch: int, batches: int) -> dict
         started = time.perf_counter()
         result = build_table(spark, settings, contract, spec)
         seconds.append(time.perf_counter() - started)
-        if result.source_versions != (version, version) or not result.committed:
+        if result.input_versions != (version, version) or not result.committed:
             raise RuntimeError(f"batch {i}: expected version {version} committed: {result}")
         versions.append(version)
         changed.append(result.keys_changed)
@@ -328,7 +328,7 @@ def worker_full_ours(work: Path) -> dict[str, Any]:
     return {
         "seconds": elapsed,
         "keys": result.keys_changed,
-        "versions": result.source_versions,
+        "versions": result.input_versions,
         "warmup": warmup,
         "peak_mib": peak,
     }

@@ -59,7 +59,7 @@ def _run(
     return lines
 
 
-def _source_versions(path: Path) -> list[list[int]]:
+def _input_versions(path: Path) -> list[list[int]]:
     return [
         commit_metadata(c, "lakehouse.source")["versions"]
         for c in reversed(DeltaTable(str(path)).history())
@@ -114,7 +114,7 @@ def test_incremental_runs_read_only_new_bronze_versions(spark: Any, lake: Settin
     lines = _run(spark, lake, ("silver",))
     assert f"bronze versions {bronze_v1 + 1}..{bronze_v3} committed: 3 records" in lines[0]
     silver = lake.silver_path("orders_stream")
-    assert _source_versions(silver) == [[0, bronze_v1], [bronze_v1 + 1, bronze_v3]]
+    assert _input_versions(silver) == [[0, bronze_v1], [bronze_v1 + 1, bronze_v3]]
     assert sorted(read_arrow(silver).column("customer").to_pylist()) == ["a"] * 3 + ["b"] * 2 + [
         "c"
     ]

@@ -45,7 +45,7 @@ from lakehouse.contracts.model import (
     Contract,
     Expectation,
     Join,
-    KafkaSource,
+    KafkaOrigin,
     QualityChecks,
     SchemaVersion,
     TableSpec,
@@ -131,7 +131,7 @@ def _join(j: JoinDoc) -> Join:
     return Join(j.type, j.with_, tuple(j.fields), j.how, j.on_field, j.prefix, _ms(j.within))
 
 
-def _kafka(doc: ContractDoc, file: str) -> KafkaSource | None:
+def _kafka(doc: ContractDoc, file: str) -> KafkaOrigin | None:
     if doc.kafka is None:
         return None
     if doc.landing is not None:
@@ -167,7 +167,7 @@ def _kafka(doc: ContractDoc, file: str) -> KafkaSource | None:
                 f"kafka.secrets.{name}",
                 "is also set in kafka.properties or by the platform",
             )
-    return KafkaSource(
+    return KafkaOrigin(
         topic=doc.kafka.topic or doc.topic,
         bootstrap_servers=doc.kafka.bootstrap_servers,
         properties=tuple(sorted(props.items())),

@@ -109,17 +109,17 @@ def _check_tables(c: Contract) -> None:
         if t.name in seen:
             raise ContractError(c.file, f"{at}.name", f"table {t.name!r} declared twice")
         if t.changelog is not None:
-            _check_changelog_source(c, t, seen, at)
+            _check_changelog_input(c, t, seen, at)
         seen.add(t.name)
-        source = c.input(t)
-        values = [f.name for f in source.fields]
+        stream = c.input(t)
+        values = [f.name for f in stream.fields]
         if t.group_by is not None and t.group_by not in values:
             raise ContractError(c.file, f"{at}.group_by", f"no value field named {t.group_by!r}")
-        if t.group_by is not None and source.field(t.group_by).type == "decimal":
+        if t.group_by is not None and stream.field(t.group_by).type == "decimal":
             raise ContractError(
                 c.file,
                 f"{at}.group_by",
-                f"cannot re-key by {t.group_by!r} of type {source.field(t.group_by).type_name}: "
+                f"cannot re-key by {t.group_by!r} of type {stream.field(t.group_by).type_name}: "
                 "a key is a string, long, int, double, boolean or timestamp",
             )
         if t.window is not None:
@@ -162,14 +162,14 @@ def _check_tables(c: Contract) -> None:
                 raise ContractError(c.file, where, f"'{a.fn}' needs a 'field' to aggregate")
             if a.field not in values:
                 raise ContractError(c.file, f"{where}.field", f"no value field named {a.field!r}")
-            f = source.field(a.field)
+            f = stream.field(a.field)
             if a.fn in {"sum", "avg"} and f.type not in NUMERIC_TYPES:
                 raise ContractError(
                     c.file, f"{where}.field", f"cannot {a.fn} {a.field!r} of type {f.type_name}"
                 )
 
 
-def _check_changelog_source(c: Contract, t: TableSpec, earlier: set[str], at: str) -> None:
+def _check_changelog_input(c: Contract, t: TableSpec, earlier: set[str], at: str) -> None:
     """A table read as a stream must be an earlier, plainly keyed table of the same contract."""
     name = t.changelog
     if name not in earlier:

@@ -238,8 +238,9 @@ OWNED_SETTINGS = frozenset(
 
 
 @dataclass(frozen=True)
-class KafkaSource:
-    """A topic read from a Kafka broker (the contract's ``kafka`` section)."""
+class KafkaOrigin:
+    """Where a topic read from a Kafka broker comes from (the contract's ``kafka`` section); a
+    topic without one lands as files."""
 
     topic: str
     bootstrap_servers: str | None = None
@@ -268,7 +269,7 @@ class Contract:
     schedule_minutes: int = 5
     landing_format: Literal["envelope", "connect_json"] = "envelope"
     max_record_bytes: int = 1_048_576
-    kafka: KafkaSource | None = None
+    kafka: KafkaOrigin | None = None
     description: str = ""
     owner: str = "data-platform"
     file: str = field(default="<memory>", compare=False)

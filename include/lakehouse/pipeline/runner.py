@@ -163,7 +163,7 @@ class _Batches:
             if gate is not None and gate.verdicts:
                 held = gate.verdicts[-1]
                 self.add(
-                    BatchOutcome(self.layer, gate.table, BLOCKED, held.rows, source=gate.source)
+                    BatchOutcome(self.layer, gate.table, BLOCKED, held.rows, lineage=gate.lineage)
                 )
             raise
 
@@ -372,7 +372,7 @@ def plan_layer(
         store = DeltaStore(spark)
         head = table_version(settings.bronze_path(contract.topic))
         consumed = store.transaction_version(
-            settings.silver_path(contract.stream), silver.source_app(contract)
+            settings.silver_path(contract.stream), silver.input_app(contract)
         )
         start = 0 if consumed is None else consumed + 1
         lines = [
@@ -524,7 +524,7 @@ def topic_tables(
             Consumer(
                 f"silver.{contract.stream}",
                 settings.silver_path(contract.stream),
-                silver.source_app(contract),
+                silver.input_app(contract),
             )
         ],
         settings.silver_path(contract.stream): [],
@@ -537,7 +537,7 @@ def topic_tables(
         feeds = [(source, app)]
         if spec.join is not None and catalog is not None:
             other = catalog.topic(spec.join.other)
-            feeds.append((settings.silver_path(other.stream), common.source_app(other)))
+            feeds.append((settings.silver_path(other.stream), common.stream_app(other)))
         # The gold table always; its state and late-record tables once they exist (a consumer
         # without a position would keep the whole history from being vacuumed).
         extra = (

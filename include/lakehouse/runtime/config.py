@@ -184,7 +184,7 @@ class Settings:
 
     @property
     def validations_root(self) -> Path:
-        """Each validation's full Great Expectations result (JSON), the source of Data Docs."""
+        """Each validation's full Great Expectations result (JSON), what Data Docs are built from."""
         return self.quality_root / "validations"
 
     # -- paths of named things ---------------------------------------------------------------

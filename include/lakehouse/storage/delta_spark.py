@@ -133,7 +133,7 @@ def append(
     gate: PublishGate | None = None,
     verdict: Any = None,
     rows: int | None = None,
-    source: Mapping[str, Any] | None = None,
+    lineage: Mapping[str, Any] | None = None,
 ) -> WriteResult:
     """Append ``df`` to the table in one commit that records the positions ``txn`` and
     ``metadata``; with ``txn``, at most once (see :func:`position`). ``schema_mode="add_columns"``
@@ -142,8 +142,8 @@ def append(
     :func:`create_table`) if there is none yet. ``mode="overwrite"`` replaces every row instead
     (the table's schema stays).
 
-    ``gate`` judges ``df`` (``rows`` of them, if the caller knows) as published from ``source``
-    (default: the metadata's ``lakehouse.source``), unless the caller passes the ``verdict`` it
+    ``gate`` judges ``df`` (``rows`` of them, if the caller knows) as published from ``lineage``,
+    the input positions the batch was read from (default: the metadata's ``lakehouse.source``), unless the caller passes the ``verdict`` it
     already has; see :func:`_publish`. The caller holds :func:`table_lock`."""
     if create is not None:
         create_table(df.sparkSession, path, create, gate=gate)
@@ -155,7 +155,7 @@ def append(
             whole = current.unionByName(df, allowMissingColumns=True)
         elif gate.needs_whole_table:
             whole = df
-        return gate.check(df, rows, whole=whole, source=_source(source, metadata))
+        return gate.check(df, rows, whole=whole, lineage=_lineage(lineage, metadata))
 
     def commit(plan: _Plan) -> None:
         writer = df.write.format("delta").mode(mode).option("userMetadata", _json(plan.metadata))
@@ -303,7 +303,7 @@ def merge(
             post,
             written,
             whole=whole,
-            source=_source(None, metadata),
+            lineage=_lineage(None, metadata),
             at_most=(incoming, None if rows is None else rows + incoming),
             marker=None if whole is None else BATCH_MARKER,
         )
@@ -377,12 +377,12 @@ def _publish(
     return result, returned
 
 
-def _source(
-    source: Mapping[str, Any] | None, metadata: Mapping[str, Any] | None
+def _lineage(
+    lineage: Mapping[str, Any] | None, metadata: Mapping[str, Any] | None
 ) -> Mapping[str, Any] | None:
     """What a batch was read from, for the gate's record: the caller's, or the commit's
     ``lakehouse.source`` metadata."""
-    return source if source is not None else (metadata or {}).get("lakehouse.source")
+    return lineage if lineage is not None else (metadata or {}).get("lakehouse.source")
 
 
 # The column of a MERGE's would-be table that marks the rows the MERGE writes (for its gate).

@@ -65,7 +65,8 @@ _UNIT_SECONDS = {
 
 @dataclass(frozen=True)
 class Consumer:
-    """A job that reads ``source`` incrementally, recording its position in ``table``."""
+    """A job that reads a table incrementally, recording its position in its own ``table`` as
+    app transaction ``app_id``."""
 
     name: str
     table: Location

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 
-def source_app(contract: Contract) -> str:
+def input_app(contract: Contract) -> str:
     """The app id under which silver records how far it has read bronze."""
     return f"bronze.{contract.topic}"
 
@@ -60,7 +60,7 @@ def quarantine_rows(
 @dataclass
 class SilverResult:
     stream: str
-    source_versions: tuple[int, int] | None
+    input_versions: tuple[int, int] | None
     records: int = 0
     quarantined: int = 0
     committed: bool = False
@@ -76,9 +76,9 @@ class SilverResult:
         )
 
     def summary(self) -> str:
-        if self.source_versions is None:
+        if self.input_versions is None:
             return f"silver {self.stream}: bronze has no new versions"
-        lo, hi = self.source_versions
+        lo, hi = self.input_versions
         state = "committed" if self.committed else "already applied (skipped)"
         return (
             f"silver {self.stream}: bronze versions {lo}..{hi} {state}: "
@@ -116,24 +116,24 @@ def _build(
     store = DeltaStore(spark)
     bronze_path = settings.bronze_path(contract.topic)
     head = store.version(bronze_path)
-    consumed = store.transaction_version(silver_path, source_app(contract))
+    consumed = store.transaction_version(silver_path, input_app(contract))
     start = 0 if consumed is None else consumed + 1
     if head is None or start > head:
         return SilverResult(contract.stream, None)
 
     changes = store.changes(bronze_path, start, head).filter(F.col("_change_type") == "insert")
     decoded = _decoded(changes, contract)
-    txn = Txn(source_app(contract), head)
-    source = {"table": f"bronze.{contract.topic}", "versions": [start, head]}
-    meta: dict[str, Any] = {"lakehouse.source": source}
+    txn = Txn(input_app(contract), head)
+    lineage = {"table": f"bronze.{contract.topic}", "versions": [start, head]}
+    meta: dict[str, Any] = {"lakehouse.source": lineage}
     n_good, reasons = _split_counts(decoded)
-    decoded, verdict = _judge(decoded, contract, gate, source, at_most=n_good)
+    decoded, verdict = _judge(decoded, contract, gate, lineage, at_most=n_good)
     if verdict is not None and verdict.to_quarantine:  # the gate routed some: count again
         n_good, reasons = _split_counts(decoded)
     n_bad = sum(reasons.values())
     good = stream_rows(decoded, contract)
     bad = quarantine_rows(decoded, changes, verdict)
-    quarantined = store.transaction_version(quarantine_path, source_app(contract))
+    quarantined = store.transaction_version(quarantine_path, input_app(contract))
     if n_bad and quarantined is not None and quarantined >= start:
         # A run died between the quarantine's commit and the stream's: the quarantine already
         # holds the bad records of bronze versions start..quarantined. Bronze may have moved on
@@ -217,7 +217,7 @@ def _judge(
     decoded: DataFrame,
     contract: Contract,
     gate: Gate | None,
-    source: dict[str, Any],
+    lineage: dict[str, Any],
     *,
     at_most: int | None = None,
 ) -> tuple[DataFrame, Verdict | None]:
@@ -230,7 +230,7 @@ def _judge(
     if gate is None:
         return decoded, None
     judged = stream_rows(decoded, contract).filter(~F.col(TOMBSTONE))
-    verdict = gate.check(judged, source=source, at_most=(at_most, None))
+    verdict = gate.check(judged, lineage=lineage, at_most=(at_most, None))
     if verdict.to_quarantine:
         routed = F.when(~F.col(TOMBSTONE), gate.quarantine_reason(verdict.to_quarantine))
         decoded = decoded.withColumn("_reason", F.coalesce(F.col("_reason"), routed))
@@ -314,7 +314,7 @@ def _reprocess(
     bronze_path = settings.bronze_path(contract.topic)
     silver_path = settings.silver_path(contract.stream)
     quarantine_path = settings.quarantine_path("silver", contract.stream)
-    consumed = store.transaction_version(silver_path, source_app(contract))
+    consumed = store.transaction_version(silver_path, input_app(contract))
     start = from_version or 0
     where = f" from offsets {_offsets_text(from_offsets)}" if from_offsets else ""
     scope = f"bronze.{contract.topic} versions {start}..{consumed}{where}"
@@ -348,11 +348,11 @@ def _reprocess(
         return planned
 
     decoded = _decoded(todo, contract)
-    source: dict[str, Any] = {"table": f"bronze.{contract.topic}", "versions": [start, consumed]}
+    lineage: dict[str, Any] = {"table": f"bronze.{contract.topic}", "versions": [start, consumed]}
     if from_offsets:
-        source["offsets"] = {str(p): o for p, o in sorted(from_offsets.items())}
-    decoded, verdict = _judge(decoded, contract, gate, source)
-    meta: dict[str, Any] = {"lakehouse.reprocess": source}
+        lineage["offsets"] = {str(p): o for p, o in sorted(from_offsets.items())}
+    decoded, verdict = _judge(decoded, contract, gate, lineage)
+    meta: dict[str, Any] = {"lakehouse.reprocess": lineage}
     good = stream_rows(decoded, contract)
     bad = quarantine_rows(decoded, todo, verdict)
     if held is not None:

@@ -31,10 +31,10 @@ from lakehouse.tables.common import (
     Outputs,
     arrival_order,
     input_app,
+    input_meta,
     input_path,
     pending,
     read_input,
-    source_meta,
 )
 
 
@@ -461,7 +461,7 @@ def catch_up_state(
     start = 0 if have is None else have + 1
     if upto is not None and start <= upto:
         batch = latest_per_key(read_input(store, settings, contract, spec, start, upto), stream)
-        merge_latest(batch, out.state, stream, Txn(app, upto), source_meta(app, start, upto))
+        merge_latest(batch, out.state, stream, Txn(app, upto), input_meta(app, start, upto))
     return out.state
 
 
@@ -497,7 +497,7 @@ def _build_table(
     if todo is None:
         return GoldResult(spec.name, None)
     start, end = todo
-    txn, meta = Txn(app, end), source_meta(app, start, end)
+    txn, meta = Txn(app, end), input_meta(app, start, end)
     events = read_input(store, settings, contract, spec, start, end)
     if spec.kind == "latest":
         batch = latest_per_key(events, stream)

@@ -617,7 +617,7 @@ def _run_batch(
             and not placed.filter(F.col(_NEW) & (F.col(_STATUS) != "late")).isEmpty()
         ):
             followers.append(STATE)
-        position = common.source_meta(app, batch.start, batch.end)
+        position = common.input_meta(app, batch.start, batch.end)
         meta = {
             **position,
             WINDOW_META: {

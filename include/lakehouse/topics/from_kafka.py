@@ -135,7 +135,7 @@ def _kafka_frame(
     )
     return frame.select(
         *(c for c in BRONZE_COLUMNS if c != "headers"),
-        # The source gives no headers as null; bronze has always kept them as an empty list.
+        # Spark's Kafka source gives no headers as null; bronze has always kept them as an empty list.
         F.coalesce("headers", F.array().cast(frame.schema["headers"].dataType)).alias("headers"),
         F.lit(None).cast("string").alias("_source_file"),
         F.lit(batch_id).cast("long").alias("_batch_id"),
@@ -193,7 +193,7 @@ def ingest(
             metadata={POSITION_KEY: new_pos.to_json(), BATCH_KEY: summary},
             gate=gate,
             rows=kept,
-            source={
+            lineage={
                 "table": f"kafka.{c.topic}",
                 "offsets": {str(p): n for p, n in pos.next.items()},
             },

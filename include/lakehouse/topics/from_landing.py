@@ -323,7 +323,7 @@ def ingest(
             metadata={POSITION_KEY: new_pos.to_json(), BATCH_KEY: summary},
             gate=gate,
             rows=kept,
-            source={
+            lineage={
                 "table": f"landing.{topic}",
                 "offsets": {str(p): n for p, n in pos.next.items()},
             },
