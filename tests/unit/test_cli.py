@@ -348,7 +348,7 @@ def test_maintain_starts_spark_only_for_tables_that_exist(
     monkeypatch.setattr("lakehouse.runtime.spark.get_session", lambda *_a, **_k: "spark")
     monkeypatch.setattr(
         "lakehouse.pipeline.runner.maintain",
-        lambda spark, path, *_a, **_k: maintained.append((spark, path)) or _Report(),
+        lambda spark, _settings, path, *_a, **_k: maintained.append((spark, path)) or _Report(),
     )
     assert _run(monkeypatch, ["maintain", "--topic", "user-locations"]) == 0
     assert maintained == [("spark", settings.bronze_path("user-locations"))]
