@@ -62,7 +62,7 @@ def prepare(work: Path, records: int) -> None:
 
 
 def worker_ours(work: Path) -> dict[str, float]:
-    from lakehouse.contracts.model import Catalog
+    from lakehouse.contracts.catalog import Catalog
     from lakehouse.runtime.spark import get_session
     from lakehouse.topics import bronze
 

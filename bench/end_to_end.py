@@ -476,7 +476,7 @@ def _quiet(_: str) -> None:
 
 
 def worker_ours(root: Path) -> dict[str, Any]:
-    from lakehouse.contracts.model import Catalog
+    from lakehouse.contracts.catalog import Catalog
     from lakehouse.pipeline import runner
 
     settings = _settings(root)
@@ -594,7 +594,7 @@ def _batches(root: Path, run: Any, batch: int, batches: int, warmup: int) -> dic
 
 
 def worker_ours_batches(root: Path, batch: int, batches: int, warmup: int) -> dict[str, Any]:
-    from lakehouse.contracts.model import Catalog
+    from lakehouse.contracts.catalog import Catalog
     from lakehouse.pipeline import runner
 
     settings = _settings(root)

@@ -117,7 +117,7 @@ def _facts(spark: Any, settings: Any) -> dict[str, int]:
 
 def worker(root: Path, records: int, moto: tuple[int, Path] | None) -> dict[str, Any]:
     """Landing, a warm session, then the timed run; ``moto``: the S3 server's pid and log."""
-    from lakehouse.contracts.model import Catalog
+    from lakehouse.contracts.catalog import Catalog
     from lakehouse.pipeline import runner
 
     started = time.perf_counter()

@@ -113,7 +113,7 @@ def _settings(work: Path) -> Any:
 
 
 def _contract_and_spec(work: Path, kind: str) -> tuple[Any, Any]:
-    from lakehouse.contracts.model import Catalog
+    from lakehouse.contracts.catalog import Catalog
 
     contract = Catalog.load(work / "contracts").topic(_topic(kind))
     return contract, contract.tables[0]
@@ -133,7 +133,7 @@ def _arrow_schema(contract: Any) -> Any:
     """The silver stream's Arrow schema, as the silver job writes it."""
     from pyspark.sql.pandas.types import to_arrow_schema
 
-    from lakehouse.streams.silver import stream_schema
+    from lakehouse.streams.schema import stream_schema
 
     return to_arrow_schema(stream_schema(contract), timezone="UTC")
 
@@ -298,7 +298,7 @@ def worker_latency_ours(work: Path, keys: int, batch: int, batches: int) -> dict
         started = time.perf_counter()
         result = build_table(spark, settings, contract, spec)
         seconds.append(time.perf_counter() - started)
-        if result.source_versions != (version, version) or not result.committed:
+        if result.input_versions != (version, version) or not result.committed:
             raise RuntimeError(f"batch {i}: expected version {version} committed: {result}")
         versions.append(version)
         changed.append(result.keys_changed)
@@ -328,7 +328,7 @@ def worker_full_ours(work: Path) -> dict[str, Any]:
     return {
         "seconds": elapsed,
         "keys": result.keys_changed,
-        "versions": result.source_versions,
+        "versions": result.input_versions,
         "warmup": warmup,
         "peak_mib": peak,
     }

@@ -90,7 +90,7 @@ def produce(servers: str, topic: str, records: int) -> float:
 
 def prepare(work: Path, records: int) -> None:
     from lakehouse import cli
-    from lakehouse.contracts.model import Catalog
+    from lakehouse.contracts.catalog import Catalog
 
     contracts = work / "contracts"
     contracts.mkdir(parents=True)
@@ -108,7 +108,7 @@ def prepare(work: Path, records: int) -> None:
 
 
 def worker_ours(work: Path) -> dict[str, float]:
-    from lakehouse.contracts.model import Catalog
+    from lakehouse.contracts.catalog import Catalog
     from lakehouse.runtime.spark import get_session
     from lakehouse.topics import bronze
 

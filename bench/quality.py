@@ -361,7 +361,7 @@ def _reply(kind: str, payload: Any) -> None:
 def worker(work: Path, variant: str, batch: int, keys: int, profile_from: int) -> None:
     """Serve the driver's commands on stdin, one reply line each: ``batch I`` (produce batch
     I, then time run_layer for bronze, silver and gold), ``finish`` (facts, then exit)."""
-    from lakehouse.contracts.model import Catalog
+    from lakehouse.contracts.catalog import Catalog
     from lakehouse.pipeline.runner import run_layer
     from lakehouse.runtime.spark import get_session
     from lakehouse.topics.landing import Producer

@@ -206,7 +206,7 @@ def generate(settings: Any, topic: str, fmt: str, records: int, seed: int = 0) -
 def worker_prepare(work: Path, records: int, formats: list[str]) -> dict[str, Any]:
     """Landing segments and bronze tables of each format's topics (already prepared ones are
     kept); the landing files are deleted once ingested."""
-    from lakehouse.contracts.model import Catalog
+    from lakehouse.contracts.catalog import Catalog
     from lakehouse.runtime.spark import get_session
     from lakehouse.topics import bronze
 
@@ -255,7 +255,7 @@ def worker_prepare(work: Path, records: int, formats: list[str]) -> dict[str, An
 
 
 def worker_ours(work: Path, fmt: str) -> dict[str, Any]:
-    from lakehouse.contracts.model import Catalog
+    from lakehouse.contracts.catalog import Catalog
     from lakehouse.runtime.spark import get_session
     from lakehouse.streams import silver
 

@@ -163,7 +163,7 @@ def produce(
     batch, as the producer of ``lakehouse produce`` does: each ``(key, value)`` as
     :func:`record` makes it in ``partition``, a :class:`Record` as it is. Returns each one's
     partition and offset, in order."""
-    from lakehouse.contracts.model import Catalog
+    from lakehouse.contracts.catalog import Catalog
 
     partitions = Catalog.load(lake.contracts_dir).topic(topic).partitions
     return Producer(lake, topic, partitions).send_batch(
@@ -177,7 +177,7 @@ def run_pipeline(
     """One micro-batch of the ``layers`` (default all) of the ``topics`` (default all) of the
     lakehouse's contracts, layer by layer across topics (a gold join sees the other topic's
     stream as of this run); the lines it would print, printed nowhere."""
-    from lakehouse.contracts.model import Catalog
+    from lakehouse.contracts.catalog import Catalog
     from lakehouse.pipeline.runner import run
 
     lines: list[str] = []
@@ -198,7 +198,7 @@ def run_layers(
     """Each of ``layers`` of ``topic``, in the order given, as the layer tasks of the DAG run
     ``run_id`` triggered with ``params`` run them, of a DAG whose gold step builds ``tables``
     (default: every table of the topic); each layer's lines, printed nowhere."""
-    from lakehouse.contracts.model import Catalog
+    from lakehouse.contracts.catalog import Catalog
     from lakehouse.pipeline.request import RunRequest
     from lakehouse.pipeline.runner import run_layer
     from lakehouse.quality.ledger import RunInfo

@@ -42,7 +42,8 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
-from lakehouse.contracts.model import Catalog, Contract, TableSpec
+from lakehouse.contracts.catalog import Catalog
+from lakehouse.contracts.model import Contract, TableSpec
 from lakehouse.errors import BadRecordError, ConfigError, LakehouseError
 from lakehouse.pipeline import lake
 from lakehouse.runtime import objectstore
@@ -151,7 +152,7 @@ def schemas(settings: Settings, catalog: Catalog, topics: Sequence[str], check: 
     ``check``: would the current contracts be accepted (nothing is registered)?"""
     from lakehouse.streams.registry import SUBJECTS, SchemaRegistry
 
-    registry = SchemaRegistry(settings.registry_path)
+    registry = SchemaRegistry(settings)
     contracts = [catalog.topic(t) for t in topics] if topics else list(catalog)
     for contract in contracts:
         pending = registry.check(contract) if check else {}

@@ -16,11 +16,11 @@ class ConfigError(LakehouseError):
 class ContractError(ConfigError):
     """A contract file is invalid. The message names the file and the path inside it."""
 
-    def __init__(self, source: str, path: str, problem: str) -> None:
-        self.source = source
+    def __init__(self, file: str, path: str, problem: str) -> None:
+        self.file = file
         self.path = path
         self.problem = problem
-        where = f"{source}: {path}" if path else source
+        where = f"{file}: {path}" if path else file
         super().__init__(f"{where}: {problem}")
 
 

@@ -552,7 +552,7 @@ def test_a_task_whose_broker_is_down_fails_and_its_retry_succeeds(
     """A Kafka-sourced topic whose broker stopped after records were produced: the bronze task's
     try fails naming the broker and how to start it, having committed nothing; once the broker
     is back on its storage, Airflow's retry ingests the records and the run succeeds."""
-    from lakehouse.contracts.model import Catalog
+    from lakehouse.contracts.catalog import Catalog
     from lakehouse.runtime.broker import Broker
     from lakehouse.runtime.process import free_port
     from lakehouse.topics import kafka

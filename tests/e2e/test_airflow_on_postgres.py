@@ -131,7 +131,7 @@ def _run_on_the_server(settings: Settings, server: Any, topic: str) -> str:
     starts for it."""
     script = (
         "from pyspark.sql import SparkSession\n"
-        "from lakehouse.contracts.model import Catalog\n"
+        "from lakehouse.contracts.catalog import Catalog\n"
         "from lakehouse.pipeline.runner import run\n"
         "from lakehouse.runtime.config import Settings\n"
         "settings = Settings.from_env()\n"

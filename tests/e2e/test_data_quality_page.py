@@ -23,7 +23,7 @@ from browser import Browser, open_from_menu, requested_urls, screenshot
 from test_reports_plugin import PREFIX, Server, running_api_server
 
 from lakehouse import cli
-from lakehouse.contracts.model import Catalog
+from lakehouse.contracts.catalog import Catalog
 from lakehouse.errors import QualityGateError
 from lakehouse.quality.history import History, Run, history
 from lakehouse.quality.reports import build_data_docs

@@ -44,7 +44,8 @@ from airflow_stack import Airflow, free_port, wait_healthy
 
 from compose_file import container_env, environment, filled_env, published, service, services
 from lakehouse import cli
-from lakehouse.contracts.model import Catalog, Contract
+from lakehouse.contracts.catalog import Catalog
+from lakehouse.contracts.model import Contract
 from lakehouse.orchestration.airflow_env import kafka_trigger_group
 from lakehouse.runtime import deployment, objectstore, server
 from lakehouse.runtime.config import REPO_ROOT, Settings

@@ -156,7 +156,7 @@ def running_api_server(settings: Settings, root: Path) -> Iterator[Server]:
 @pytest.fixture(scope="module")
 def built_site(server: Server) -> Path:
     """Data Docs built from one saved validation result whose only expectation fails."""
-    from lakehouse.contracts.model import Catalog
+    from lakehouse.contracts.catalog import Catalog
     from lakehouse.quality.reports import build_data_docs
 
     settings = server.settings

@@ -23,11 +23,11 @@ from typing import Any
 import pytest
 from deltalake import DeltaTable
 
-from lakehouse.contracts.model import Catalog
+from lakehouse.contracts.catalog import Catalog
 from lakehouse.pipeline.runner import run
 from lakehouse.runtime.config import Settings
 from lakehouse.storage.log import commit_metadata
-from lakehouse.topics.bronze import BATCH_KEY
+from lakehouse.topics.bronze_table import BATCH_KEY
 from lakes import records
 
 pytestmark = pytest.mark.integration

@@ -13,11 +13,12 @@ from typing import Any
 import pytest
 
 from lakehouse import cli
-from lakehouse.contracts.model import Catalog
+from lakehouse.contracts.catalog import Catalog
 from lakehouse.errors import ConfigError
 from lakehouse.runtime.config import Settings
 from lakehouse.storage import read_arrow
 from lakehouse.topics import bronze
+from lakehouse.topics.bronze_table import BronzeResult
 from lakes import lake_with, produce
 
 pytestmark = pytest.mark.integration
@@ -52,7 +53,7 @@ def lake(tmp_path: Path) -> Settings:
     return lake_with(tmp_path, *(dedent(text) for text in CONTRACTS.values()))
 
 
-def _ingest(spark: Any, lake: Settings, topic: str) -> bronze.BronzeResult:
+def _ingest(spark: Any, lake: Settings, topic: str) -> BronzeResult:
     return bronze.ingest(spark, lake, Catalog.load(lake.contracts_dir).topic(topic))
 
 

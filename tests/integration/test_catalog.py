@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from lakehouse.contracts.model import Catalog
+from lakehouse.contracts.catalog import Catalog
 from lakehouse.pipeline.lake import tables
 from lakehouse.runtime import server
 from lakehouse.runtime.config import REPO_ROOT, Settings

@@ -23,7 +23,7 @@ import pytest
 from pyspark.errors import AnalysisException
 
 from lakehouse import cli
-from lakehouse.contracts.model import Catalog
+from lakehouse.contracts.catalog import Catalog
 from lakehouse.runtime.config import Settings
 from lakehouse.runtime.objectstore import Location
 from lakehouse.storage.store import table_version

@@ -206,7 +206,7 @@ def test_two_ingests_of_one_topic_at_once_commit_each_batch_once(
 
     from lakehouse.runtime.config import Settings
     from lakehouse.storage.log import commit_metadata
-    from lakehouse.topics.bronze import BATCH_KEY
+    from lakehouse.topics.bronze_table import BATCH_KEY
     from lakehouse.topics.landing import Producer, Record
 
     contracts = tmp_path / "contracts"

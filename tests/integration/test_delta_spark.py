@@ -312,7 +312,7 @@ class RecordingGate:
         rows: Any = None,
         *,
         whole: Any,
-        source: Any,
+        lineage: Any,
         at_most: Any,
         marker: str | None,
     ) -> str:
@@ -322,7 +322,7 @@ class RecordingGate:
             "whole": None
             if whole is None
             else sorted(tuple(r) for r in whole.select("k", "n", marker).collect()),
-            "source": source,
+            "lineage": lineage,
             "at_most": at_most,
         }
         if any(n > 100 for _, n in self.seen["post"]):
@@ -352,7 +352,7 @@ def test_a_gated_merge_is_judged_on_the_rows_it_would_publish(spark: Any, tmp_pa
     assert gate.seen["rows"] == 2
     # The table after the merge, its merged rows marked: the batch can be read out of it.
     assert gate.seen["whole"] == [("a", 11, True), ("c", 4, False), ("d", 7, True)]
-    assert gate.seen["source"] == {"table": "silver.s", "versions": [1, 1]}
+    assert gate.seen["lineage"] == {"table": "silver.s", "versions": [1, 1]}
     # Bounds on both: the source's 3 rows, and the table's 3 with them.
     assert gate.seen["at_most"] == (3, 6)
     assert gate.seen["recorded"] == ("ok", 2, True)

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from lakehouse.contracts.model import Catalog
+from lakehouse.contracts.catalog import Catalog
 from lakehouse.runtime.config import Settings
 from lakehouse.storage import read_arrow
 from lakes import lake_with, produce, run_pipeline

@@ -1,5 +1,5 @@
 """More aggregations (count_distinct, earliest, latest, collect), a table read back as a stream
-(its changelog), and rebuilding tables: full refresh, reprocess from a source version, restore
+(its changelog), and rebuilding tables: full refresh, reprocess from an input version, restore
 from the changelog, and the table as of an event time."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from lakehouse.contracts.model import Catalog
+from lakehouse.contracts.catalog import Catalog
 from lakehouse.runtime.config import Settings
 from lakehouse.storage import changes_arrow, read_arrow
 from lakehouse.tables.rebuild import at_event_time, refresh, restore

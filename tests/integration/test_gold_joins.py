@@ -11,7 +11,7 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from lakehouse.contracts.model import Catalog
+from lakehouse.contracts.catalog import Catalog
 from lakehouse.runtime.config import Settings
 from lakehouse.storage import DeltaStore, changes_arrow, read_arrow
 from lakes import histories, lake_with, produce, record, row_order, rows, run_pipeline

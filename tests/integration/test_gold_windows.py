@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from lakehouse.contracts.model import Catalog
+from lakehouse.contracts.catalog import Catalog
 from lakehouse.pipeline.request import RunRequest
 from lakehouse.pipeline.runner import run_layer
 from lakehouse.runtime.config import Settings

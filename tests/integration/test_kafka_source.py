@@ -16,7 +16,8 @@ from typing import Any
 import pytest
 
 from lakehouse import cli
-from lakehouse.contracts.model import Catalog, Contract
+from lakehouse.contracts.catalog import Catalog
+from lakehouse.contracts.model import Contract
 from lakehouse.errors import BrokerUnavailableError, ConfigError, DataLossError
 from lakehouse.pipeline import runner
 from lakehouse.runtime.config import Settings

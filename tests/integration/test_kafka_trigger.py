@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 
 from lakehouse import cli
-from lakehouse.contracts.model import Catalog, Contract
+from lakehouse.contracts.catalog import Catalog
+from lakehouse.contracts.model import Contract
 from lakehouse.orchestration.airflow_env import kafka_connections
 from lakehouse.orchestration.assets import records_asset
 from lakehouse.runtime.config import Settings

@@ -16,7 +16,7 @@ from deltalake.exceptions import DeltaError
 from py4j.protocol import Py4JJavaError
 
 from lakehouse import cli
-from lakehouse.contracts.model import Catalog
+from lakehouse.contracts.catalog import Catalog
 from lakehouse.errors import InputFailedError, QualityGateError, TablesFailedError
 from lakehouse.pipeline.runner import maintain_topics, run, run_layer
 from lakehouse.quality.ledger import RunInfo, read_ledger

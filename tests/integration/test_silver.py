@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from deltalake import DeltaTable
 
-from lakehouse.contracts.model import Catalog
+from lakehouse.contracts.catalog import Catalog
 from lakehouse.errors import SchemaEvolutionError
 from lakehouse.runtime.config import Settings
 from lakehouse.storage import read_arrow
@@ -46,7 +46,7 @@ def _produce(lake: Settings, values: list[bytes | None], start: int = 0) -> None
     produce(lake, "orders", [(f"o{start + i}", v) for i, v in enumerate(values)], partition=None)
 
 
-def _source_versions(path: Path) -> list[list[int]]:
+def _input_versions(path: Path) -> list[list[int]]:
     return [
         commit_metadata(c, "lakehouse.source")["versions"]
         for c in reversed(DeltaTable(str(path)).history())
@@ -101,7 +101,7 @@ def test_incremental_runs_read_only_new_bronze_versions(spark: Any, lake: Settin
     lines = run_pipeline(spark, lake, ("silver",))
     assert f"bronze versions {bronze_v1 + 1}..{bronze_v3} committed: 3 records" in lines[0]
     silver = lake.silver_path("orders_stream")
-    assert _source_versions(silver) == [[0, bronze_v1], [bronze_v1 + 1, bronze_v3]]
+    assert _input_versions(silver) == [[0, bronze_v1], [bronze_v1 + 1, bronze_v3]]
     assert sorted(read_arrow(silver).column("customer").to_pylist()) == ["a"] * 3 + ["b"] * 2 + [
         "c"
     ]
@@ -168,7 +168,7 @@ def test_an_added_optional_field_adds_a_column_without_rewriting_history(
     assert files_before <= set(dt.file_uris())  # the old files are still the old rows
     operations = [c["operation"] for c in dt.history()]
     assert "DELETE" not in operations and "MERGE" not in operations
-    registered = SchemaRegistry(lake.registry_path).versions("orders", "value")[1]
+    registered = SchemaRegistry(lake).versions("orders", "value")[1]
     assert registered.version == 2
     assert registered.state.columns == {"customer": "string", "amount": "long", "coupon": "string"}
     assert "coupon" in registered.contract_text
@@ -202,7 +202,7 @@ def test_a_breaking_contract_is_refused_before_any_data_moves(spark: Any, lake: 
     _produce(lake, [b'{"customer": "b", "amount": 2, "region": "eu"}'], start=1)
     with pytest.raises(SchemaEvolutionError) as info:
         run_pipeline(spark, lake, ("bronze", "silver"))
-    assert info.value.source == str(contract)
+    assert info.value.file == str(contract)
     assert "region" in info.value.problem and "BACKWARD" in info.value.problem
     assert {p: DeltaTable(str(p)).version() for p in versions} == versions
 

@@ -11,8 +11,10 @@ from typing import Any
 import pytest
 
 from lakehouse.contracts import avro
-from lakehouse.contracts.model import Contract, parse_contract
-from lakehouse.streams.silver import decode, quarantine_rows, stream_rows
+from lakehouse.contracts.catalog import parse_contract
+from lakehouse.contracts.model import Contract
+from lakehouse.streams.decode import decode, stream_rows
+from lakehouse.streams.silver import quarantine_rows
 
 pytestmark = pytest.mark.integration
 
@@ -361,16 +363,16 @@ def test_a_contract_decodes_every_batch_alike_and_a_changed_contract_by_its_own_
 ) -> None:
     """The decoding's column expressions are built once per contract and reused for its later
     batches; a contract that changed (one field's type) is not decoded by the old rules."""
-    from lakehouse.streams import silver
+    from lakehouse.streams import decode as decoding
 
     def numbers(kind: str) -> Contract:
         return _contract(STRING_KEY, {"format": "json", "fields": [{"name": "n", "type": kind}]})
 
-    before = silver._cached_decode_steps.cache_info()
+    before = decoding._cached_decode_steps.cache_info()
     first = _decoded(spark, numbers("int"), [(b"a", b'{"n": 1}')])
     second = _decoded(spark, numbers("int"), [(b"b", b'{"n": "x"}')])
     changed = _decoded(spark, numbers("string"), [(b"b", b'{"n": "x"}')])
-    after = silver._cached_decode_steps.cache_info()
+    after = decoding._cached_decode_steps.cache_info()
     assert (first[0]["n"], first[0]["_reason"]) == (1, None)
     assert second[0]["n"] is None
     assert second[0]["_reason"] == "field 'n' should be an int, found a JSON string"

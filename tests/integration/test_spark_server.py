@@ -141,7 +141,7 @@ def test_the_pipeline_runs_on_the_server(served: Settings) -> None:
         "from lakehouse.pipeline import runner\n"
         "from lakehouse.runtime import server\n"
         "from lakehouse.runtime.config import Settings\n"
-        "from lakehouse.contracts.model import Catalog\n"
+        "from lakehouse.contracts.catalog import Catalog\n"
         "from lakehouse.storage import read_arrow\n"
         "settings = Settings.from_env()\n"
         "spark = server.connect(settings)\n"
@@ -217,7 +217,7 @@ def test_maintain_runs_on_the_server(served: Settings) -> None:
         "from lakehouse.storage.maintenance import maintain\n"
         "spark = server.connect(Settings.from_env())\n"
         "print(type(spark).__module__)\n"
-        f"report = maintain(spark, Path({str(path)!r}), retention_hours=0, "
+        f"report = maintain(spark, Settings.from_env(), Path({str(path)!r}), retention_hours=0, "
         "allow_unsafe_retention=True)\n"
         "print(json.dumps(dataclasses.asdict(report)))\n",
     )

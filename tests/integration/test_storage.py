@@ -20,6 +20,7 @@ from pyspark.errors import AnalysisException
 
 from lakehouse.errors import ConfigError, TableNotFoundError
 from lakehouse.runtime import objectstore
+from lakehouse.runtime.config import Settings
 from lakehouse.runtime.objectstore import Location, ObjectPath
 from lakehouse.storage import DeltaStore, Txn, changes_arrow, delta_spark, maintenance, read_arrow
 from lakehouse.storage.log import load
@@ -432,7 +433,7 @@ def test_maintenance_during_appends_keeps_exact_rows(spark: Any, where: Location
     def keep_maintaining() -> None:
         while not stop.is_set():
             try:
-                maintain(spark, path, retention_hours=1)
+                maintain(spark, Settings.from_env(), path, retention_hours=1)
             except BaseException as exc:
                 failures.append(exc)
                 return
@@ -443,14 +444,14 @@ def test_maintenance_during_appends_keeps_exact_rows(spark: Any, where: Location
         for i in range(1, 9):
             # Appends hold the commit lock, as every writer does: a commit of maintenance's
             # (one changing table properties) fails a write committed beside it.
-            with delta_spark.table_lock(path):
+            with delta_spark.table_lock(Settings.from_env(), path):
                 delta_spark.append(_ints(spark, i * 10, 10), path)
     finally:
         stop.set()
         worker.join()
     assert failures == []
     properties = dict(load(path).metadata().configuration)
-    report = maintain(spark, path, retention_hours=1)
+    report = maintain(spark, Settings.from_env(), path, retention_hours=1)
     # The checkpoint is of maintenance's commit setting Delta's checkpoint interval to 1; the
     # commits after it only put the table's own properties back.
     assert report.checkpoint in checkpoints(path)
@@ -480,7 +481,7 @@ def test_maintenance_killed_mid_checkpoint_is_undone_by_the_next_run(
         f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES ('delta.checkpointInterval' = '1', "
         f"'delta.enableExpiredLogCleanup' = 'true', '{maintenance.RESTORE}' = '{saved}')"
     )
-    report = maintain(spark, path, retention_hours=1)
+    report = maintain(spark, Settings.from_env(), path, retention_hours=1)
     assert report.checkpoint in checkpoints(path)
     assert dict(load(path).metadata().configuration) == own
     assert sorted(r.n for r in DeltaStore(spark).read(path).collect()) == list(range(10))
@@ -499,7 +500,13 @@ def test_vacuum_keeps_what_consumers_still_need(spark: Any, where: Location) -> 
     consumer = Consumer("sink", sink, "source")
     first_files, second_files = added_files(source, 1), added_files(source, 2)
     report = maintain(
-        spark, source, [consumer], retention_hours=0, allow_unsafe_retention=True, compact=False
+        spark,
+        Settings.from_env(),
+        source,
+        [consumer],
+        retention_hours=0,
+        allow_unsafe_retention=True,
+        compact=False,
     )
     # VACUUM's retention reaches past the consumer's position commit (whole hours, plus one).
     assert report.kept_from_version == consumer_position and report.retain_hours == 2
@@ -513,14 +520,20 @@ def test_vacuum_keeps_what_consumers_still_need(spark: Any, where: Location) -> 
     # Once the consumer has read it all, the removed files go.
     _write(spark.createDataFrame([(2,)], "x long"), sink, txn=Txn("source", 3))
     report = maintain(
-        spark, source, [consumer], retention_hours=0, allow_unsafe_retention=True, compact=False
+        spark,
+        Settings.from_env(),
+        source,
+        [consumer],
+        retention_hours=0,
+        allow_unsafe_retention=True,
+        compact=False,
     )
     assert report.retain_hours == 0
     assert {Path(p).name for p in report.vacuumed} == first_files | second_files
     assert not any(objectstore.exists(source / name) for name in first_files | second_files)
     assert sorted(r.n for r in store.read(source).collect()) == list(range(10, 15))
     with pytest.raises(ConfigError, match="retention of 0 h is below 1 h"):
-        maintain(spark, source, retention_hours=0)
+        maintain(spark, Settings.from_env(), source, retention_hours=0)
 
 
 def _age_log(path: Path, days: float) -> None:
@@ -541,7 +554,7 @@ def test_log_cleanup_waits_while_a_needed_commit_has_expired(spark: Any, tmp_pat
     for i in range(3):  # three small files for compaction
         _write(_ints(spark, i, 1), path, txn=[Txn("left", i), Txn("right", 0)])
     _age_log(path, 40)
-    report = maintain(spark, path, retention_hours=1)
+    report = maintain(spark, Settings.from_env(), path, retention_hours=1)
     # Compaction's commit is 4; the checkpoint is of the commit after it (maintenance's own).
     assert report.files_compacted == 3 and report.checkpoint == 5
     assert report.log_cleanup == (
@@ -550,13 +563,13 @@ def test_log_cleanup_waits_while_a_needed_commit_has_expired(spark: Any, tmp_pat
     # Now the checkpoint has expired too: cleanup could delete the commits before it, and
     # Delta does not, as its log cleanup is off in the commit it checkpoints.
     _age_log(path, 40)
-    report = maintain(spark, path, retention_hours=1, compact=False)
+    report = maintain(spark, Settings.from_env(), path, retention_hours=1, compact=False)
     assert report.checkpoint == 7 and report.log_cleanup.startswith("postponed: version 3 ")
     assert (path / "_delta_log" / f"{0:020d}.json").exists()
     assert DeltaStore(spark).transaction_version(path, "left") == 2
     _write(_ints(spark, 9, 1), path, txn=[Txn("left", 3), Txn("right", 0)])
     written = DeltaStore(spark).version(path)
-    report = maintain(spark, path, retention_hours=1, compact=False)
+    report = maintain(spark, Settings.from_env(), path, retention_hours=1, compact=False)
     assert report.log_cleanup == "done"
     # The commits before the expired checkpoint (5) are gone; the table reads the same.
     assert min(operations(path)) >= 5
@@ -569,7 +582,9 @@ def test_log_cleanup_waits_while_a_needed_commit_has_expired(spark: Any, tmp_pat
     behind = written - 1  # compaction will remove the file written after it
     _write(spark.createDataFrame([(1,)], "x long"), sink, txn=Txn("t", behind))
     _age_log(path, 40)
-    report = maintain(spark, path, [Consumer("sink", sink, "t")], retention_hours=1)
+    report = maintain(
+        spark, Settings.from_env(), path, [Consumer("sink", sink, "t")], retention_hours=1
+    )
     assert report.retain_hours is not None and report.retain_hours >= 40 * 24
     properties = spark.sql(f"DESCRIBE DETAIL delta.`{path}`").collect()[0]["properties"]
     assert properties["delta.deletedFileRetentionDuration"] == (

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from lakehouse.runtime.config import Settings
 from lakehouse.runtime.spark import get_session
 from lakehouse.storage import DeltaStore, Txn, delta_spark
 
@@ -27,6 +28,7 @@ def main() -> None:
 
     from pyspark.sql import functions as F
 
+    settings = Settings.from_env()
     spark = get_session("local[2]", app_name="writer-proc")
     store = DeltaStore(spark)
     done = store.transaction_version(args.table, args.app) if args.app else None
@@ -39,7 +41,7 @@ def main() -> None:
             .withColumn("payload", F.sha2(F.col("id").cast("string"), 256))
         )
         txn = Txn(args.app, batch) if args.app else None
-        with delta_spark.table_lock(args.table):
+        with delta_spark.table_lock(settings, args.table):
             delta_spark.append(df, args.table, txn=txn, create=df.schema)
         print(f"committed batch {batch}", flush=True)
     spark.stop()

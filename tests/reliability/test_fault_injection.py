@@ -363,7 +363,7 @@ class Maintainer:
             self.thread.join(timeout=600)
 
     def run(self) -> None:
-        from lakehouse.contracts.model import Catalog
+        from lakehouse.contracts.catalog import Catalog
         from lakehouse.errors import ConcurrentWriteError
         from lakehouse.pipeline.runner import maintain_topics
 

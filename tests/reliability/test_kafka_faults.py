@@ -58,7 +58,8 @@ from faults import (
     wait_for_data_commit,
 )
 
-from lakehouse.contracts.model import Catalog, Contract
+from lakehouse.contracts.catalog import Catalog
+from lakehouse.contracts.model import Contract
 from lakehouse.runtime.broker import Broker, BrokerError
 from lakehouse.runtime.process import alive, free_port
 from lakehouse.topics import kafka
@@ -183,7 +184,7 @@ def batch_problems(path: Path) -> list[str]:
     from deltalake import DeltaTable
 
     from lakehouse.storage.log import commit_metadata
-    from lakehouse.topics.bronze import BATCH_KEY, BRONZE_APP
+    from lakehouse.topics.bronze_table import BATCH_KEY, BRONZE_APP
 
     table = DeltaTable(str(path))
     committed = sorted(

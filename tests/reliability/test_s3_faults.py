@@ -366,7 +366,7 @@ def bronze_problems(path: ObjectPath, produced: Produced) -> list[str]:
 
     from lakehouse.storage import read_arrow
     from lakehouse.storage.log import commit_metadata
-    from lakehouse.topics.bronze import BATCH_KEY
+    from lakehouse.topics.bronze_table import BATCH_KEY
 
     table = DeltaTable(str(path), storage_options=objectstore.storage_options(path))
     committed = sorted(

@@ -6,7 +6,8 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from lakehouse.contracts.model import Catalog, Contract
+from lakehouse.contracts.catalog import Catalog
+from lakehouse.contracts.model import Contract
 from lakehouse.orchestration.assets import changed, table_asset
 from lakehouse.quality.ledger import BLOCKED, PUBLISHED, BatchOutcome, RunInfo, ledger_rows
 from lakehouse.quality.verdict import Outcome, Verdict
@@ -36,7 +37,7 @@ def test_each_changed_table_gets_one_event_with_what_happened(tmp_path: Path) ->
             Verdict("gold", "user_latest_location", [unique], 3, "pandas"),
             table_version=4,
             published=True,
-            source=None,
+            lineage=None,
         ),
         BatchOutcome("gold", "user_latest_location", PUBLISHED, 3, 4).row(RUN, AT),
         # Blocked by a fail expectation: nothing changed.
@@ -46,7 +47,7 @@ def test_each_changed_table_gets_one_event_with_what_happened(tmp_path: Path) ->
             Verdict("gold", "user_location_counts", [warned], 3, "pandas"),
             table_version=None,
             published=False,
-            source=None,
+            lineage=None,
         ),
         # Two batches in one DAG run (it was cleared and ran again): the newer counts.
         BatchOutcome(
@@ -92,7 +93,7 @@ def test_quarantined_records_are_an_event_of_the_quarantine_and_a_failed_warn_is
             Verdict("silver", contract.stream, [warned], 18, "pandas"),
             table_version=2,
             published=True,
-            source=None,
+            lineage=None,
         ),
     ]
 
@@ -115,7 +116,7 @@ def test_a_run_that_changed_nothing_emits_nothing(tmp_path: Path) -> None:
         Verdict("bronze", contract.topic, [freshness], 0, "none"),
         table_version=3,
         published=False,
-        source=None,
+        lineage=None,
     )
     assert changed(settings, contract, "bronze", [contract.topic], only_checks) == []
     assert changed(settings, contract, "bronze", [contract.topic], []) == []

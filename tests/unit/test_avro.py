@@ -560,7 +560,7 @@ def test_fields_of_refuses_what_silver_cannot_hold(avro_type: Any, described: st
     }
     with pytest.raises(ContractError) as raised:
         fields_of(schema, "c.yaml", "value.schemas[1]")
-    assert (raised.value.source, raised.value.path) == ("c.yaml", "value.schemas[1].fields[1]")
+    assert (raised.value.file, raised.value.path) == ("c.yaml", "value.schemas[1].fields[1]")
     assert raised.value.problem.startswith(f"field 'bad' has unsupported Avro type {described};")
 
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from lakehouse.topics.bronze import Position, advance, kafka_plan, offset_gaps
+from lakehouse.topics.bronze_table import Position
+from lakehouse.topics.from_kafka import kafka_plan
+from lakehouse.topics.from_landing import advance, offset_gaps
 
 
 def _file(p: int, start: int, end: int | None, kept: int, max_kept: int | None) -> dict:

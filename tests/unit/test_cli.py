@@ -159,7 +159,7 @@ def test_produce_encodes_avro_values_with_the_chosen_schema_id(
     settings: Settings, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from lakehouse.contracts import avro
-    from lakehouse.contracts.model import Catalog
+    from lakehouse.contracts.catalog import Catalog
 
     contract = Catalog.load(settings.contracts_dir).topic("user-profiles")
     line = '{"key": "ann", "value": {"name": "Ann", "age": 30, "updated_at": "2026-01-01T00:00:00Z"}}\n'
@@ -215,10 +215,10 @@ def test_schemas_lists_versions_and_checks_contracts(
     assert _run(monkeypatch, ["schemas", "--check", "--topic", "user-profiles"]) == 0
     out = capsys.readouterr().out
     assert "user-profiles value [BACKWARD]: no versions yet  -> new version accepted" in out
-    from lakehouse.contracts.model import Catalog
+    from lakehouse.contracts.catalog import Catalog
     from lakehouse.streams.registry import SchemaRegistry
 
-    (key, value) = SchemaRegistry(settings.registry_path).register(
+    (key, value) = SchemaRegistry(settings).register(
         Catalog.load(settings.contracts_dir).topic("user-profiles"), spark
     )
     assert _run(monkeypatch, ["schemas", "--check", "--topic", "user-profiles"]) == 0
@@ -349,7 +349,7 @@ def test_maintain_starts_spark_only_for_tables_that_exist(
     monkeypatch.setattr("lakehouse.runtime.spark.get_session", lambda *_a, **_k: "spark")
     monkeypatch.setattr(
         "lakehouse.pipeline.runner.maintain",
-        lambda spark, path, *_a, **_k: maintained.append((spark, path)) or _Report(),
+        lambda spark, _settings, path, *_a, **_k: maintained.append((spark, path)) or _Report(),
     )
     assert _run(monkeypatch, ["maintain", "--topic", "user-locations"]) == 0
     assert maintained == [("spark", settings.bronze_path("user-locations"))]

@@ -12,8 +12,8 @@ import jsonschema
 import pytest
 import yaml
 
+from lakehouse.contracts.catalog import parse_contract
 from lakehouse.contracts.document import SCHEMA_FILE, json_schema
-from lakehouse.contracts.model import parse_contract
 from lakehouse.errors import ContractError
 from lakehouse.runtime.config import REPO_ROOT
 

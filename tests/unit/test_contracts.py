@@ -6,8 +6,8 @@ from textwrap import dedent, indent
 
 import pytest
 
+from lakehouse.contracts.catalog import Catalog, load_contract
 from lakehouse.contracts.fields import Field
-from lakehouse.contracts.model import Catalog, load_contract
 from lakehouse.errors import ContractError, UnknownTableError, UnknownTopicError
 from lakehouse.runtime.config import REPO_ROOT
 
@@ -225,7 +225,7 @@ def test_broken_contract_names_file_path_and_problem(
     with pytest.raises(ContractError) as info:
         load_contract(path)
     err = info.value
-    assert err.source == str(path)
+    assert err.file == str(path)
     assert err.path == where
     assert problem in err.problem
     assert str(path) in str(err)
@@ -453,7 +453,7 @@ def test_broken_avro_contract_names_file_path_and_problem(
     path.write_text(AVRO.replace(old, new))
     with pytest.raises(ContractError) as info:
         load_contract(path)
-    assert (info.value.path, str(path)) == (where, info.value.source)
+    assert (info.value.path, str(path)) == (where, info.value.file)
     assert problem in info.value.problem
 
 

@@ -9,7 +9,7 @@ from types import ModuleType
 
 import pytest
 
-from lakehouse.contracts.model import Catalog
+from lakehouse.contracts.catalog import Catalog
 from lakehouse.errors import CONFIG_ERROR_EXIT, ConfigError
 from lakehouse.pipeline.request import (
     OPTIONS,

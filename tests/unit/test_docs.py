@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from lakehouse.contracts.model import Catalog
+from lakehouse.contracts.catalog import Catalog
 from lakehouse.runtime.config import REPO_ROOT
 
 CONTRACTS_DOC = REPO_ROOT / "docs" / "contracts.md"

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from lakehouse.contracts.model import Contract, KafkaSource, load_contract
+from lakehouse.contracts.catalog import load_contract
+from lakehouse.contracts.model import Contract, KafkaOrigin
 from lakehouse.errors import BrokerUnavailableError, ConfigError
 from lakehouse.runtime.config import Settings
 from lakehouse.topics import kafka
@@ -69,7 +70,7 @@ def test_servers_default_to_the_environment(
 
     monkeypatch.setenv(kafka.BOOTSTRAP_ENV, "elsewhere:29092")
     monkeypatch.setenv("TEST_KAFKA_PASSWORD", "x")
-    bare = replace(contract, kafka=KafkaSource(topic="payments.v1"))
+    bare = replace(contract, kafka=KafkaOrigin(topic="payments.v1"))
     assert (
         kafka.client(Settings(home=tmp_path, contracts_dir=tmp_path), bare).bootstrap_servers
         == "elsewhere:29092"

@@ -15,7 +15,8 @@ import yaml
 from airflow.sdk import DAG, Asset, AssetOrTimeSchedule
 from airflow.serialization.serialized_objects import DagSerialization
 
-from lakehouse.contracts.model import Catalog, Contract, parse_contract
+from lakehouse.contracts.catalog import Catalog, parse_contract
+from lakehouse.contracts.model import Contract
 from lakehouse.errors import ContractError
 from lakehouse.orchestration.airflow_env import kafka_conn_id
 from lakehouse.orchestration.dags import START, maintenance_dags, pipeline_dag, pipeline_dags

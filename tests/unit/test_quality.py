@@ -13,7 +13,8 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from lakehouse.contracts.model import Expectation, load_contract
+from lakehouse.contracts.catalog import load_contract
+from lakehouse.contracts.model import Expectation
 from lakehouse.errors import ContractError
 from lakehouse.quality.expectations import check_constraint, gx_expectation
 from lakehouse.quality.gate import freshness_outcome, volume_outcome
@@ -199,7 +200,7 @@ def test_ledger_round_trip_and_saved_result(spark: Any, tmp_path: Path) -> None:
     write_ledger(
         spark,
         settings,
-        ledger_rows(run, verdict, table_version=4, published=True, source={"versions": [1, 2]}),
+        ledger_rows(run, verdict, table_version=4, published=True, lineage={"versions": [1, 2]}),
     )
     (row,) = read_ledger(settings, "t").to_pylist()
     assert row["run_id"] == run.run_id and row["dag_run_id"] == "manual__1"

@@ -59,7 +59,7 @@ def test_history_gathers_each_runs_batch_and_checks(spark: Any, tmp_path: Path) 
             _verdict("silver", "orders", t0, met, fresh),
             table_version=3,
             published=True,
-            source=None,
+            lineage=None,
         ),
         BatchOutcome(
             "silver",
@@ -76,7 +76,7 @@ def test_history_gathers_each_runs_batch_and_checks(spark: Any, tmp_path: Path) 
             _verdict("silver", "orders", t0 + timedelta(minutes=5), met, broken),
             table_version=None,
             published=False,
-            source=None,
+            lineage=None,
         ),
         BatchOutcome("silver", "orders", BLOCKED, 10, lag=1, lag_unit="versions").row(
             second, t0 + timedelta(minutes=5)
@@ -120,7 +120,7 @@ def test_history_reads_a_ledger_written_before_batch_rows(spark: Any, tmp_path: 
     run = RunInfo(dag_run_id="r0")
     met = Outcome("amount_positive", "between", "warn", True, observed=0)
     rows = ledger_rows(
-        run, _verdict("silver", "orders", at, met), table_version=2, published=True, source=None
+        run, _verdict("silver", "orders", at, met), table_version=2, published=True, lineage=None
     )
     data = delta_spark.arrow_frame(
         spark, pa.Table.from_pylist([{n: r[n] for n in older.names} for r in rows], older)

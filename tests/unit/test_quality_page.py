@@ -98,7 +98,7 @@ def ledger(spark: Any, tmp_path: Path) -> tuple[Settings, list[RunInfo]]:
             _verdict("orders", at, *checks),
             table_version=i if published else None,
             published=published,
-            source=None,
+            lineage=None,
         )
         rows.append(
             BatchOutcome(

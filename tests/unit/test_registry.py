@@ -20,8 +20,10 @@ from typing import Any
 import pytest
 import yaml
 
-from lakehouse.contracts.model import Contract, parse_contract
+from lakehouse.contracts.catalog import parse_contract
+from lakehouse.contracts.model import Contract
 from lakehouse.errors import ContractError, LakehouseError, SchemaEvolutionError
+from lakehouse.runtime.config import Settings
 from lakehouse.streams.registry import (
     SUBJECTS,
     RegisteredVersion,
@@ -31,6 +33,11 @@ from lakehouse.streams.registry import (
     contract_text,
     new_version,
 )
+
+
+def _lake(root: Path) -> Settings:
+    """A lake whose schema registry is ``root / "schemas"``."""
+    return Settings(home=root, contracts_dir=root)
 
 
 def _json_contract(fields: list[dict[str, Any]], mode: str = "BACKWARD", **extra: Any) -> Contract:
@@ -104,7 +111,7 @@ def registry() -> Kept:
 def test_first_contract_registers_version_one_then_nothing_changes(
     spark: Any, tmp_path: Path
 ) -> None:
-    registry = SchemaRegistry(tmp_path / "schemas")
+    registry = SchemaRegistry(_lake(tmp_path))
     c = _json_contract([{"name": "a", "type": "long"}])
     added = registry.register(c, spark)
     assert [(v.subject, v.version) for v in added] == [("key", 1), ("value", 1)]
@@ -117,7 +124,7 @@ def test_first_contract_registers_version_one_then_nothing_changes(
 
 @pytest.mark.integration
 def test_each_contract_version_is_kept_with_its_text(spark: Any, tmp_path: Path) -> None:
-    registry = SchemaRegistry(tmp_path / "schemas")
+    registry = SchemaRegistry(_lake(tmp_path))
     path = tmp_path / "t.yaml"
     v1 = dedent(
         """\
@@ -128,7 +135,7 @@ def test_each_contract_version_is_kept_with_its_text(spark: Any, tmp_path: Path)
         """
     )
     path.write_text(v1)
-    from lakehouse.contracts.model import load_contract
+    from lakehouse.contracts.catalog import load_contract
 
     registry.register(load_contract(path), spark)
     v2 = v1.replace("{name: a, type: long}", "{name: a, type: long}, {name: b, type: string}")
@@ -277,7 +284,7 @@ def test_key_schema_is_a_subject_too(registry: Kept) -> None:
 
 @pytest.mark.integration
 def test_concurrent_registration_takes_one_version(spark: Any, tmp_path: Path) -> None:
-    registry = SchemaRegistry(tmp_path / "schemas")
+    registry = SchemaRegistry(_lake(tmp_path))
     registry.register(_json_contract([{"name": "a", "type": "long"}]), spark)
     new = _json_contract([{"name": "a", "type": "long"}, {"name": "b", "type": "string"}])
     errors: list[BaseException] = []
@@ -305,7 +312,7 @@ def test_two_registrants_of_one_version_cannot_both_land(
     the number taken, decides again after it, and is refused by what it registered."""
     from lakehouse.storage import delta_spark, read_arrow
 
-    registry = SchemaRegistry(tmp_path / "schemas")
+    registry = SchemaRegistry(_lake(tmp_path))
     registry.register(_json_contract([{"name": "a", "type": "long"}]), spark)
     contracts = [
         _json_contract([{"name": "a", "type": "long"}, {"name": "b", "type": kind}])
@@ -315,9 +322,9 @@ def test_two_registrants_of_one_version_cannot_both_land(
     real_lock = delta_spark.table_lock
 
     @contextmanager
-    def lock_once_both_decided(path: Path) -> Iterator[None]:
+    def lock_once_both_decided(settings: Settings, path: Path) -> Iterator[None]:
         both_decided.wait()  # each has read version 1 and chosen number 2
-        with real_lock(path):
+        with real_lock(settings, path):
             yield
 
     monkeypatch.setattr(delta_spark, "table_lock", lock_once_both_decided)
@@ -353,15 +360,17 @@ def test_two_registrants_of_one_version_cannot_both_land(
 
 @pytest.mark.integration
 def test_registered_versions_are_read_back_by_a_new_process(spark: Any, tmp_path: Path) -> None:
-    registry = SchemaRegistry(tmp_path / "schemas")
+    registry = SchemaRegistry(_lake(tmp_path))
     registry.register(_avro_contract([(1, _record(A))]), spark)
     added = registry.register(_avro_contract([(1, _record(A)), (2, _record(A, B_OPTIONAL))]), spark)
     reader = dedent(
         f"""\
         import json, sys
         from pathlib import Path
+        from lakehouse.runtime.config import Settings
         from lakehouse.streams.registry import SchemaRegistry
-        registry = SchemaRegistry(Path({str(registry.path)!r}))
+        lake = Settings(home=Path({str(tmp_path)!r}), contracts_dir=Path({str(tmp_path)!r}))
+        registry = SchemaRegistry(lake)
         print(json.dumps([v.to_row() for v in registry.versions("t", "value")], default=str))
         print("spark imported:", "pyspark" in sys.modules)
         """
@@ -386,7 +395,7 @@ def test_registered_versions_are_read_back_by_a_new_process(spark: Any, tmp_path
 def test_a_number_recorded_as_taken_without_its_row_is_an_error_not_a_loop(
     spark: Any, tmp_path: Path
 ) -> None:
-    registry = SchemaRegistry(tmp_path / "schemas")
+    registry = SchemaRegistry(_lake(tmp_path))
     registry.register(_json_contract([{"name": "a", "type": "long"}]), spark)
     # Rows deleted behind the registry's back: the value subject's app transaction stays at 1.
     spark.sql(f"DELETE FROM delta.`{registry.path}` WHERE subject = 'value'")

@@ -16,7 +16,8 @@ import pytest
 import yaml
 
 from lakehouse import cli
-from lakehouse.contracts.model import Catalog, Expectation, load_contract, parse_contract
+from lakehouse.contracts.catalog import Catalog, load_contract, parse_contract
+from lakehouse.contracts.model import Expectation
 from lakehouse.errors import CONFIG_ERROR_EXIT, ConfigError, ContractError
 from lakehouse.orchestration.airflow_env import airflow_secrets
 from lakehouse.pipeline.request import RunRequest, own
@@ -189,7 +190,7 @@ def test_a_hostile_name_anywhere_in_a_contract_is_refused_naming_the_place(
 ) -> None:
     with pytest.raises(ContractError) as caught:
         _catalog(_with(ORDERS, keys, hostile))
-    assert (caught.value.source, caught.value.path) == (SOURCE, where), str(caught.value)
+    assert (caught.value.file, caught.value.path) == (SOURCE, where), str(caught.value)
 
 
 @pytest.mark.parametrize(
@@ -380,7 +381,7 @@ def test_the_registry_reads_no_hostile_topic_name(tmp_path: Path, hostile: str) 
     """The registry is one table: a topic name becomes part of a query on it, not a path."""
     s = _settings(tmp_path)
     with pytest.raises(ConfigError, match=r"invalid topic name") as caught:
-        SchemaRegistry(s.registry_path).versions(hostile, "value")
+        SchemaRegistry(s).versions(hostile, "value")
     assert repr(hostile) in str(caught.value)
     assert list(tmp_path.iterdir()) == []  # nothing was created
 
@@ -391,7 +392,7 @@ def test_legitimate_names_make_paths_inside_the_root(tmp_path: Path) -> None:
         name = "user-locations" if "bronze" in what or what == "topic_dir" else "t_1"
         assert path(name).is_relative_to(s.home), what
     assert s.registry_path.is_relative_to(s.home)
-    assert SchemaRegistry(s.registry_path).versions("user-locations", "value") == []
+    assert SchemaRegistry(s).versions("user-locations", "value") == []
 
 
 def test_a_symlink_out_of_the_root_is_refused(tmp_path: Path) -> None:

@@ -15,7 +15,7 @@ import pytest
 
 from lakehouse import cli
 from lakehouse.contracts import avro
-from lakehouse.contracts.model import Catalog
+from lakehouse.contracts.catalog import Catalog
 from lakehouse.runtime.config import Settings
 from lakehouse.topics.landing import list_segments
 from lakes import lake_with

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from lakehouse.contracts.model import Catalog
+from lakehouse.contracts.catalog import Catalog
 from lakehouse.errors import ConfigError
 from lakehouse.runtime import jvm, spark
 from lakehouse.runtime.config import REPO_ROOT, Settings

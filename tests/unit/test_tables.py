@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from lakehouse.contracts.model import Aggregation, Catalog, Contract, TableSpec
+from lakehouse.contracts.catalog import Catalog
+from lakehouse.contracts.model import Aggregation, Contract, TableSpec
 from lakehouse.runtime.config import REPO_ROOT
 from lakehouse.tables.aggregates import _combine, aggregate_per_key, latest_per_key
 

@@ -31,7 +31,7 @@ LOADED = re.compile(
 
 def _build(home: Path) -> Settings:
     """Data Docs of the repository's contracts and one saved validation whose expectation fails."""
-    from lakehouse.contracts.model import Catalog
+    from lakehouse.contracts.catalog import Catalog
     from lakehouse.quality.reports import build_data_docs
 
     settings = Settings.from_env(home=home, contracts_dir=REPO_ROOT / "contracts")

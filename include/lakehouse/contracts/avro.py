@@ -91,16 +91,16 @@ def encode(schema_id: int, schema: ParsedSchema, record: Any) -> bytes:
     return out.getvalue()
 
 
-def parse(schema_json: Any, source: str, path: str) -> ParsedSchema:
+def parse(schema_json: Any, file: str, path: str) -> ParsedSchema:
     """Validate an Avro schema (the JSON as loaded: dict, list or type name) and parse it."""
-    return _parse(schema_json, source, path, expand=False)
+    return _parse(schema_json, file, path, expand=False)
 
 
-def _parse(schema_json: Any, source: str, path: str, *, expand: bool) -> ParsedSchema:
+def _parse(schema_json: Any, file: str, path: str, *, expand: bool) -> ParsedSchema:
     try:
         return fastavro.parse_schema(schema_json, expand=expand)
     except Exception as exc:  # fastavro raises several unrelated types for bad schemas
-        raise ContractError(source, path, f"not a valid Avro schema: {exc}") from exc
+        raise ContractError(file, path, f"not a valid Avro schema: {exc}") from exc
 
 
 class _Unsupported(Exception):
@@ -172,16 +172,16 @@ def _describe_json(avro_type: Any) -> str:
     return str(avro_type)
 
 
-def fields_of(schema_json: Any, source: str, path: str) -> tuple[Field, ...]:
+def fields_of(schema_json: Any, file: str, path: str) -> tuple[Field, ...]:
     """The silver columns of a record value schema, in its field order.
 
     Silver is flat: nested records, arrays, maps, bytes, fixed and unions of several types are
     refused at load time, naming the field, rather than failing in a decode job later.
     """
-    schema = _parse(schema_json, source, path, expand=True)
+    schema = _parse(schema_json, file, path, expand=True)
     if not isinstance(schema, dict) or schema.get("type") != "record":
         raise ContractError(
-            source, path, f"an Avro value schema must be a record, not {_describe_json(schema)}"
+            file, path, f"an Avro value schema must be a record, not {_describe_json(schema)}"
         )
     columns: list[Field] = []
     seen: set[str] = set()
@@ -189,30 +189,30 @@ def fields_of(schema_json: Any, source: str, path: str) -> tuple[Field, ...]:
         name = avro_field["name"]
         where = f"{path}.fields[{i}]"
         if name in seen:
-            raise ContractError(source, where, f"duplicate field name {name!r}")
+            raise ContractError(file, where, f"duplicate field name {name!r}")
         seen.add(name)
         try:
             columns.append(_column_type(name, avro_field["type"]))
         except _Unsupported as exc:
             raise ContractError(
-                source, where, f"field {name!r} has unsupported Avro type {exc}; use {_SUPPORTED}"
+                file, where, f"field {name!r} has unsupported Avro type {exc}; use {_SUPPORTED}"
             ) from None
     return tuple(columns)
 
 
-def primitive_of(schema_json: Any, source: str, path: str) -> FieldType:
+def primitive_of(schema_json: Any, file: str, path: str) -> FieldType:
     """The column type of a key schema: a single scalar type, optionally in a union with null
     (not a decimal: a key's type has no precision and scale)."""
-    schema = _parse(schema_json, source, path, expand=True)
+    schema = _parse(schema_json, file, path, expand=True)
     try:
         column = _column_type("", schema)
     except _Unsupported as exc:
         raise ContractError(
-            source, path, f"an Avro key schema must be a {_SUPPORTED}, not {exc}"
+            file, path, f"an Avro key schema must be a {_SUPPORTED}, not {exc}"
         ) from None
     if column.type == "decimal":
         raise ContractError(
-            source,
+            file,
             path,
             "an Avro key schema cannot be a decimal: a key is a string, int, long, float, "
             "double, boolean, enum or timestamp",

@@ -5,8 +5,9 @@ names and patterns, and the keys one key's value requires or refuses (:class:`Ke
 once per section, checked when a file is read and written into the editors' schema).
 :func:`validate_document` reads a parsed YAML document into a ``ContractDoc``, or raises its first
 problem as a ContractError naming the file, the path inside it (``tables[1].window.size``) and
-what is wrong there, in the file's words. :mod:`lakehouse.contracts.model` builds the platform's
-view of a contract from the document and checks it across its sections.
+what is wrong there, in the file's words. :mod:`lakehouse.contracts.catalog` builds the platform's
+view of a contract (:mod:`lakehouse.contracts.model`) from the document and checks it across its
+sections (:mod:`lakehouse.contracts.checks`).
 
 The vocabulary the file and the platform share lives here too: the kinds, formats and severities,
 and :class:`Aggregation` and :class:`Volume`, which read the same in a file and on the platform.
@@ -518,7 +519,7 @@ _BOUNDS = {
 }
 
 
-def _contract_error(exc: pydantic.ValidationError, source: str) -> ContractError:
+def _contract_error(exc: pydantic.ValidationError, file: str) -> ContractError:
     """The first problem in a document, as its author reads it: the path in the file
     (``tables[1].window.size``) and what is wrong there, in the file's words."""
     errors = exc.errors()
@@ -544,15 +545,15 @@ def _contract_error(exc: pydantic.ValidationError, source: str) -> ContractError
     for part in loc:
         path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
     more = f" (and {len(errors) - 1} more problem(s))" if len(errors) > 1 else ""
-    return ContractError(source, path, problem + more)
+    return ContractError(file, path, problem + more)
 
 
-def validate_document(document: Any, source: str) -> ContractDoc:
+def validate_document(document: Any, file: str) -> ContractDoc:
     """A parsed YAML document as a :class:`ContractDoc`, or its first problem as a ContractError."""
     try:
         return ContractDoc.model_validate(document)
     except pydantic.ValidationError as exc:
-        raise _contract_error(exc, source) from None
+        raise _contract_error(exc, file) from None
 
 
 # -- The JSON Schema for editors ----------------------------------------------------------------

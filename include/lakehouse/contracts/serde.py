@@ -208,9 +208,9 @@ class Serializer:
         self._defaults: frozenset[str] = frozenset()  # Avro fields a writer may leave out
         if contract.value_format == "avro":
             version = _pick(contract.value_schemas, value_schema_id, f"topic {contract.topic}")
-            self._value = (version.id, avro.parse(version.schema, contract.source, "value"))
+            self._value = (version.id, avro.parse(version.schema, contract.file, "value"))
             # The fields of the schema written with, which an older id may lack.
-            self._fields = avro.fields_of(version.schema, contract.source, "value")
+            self._fields = avro.fields_of(version.schema, contract.file, "value")
             self._defaults = frozenset(
                 f["name"] for f in version.schema.get("fields", []) if "default" in f
             )
@@ -220,7 +220,7 @@ class Serializer:
             )
         if contract.key_format == "avro":
             latest = contract.key_schemas[-1]
-            self._key = (latest.id, avro.parse(latest.schema, contract.source, "key"))
+            self._key = (latest.id, avro.parse(latest.schema, contract.file, "key"))
         self._key_field = Field(contract.key_name, contract.key_type)
 
     def key(self, key: Any, origin: str) -> bytes | None:

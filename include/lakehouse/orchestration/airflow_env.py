@@ -32,7 +32,8 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-from lakehouse.contracts.model import Catalog, Contract
+from lakehouse.contracts.catalog import Catalog
+from lakehouse.contracts.model import Contract
 from lakehouse.errors import ConfigError
 from lakehouse.runtime import server
 from lakehouse.runtime.config import REPO_ROOT, Settings
@@ -158,8 +159,8 @@ def kafka_connections(settings: Settings, env: Mapping[str, str]) -> dict[str, s
         conn_id = kafka_conn_id(contract.topic)
         if conn_id in owners:
             raise ConfigError(
-                f"{contract.source}: topic {contract.topic!r} and topic "
-                f"{owners[conn_id].topic!r} ({owners[conn_id].source}) would share the Airflow "
+                f"{contract.file}: topic {contract.topic!r} and topic "
+                f"{owners[conn_id].topic!r} ({owners[conn_id].file}) would share the Airflow "
                 f"connection {conn_id!r} of their Kafka triggers: rename one of them"
             )
         owners[conn_id] = contract

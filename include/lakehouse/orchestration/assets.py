@@ -20,7 +20,8 @@ from airflow.sdk import (
     DeltaTriggerTimetable,
 )
 
-from lakehouse.contracts.model import Catalog, Contract
+from lakehouse.contracts.catalog import Catalog
+from lakehouse.contracts.model import Contract
 from lakehouse.orchestration.airflow_env import kafka_conn_id
 from lakehouse.runtime.config import Layer, Settings
 from lakehouse.runtime.objectstore import Location

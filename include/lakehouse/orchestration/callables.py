@@ -12,7 +12,7 @@ from typing import Any
 
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
-from lakehouse.contracts.model import Catalog
+from lakehouse.contracts.catalog import Catalog
 from lakehouse.errors import ConfigError
 from lakehouse.pipeline.request import RunRequest
 from lakehouse.runtime.config import LAYERS, Layer, Settings

@@ -25,7 +25,8 @@ from airflow.providers.standard.operators.bash import BashOperator
 from airflow.providers.standard.operators.python import PythonOperator, ShortCircuitOperator
 from airflow.sdk import DAG, Asset, Param, TriggerRule
 
-from lakehouse.contracts.model import Catalog, Contract, LoadedCatalog
+from lakehouse.contracts.catalog import Catalog, LoadedCatalog
+from lakehouse.contracts.model import Contract
 from lakehouse.errors import ContractError
 from lakehouse.orchestration.assets import changes_alias, inlets, outlets, pipeline_schedule
 from lakehouse.orchestration.callables import build_report, check_gate, fail_run, plan_run
@@ -233,7 +234,7 @@ def pipeline_dag(contract: Contract, settings: Settings, catalog: Catalog | None
             if elsewhere
             else ""
         )
-        + f"\n\nContract: `{contract.source}`\n\n"
+        + f"\n\nContract: `{contract.file}`\n\n"
         "Trigger with the Params form to run some layers only, do a dry run, reprocess silver "
         "from a bronze version or offsets, reprocess gold from a silver version, or fully "
         "refresh gold tables. The `plan` task prints what the run will do."
@@ -510,7 +511,7 @@ def pipeline_dags(settings: Settings | None = None) -> dict[str, DAG]:
         if missing:
             why = "; ".join(str(loaded.errors[source]) for source in missing.values())
             dags[join_dag_id(c.topic)] = broken_dag(
-                join_dag_id(c.topic), f"Joins of topic `{c.topic}`", c.source, why
+                join_dag_id(c.topic), f"Joins of topic `{c.topic}`", c.file, why
             )
         else:
             dags[join_dag_id(c.topic)] = join_dag(c, settings, catalog)

@@ -16,7 +16,8 @@ from typing import Any
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
-from lakehouse.contracts.model import Catalog, Contract
+from lakehouse.contracts.catalog import Catalog
+from lakehouse.contracts.model import Contract
 from lakehouse.errors import (
     CONFIG_ERROR_EXIT,
     GATE_FAILED_EXIT,

@@ -30,7 +30,8 @@ from collections.abc import Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from lakehouse.contracts.model import Catalog, Contract, TableSpec
+from lakehouse.contracts.catalog import Catalog
+from lakehouse.contracts.model import Contract, TableSpec
 from lakehouse.errors import UnknownTableError
 from lakehouse.runtime import objectstore
 from lakehouse.runtime.config import Layer, Settings
@@ -200,10 +201,10 @@ def input_lag(
     from lakehouse.tables import common
 
     def behind(
-        layer: Layer, table: str, path: Location, source: str, source_path: Location, app: str
+        layer: Layer, table: str, path: Location, input_name: str, input_path: Location, app: str
     ) -> InputLag:
-        latest = int(load(source_path).version()) if is_table(source_path) else None
-        return InputLag(layer, table, source, position(path, app), latest)
+        latest = int(load(input_path).version()) if is_table(input_path) else None
+        return InputLag(layer, table, input_name, position(path, app), latest)
 
     def wanted(layer: Layer, name: str) -> bool:
         return layer in layers and (tables is None or name in tables)
@@ -218,22 +219,22 @@ def input_lag(
                     settings.silver_path(c.stream),
                     f"bronze.{c.topic}",
                     settings.bronze_path(c.topic),
-                    silver.source_app(c),
+                    silver.input_app(c),
                 )
             )
         for spec in c.tables:
             if not wanted("gold", spec.name):
                 continue
             path = settings.gold_path(spec.name)
-            source = spec.changelog or f"silver.{c.stream}"
-            inputs = [(source, common.input_path(settings, c, spec), common.input_app(c, spec))]
+            input_name = spec.changelog or f"silver.{c.stream}"
+            inputs = [(input_name, common.input_path(settings, c, spec), common.input_app(c, spec))]
             if spec.join is not None:
                 other = catalog.topic(spec.join.other)
                 inputs.append(
                     (
                         f"silver.{other.stream}",
                         settings.silver_path(other.stream),
-                        common.source_app(other),
+                        common.stream_app(other),
                     )
                 )
             out.extend(behind("gold", spec.name, path, *i) for i in inputs)

@@ -9,7 +9,8 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from lakehouse.contracts.model import Catalog, Contract, TableSpec
+from lakehouse.contracts.catalog import Catalog
+from lakehouse.contracts.model import Contract, TableSpec
 from lakehouse.errors import QualityGateError, TablesFailedError
 from lakehouse.pipeline.request import RunRequest
 from lakehouse.quality.expectations import pandas_max_rows, sync_constraints
@@ -33,7 +34,7 @@ from lakehouse.streams import silver
 from lakehouse.streams.registry import SchemaRegistry
 from lakehouse.tables import common, gold, windows
 from lakehouse.tables.common import GoldResult
-from lakehouse.topics import bronze
+from lakehouse.topics import bronze, bronze_table
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -73,7 +74,7 @@ def run_layer(
     request = request or RunRequest()
     specs = _selected(contract, layer, request)
     objectstore.check_reachable(settings.data_root)
-    registry = SchemaRegistry(settings.registry_path)
+    registry = SchemaRegistry(settings)
     if request.dry_run:
         registry.check(contract)
         return plan_layer(spark, settings, contract, layer, catalog, request)
@@ -162,7 +163,7 @@ class _Batches:
             if gate is not None and gate.verdicts:
                 held = gate.verdicts[-1]
                 self.add(
-                    BatchOutcome(self.layer, gate.table, BLOCKED, held.rows, source=gate.source)
+                    BatchOutcome(self.layer, gate.table, BLOCKED, held.rows, lineage=gate.lineage)
                 )
             raise
 
@@ -364,7 +365,7 @@ def plan_layer(
         store = DeltaStore(spark)
         head = table_version(settings.bronze_path(contract.topic))
         consumed = store.transaction_version(
-            settings.silver_path(contract.stream), silver.source_app(contract)
+            settings.silver_path(contract.stream), silver.input_app(contract)
         )
         start = 0 if consumed is None else consumed + 1
         lines = [
@@ -432,7 +433,7 @@ def _bronze_records(path: Location, start: int, end: int) -> int:
     total = 0
     for commit in snapshots.latest(path).history():
         version = commit.get("version")
-        value = commit_metadata(commit, bronze.BATCH_KEY)
+        value = commit_metadata(commit, bronze_table.BATCH_KEY)
         if version is None or value is None or not start <= int(version) <= end:
             continue
         metrics = commit.get("operationMetrics") or {}
@@ -516,7 +517,7 @@ def topic_tables(
             Consumer(
                 f"silver.{contract.stream}",
                 settings.silver_path(contract.stream),
-                silver.source_app(contract),
+                silver.input_app(contract),
             )
         ],
         settings.silver_path(contract.stream): [],
@@ -529,7 +530,7 @@ def topic_tables(
         feeds = [(source, app)]
         if spec.join is not None and catalog is not None:
             other = catalog.topic(spec.join.other)
-            feeds.append((settings.silver_path(other.stream), common.source_app(other)))
+            feeds.append((settings.silver_path(other.stream), common.stream_app(other)))
         # The gold table always; its state and late-record tables once they exist (a consumer
         # without a position would keep the whole history from being vacuumed).
         extra = (
@@ -592,6 +593,7 @@ def maintain_topics(
     for path, consumers in maintained_tables(settings, catalog, topics=topics, ledger=ledger):
         report = maintain(
             spark,
+            settings,
             path,
             consumers,
             retention_hours=retention_hours,

@@ -107,7 +107,7 @@ class Gate:
     ledger: LedgerBuffer
     echo: Any = print
     verdicts: list[Verdict] = field(default_factory=list)
-    source: Mapping[str, Any] | None = None  # the input positions of the batch being judged
+    lineage: Mapping[str, Any] | None = None  # the input positions of the batch being judged
     # False for what is not a micro-batch (a reprocess, a refresh): its size says nothing about
     # the usual volume, so the volume check neither judges it nor counts it in its history.
     regular: bool = True
@@ -140,7 +140,7 @@ class Gate:
         rows: int | None = None,
         *,
         whole: DataFrame | pa.Table | None = None,
-        source: Mapping[str, Any] | None = None,
+        lineage: Mapping[str, Any] | None = None,
         at_most: tuple[int | None, int | None] = (None, None),
         marker: str | None = None,
     ) -> Verdict:
@@ -184,7 +184,7 @@ class Gate:
         if volume is not None:
             outcomes.append(volume)
         verdict = Verdict(self.layer, self.table, outcomes, rows, engine, result)
-        self.source = source
+        self.lineage = lineage
         if verdict.failed:
             self.record(verdict, table_version=None, published=False)
             raise QualityGateError(self.layer, self.table, [o.describe() for o in verdict.failed])
@@ -222,7 +222,7 @@ class Gate:
         """What a gated commit carries: the batch's size, the volume check's history; and the
         verdict's ledger rows, as published (:data:`LEDGER_KEY`)."""
         rows = ledger_rows(
-            self.run, verdict, table_version=None, published=True, source=self.source
+            self.run, verdict, table_version=None, published=True, lineage=self.lineage
         )
         meta: dict[str, Any] = {
             LEDGER_KEY: [{**r, "validated_at": r["validated_at"].isoformat()} for r in rows]
@@ -236,7 +236,11 @@ class Gate:
             verdict.published_version = table_version
         self.verdicts.append(verdict)
         self.ledger.rows += ledger_rows(
-            self.run, verdict, table_version=table_version, published=published, source=self.source
+            self.run,
+            verdict,
+            table_version=table_version,
+            published=published,
+            lineage=self.lineage,
         )
         save_result(self.settings, verdict, self.run)
         for line in verdict.summary():

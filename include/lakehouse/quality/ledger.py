@@ -130,7 +130,8 @@ class BatchOutcome:
     gaps: int | None = None
     lag: int | None = None
     lag_unit: str | None = None
-    source: Mapping[str, Any] | None = None
+    # The input positions the batch was read from: the ledger's "source" column.
+    lineage: Mapping[str, Any] | None = None
 
     @property
     def quarantined(self) -> int:
@@ -145,7 +146,7 @@ class BatchOutcome:
             "table": self.table,
             "table_version": self.table_version,
             "published": self.outcome == PUBLISHED,
-            "source": None if self.source is None else json.dumps(self.source, sort_keys=True),
+            "source": None if self.lineage is None else json.dumps(self.lineage, sort_keys=True),
             "rows": self.rows,
             "engine": None,
             "expectation": None,
@@ -178,7 +179,7 @@ def ledger_rows(
     *,
     table_version: int | None,
     published: bool,
-    source: Mapping[str, Any] | None,
+    lineage: Mapping[str, Any] | None,
 ) -> list[dict[str, Any]]:
     """The ledger's rows for one verdict: one per check."""
     base = {
@@ -189,7 +190,7 @@ def ledger_rows(
         "table": verdict.table,
         "table_version": table_version,
         "published": published,
-        "source": None if source is None else json.dumps(source, sort_keys=True),
+        "source": None if lineage is None else json.dumps(lineage, sort_keys=True),
         "rows": verdict.rows,
         "engine": verdict.engine,
     }
@@ -234,7 +235,7 @@ def write_ledger(
     data = delta_spark.arrow_frame(spark, pa.Table.from_pylist(list(rows), schema=schema))
     data = data.coalesce(1)
     ledger = settings.ledger_path
-    with delta_spark.table_lock(ledger):
+    with delta_spark.table_lock(settings, ledger):
         delta_spark.append(
             data,
             ledger,

@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from lakehouse.contracts.model import Catalog
+from lakehouse.contracts.catalog import Catalog
 from lakehouse.quality.expectations import import_gx, suite, suite_name
 from lakehouse.quality.history import Run
 from lakehouse.quality.ledger import BATCH, BLOCKED

@@ -295,13 +295,13 @@ def _copy_asset(asset: Asset, modules: Path, site: Path) -> None:
     """Copy ``asset`` into the site, with the files its stylesheet references and the package's
     licence."""
     package = (modules / asset.package).resolve()
-    source = package / asset.file
-    _copy(source, site / asset.site_path)
+    packaged = package / asset.file
+    _copy(packaged, site / asset.site_path)
     for licence in sorted(package.glob("LICEN[CS]E*")):
         _copy(licence, site / VENDOR / asset.package / licence.name)
-    if source.suffix != ".css":
+    if packaged.suffix != ".css":
         return
-    css = source.read_text(encoding="utf-8")
+    css = packaged.read_text(encoding="utf-8")
     for _, _, url in _css_references(css):
         if is_remote(url):
             raise OfflineDocsError([(url, f"{VENDOR}/{asset.package}/{asset.file}")])
@@ -310,7 +310,7 @@ def _copy_asset(asset: Asset, modules: Path, site: Path) -> None:
         relative = urlsplit(url).path
         if not relative:  # a fragment: an element of the page
             continue
-        target = (source.parent / relative).resolve()
+        target = (packaged.parent / relative).resolve()
         if not target.is_relative_to(package) or not target.is_file():
             raise WebAssetsError(
                 [f"{asset.package}/{asset.file} references {url}, not a file of {package}"],
@@ -319,10 +319,10 @@ def _copy_asset(asset: Asset, modules: Path, site: Path) -> None:
         _copy(target, site / VENDOR / asset.package / target.relative_to(package).as_posix())
 
 
-def _copy(source: Path, target: Path) -> None:
+def _copy(packaged: Path, target: Path) -> None:
     if not target.exists():
         target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(source, target)
+        shutil.copyfile(packaged, target)
 
 
 def _subresource_digest(path: Path, integrity: str) -> bool:

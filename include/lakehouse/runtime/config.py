@@ -184,7 +184,7 @@ class Settings:
 
     @property
     def validations_root(self) -> Path:
-        """Each validation's full Great Expectations result (JSON), the source of Data Docs."""
+        """Each validation's full Great Expectations result (JSON), what Data Docs are built from."""
         return self.quality_root / "validations"
 
     # -- paths of named things ---------------------------------------------------------------
@@ -202,7 +202,7 @@ class Settings:
         return self._inside(self.tables_root / "gold" / validate_table_name(table))
 
     def state_path(self, table: str) -> Location:
-        """A gold table's own state (e.g. each source key's latest value, for table sources)."""
+        """A gold table's own state (e.g. each input key's latest value, for an input read as a table)."""
         return self._inside(self.tables_root / "state" / validate_table_name(table))
 
     def late_path(self, table: str) -> Location:

@@ -52,6 +52,8 @@ if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
     from pyspark.sql.types import StructType
 
+    from lakehouse.runtime.config import Settings
+
 
 CDF_PROPERTIES: Mapping[str, str] = {"delta.enableChangeDataFeed": "true"}
 # The platform's tables: the change data feed on, and Delta's own cleanup of expired commits off
@@ -61,14 +63,12 @@ TABLE_PROPERTIES: Mapping[str, str] = {**CDF_PROPERTIES, "delta.enableExpiredLog
 
 
 @contextmanager
-def table_lock(path: Location) -> Iterator[None]:
+def table_lock(settings: Settings, path: Location) -> Iterator[None]:
     """Hold the table's commit lock (an exclusive ``flock`` on a local file: beside a local
-    table, under ``$LAKEHOUSE_HOME/locks`` for one in a bucket) for the ``with`` block; threads
-    and processes of this machine take turns. Only this machine's: on S3 the platform's rule is
-    one committing driver, the Spark server every layer task is a client of."""
-    from lakehouse.runtime.config import Settings
-
-    lock = Settings.from_env().lock_path(path)
+    table, under the ``locks`` folder of ``settings``' home for one in a bucket) for the ``with``
+    block; threads and processes of this machine take turns. Only this machine's: on S3 the
+    platform's rule is one committing driver, the Spark server every layer task is a client of."""
+    lock = settings.lock_path(path)
     lock.parent.mkdir(parents=True, exist_ok=True)
     with lock.open("a") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
@@ -133,7 +133,7 @@ def append(
     gate: PublishGate | None = None,
     verdict: Any = None,
     rows: int | None = None,
-    source: Mapping[str, Any] | None = None,
+    lineage: Mapping[str, Any] | None = None,
 ) -> WriteResult:
     """Append ``df`` to the table in one commit that records the positions ``txn`` and
     ``metadata``; with ``txn``, at most once (see :func:`position`). ``schema_mode="add_columns"``
@@ -142,8 +142,8 @@ def append(
     :func:`create_table`) if there is none yet. ``mode="overwrite"`` replaces every row instead
     (the table's schema stays).
 
-    ``gate`` judges ``df`` (``rows`` of them, if the caller knows) as published from ``source``
-    (default: the metadata's ``lakehouse.source``), unless the caller passes the ``verdict`` it
+    ``gate`` judges ``df`` (``rows`` of them, if the caller knows) as published from ``lineage``,
+    the input positions the batch was read from (default: the metadata's ``lakehouse.source``), unless the caller passes the ``verdict`` it
     already has; see :func:`_publish`. The caller holds :func:`table_lock`."""
     if create is not None:
         create_table(df.sparkSession, path, create, gate=gate)
@@ -155,7 +155,7 @@ def append(
             whole = current.unionByName(df, allowMissingColumns=True)
         elif gate.needs_whole_table:
             whole = df
-        return gate.check(df, rows, whole=whole, source=_source(source, metadata))
+        return gate.check(df, rows, whole=whole, lineage=_lineage(lineage, metadata))
 
     def commit(plan: _Plan) -> None:
         writer = df.write.format("delta").mode(mode).option("userMetadata", _json(plan.metadata))
@@ -303,7 +303,7 @@ def merge(
             post,
             written,
             whole=whole,
-            source=_source(None, metadata),
+            lineage=_lineage(None, metadata),
             at_most=(incoming, None if rows is None else rows + incoming),
             marker=None if whole is None else BATCH_MARKER,
         )
@@ -377,12 +377,12 @@ def _publish(
     return result, returned
 
 
-def _source(
-    source: Mapping[str, Any] | None, metadata: Mapping[str, Any] | None
+def _lineage(
+    lineage: Mapping[str, Any] | None, metadata: Mapping[str, Any] | None
 ) -> Mapping[str, Any] | None:
     """What a batch was read from, for the gate's record: the caller's, or the commit's
     ``lakehouse.source`` metadata."""
-    return source if source is not None else (metadata or {}).get("lakehouse.source")
+    return lineage if lineage is not None else (metadata or {}).get("lakehouse.source")
 
 
 # The column of a MERGE's would-be table that marks the rows the MERGE writes (for its gate).

@@ -27,7 +27,7 @@ class PublishGate(Protocol):
         rows: int | None = None,
         *,
         whole: Any = None,
-        source: Mapping[str, Any] | None = None,
+        lineage: Mapping[str, Any] | None = None,
         at_most: tuple[int | None, int | None] = (None, None),
         marker: str | None = None,
     ) -> Any:

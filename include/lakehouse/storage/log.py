@@ -29,7 +29,7 @@ class Txn:
     app_id: str
     version: int
     # Set the app's position even when ``version`` is not newer: a reprocess that moves a
-    # consumer back to an earlier source version. Never treated as already applied.
+    # consumer back to an earlier input version. Never treated as already applied.
     rewind: bool = False
 
 

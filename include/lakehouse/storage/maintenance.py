@@ -2,7 +2,7 @@
 log cleanup.
 
 A *consumer* is a downstream job that reads a table's change feed, and its position is the last
-source version it consumed, recorded in its own output table (see
+input version it consumed, recorded in its own output table (see
 :func:`~lakehouse.storage.log.position`). A consumer at position ``p`` still reads the
 versions after ``p``: the files those versions removed, and their commits.
 
@@ -38,6 +38,8 @@ from lakehouse.storage.log import position, positions_commit
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+    from lakehouse.runtime.config import Settings
+
 DEFAULT_RETENTION_HOURS = 168  # Delta's default deletedFileRetentionDuration: 7 days
 # Vacuum also deletes files no commit references (left by crashed writers); a write still in
 # flight has such files too, so the window must outlast the longest write.
@@ -63,7 +65,8 @@ _UNIT_SECONDS = {
 
 @dataclass(frozen=True)
 class Consumer:
-    """A job that reads ``source`` incrementally, recording its position in ``table``."""
+    """A job that reads a table incrementally, recording its position in its own ``table`` as
+    app transaction ``app_id``."""
 
     name: str
     table: Location
@@ -101,6 +104,7 @@ class MaintenanceReport:
 
 def maintain(
     spark: SparkSession,
+    settings: Settings,
     path: Location,
     consumers: Sequence[Consumer] = (),
     *,
@@ -118,7 +122,7 @@ def maintain(
             "could delete the files of a write still in flight"
         )
     table = f"delta.`{path}`"
-    with table_lock(path):
+    with table_lock(settings, path):
         report = MaintenanceReport(table=str(path), version_before=_version(path))
         if compact and not dry_run:
             metrics = spark.sql(f"OPTIMIZE {table}").collect()[0]["metrics"]

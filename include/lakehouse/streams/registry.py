@@ -41,8 +41,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from lakehouse.contracts.model import Contract, canonical_json
 from lakehouse.errors import ConcurrentWriteError, LakehouseError, SchemaEvolutionError
-from lakehouse.runtime.config import validate_topic_name
-from lakehouse.runtime.objectstore import Location
+from lakehouse.runtime.config import Settings, validate_topic_name
 from lakehouse.storage import is_table
 
 if TYPE_CHECKING:
@@ -214,7 +213,7 @@ def subject_change(
     problems = evolution_problems(contract.compatibility, state, list(history))
     if problems:
         raise SchemaEvolutionError(
-            contract.source,
+            contract.file,
             subject,
             f"the {subject} schema of topic {contract.topic!r} cannot be registered after "
             f"version {history[-1].version} under compatibility {contract.compatibility}: "
@@ -252,7 +251,7 @@ def new_version(
         state=state,
         compatibility=contract.compatibility,
         registered_at=datetime.now(UTC).isoformat(timespec="milliseconds"),
-        contract_source=contract.source,
+        contract_source=contract.file,
         contract_text=text,
     )
 
@@ -260,16 +259,18 @@ def new_version(
 def contract_text(contract: Contract) -> str:
     """The text of the contract's file ("" for a contract made in code)."""
     try:
-        return Path(contract.source).read_text(encoding="utf-8")
+        return Path(contract.file).read_text(encoding="utf-8")
     except OSError:
         return ""
 
 
 class SchemaRegistry:
-    """The registered schema versions of every topic: the Delta table at ``path``."""
+    """The registered schema versions of every topic: the Delta table at ``settings``'
+    :attr:`~lakehouse.runtime.config.Settings.registry_path`."""
 
-    def __init__(self, path: Location) -> None:
-        self.path = path
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.path = settings.registry_path
 
     def history(self, topic: str) -> dict[Subject, list[RegisteredVersion]]:
         """Each subject's registered versions of ``topic``, oldest first (a delta-rs read)."""
@@ -338,7 +339,7 @@ class SchemaRegistry:
         row = delta_spark.arrow_frame(spark, pa.Table.from_pylist([version.to_row()], schema))
         app = f"lakehouse.registry/{version.topic}/{version.subject}"
         try:
-            with delta_spark.table_lock(self.path):
+            with delta_spark.table_lock(self.settings, self.path):
                 result = delta_spark.append(
                     row.coalesce(1), self.path, txn=Txn(app, version.version), create=schema
                 )

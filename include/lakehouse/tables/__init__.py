@@ -10,7 +10,7 @@ Semantics follow Kafka Streams:
   the ``stream`` every event counts (KGroupedStream); over the stream read as a ``table`` only
   each key's latest value counts, and an update takes the old value back before adding the new
   one (KGroupedTable): key k1 with values 2 then 5 sums to 7 as a stream and to 5 as a table.
-  A table source keeps each key's latest value in a state table beside the gold table.
+  An input read as a table keeps each key's latest value in a state table beside the gold table.
 
 Each micro-batch of a ``latest`` or ``aggregate`` table (:mod:`~lakehouse.tables.aggregates`) reads the stream's change feed from the last version consumed, reduces it to one
 row per key (pure transforms below), and merges that into the table in one commit that also

@@ -21,7 +21,7 @@ from lakehouse.runtime.config import Settings
 from lakehouse.runtime.objectstore import Location
 from lakehouse.storage import DeltaStore, Txn, WriteResult, delta_spark
 from lakehouse.storage.gates import PublishGate
-from lakehouse.streams.silver import TOMBSTONE, key_spark_type, spark_type
+from lakehouse.streams.schema import TOMBSTONE, key_spark_type, spark_type
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -31,10 +31,10 @@ from lakehouse.tables.common import (
     Outputs,
     arrival_order,
     input_app,
+    input_meta,
     input_path,
     pending,
     read_input,
-    source_meta,
 )
 
 
@@ -73,7 +73,7 @@ def _distinct_column(a: Aggregation) -> str:
     return f"__{a.name}_values"
 
 
-MEMBERS = "__members"  # a table source's group: how many keys are in it now
+MEMBERS = "__members"  # a group of an input read as a table: how many keys are in it now
 
 
 def _running_sum(contract: Contract, a: Aggregation) -> Field:
@@ -232,12 +232,12 @@ def aggregation_fields(contract: Contract, spec: TableSpec) -> list[StructField]
                 T.StructField(total, spark_type(_running_sum(contract, a)), True),
                 T.StructField(count, T.LongType(), True),
             ]
-        elif a.fn == "sum" and spec.source == "table":
+        elif a.fn == "sum" and spec.read_as == "table":
             fields.append(T.StructField(_state_columns(a)[1], T.LongType(), True))
         elif a.fn == "count_distinct":
             element = spark_type(contract.field(a.field or ""))
             fields.append(T.StructField(_distinct_column(a), T.ArrayType(element, True), True))
-    if spec.source == "table":
+    if spec.read_as == "table":
         fields.append(T.StructField(MEMBERS, T.LongType(), True))
     return fields
 
@@ -276,7 +276,7 @@ def _add(t: str, s: str) -> str:
 
 def _combine(a: Aggregation, table: bool = False) -> dict[str, str]:
     """Spark SQL folding a batch's partial aggregate into the stored one in a MERGE, per column.
-    Deltas of a table source may be negative; the same sums apply. A batch always arrives after
+    Deltas of an input read as a table may be negative; the same sums apply. A batch always arrives after
     what is stored, so earliest keeps the stored value and latest takes the batch's."""
     t, s = f"t.{a.name}", f"s.{a.name}"
     if a.fn == "sum" and table:  # values can leave: null once no non-null value is left
@@ -346,19 +346,19 @@ class MergeRules:
 
 
 def merge_rules(contract: Contract, spec: TableSpec) -> MergeRules:
-    """The merge of an aggregate table (``contract`` is the table's input stream). A table
-    source deletes a group when its last key leaves it."""
+    """The merge of an aggregate table (``contract`` is the table's input stream). An aggregate
+    of an input read as a table deletes a group when its last key leaves it."""
     keys = [group_field(contract, spec).name]
     if spec.window is not None:
         keys += [WINDOW_START, WINDOW_END]
     update: dict[str, str] = {}
     insert: dict[str, str] = {k: f"s.{k}" for k in keys}
     for a in spec.aggregations:
-        update.update(_combine(a, spec.source == "table"))
-        insert.update(_insert(a, spec.source == "table"))
+        update.update(_combine(a, spec.read_as == "table"))
+        insert.update(_insert(a, spec.read_as == "table"))
     update = _decimals_as_stored(contract, spec, update)
     insert = _decimals_as_stored(contract, spec, insert)
-    if spec.source != "table":
+    if spec.read_as != "table":
         return MergeRules(keys, update, insert)
     update[MEMBERS] = _add(f"t.{MEMBERS}", f"s.{MEMBERS}")
     insert[MEMBERS] = f"s.{MEMBERS}"
@@ -420,15 +420,15 @@ def merge_latest(
 def merge_aggregate(
     batch: DataFrame,
     path: Location,
-    source: Contract,
+    stream: Contract,
     spec: TableSpec,
     txn: Txn,
     meta: dict[str, Any],
     gate: PublishGate | None = None,
 ) -> WriteResult:
-    """Fold a batch of partial aggregates (or a table source's deltas) into an aggregate table
+    """Fold a batch of partial aggregates (or the deltas of an input read as a table) into an aggregate table
     by its :func:`merge_rules`."""
-    rules = merge_rules(source, spec)
+    rules = merge_rules(stream, spec)
     return delta_spark.merge(
         batch,
         path,
@@ -451,17 +451,17 @@ def catch_up_state(
     out: Outputs,
     upto: int | None,
 ) -> Location:
-    """A table source's state (each key's latest value) must stand where the gold table does.
+    """The state of an input read as a table (each key's latest value) must stand where the gold table does.
     The gold commit comes first; if a run died before the state's, fold the missing versions in
     now (the state depends on the stream alone, so this is exact). The caller holds the state's
     :func:`~lakehouse.storage.delta_spark.table_lock`."""
-    source, app = contract.input(spec), input_app(contract, spec)
-    delta_spark.create_table(store.spark, out.state, table_schema(source, LATEST))
+    stream, app = contract.input(spec), input_app(contract, spec)
+    delta_spark.create_table(store.spark, out.state, table_schema(stream, LATEST))
     have = store.transaction_version(out.state, app)
     start = 0 if have is None else have + 1
     if upto is not None and start <= upto:
-        batch = latest_per_key(read_input(store, settings, contract, spec, start, upto), source)
-        merge_latest(batch, out.state, source, Txn(app, upto), source_meta(app, start, upto))
+        batch = latest_per_key(read_input(store, settings, contract, spec, start, upto), stream)
+        merge_latest(batch, out.state, stream, Txn(app, upto), input_meta(app, start, upto))
     return out.state
 
 
@@ -474,9 +474,9 @@ def build_table(
     upto: int | None,
 ) -> GoldResult:
     """Fold the input's new versions (up to ``upto``) into a ``latest`` or ``aggregate`` table
-    (and a table source's state): one micro-batch, one commit."""
+    (and the state of an input read as a table): one micro-batch, one commit."""
     # One committing driver per table: the gold table's lock, then its state's.
-    with delta_spark.table_lock(out.gold), delta_spark.table_lock(out.state):
+    with delta_spark.table_lock(settings, out.gold), delta_spark.table_lock(settings, out.state):
         return _build_table(DeltaStore(spark), settings, contract, spec, out, upto)
 
 
@@ -488,32 +488,32 @@ def _build_table(
     out: Outputs,
     upto: int | None,
 ) -> GoldResult:
-    source, app = contract.input(spec), input_app(contract, spec)
-    delta_spark.create_table(store.spark, out.gold, table_schema(source, spec), gate=out.gate)
+    stream, app = contract.input(spec), input_app(contract, spec)
+    delta_spark.create_table(store.spark, out.gold, table_schema(stream, spec), gate=out.gate)
     consumed = store.transaction_version(out.gold, app)
-    if spec.source == "table":
+    if spec.read_as == "table":
         catch_up_state(store, settings, contract, spec, out, consumed)
     todo = pending(store, out.gold, app, input_path(settings, contract, spec), upto)
     if todo is None:
         return GoldResult(spec.name, None)
     start, end = todo
-    txn, meta = Txn(app, end), source_meta(app, start, end)
+    txn, meta = Txn(app, end), input_meta(app, start, end)
     events = read_input(store, settings, contract, spec, start, end)
     if spec.kind == "latest":
-        batch = latest_per_key(events, source)
-        result = merge_latest(batch, out.gold, source, txn, meta, out.gate)
-    elif spec.source == "table":
+        batch = latest_per_key(events, stream)
+        result = merge_latest(batch, out.gold, stream, txn, meta, out.gate)
+    elif spec.read_as == "table":
         # The keys' latest values feed both the deltas and the state: computed once.
-        latest = latest_per_key(events, source).cache()
+        latest = latest_per_key(events, stream).cache()
         try:
-            batch = table_deltas(latest, store.read(out.state), source, spec)
-            result = merge_aggregate(batch, out.gold, source, spec, txn, meta, out.gate)
-            merge_latest(latest, out.state, source, txn, meta)
+            batch = table_deltas(latest, store.read(out.state), stream, spec)
+            result = merge_aggregate(batch, out.gold, stream, spec, txn, meta, out.gate)
+            merge_latest(latest, out.state, stream, txn, meta)
         finally:
             latest.unpersist()
     else:
-        batch = aggregate_per_key(events, source, spec)
-        result = merge_aggregate(batch, out.gold, source, spec, txn, meta, out.gate)
+        batch = aggregate_per_key(events, stream, spec)
+        result = merge_aggregate(batch, out.gold, stream, spec, txn, meta, out.gate)
     return GoldResult(
         spec.name,
         (start, end),

@@ -16,7 +16,7 @@ from lakehouse.runtime.config import Settings
 from lakehouse.runtime.objectstore import Location
 from lakehouse.storage import DeltaStore
 from lakehouse.storage.gates import PublishGate
-from lakehouse.streams.silver import TOMBSTONE, spark_type
+from lakehouse.streams.schema import TOMBSTONE, spark_type
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -28,20 +28,20 @@ if TYPE_CHECKING:
 ARRIVAL = ("_commit_version", "partition", "offset")
 
 
-def source_app(contract: Contract) -> str:
-    """The app id under which a table records the stream version it consumed."""
+def stream_app(contract: Contract) -> str:
+    """The app id under which a table records the version of the stream it consumed."""
     return f"silver.{contract.stream}"
 
 
 def input_app(contract: Contract, spec: TableSpec) -> str:
     """The app id of a table's input: the topic's stream, or the table whose changelog it reads."""
-    return f"gold.{spec.changelog}" if spec.changelog else source_app(contract)
+    return f"gold.{spec.changelog}" if spec.changelog else stream_app(contract)
 
 
 @dataclass(frozen=True)
 class Outputs:
     """Where one gold table's build writes: the table, its private state (e.g. each key's latest
-    value for a table source), and its late-records side table (windowed tables). A full refresh
+    value for an input read as a table), and its late-records side table (windowed tables). A full refresh
     builds into a scratch set of these and then folds the result into the real ones."""
 
     gold: Location
@@ -174,7 +174,7 @@ def arrival_order() -> Column:
 @dataclass
 class GoldResult:
     table: str
-    source_versions: tuple[int, int] | None
+    input_versions: tuple[int, int] | None
     keys_changed: int = 0  # the table's rows the batch inserted, updated or deleted
     committed: bool = False
     table_version: int | None = None  # the version the batch committed
@@ -196,24 +196,24 @@ class GoldResult:
         )
 
     def summary(self) -> str:
-        if self.source_versions is None:
+        if self.input_versions is None:
             return f"gold {self.table}: stream has no new versions"
-        lo, hi = self.source_versions
+        lo, hi = self.input_versions
         state = "committed" if self.committed else "already applied (skipped)"
         return f"gold {self.table}: stream versions {lo}..{hi} {state}: {self.keys_changed} keys changed"
 
 
-def source_meta(app: str, start: int, end: int) -> dict[str, Any]:
+def input_meta(app: str, start: int, end: int) -> dict[str, Any]:
     """Commit metadata naming the input versions a commit consumed."""
     return {"lakehouse.source": {"table": app, "versions": [start, end]}}
 
 
 def pending(
-    store: DeltaStore, path: Location, app: str, source: Location, upto: int | None = None
+    store: DeltaStore, path: Location, app: str, input_table: Location, upto: int | None = None
 ) -> tuple[int, int] | None:
     """The input versions a table has yet to consume (``start``, ``end``), or None when it is
     up to date. ``upto`` caps the end (a reprocess rebuilding the table as of that version)."""
-    head = store.version(source)
+    head = store.version(input_table)
     if upto is not None:
         head = upto if head is None else min(head, upto)
     consumed = store.transaction_version(path, app)

@@ -10,11 +10,8 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from lakehouse.contracts.model import (
-    Catalog,
-    Contract,
-    TableSpec,
-)
+from lakehouse.contracts.catalog import Catalog
+from lakehouse.contracts.model import Contract, TableSpec
 from lakehouse.errors import InputFailedError
 from lakehouse.runtime.config import Settings, whole_number_setting
 
@@ -67,8 +64,8 @@ def build_side_by_side(
     build_one: Callable[[TableSpec], GoldResult],
     workers: int,
 ) -> tuple[dict[str, GoldResult], dict[str, Exception]]:
-    """Build ``specs`` (in declaration order: a changelog's source before its readers, as a
-    contract has them) with ``build_one``, up to ``workers`` at a time, each in a thread of its
+    """Build ``specs`` (in declaration order, as a contract has them: a table before the tables
+    that read its changelog) with ``build_one``, up to ``workers`` at a time, each in a thread of its
     own with its own reads, commits and position. The commits are still the Spark driver's
     (the one committing driver) and each still takes its table's lock. A table that reads
     another's changelog starts once that one has committed; one whose input failed is not

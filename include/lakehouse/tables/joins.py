@@ -1,7 +1,7 @@
 """Gold joins: a stream or table of this topic joined with another topic's stream or table, as
 Kafka Streams joins them. Every micro-batch is one exactly-once commit recording, as Delta app
 transactions, the versions of *both* inputs it consumed (``tables.input_app`` for this side,
-``tables.source_app(other)`` for the other); a rerun of the same batch is a no-op.
+``tables.stream_app(other)`` for the other); a rerun of the same batch is a no-op.
 
 **stream-table** (KStream-KTable with a *versioned* table): an append-only result stream. Each
 event of this stream (not a tombstone) is joined with the other topic read as a versioned table:
@@ -57,22 +57,23 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from lakehouse.contracts.model import Catalog, Contract, Join, TableSpec
+from lakehouse.contracts.catalog import Catalog
+from lakehouse.contracts.model import Contract, Join, TableSpec
 from lakehouse.runtime.config import Settings
 from lakehouse.runtime.objectstore import Location
 from lakehouse.storage import DeltaStore, Txn, delta_spark
-from lakehouse.streams.silver import EVENT_TIME, TOMBSTONE, key_spark_type, spark_type
+from lakehouse.streams.schema import EVENT_TIME, TOMBSTONE, key_spark_type, spark_type
 from lakehouse.tables.aggregates import LATEST, catch_up_state, latest_per_key, merge_latest
 from lakehouse.tables.common import (
     GoldResult,
     Outputs,
     StreamTimes,
     input_app,
+    input_meta,
     input_path,
     pending,
     read_input,
-    source_app,
-    source_meta,
+    stream_app,
     stream_times_meta,
     stream_times_of,
     with_partition_time,
@@ -90,13 +91,13 @@ _PRESENT = "__present"
 
 @dataclass
 class JoinResult(GoldResult):
-    """A join's micro-batch: this side's versions (``source_versions``) and the other's."""
+    """A join's micro-batch: this side's versions (``input_versions``) and the other's."""
 
     other: str = ""
     other_versions: tuple[int, int] | None = None
 
     def summary(self) -> str:
-        if self.source_versions is None and self.other_versions is None:
+        if self.input_versions is None and self.other_versions is None:
             return f"gold {self.table}: neither input has new versions"
 
         def span(v: tuple[int, int] | None) -> str:
@@ -104,7 +105,7 @@ class JoinResult(GoldResult):
 
         state = "committed" if self.committed else "already applied (skipped)"
         return (
-            f"gold {self.table}: stream {span(self.source_versions)}, {self.other} "
+            f"gold {self.table}: stream {span(self.input_versions)}, {self.other} "
             f"{span(self.other_versions)} {state}: {self.keys_changed} rows written"
         )
 
@@ -130,9 +131,9 @@ def build_join(
     other = catalog.topic(j.other)
     # One committing driver per table: the join table's lock, then its two states'.
     with (
-        delta_spark.table_lock(out.gold),
-        delta_spark.table_lock(out.state),
-        delta_spark.table_lock(other_state_path(out)),
+        delta_spark.table_lock(settings, out.gold),
+        delta_spark.table_lock(settings, out.state),
+        delta_spark.table_lock(settings, other_state_path(out)),
     ):
         store = DeltaStore(spark)
         delta_spark.create_table(spark, out.gold, join_schema(contract, other, spec), gate=out.gate)
@@ -248,7 +249,7 @@ def _stream_table(
 ) -> GoldResult:
     j = spec.join
     assert j is not None
-    app, other_app = input_app(contract, spec), source_app(other)
+    app, other_app = input_app(contract, spec), stream_app(other)
     todo = pending(store, out.gold, app, input_path(settings, contract, spec), upto)
     if todo is None:
         return JoinResult(spec.name, None, other=other_app)
@@ -271,7 +272,7 @@ def _stream_table(
     schema = store.spark_schema(out.gold)
     rows = _conform(as_of_join(events, table, contract, other, j), schema).cache()
     meta = {
-        **source_meta(app, start, end),
+        **input_meta(app, start, end),
         JOIN_META: {
             "table": other_app,
             "version": other_version,
@@ -406,7 +407,7 @@ def _table_table(
 ) -> GoldResult:
     j = spec.join
     assert j is not None
-    app, other_app = input_app(contract, spec), source_app(other)
+    app, other_app = input_app(contract, spec), stream_app(other)
     other_out = replace(out, state=other_state_path(out))
     consumed = store.transaction_version(out.gold, app)
     other_consumed = store.transaction_version(out.gold, other_app)
@@ -454,7 +455,7 @@ def _table_table(
         (theirs, other, other_todo, other_out.state, other_app),
     ):
         if side is not None and span is not None:
-            merge_latest(side, state, c, Txn(side_app, span[1]), source_meta(side_app, *span))
+            merge_latest(side, state, c, Txn(side_app, span[1]), input_meta(side_app, *span))
             side.unpersist()
     return JoinResult(
         spec.name,
@@ -552,7 +553,7 @@ def _stream_stream(
 ) -> GoldResult:
     j = spec.join
     assert j is not None
-    app, other_app = input_app(contract, spec), source_app(other)
+    app, other_app = input_app(contract, spec), stream_app(other)
     path, other_path = input_path(settings, contract, spec), settings.silver_path(other.stream)
     consumed = store.transaction_version(out.gold, app)
     other_consumed = store.transaction_version(out.gold, other_app)

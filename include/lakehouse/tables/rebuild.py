@@ -1,4 +1,4 @@
-"""Rebuilding gold tables: full refresh, reprocess from a source version, a table as of an event
+"""Rebuilding gold tables: full refresh, reprocess from an input version, a table as of an event
 time, and restore from the changelog alone.
 
 * **Full refresh** builds the table from its whole input into scratch tables, then folds the
@@ -25,7 +25,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from lakehouse.contracts.model import Catalog, Contract, TableSpec
+from lakehouse.contracts.catalog import Catalog
+from lakehouse.contracts.model import Contract, TableSpec
 from lakehouse.errors import LakehouseError
 from lakehouse.runtime import objectstore
 from lakehouse.runtime.config import Settings
@@ -65,7 +66,7 @@ def _apps(catalog: Catalog, contract: Contract, spec: TableSpec) -> list[str]:
     """The app ids under which a table records the input versions it consumed."""
     apps = [common.input_app(contract, spec)]
     if spec.join is not None:
-        apps.append(common.source_app(catalog.topic(spec.join.other)))
+        apps.append(common.stream_app(catalog.topic(spec.join.other)))
     return apps
 
 
@@ -101,13 +102,13 @@ def refresh(
     changelog see no back-and-forth (a pipeline run's reprocess does this). ``gate`` judges
     the one write to the table."""
     if from_version is not None and from_version < 0:
-        raise LakehouseError(f"gold {spec.name}: a source version is >= 0, not {from_version}")
+        raise LakehouseError(f"gold {spec.name}: an input version is >= 0, not {from_version}")
     store = DeltaStore(spark)
     real = common.outputs(settings, spec)
     apps = _apps(catalog, contract, spec)
     upto = None if from_version is None else from_version - 1
     # Every writer of a gold table and its state and late tables takes the table's lock first.
-    with delta_spark.table_lock(real.gold), _scratch(settings) as tmp:
+    with delta_spark.table_lock(settings, real.gold), _scratch(settings) as tmp:
         out = common.Outputs(tmp / "gold", tmp / "state", tmp / "late")
         gold.build_table(spark, settings, contract, spec, catalog, out=out, upto=upto)
         if catch_up and upto is not None:
@@ -211,11 +212,11 @@ def at_event_time(
         if spec.join is not None:
             streams.append(catalog.topic(spec.join.other).stream)
         for stream in streams:
-            source = settings.silver_path(stream)
-            if not DeltaStore.exists(source):
+            silver = settings.silver_path(stream)
+            if not DeltaStore.exists(silver):
                 raise LakehouseError(f"stream {stream} has no data yet: run its silver layer")
-            cut = store.read(source).filter(F.col("event_time") <= F.lit(when))
-            schema = store.spark_schema(source)
+            cut = store.read(silver).filter(F.col("event_time") <= F.lit(when))
+            schema = store.spark_schema(silver)
             delta_spark.append(cut, lake.silver_path(stream), create=schema)
         needed = _with_sources(contract, spec)
         for dep in needed:
@@ -241,17 +242,17 @@ def restore(
     from pyspark.sql import functions as F
 
     store = DeltaStore(spark)
-    source = settings.gold_path(spec.name)
+    table = settings.gold_path(spec.name)
     if DeltaStore.exists(target):
         raise LakehouseError(f"{target} already exists; restore writes a new table")
     keys = list(contract.table_key_columns(spec))
-    feed = store.changes(source, 0).filter(F.col("_change_type") != "update_preimage")
+    feed = store.changes(table, 0).filter(F.col("_change_type") != "update_preimage")
     # A delete sorts before a re-insert of the same key in the same commit (an overwrite).
     rank = F.when(F.col("_change_type") == "delete", 0).otherwise(1)
     order = Window.partitionBy(*keys).orderBy(F.col("_commit_version").desc(), rank.desc())
     last = feed.withColumn("_n", F.row_number().over(order)).filter(F.col("_n") == 1)
-    schema = store.spark_schema(source)  # the table's own, NOT NULL keys included
+    schema = store.spark_schema(table)  # the table's own, NOT NULL keys included
     rows = last.filter(F.col("_change_type") != "delete").select(*schema.fieldNames())
     delta_spark.create_table(spark, target, schema)
-    delta_spark.append(rows, target, metadata={"lakehouse.restore": {"from": str(source)}})
+    delta_spark.append(rows, target, metadata={"lakehouse.restore": {"from": str(table)}})
     return int(store.read(target).count())

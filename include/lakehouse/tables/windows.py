@@ -17,7 +17,7 @@ Stream time
 
     A re-keyed aggregation (``group_by``) is judged the same way, by the stream time of the
     partition each record came from. (Kafka Streams repartitions first, and a repartition
-    topic's partition interleaves the source partitions in the order their tasks happened to
+    topic's partition interleaves the input partitions in the order their tasks happened to
     process them, which no rule can reproduce. If the tasks kept in step by timestamp, the
     stream time a record met there would be at most its own partition's; this rule is that
     bound, and it needs nothing but the record's own partition.)
@@ -104,7 +104,13 @@ from lakehouse.contracts.model import (
 from lakehouse.errors import LakehouseError
 from lakehouse.runtime.config import Settings
 from lakehouse.storage import DeltaStore, Txn, WriteResult, delta_spark
-from lakehouse.streams.silver import EVENT_TIME, TOMBSTONE, spark_type, stream_schema
+from lakehouse.streams.schema import (
+    EVENT_TIME,
+    TOMBSTONE,
+    key_spark_type,
+    spark_type,
+    stream_schema,
+)
 from lakehouse.tables import aggregates, common
 from lakehouse.tables.common import StreamTimes
 
@@ -266,12 +272,12 @@ def _session_udf(key: str, gap: int, grace: int) -> Any:
 # -- schemas -------------------------------------------------------------------------------------
 
 
-def late_schema(source: Contract) -> StructType:
+def late_schema(stream: Contract) -> StructType:
     """The late-records side table: the stream's columns (no tombstone: tombstones are never
     late), the window missed, the stream time the record was judged by, and why."""
     from pyspark.sql.types import StringType, StructField, StructType, TimestampType
 
-    kept = [f for f in stream_schema(source).fields if f.name != TOMBSTONE]
+    kept = [f for f in stream_schema(stream).fields if f.name != TOMBSTONE]
     return StructType(
         [
             *kept,
@@ -283,24 +289,22 @@ def late_schema(source: Contract) -> StructType:
     )
 
 
-def _state_fields(source: Contract, spec: TableSpec) -> list[str]:
+def _state_fields(stream: Contract, spec: TableSpec) -> list[str]:
     """The value fields a session's records must keep to recompute it."""
     wanted = {spec.group_by, *(a.field for a in spec.aggregations)} - {None, EVENT_TIME}
-    return [f.name for f in source.fields if f.name in wanted]
+    return [f.name for f in stream.fields if f.name in wanted]
 
 
-def session_state_schema(source: Contract, spec: TableSpec) -> StructType:
+def session_state_schema(stream: Contract, spec: TableSpec) -> StructType:
     """The raw records of a session table's open sessions, with their session's bounds."""
     from pyspark.sql import types as T
 
-    from lakehouse.streams.silver import key_spark_type
-
     return T.StructType(
         [
-            T.StructField(source.key_name, key_spark_type(source), True),
+            T.StructField(stream.key_name, key_spark_type(stream), True),
             *(
-                T.StructField(n, spark_type(source.field(n)), True)
-                for n in _state_fields(source, spec)
+                T.StructField(n, spark_type(stream.field(n)), True)
+                for n in _state_fields(stream, spec)
             ),
             T.StructField(EVENT_TIME, T.TimestampType(), True),
             T.StructField("partition", T.IntegerType(), True),
@@ -315,9 +319,9 @@ def session_state_schema(source: Contract, spec: TableSpec) -> StructType:
 # -- Spark transforms ----------------------------------------------------------------------------
 
 
-def _valid(events: DataFrame, source: Contract, spec: TableSpec) -> DataFrame:
+def _valid(events: DataFrame, stream: Contract, spec: TableSpec) -> DataFrame:
     """The records a windowed aggregation takes (:func:`lakehouse.tables.aggregates.taken`)."""
-    return events.filter(aggregates.taken(source, spec))
+    return events.filter(aggregates.taken(stream, spec))
 
 
 def _event_millis() -> Column:
@@ -380,11 +384,11 @@ def late_reason(window: Window) -> Column:
     )
 
 
-def late_rows(records: DataFrame, source: Contract, reason: Column) -> DataFrame:
+def late_rows(records: DataFrame, stream: Contract, reason: Column) -> DataFrame:
     """Late records (with ``__ws``, ``__we``, ``__st`` in ms) shaped as :func:`late_schema`."""
     from pyspark.sql import functions as F
 
-    schema = late_schema(source)
+    schema = late_schema(stream)
     extra = {
         WINDOW_START: _ts(_WS),
         WINDOW_END: _ts(_WE),
@@ -438,9 +442,9 @@ def build_windowed(
     Finishes first a batch that a crash left half-written (see the module docstring)."""
     # One committing driver per table: the gold table's lock, then its late table's and state's.
     with (
-        delta_spark.table_lock(out.gold),
-        delta_spark.table_lock(out.late),
-        delta_spark.table_lock(out.state),
+        delta_spark.table_lock(settings, out.gold),
+        delta_spark.table_lock(settings, out.late),
+        delta_spark.table_lock(settings, out.state),
     ):
         return _build_windowed(DeltaStore(spark), settings, contract, spec, out, upto)
 
@@ -456,16 +460,16 @@ def _build_windowed(
     window = spec.window
     assert window is not None
     spark = store.spark
-    source, app = contract.input(spec), common.input_app(contract, spec)
-    delta_spark.create_table(spark, out.gold, aggregates.table_schema(source, spec), gate=out.gate)
-    delta_spark.create_table(spark, out.late, late_schema(source))
+    stream, app = contract.input(spec), common.input_app(contract, spec)
+    delta_spark.create_table(spark, out.gold, aggregates.table_schema(stream, spec), gate=out.gate)
+    delta_spark.create_table(spark, out.late, late_schema(stream))
     followers = [out.late]
     if window.type == "session":
         # Nobody reads the state's changes, and its `_commit_version` column is one the change
         # feed reserves: the state is the one table created without it.
         no_feed = {"delta.enableExpiredLogCleanup": "false"}
         delta_spark.create_table(
-            spark, out.state, session_state_schema(source, spec), properties=no_feed
+            spark, out.state, session_state_schema(stream, spec), properties=no_feed
         )
         followers.append(out.state)
     result = None
@@ -502,9 +506,9 @@ def _stream_times_at(
                 f"rebuild it (`lakehouse refresh {spec.name}`; a pipeline run does it by itself)"
             )
         return common.stream_times_of(meta["stream_time"])
-    source = contract.input(spec)
+    stream = contract.input(spec)
     events = common.read_input(store, settings, contract, spec, 0, consumed)
-    tops = _valid(events, source, spec).groupBy("partition").agg(F.max(_event_millis()).alias("m"))
+    tops = _valid(events, stream, spec).groupBy("partition").agg(F.max(_event_millis()).alias("m"))
     return {r["partition"]: r["m"] for r in tops.collect() if r["m"] is not None}
 
 
@@ -569,10 +573,10 @@ def _run_batch(
 
     window = spec.window
     assert window is not None
-    source, app = contract.input(spec), common.input_app(contract, spec)
+    stream, app = contract.input(spec), common.input_app(contract, spec)
     events = common.read_input(store, settings, contract, spec, batch.start, batch.end)
     timed, after = with_stream_time(
-        _valid(events, source, spec), source.key_name, batch.stream_times
+        _valid(events, stream, spec), stream.key_name, batch.stream_times
     )
     timed = timed.cache()
     cached = [timed]
@@ -581,23 +585,23 @@ def _run_batch(
             "*", *(F.lit(None).cast("long").alias(c) for c in (_WS, _WE))
         )
         why = F.when(F.col(EVENT_TIME).isNull(), NO_EVENT_TIME).otherwise(BEFORE_EPOCH)
-        late = late_rows(no_time, source, why)
+        late = late_rows(no_time, stream, why)
         with_time = timed.filter(F.col(_T).isNotNull())
         state = None
         if window.type == "session":
             stored = store.read(out.state)
-            placed = place_sessions(stored, with_time, source, spec).cache()
+            placed = place_sessions(stored, with_time, stream, spec).cache()
             cached.append(placed)
-            gold_rows = session_changes(placed, source, spec)
-            late = late.unionByName(session_late(placed, source, window))
-            state = session_state(placed, stored, with_time, source, spec, after)
+            gold_rows = session_changes(placed, stream, spec)
+            late = late.unionByName(session_late(placed, stream, window))
+            state = session_state(placed, stored, with_time, stream, spec, after)
         else:
             placed = assign_time_windows(with_time, window)
             gold_rows = aggregates.aggregate_per_key(
-                placed.filter(~F.col(_LATE)), source, spec, by=_window_columns()
+                placed.filter(~F.col(_LATE)), stream, spec, by=_window_columns()
             )
             late = late.unionByName(
-                late_rows(placed.filter(F.col(_LATE)), source, late_reason(window))
+                late_rows(placed.filter(F.col(_LATE)), stream, late_reason(window))
             )
         gold_rows = gold_rows.cache()
         cached.append(gold_rows)
@@ -613,7 +617,7 @@ def _run_batch(
             and not placed.filter(F.col(_NEW) & (F.col(_STATUS) != "late")).isEmpty()
         ):
             followers.append(STATE)
-        position = common.source_meta(app, batch.start, batch.end)
+        position = common.input_meta(app, batch.start, batch.end)
         meta = {
             **position,
             WINDOW_META: {
@@ -624,7 +628,7 @@ def _run_batch(
             },
         }
         txn = Txn(app, batch.end)
-        result = _commit_gold(source, spec, out, gold_rows, txn, meta)
+        result = _commit_gold(stream, spec, out, gold_rows, txn, meta)
         late_rows_written = 0
         if LATE in followers:
             written = delta_spark.append(late, out.late, txn=txn, metadata=position)
@@ -646,7 +650,7 @@ def _run_batch(
 
 
 def _commit_gold(
-    source: Contract,
+    stream: Contract,
     spec: TableSpec,
     out: common.Outputs,
     rows: DataFrame,
@@ -657,7 +661,7 @@ def _commit_gold(
     a time window's partial aggregates fold into them. The commit always happens, even when
     nothing changed (a MERGE always commits): it carries the position and the stream
     time."""
-    rules = aggregates.merge_rules(source, spec)
+    rules = aggregates.merge_rules(stream, spec)
     assert spec.window is not None
     if spec.window.type == "session":
         update = {c: e for c, e in rules.insert.items() if c not in rules.on}
@@ -692,7 +696,7 @@ def _window_columns() -> list[Column]:
 
 
 def place_sessions(
-    state: DataFrame, timed: DataFrame, source: Contract, spec: TableSpec
+    state: DataFrame, timed: DataFrame, stream: Contract, spec: TableSpec
 ) -> DataFrame:
     """The batch's timed records (``__new``) and the stored records of their groups' open
     sessions, each placed by :func:`sessionize`: ``__status`` and the final bounds ``__ws``,
@@ -702,8 +706,8 @@ def place_sessions(
 
     window = spec.window
     assert window is not None
-    group = spec.group_by or source.key_name
-    names = [f.name for f in session_state_schema(source, spec).fields]
+    group = spec.group_by or stream.key_name
+    names = [f.name for f in session_state_schema(stream, spec).fields]
     stored = state.join(timed.select(group).distinct(), group, "left_semi").select(
         *(n for n in names if n not in (SESSION_START, SESSION_END)),
         _millis(EVENT_TIME).alias(_T),
@@ -720,19 +724,19 @@ def place_sessions(
             StructField(_WE, LongType(), True),
         ]
     )
-    udf = _session_udf(source.key_name, window.gap_ms, window.grace_ms)
+    udf = _session_udf(stream.key_name, window.gap_ms, window.grace_ms)
     return both.groupBy(group).applyInArrow(udf, schema)
 
 
-def session_changes(placed: DataFrame, source: Contract, spec: TableSpec) -> DataFrame:
+def session_changes(placed: DataFrame, stream: Contract, spec: TableSpec) -> DataFrame:
     """The gold rows a batch of sessions changes: the full aggregates of every changed session
     (``upsert``: a new, grown or merged one, or one updated in place), and a ``delete`` for each
     stored session replaced by one with other bounds."""
     from pyspark.sql import functions as F
 
-    group = spec.group_by or source.key_name
+    group = spec.group_by or stream.key_name
     changed = placed.filter(F.col(_STATUS) == "changed").withColumn(TOMBSTONE, F.lit(False))
-    upserts = aggregates.aggregate_per_key(changed, source, spec, by=_window_columns())
+    upserts = aggregates.aggregate_per_key(changed, stream, spec, by=_window_columns())
     moved = changed.filter(
         ~F.col(_NEW) & ((F.col(_OLD_WS) != F.col(_WS)) | (F.col(_OLD_WE) != F.col(_WE)))
     )
@@ -744,17 +748,17 @@ def session_changes(placed: DataFrame, source: Contract, spec: TableSpec) -> Dat
     )
 
 
-def session_late(placed: DataFrame, source: Contract, window: Window) -> DataFrame:
+def session_late(placed: DataFrame, stream: Contract, window: Window) -> DataFrame:
     from pyspark.sql import functions as F
 
-    return late_rows(placed.filter(F.col(_STATUS) == "late"), source, late_reason(window))
+    return late_rows(placed.filter(F.col(_STATUS) == "late"), stream, late_reason(window))
 
 
 def session_state(
     placed: DataFrame,
     state: DataFrame,
     timed: DataFrame,
-    source: Contract,
+    stream: Contract,
     spec: TableSpec,
     stream_times: StreamTimes,
 ) -> DataFrame:
@@ -769,8 +773,8 @@ def session_state(
 
     window = spec.window
     assert window is not None
-    group = spec.group_by or source.key_name
-    schema = session_state_schema(source, spec)
+    group = spec.group_by or stream.key_name
+    schema = session_state_schema(stream, spec)
     bounds = (SESSION_START, SESSION_END)
     kept = placed.filter(F.col(_STATUS) != "late").select(
         *(f.name for f in schema.fields if f.name not in bounds),
@@ -790,6 +794,6 @@ def session_state(
             .filter(F.col(_OPEN) == 1)
             .drop(_OPEN)
         )
-    elif set(stream_times) >= set(range(source.partitions)):
+    elif set(stream_times) >= set(range(stream.partitions)):
         both = both.filter(closes >= F.lit(min(stream_times.values())))
     return both.select(*(F.col(f.name).cast(f.dataType).alias(f.name) for f in schema.fields))

@@ -1,10 +1,10 @@
-"""Topics on a Kafka broker: a contract's ``kafka`` source as client settings, the topic's
+"""Topics on a Kafka broker: a contract's ``kafka`` origin as client settings, the topic's
 partitions and offsets (admin client), producing, and the consumer group bronze reports to.
 
 Bronze reads the records with Spark's Kafka source (:mod:`lakehouse.topics.bronze`); everything here
-runs in the driver or the command line with confluent-kafka (librdkafka). The Delta commit is
-the source of truth for bronze's position; the consumer group ``lakehouse-bronze.<topic>`` only
-mirrors it, so that Kafka's own tools show the lag.
+runs in the driver or the command line with confluent-kafka (librdkafka). Bronze's position is
+the one its Delta commits record; the consumer group ``lakehouse-bronze.<topic>`` only mirrors it,
+so that Kafka's own tools show the lag.
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ class Client:
         return self.config.get("isolation.level", "read_committed")
 
     def spark_options(self) -> dict[str, str]:
-        """The Kafka source's options: the client settings under ``kafka.``."""
+        """The options of Spark's Kafka source: the client settings under ``kafka.``."""
         return {f"kafka.{k}": v for k, v in self.config.items()}
 
     def unavailable(
@@ -79,20 +79,20 @@ def bootstrap_servers(settings: Settings, contract: Contract) -> str:
 def client(settings: Settings, contract: Contract) -> Client:
     """The topic's client settings, secrets read from the environment variables the contract
     names. A missing variable fails here, before anything is read."""
-    source = contract.kafka
-    if source is None:
+    origin = contract.kafka
+    if origin is None:
         raise ConfigError(
-            f"topic {contract.topic!r} lands as files; its contract has no kafka source"
+            f"topic {contract.topic!r} lands as files; its contract has no kafka section"
         )
-    config = {"bootstrap.servers": bootstrap_servers(settings, contract), **dict(source.properties)}
-    missing = [var for _, var in source.secrets if not os.environ.get(var)]
+    config = {"bootstrap.servers": bootstrap_servers(settings, contract), **dict(origin.properties)}
+    missing = [var for _, var in origin.secrets if not os.environ.get(var)]
     if missing:
         raise ConfigError(
-            f"{contract.source}: kafka.secrets names environment variable(s) {missing} for topic "
+            f"{contract.file}: kafka.secrets names environment variable(s) {missing} for topic "
             f"{contract.topic!r}, and they are not set"
         )
-    config.update({name: os.environ[var] for name, var in source.secrets})
-    return Client(contract.topic, source.topic, config["bootstrap.servers"], config)
+    config.update({name: os.environ[var] for name, var in origin.secrets})
+    return Client(contract.topic, origin.topic, config["bootstrap.servers"], config)
 
 
 def _admin(c: Client) -> AdminClient:
@@ -127,7 +127,7 @@ def check_topic(c: Client, contract: Contract) -> None:
         )
     if n != contract.partitions:
         raise ConfigError(
-            f"{contract.source}: partitions is {contract.partitions}, but Kafka topic {c.topic} "
+            f"{contract.file}: partitions is {contract.partitions}, but Kafka topic {c.topic} "
             f"at {c.bootstrap_servers} has {n}; records are keyed to partitions, so the two must "
             "agree: fix the contract (nothing was read)"
         )

@@ -12,7 +12,7 @@ from lakehouse.contracts.model import Contract
 from lakehouse.runtime.config import Settings
 from lakehouse.storage.store import latest_metadata
 from lakehouse.topics import kafka
-from lakehouse.topics.bronze import POSITION_KEY, Position
+from lakehouse.topics.bronze_table import POSITION_KEY, Position
 from lakehouse.topics.landing import end_offsets, survey
 
 

@@ -229,7 +229,7 @@ def _envelope_fast(
 
     import polars as pl
 
-    source: Any = io.BytesIO(data) if data is not None else seg.path
+    readable: Any = io.BytesIO(data) if data is not None else seg.path
     try:
         if data is None:
             with open(seg.path, "rb") as fh:
@@ -241,7 +241,7 @@ def _envelope_fast(
             lines, ends_clean = _newlines(data)
         if not ends_clean:
             return None
-        parsed = pl.read_ndjson(source, schema=_polars_envelope())
+        parsed = pl.read_ndjson(readable, schema=_polars_envelope())
     except (OSError, pl.exceptions.PolarsError, pa.ArrowException, ValueError):
         return None
     n = parsed.height

@@ -22,7 +22,7 @@ import shutil
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from lakehouse.contracts.model import Catalog
+from lakehouse.contracts.catalog import Catalog
 from lakehouse.pipeline.runner import run
 from lakehouse.runtime.config import Settings
 from lakehouse.runtime.spark import get_session
