@@ -2,7 +2,7 @@
 Kafka Streams in a TopologyTestDriver), on histories over several partitions with repeated and
 null keys, tombstones, out-of-order and late records, cut into micro-batches anywhere.
 
-How each kind is fed to the oracle (the platform's rules, README "What Kafka Streams would do"):
+How each kind is fed to the oracle (the platform's rules, docs/reliability.md "What Kafka Streams would do"):
 
 * latest, aggregates over a stream or a table (by key or re-keyed), table-table joins: one
   driver, the records in the order the pipeline reads them (micro-batch, then partition, then
