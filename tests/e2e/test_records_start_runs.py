@@ -213,7 +213,11 @@ def this_machine(
     return ThisMachine(
         dotenv=dotenv,
         addresses={
-            f"postgres:5432/{db['POSTGRES_DB']}": _postgres_service(postgres, db),
+            f"postgres:5432/{db['POSTGRES_DB']}": _postgres_service(
+                postgres, db, db["POSTGRES_DB"]
+            ),
+            # The Spark server's metastore (LAKEHOUSE_METASTORE_URL), on the same service.
+            "postgres:5432/metastore": _postgres_service(postgres, db, "metastore"),
             "minio:9000": _minio_service(store, dotenv),
             "kafka:9092": broker.bootstrap_servers,
             "airflow-apiserver:8080": f"127.0.0.1:{api_port}",
@@ -231,15 +235,16 @@ def this_machine(
     )
 
 
-def _postgres_service(cluster: Cluster, db: dict[str, str | None]) -> str:
+def _postgres_service(cluster: Cluster, db: dict[str, str | None], name: object) -> str:
     """compose's `postgres` in the session's cluster: its user with its password, owning a
-    database of its own, as the postgres image makes POSTGRES_USER and POSTGRES_DB (under
-    another name: the cluster has an `airflow` database of its own). Its address and database."""
+    database ``name`` of its own, as the postgres image makes POSTGRES_USER and POSTGRES_DB
+    (under another name each run: the cluster has databases of its own). Its address and
+    database."""
     import psycopg
     from psycopg import sql
 
     user, password = db["POSTGRES_USER"], db["POSTGRES_PASSWORD"]
-    database = f"{db['POSTGRES_DB']}_{secrets.token_hex(4)}"
+    database = f"{name}_{secrets.token_hex(4)}"
     url = cluster.url("postgres").replace("postgresql+psycopg", "postgresql")
     with psycopg.connect(url, autocommit=True) as conn:
         known = conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (user,)).fetchone()
