@@ -19,6 +19,12 @@ import scala.collection.Iterator;
  * id on its first request, and refuses the id to the other credential). Every other session is a
  * reader's: the SQL endpoint's (it logs in readers only) and any the server did not open for the
  * pipeline, so a session nobody recorded can never write.
+ *
+ * <p>The one exception is the server's own session ({@link #own}), the one it started with: no
+ * client is ever given it (each Connect session is an isolated one of its own, and the SQL
+ * endpoint opens a new session per login, its single-session mode off), and Spark and Delta do
+ * their internal work in it on threads that have no session of their own (a Delta log read from
+ * a pool thread while a pipeline batch commits).
  */
 final class Sessions {
   private static final Map<String, Claim> CONNECT = new ConcurrentHashMap<>();
@@ -32,7 +38,14 @@ final class Sessions {
   // keeps its role); weak keys, so a closed session's entry goes with it.
   private static final Map<SparkSession, Boolean> KNOWN = new WeakHashMap<>();
 
+  private static volatile SparkSession own;
+
   private Sessions() {}
+
+  /** Record the server's own session (see the class comment). */
+  static void own(SparkSession session) {
+    own = session;
+  }
 
   /**
    * Record that {@code role} uses the Connect session {@code sessionId}; returns the role the
@@ -65,6 +78,9 @@ final class Sessions {
 
   /** Whether {@code session} is a Connect session the pipeline's token opened. */
   static boolean isPipeline(SparkSession session) {
+    if (session == own) {
+      return true;
+    }
     synchronized (KNOWN) {
       Boolean known = KNOWN.get(session);
       if (known != null) {
