@@ -32,11 +32,7 @@ public final class LakehouseServer {
         SparkSession.builder()
             .config("spark.sql.artifact.isolation.enabled", true)
             .config("spark.sql.artifact.isolation.alwaysApplyClassloader", true)
-            // Every login of the SQL endpoint gets a session of its own, never this one
-            // (Sessions.own); a static setting, which no session can change.
-            .config("spark.sql.hive.thriftServer.singleSession", false)
             .getOrCreate();
-    Sessions.own(session);
     try {
       SparkConnectService$.MODULE$.start(session.sparkContext());
       // Its listener failing later ends the JVM: no server without its SQL endpoint.

@@ -259,12 +259,6 @@ final class ReaderGuard extends AbstractFunction1<LogicalPlan, BoxedUnit> {
     }
 
     private void readPlace(String raw) {
-      // A table's log is Delta's own read: Delta reads a log in the session that first loaded the
-      // table and keeps it with its cached snapshot, which may be a session other than the one
-      // asking (one that has ended, or the server's). A log holds a table's metadata only.
-      if (raw.contains("/_delta_log/")) {
-        return;
-      }
       Place place = Place.of(raw);
       if (place == null
           || !(lake.inLake(place) || place.under(lake.warehouse()))) {

@@ -6,6 +6,7 @@ import java.util.Set;
 import java.util.WeakHashMap;
 import java.util.concurrent.ConcurrentHashMap;
 import org.apache.spark.sql.SparkSession;
+import org.apache.spark.sql.connect.service.ExecuteJobTag$;
 import org.apache.spark.sql.connect.service.SessionHolder;
 import org.apache.spark.sql.connect.service.SessionHolderInfo;
 import org.apache.spark.sql.connect.service.SparkConnectService$;
@@ -20,11 +21,15 @@ import scala.collection.Iterator;
  * reader's: the SQL endpoint's (it logs in readers only) and any the server did not open for the
  * pipeline, so a session nobody recorded can never write.
  *
- * <p>The one exception is the server's own session ({@link #own}), the one it started with: no
- * client is ever given it (each Connect session is an isolated one of its own, and the SQL
- * endpoint opens a new session per login, its single-session mode off), and Spark and Delta do
- * their internal work in it on threads that have no session of their own (a Delta log read from
- * a pool thread while a pipeline batch commits).
+ * <p>What is judged is the request a plan is part of, not the session the plan was made in:
+ * Delta makes some plans of its own (a table's log read) in the session that first loaded the
+ * table, kept with its cached snapshot, which may be another session than the one asking, even
+ * one that has ended. Spark Connect tags every job of an operation, on the thread that runs it,
+ * with the operation's user and session ({@code ExecuteJobTag}); a plan analyzed on such a
+ * thread is the pipeline's when every Connect session the thread's tags name is the pipeline's.
+ * A call Spark Connect handles on the thread that received it (analyzing a plan, reading a
+ * setting) is judged by the credential that call presented ({@link #during}). A plan on any other
+ * thread (the SQL endpoint's) is judged by its own session.
  */
 final class Sessions {
   private static final Map<String, Claim> CONNECT = new ConcurrentHashMap<>();
@@ -38,13 +43,24 @@ final class Sessions {
   // keeps its role); weak keys, so a closed session's entry goes with it.
   private static final Map<SparkSession, Boolean> KNOWN = new WeakHashMap<>();
 
-  private static volatile SparkSession own;
+  // The credential of the Connect call this thread is handling, while it handles it.
+  private static final ThreadLocal<Credentials.Role> CALL = new ThreadLocal<>();
 
   private Sessions() {}
 
-  /** Record the server's own session (see the class comment). */
-  static void own(SparkSession session) {
-    own = session;
+  /** Run {@code handling} (a step of a Connect call) as a call of {@code role}. */
+  static void during(Credentials.Role role, Runnable handling) {
+    Credentials.Role before = CALL.get();
+    CALL.set(role);
+    try {
+      handling.run();
+    } finally {
+      if (before == null) {
+        CALL.remove();
+      } else {
+        CALL.set(before);
+      }
+    }
   }
 
   /**
@@ -76,11 +92,50 @@ final class Sessions {
     CONNECT.entrySet().removeIf(e -> !active.contains(e.getKey()) && e.getValue().at() < young);
   }
 
-  /** Whether {@code session} is a Connect session the pipeline's token opened. */
+  /**
+   * Whether a plan of {@code session}, analyzed on this thread, is the pipeline's: the Connect
+   * call the thread handles presented the pipeline's token, or the operation the thread runs is
+   * of a Connect session that token opened, or, on another thread, {@code session} is such a
+   * session.
+   */
   static boolean isPipeline(SparkSession session) {
-    if (session == own) {
-      return true;
+    Credentials.Role call = CALL.get();
+    if (call != null) {
+      return call == Credentials.Role.PIPELINE;
     }
+    Boolean asking = operationIsPipeline(session);
+    return asking != null ? asking : sessionIsPipeline(session);
+  }
+
+  /**
+   * Whether every Connect session whose operation tag this thread's jobs carry is the pipeline's,
+   * or null when they carry none. Every session whose tag prefix matches counts: a user id made
+   * to look like another session's prefix still matches its own session's, a reader's.
+   */
+  private static Boolean operationIsPipeline(SparkSession session) {
+    scala.collection.immutable.Set<String> tags = session.sparkContext().getJobTags();
+    if (tags.isEmpty()) {
+      return null;
+    }
+    boolean any = false;
+    Iterator<SessionHolderInfo> infos =
+        SparkConnectService$.MODULE$.sessionManager().listActiveSessions().iterator();
+    while (infos.hasNext()) {
+      SessionHolderInfo info = infos.next();
+      String prefix = ExecuteJobTag$.MODULE$.apply(info.userId(), info.sessionId(), "");
+      if (tags.exists(tag -> tag.startsWith(prefix))) {
+        Claim claim = CONNECT.get(info.sessionId());
+        if (claim == null || claim.role() != Credentials.Role.PIPELINE) {
+          return false;
+        }
+        any = true;
+      }
+    }
+    return any ? Boolean.TRUE : null;
+  }
+
+  /** Whether {@code session} is a Connect session the pipeline's token opened. */
+  private static boolean sessionIsPipeline(SparkSession session) {
     synchronized (KNOWN) {
       Boolean known = KNOWN.get(session);
       if (known != null) {

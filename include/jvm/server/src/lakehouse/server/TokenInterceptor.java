@@ -84,13 +84,14 @@ public final class TokenInterceptor implements ServerInterceptor {
         call.close(Status.PERMISSION_DENIED.withDescription(why), new Metadata());
         return;
       }
-      super.onMessage(message);
+      Sessions.during(role, () -> super.onMessage(message));
     }
 
     @Override
     public void onHalfClose() {
       if (!refused) {
-        super.onHalfClose();
+        // A unary call (analyzing a plan, a setting) is handled here, on this thread.
+        Sessions.during(role, super::onHalfClose);
       }
     }
 
