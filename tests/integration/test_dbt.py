@@ -25,8 +25,8 @@ import pytest
 
 from lakehouse.runtime import server
 from lakehouse.runtime.config import REPO_ROOT, Settings
+from lakehouse.runtime.metastore import PIPELINE_SCHEMAS
 from lakehouse.runtime.process import free_port
-from lakehouse.storage.metastore import SCHEMAS
 from lakes import lakehouse, row_order, rows, shipped_topic
 
 pytestmark = pytest.mark.integration
@@ -264,7 +264,10 @@ def test_dbt_builds_and_tests_its_models_on_gold_then_fails_on_bad_data(
         gold_history = query(endpoint, "DESCRIBE HISTORY gold.user_latest_location")
         refused = dbt(endpoint, tmp_path / "dbt", "build", env={"LAKEHOUSE_DBT_SCHEMA": "gold"})
         assert refused.returncode != 0
-        assert "the lakehouse's pipeline owns the schemas " + ", ".join(SCHEMAS) in refused.output
+        assert (
+            "the lakehouse's pipeline owns the schemas " + ", ".join(PIPELINE_SCHEMAS)
+            in refused.output
+        )
         assert "Set LAKEHOUSE_DBT_SCHEMA to another name" in refused.output
         assert query(endpoint, "SHOW TABLES IN gold") == [
             ("gold", table, False) for table in sorted(GOLD)

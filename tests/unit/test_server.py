@@ -10,7 +10,7 @@ import pytest
 from lakehouse.errors import ConfigError
 from lakehouse.runtime import server
 from lakehouse.runtime.config import Settings
-from lakehouse.storage.metastore import SCHEMAS
+from lakehouse.runtime.metastore import PIPELINE_SCHEMAS
 
 
 def test_the_sql_port_and_address_default_to_10000_on_loopback(
@@ -91,7 +91,7 @@ def test_the_server_names_the_pipelines_schemas_and_its_sql_endpoint(
     monkeypatch.setenv("LAKEHOUSE_METASTORE", "none")
     monkeypatch.delenv(server.SQL_ADDRESS_ENV, raising=False)
     conf = server.server_conf(settings, 15002, 10005)
-    assert conf["spark.lakehouse.pipelineSchemas"].split(",") == list(SCHEMAS)
+    assert conf["spark.lakehouse.pipelineSchemas"].split(",") == list(PIPELINE_SCHEMAS)
     assert conf["spark.hadoop.hive.server2.thrift.port"] == "10005"
     assert conf["spark.hadoop.hive.server2.thrift.bind.host"] == "127.0.0.1"
     assert conf["spark.hadoop.hive.server2.authentication"] == "CUSTOM"

@@ -49,8 +49,6 @@ from lakehouse.runtime.objectstore import location as location_of
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-# The schemas the platform's tables are in; `lakehouse catalog drop` acts in these only.
-SCHEMAS = PIPELINE_SCHEMAS
 _NAME = re.compile(r"([a-z][a-z0-9_]*)\.([a-z0-9_]+)")
 
 
@@ -79,10 +77,10 @@ class TableName:
         """``schema.table`` in one of the platform's schemas; anything else is a ConfigError
         saying what a name looks like."""
         found = _NAME.fullmatch(text.strip().lower())
-        if found is None or found.group(1) not in SCHEMAS:
+        if found is None or found.group(1) not in PIPELINE_SCHEMAS:
             raise ConfigError(
                 f"{text!r} is not a name of the lakehouse's catalog: give <schema>.<table>, the "
-                f"schema one of {', '.join(SCHEMAS)} (e.g. gold.user_latest_location)"
+                f"schema one of {', '.join(PIPELINE_SCHEMAS)} (e.g. gold.user_latest_location)"
             )
         return cls(found.group(1), found.group(2))
 
@@ -187,7 +185,7 @@ def names(spark: SparkSession) -> dict[TableName, str | None]:
     """Every name in the platform's schemas, with the location of its table."""
     have = {row[0] for row in spark.sql("SHOW SCHEMAS").collect()}
     out: dict[TableName, str | None] = {}
-    for schema in SCHEMAS:
+    for schema in PIPELINE_SCHEMAS:
         if schema not in have:
             continue
         for row in spark.sql(f"SHOW TABLES IN `{schema}`").collect():
