@@ -27,8 +27,8 @@ import shutil
 import socket
 import struct
 import subprocess
-import time
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,19 +38,8 @@ from lakehouse.errors import (
     LakehouseError,
 )
 from lakehouse.runtime.config import Settings
-from lakehouse.runtime.process import (
-    alive,
-    answers,
-    free_port,
-    now,
-    port_setting,
-    read_record,
-    service_main,
-    start_lock,
-    stop_group,
-    tail,
-    write_record,
-)
+from lakehouse.runtime.process import free_port, now, port_setting, tail
+from lakehouse.runtime.service import Launch, LocalServer, Port
 
 PORT_ENV = "LAKEHOUSE_KAFKA_PORT"
 DEFAULT_PORT = 19092
@@ -157,11 +146,16 @@ class Metadata:
     brokers: tuple[tuple[int, str, int], ...]  # (node id, host, port)
 
 
-@dataclass(frozen=True)
-class Broker:
+class Broker(LocalServer[Status]):
     """A single-node broker kept in ``root`` (``<home>/kafka`` for a lakehouse: :meth:`of`)."""
 
-    root: Path
+    NAME = "Kafka broker"
+    COMMAND = "kafka"
+    PORTS = (Port("port", PORT_ENV, DEFAULT_PORT),)
+    RECORD = "broker.json"
+    START_TIMEOUT_S = START_TIMEOUT_S
+    STOP_TIMEOUT_S = STOP_TIMEOUT_S
+    ERROR = BrokerError
 
     @classmethod
     def of(cls, settings: Settings) -> Broker:
@@ -175,15 +169,6 @@ class Broker:
     def properties(self) -> Path:
         return self.root / "server.properties"
 
-    @property
-    def log(self) -> Path:
-        return self.root / "server.log"
-
-    @property
-    def state(self) -> Path:
-        return self.root / "broker.json"
-
-    # -- state -------------------------------------------------------------------------------
     def cluster_id(self) -> str | None:
         """The cluster id the data directory was formatted with; None before the first start."""
         try:
@@ -196,54 +181,44 @@ class Broker:
                 return value.strip()
         return None
 
-    def status(self) -> Status:
-        """Running when the recorded process is alive and its client port answers."""
-        rec = read_record(self.state)
-        pid, at = rec.get("pid"), rec.get("port")
-        if not isinstance(pid, int) or not isinstance(at, int):
-            return Status(False, self.data)
-        if not alive(pid) or not answers(LOOPBACK, at):
+    # -- the holder's questions --------------------------------------------------------------
+    def ports(self) -> dict[str, int]:
+        """The client port, and a free port for the controller, chosen at each start."""
+        return {**super().ports(), "controller_port": free_port(LOOPBACK)}
+
+    def prepare(self, ports: Mapping[str, int]) -> None:
+        """Write the settings; on the first start, format the storage."""
+        self._write_settings(ports["port"], ports["controller_port"])
+        if self.cluster_id() is None:
+            self._format()
+
+    def launch(self, ports: Mapping[str, int]) -> Launch:
+        return Launch(
+            self._jvm(SERVER_CLASS, str(self.properties)),
+            record={"bootstrap_servers": f"{LOOPBACK}:{ports['port']}"},
+        )
+
+    def answering(self, record: Mapping[str, object]) -> bool:
+        """Whether it serves metadata with itself as a broker."""
+        at = record.get("port")
+        if not isinstance(at, int):
+            return False
+        with contextlib.suppress(OSError, ValueError, struct.error):
+            return (NODE_ID, LOOPBACK, at) in metadata(LOOPBACK, at).brokers
+        return False
+
+    def make_status(self, record: Mapping[str, object] | None) -> Status:
+        if record is None:
             return Status(False, self.data)
         return Status(
             True,
             self.data,
-            bootstrap_servers=f"{LOOPBACK}:{at}",
-            pid=pid,
+            bootstrap_servers=str(record.get("bootstrap_servers")),
+            pid=int(str(record["pid"])),
             cluster_id=self.cluster_id(),
-            started_at=str(rec.get("started_at")),
+            started_at=str(record.get("started_at")),
             log=self.log,
         )
-
-    # -- life cycle --------------------------------------------------------------------------
-    def start(self, at: int | None = None, *, timeout: float = START_TIMEOUT_S) -> Status:
-        """Start the broker on port ``at`` (default :func:`port`) unless it runs, formatting its
-        storage on the first start; return once it serves metadata with itself as a broker.
-        Raises :class:`BrokerError` with the end of its log if it exits or is not ready in
-        time."""
-        self.root.mkdir(parents=True, exist_ok=True)
-        with start_lock(self.root):
-            current = self.status()
-            if current.running:
-                return current
-            at = port() if at is None else at
-            if answers(LOOPBACK, at):
-                raise BrokerError(
-                    f"port {at} on {LOOPBACK} is taken by another process: stop it, or choose "
-                    f"another port with {PORT_ENV}"
-                )
-            java, classpath = _java(), _classpath()
-            controller = free_port(LOOPBACK)
-            self._write_settings(at, controller)
-            if self.cluster_id() is None:
-                self._format(java, classpath)
-            return self._run(java, classpath, at, controller, timeout)
-
-    def stop(self, *, timeout: float = STOP_TIMEOUT_S) -> bool:
-        """Stop the broker: SIGTERM (it shuts down cleanly), SIGKILL after ``timeout`` seconds.
-        False if none was running."""
-        stopped = stop_group(read_record(self.state).get("pid"), timeout)
-        self.state.unlink(missing_ok=True)
-        return stopped
 
     # -- helpers -----------------------------------------------------------------------------
     def _write_settings(self, at: int, controller: int) -> None:
@@ -261,25 +236,23 @@ class Broker:
         )
         (self.root / "log4j2.properties").write_text(_LOG4J2, encoding="utf-8")
 
-    def _jvm(self, java: str, classpath: str, main_class: str, *args: str) -> list[str]:
+    def _jvm(self, main_class: str, *args: str) -> list[str]:
         return [
-            java,
+            _java(),
             f"-Xmx{HEAP}",
             f"-Dlog4j2.configurationFile={self.root / 'log4j2.properties'}",
             "-cp",
-            classpath,
+            _classpath(),
             main_class,
             *args,
         ]
 
-    def _format(self, java: str, classpath: str) -> None:
+    def _format(self) -> None:
         """Format the data directory as a new single-node cluster whose one controller is this
         node (``--standalone``)."""
         if self.data.exists():
             shutil.rmtree(self.data)  # a format left unfinished: no meta.properties
         command = self._jvm(
-            java,
-            classpath,
             STORAGE_TOOL_CLASS,
             "format",
             "--standalone",
@@ -305,44 +278,6 @@ class Broker:
                 f"Kafka's storage tool could not format {self.data} (exit code "
                 f"{done.returncode}); its log ({self.log}) ends with:\n{tail(self.log)}"
             )
-
-    def _run(self, java: str, classpath: str, at: int, controller: int, timeout: float) -> Status:
-        with self.log.open("ab") as log:
-            log.write(f"\n--- starting at {now()}\n".encode())
-            log.flush()
-            proc = subprocess.Popen(
-                self._jvm(java, classpath, SERVER_CLASS, str(self.properties)),
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,  # its own process group: stop() ends it whole
-                cwd=self.root,
-            )
-        record = {
-            "pid": proc.pid,
-            "port": at,
-            "controller_port": controller,
-            "bootstrap_servers": f"{LOOPBACK}:{at}",
-            "started_at": now(),
-        }
-        write_record(self.state, record)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if proc.poll() is not None:
-                self.state.unlink(missing_ok=True)
-                raise BrokerError(
-                    f"the Kafka broker exited with code {proc.returncode} while starting; its "
-                    f"log ({self.log}) ends with:\n{tail(self.log)}"
-                )
-            with contextlib.suppress(OSError, ValueError, struct.error):
-                if (NODE_ID, LOOPBACK, at) in metadata(LOOPBACK, at).brokers:
-                    return self.status()
-            time.sleep(0.25)
-        self.stop()
-        raise BrokerError(
-            f"the Kafka broker did not serve on {LOOPBACK}:{at} within {timeout:.0f} s; its log "
-            f"({self.log}) ends with:\n{tail(self.log)}"
-        )
 
 
 def bootstrap_servers(settings: Settings) -> str:
@@ -430,4 +365,4 @@ def _new_cluster_id() -> str:
 
 def main(settings: Settings, action: str) -> int:
     """``lakehouse kafka start | stop | status`` (status: exit code 1 when it is down)."""
-    return service_main(Broker.of(settings), "Kafka broker", "kafka", action)
+    return Broker.of(settings).main(action)

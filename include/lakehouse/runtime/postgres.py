@@ -26,12 +26,14 @@ import re
 import secrets
 import shutil
 import subprocess
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from lakehouse.errors import ConfigError, LakehouseError
 from lakehouse.runtime.config import Settings
-from lakehouse.runtime.process import alive, answers, port_setting, private_file, tail
+from lakehouse.runtime.process import port_setting, private_file, tail
+from lakehouse.runtime.service import LocalServer, Port
 
 PORT_ENV = "LAKEHOUSE_POSTGRES_PORT"
 DEFAULT_PORT = 15432
@@ -78,20 +80,25 @@ class Status:
     pid: int | None = None
     log: Path | None = None
 
-    def describe(self) -> str:
+    def describe(self, *, already: bool = False) -> str:
         if not self.running:
             return "PostgreSQL: not running; start it with `lakehouse postgres start`"
         return (
-            f"PostgreSQL: running, pid {self.pid}, {LOOPBACK}:{self.port}, role {ROLE} "
-            f"(log: {self.log})"
+            f"PostgreSQL: {'already ' if already else ''}running, pid {self.pid}, "
+            f"{LOOPBACK}:{self.port}, role {ROLE} (log: {self.log})"
         )
 
 
-@dataclass(frozen=True)
-class Cluster:
-    """A cluster kept in ``root`` (``<home>/postgres`` for a lakehouse: :meth:`of`)."""
+class Cluster(LocalServer[Status]):
+    """A cluster kept in ``root`` (``<home>/postgres`` for a lakehouse: :meth:`of`). Its server
+    is started and stopped by ``pg_ctl`` and keeps its own record, ``data/postmaster.pid``."""
 
-    root: Path
+    NAME = "PostgreSQL"
+    COMMAND = "postgres"
+    PORTS = (Port("port", PORT_ENV, DEFAULT_PORT),)
+    LOG = "postgres.log"
+    START_TIMEOUT_S = START_TIMEOUT_S
+    ERROR = PostgresError
 
     @classmethod
     def of(cls, settings: Settings) -> Cluster:
@@ -100,10 +107,6 @@ class Cluster:
     @property
     def data(self) -> Path:
         return self.root / "data"
-
-    @property
-    def log(self) -> Path:
-        return self.root / "postgres.log"
 
     @property
     def password_file(self) -> Path:
@@ -122,17 +125,18 @@ class Cluster:
         # URL-safe: it goes into Airflow's database URL.
         return private_file(path, lambda: secrets.token_urlsafe(32)).strip()
 
-    def status(self) -> Status:
-        """Running when the server's ``postmaster.pid`` names a live process whose port
-        answers."""
+    def record(self) -> dict[str, object]:
+        """The server's own record, ``postmaster.pid``: its pid and port."""
         try:
             lines = (self.data / "postmaster.pid").read_text(encoding="utf-8").splitlines()
-            pid, at = int(lines[0]), int(lines[3])
+            return {"pid": int(lines[0]), "port": int(lines[3])}
         except (OSError, ValueError, IndexError):
+            return {}
+
+    def make_status(self, record: Mapping[str, object] | None) -> Status:
+        if record is None:
             return Status(False)
-        if not alive(pid) or not answers(LOOPBACK, at):
-            return Status(False)
-        return Status(True, at, pid, self.log)
+        return Status(True, int(str(record["port"])), int(str(record["pid"])), self.log)
 
     def url(self, database: str = AIRFLOW_DATABASE) -> str:
         """SQLAlchemy's URL of ``database`` on the running cluster (psycopg 3, which Airflow
@@ -146,22 +150,17 @@ class Cluster:
         return f"postgresql+psycopg://{ROLE}:{self.password()}@{LOOPBACK}:{current.port}/{database}"
 
     # -- life cycle --------------------------------------------------------------------------
-    def start(self, at: int | None = None, *, timeout: float = START_TIMEOUT_S) -> Status:
-        """Make the cluster on first use, start it on port ``at`` (default :func:`port`) unless
-        it runs, and make sure the database ``airflow`` exists."""
-        current = self.status()
-        if current.running:
-            return current
-        at = port() if at is None else at
-        if answers(LOOPBACK, at):
-            raise PostgresError(
-                f"port {at} on {LOOPBACK} is taken by another process: stop it, or choose "
-                f"another port with {PORT_ENV}"
-            )
+    def prepare(self, ports: Mapping[str, int]) -> None:
+        """Make the cluster on first use."""
         if not (self.data / "PG_VERSION").is_file():
             self._init()
         self._prepare_log()
-        proc = self._run(
+
+    def _run(self, ports: Mapping[str, int], timeout: float) -> Status:
+        """``pg_ctl start``, which returns once the server answers; then the database
+        ``airflow``."""
+        at = ports["port"]
+        proc = self._run_program(
             "pg_ctl",
             "start",
             "--wait",
@@ -178,11 +177,11 @@ class Cluster:
         self.create_database(AIRFLOW_DATABASE)
         return self.status()
 
-    def stop(self) -> bool:
+    def stop(self, *, timeout: float | None = None) -> bool:
         """Stop the server (its sessions are ended, its work is kept); False if none ran."""
         if not self.status().running:
             return False
-        proc = self._run("pg_ctl", "stop", "--wait", "--mode=fast", f"--pgdata={self.data}")
+        proc = self._run_program("pg_ctl", "stop", "--wait", "--mode=fast", f"--pgdata={self.data}")
         if proc.returncode != 0:
             raise PostgresError(f"pg_ctl stop failed: {proc.stdout.strip()}")
         return True
@@ -215,7 +214,7 @@ class Cluster:
             pwfile.chmod(0o600)
             _give_to_server_user(self.data, pwfile)
         try:
-            proc = self._run(
+            proc = self._run_program(
                 "initdb",
                 f"--pgdata={self.data}",
                 f"--username={ROLE}",
@@ -241,7 +240,7 @@ class Cluster:
         if _as_root():
             _give_to_server_user(self.log)
 
-    def _run(self, program: str, *args: str) -> subprocess.CompletedProcess[str]:
+    def _run_program(self, program: str, *args: str) -> subprocess.CompletedProcess[str]:
         command = [str(bindir() / program), *args]
         if _as_root():
             command = ["runuser", "-u", SERVER_USER, "--", *command]
@@ -301,18 +300,7 @@ def _check_reachable(folder: Path) -> None:
 
 def main(settings: Settings, action: str) -> int:
     """``lakehouse postgres start | stop | status`` (status: exit code 1 when it is down)."""
-    cluster = Cluster.of(settings)
-    if action == "start":
-        print(cluster.start().describe())
-        return 0
-    if action == "stop":
-        print("PostgreSQL: stopped" if cluster.stop() else "PostgreSQL: was not running")
-        return 0
-    if action == "status":
-        current = cluster.status()
-        print(current.describe())
-        return 0 if current.running else 1
-    raise ConfigError(f"lakehouse postgres {action}: expected start, stop or status")
+    return Cluster.of(settings).main(action)
 
 
 def create_database(name: str, *, host: str, port: int, user: str, password: str) -> None:

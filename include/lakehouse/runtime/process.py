@@ -21,7 +21,6 @@ import sys
 import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any, Protocol
 
 from lakehouse.errors import ConfigError, JavaNotFoundError
 
@@ -212,37 +211,6 @@ def stop_group(pid: object, timeout: float) -> bool:
         if not alive(pid):
             break
     return True
-
-
-class _Status(Protocol):
-    running: bool
-
-    def describe(self, *, already: bool = False) -> str: ...
-
-
-class _Service(Protocol):
-    def status(self) -> Any: ...
-
-    def start(self) -> Any: ...
-
-    def stop(self) -> bool: ...
-
-
-def service_main(service: _Service, name: str, command: str, action: str) -> int:
-    """``lakehouse COMMAND start | stop | status`` for a local server (``name`` in what it
-    prints); status exits 1 when it is down."""
-    if action == "start":
-        current: _Status = service.status()
-        print(current.describe(already=True) if current.running else service.start().describe())
-        return 0
-    if action == "stop":
-        print(f"{name}: stopped" if service.stop() else f"{name}: was not running")
-        return 0
-    if action == "status":
-        current = service.status()
-        print(current.describe())
-        return 0 if current.running else 1
-    raise ConfigError(f"lakehouse {command} {action}: expected start, stop or status")
 
 
 def main() -> int:

@@ -21,26 +21,15 @@ from __future__ import annotations
 import http.client
 import importlib.util
 import os
-import subprocess
 import sys
-import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from lakehouse.errors import LakehouseError
 from lakehouse.runtime.config import Settings
-from lakehouse.runtime.process import (
-    alive,
-    answers,
-    now,
-    port_setting,
-    read_record,
-    service_main,
-    start_lock,
-    stop_group,
-    tail,
-    write_record,
-)
+from lakehouse.runtime.process import port_setting
+from lakehouse.runtime.service import Launch, LocalServer, Port
 
 PORT_ENV = "LAKEHOUSE_S3_PORT"
 DEFAULT_PORT = 19000
@@ -86,99 +75,50 @@ class Status:
         )
 
 
-@dataclass(frozen=True)
-class S3Server:
+class S3Server(LocalServer[Status]):
     """A local S3 API whose pid and log are kept in ``root`` (``<home>/s3``: :meth:`of`)."""
 
-    root: Path
+    NAME = "S3 API (moto)"
+    COMMAND = "s3"
+    PORTS = (Port("port", PORT_ENV, DEFAULT_PORT),)
+    START_TIMEOUT_S = START_TIMEOUT_S
+    STOP_TIMEOUT_S = STOP_TIMEOUT_S
+    ERROR = S3ServerError
 
     @classmethod
     def of(cls, settings: Settings) -> S3Server:
         return cls(settings.home / "s3")
 
-    @property
-    def log(self) -> Path:
-        return self.root / "server.log"
-
-    @property
-    def state(self) -> Path:
-        return self.root / "server.json"
-
-    # -- state -------------------------------------------------------------------------------
-    def status(self) -> Status:
-        """Running when the recorded process is alive and its port answers."""
-        rec = read_record(self.state)
-        pid, at = rec.get("pid"), rec.get("port")
-        if not isinstance(pid, int) or not isinstance(at, int):
-            return Status(False, self.root)
-        if not alive(pid) or not answers(LOOPBACK, at):
-            return Status(False, self.root)
-        return Status(True, self.root, endpoint(at), pid, str(rec.get("started_at")), self.log)
-
-    # -- life cycle --------------------------------------------------------------------------
-    def start(self, at: int | None = None, *, timeout: float = START_TIMEOUT_S) -> Status:
-        """Start the server on port ``at`` (default :func:`port`) unless it runs; return once it
-        answers S3's ListBuckets. Raises :class:`S3ServerError`, with the end of its log when it
-        ran, if moto is not installed, the port is taken, or the server exits or does not
-        answer in time."""
-        self.root.mkdir(parents=True, exist_ok=True)
-        with start_lock(self.root):
-            current = self.status()
-            if current.running:
-                return current
-            at = port() if at is None else at
-            if importlib.util.find_spec("moto") is None:
-                raise S3ServerError(
-                    "moto is not installed: the local S3 API is moto's server, from the dev "
-                    "extra (`make install` installs it; or pip install 'moto[server]')"
-                )
-            if answers(LOOPBACK, at):
-                raise S3ServerError(
-                    f"port {at} on {LOOPBACK} is taken by another process: stop it, or choose "
-                    f"another port with {PORT_ENV}"
-                )
-            return self._run(at, timeout)
-
-    def stop(self, *, timeout: float = STOP_TIMEOUT_S) -> bool:
-        """Stop the server and whatever it started: SIGTERM to its process group, SIGKILL after
-        ``timeout`` seconds. False if none was running."""
-        stopped = stop_group(read_record(self.state).get("pid"), timeout)
-        self.state.unlink(missing_ok=True)
-        return stopped
-
-    # -- helpers -----------------------------------------------------------------------------
-    def _run(self, at: int, timeout: float) -> Status:
-        # MOTO_PORT: the port moto puts into the URLs it hands out.
-        env = {**os.environ, "MOTO_PORT": str(at)}
-        with self.log.open("ab") as log:
-            log.write(f"\n--- starting on {LOOPBACK}:{at} at {now()}\n".encode())
-            log.flush()
-            proc = subprocess.Popen(
-                [sys.executable, "-m", MODULE, "--host", LOOPBACK, "--port", str(at)],
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,  # its own process group: stop() ends it whole
-                cwd=self.root,
-                env=env,
+    def prepare(self, ports: Mapping[str, int]) -> None:
+        if importlib.util.find_spec("moto") is None:
+            raise S3ServerError(
+                "moto is not installed: the local S3 API is moto's server, from the dev "
+                "extra (`make install` installs it; or pip install 'moto[server]')"
             )
-        record = {"pid": proc.pid, "port": at, "endpoint": endpoint(at), "started_at": now()}
-        write_record(self.state, record)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if proc.poll() is not None:
-                self.state.unlink(missing_ok=True)
-                raise S3ServerError(
-                    f"the S3 API (moto) exited with code {proc.returncode} while starting; its "
-                    f"log ({self.log}) ends with:\n{tail(self.log)}"
-                )
-            if lists_buckets(LOOPBACK, at):
-                return self.status()
-            time.sleep(0.2)
-        self.stop()
-        raise S3ServerError(
-            f"the S3 API (moto) did not answer on {LOOPBACK}:{at} within {timeout:.0f} s; its "
-            f"log ({self.log}) ends with:\n{tail(self.log)}"
+
+    def launch(self, ports: Mapping[str, int]) -> Launch:
+        at = ports["port"]
+        # MOTO_PORT: the port moto puts into the URLs it hands out.
+        return Launch(
+            [sys.executable, "-m", MODULE, "--host", LOOPBACK, "--port", str(at)],
+            env={**os.environ, "MOTO_PORT": str(at)},
+            record={"endpoint": endpoint(at)},
+        )
+
+    def answering(self, record: Mapping[str, object]) -> bool:
+        at = record.get("port")
+        return isinstance(at, int) and lists_buckets(LOOPBACK, at)
+
+    def make_status(self, record: Mapping[str, object] | None) -> Status:
+        if record is None:
+            return Status(False, self.root)
+        return Status(
+            True,
+            self.root,
+            endpoint(int(str(record["port"]))),
+            int(str(record["pid"])),
+            str(record.get("started_at")),
+            self.log,
         )
 
 
@@ -198,4 +138,4 @@ def lists_buckets(host: str, at: int, *, timeout: float = 2.0) -> bool:
 
 def main(settings: Settings, action: str) -> int:
     """``lakehouse s3 start | stop | status`` (status: exit code 1 when it is down)."""
-    return service_main(S3Server.of(settings), "S3 API (moto)", "s3", action)
+    return S3Server.of(settings).main(action)
