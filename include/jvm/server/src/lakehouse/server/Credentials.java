@@ -7,65 +7,38 @@ import java.security.MessageDigest;
 import java.security.NoSuchAlgorithmException;
 
 /**
- * The server's two credentials: the pipeline's token (writes) and the readers' (reads every
- * table, changes none of the pipeline's). The server process reads both from its standard input
- * when it starts, so neither is in its environment, on its command line or in a setting a client
- * can read; only their SHA-256 digests are kept.
+ * The one credential a server takes: the pipeline's token on the pipeline's server, the readers'
+ * on the readers' server. The process reads it from its standard input when it starts, so it is
+ * not in its environment, on its command line or in a setting a client can read; only its
+ * SHA-256 digest is kept. The two servers are apart: neither token opens the other's.
  */
-public final class Credentials {
-  /** What a credential may do. */
-  public enum Role {
-    PIPELINE,
-    READER
-  }
-
+final class Credentials {
   /** The user name a SQL endpoint client logs in with, with the readers' token as password. */
-  public static final String READER_USER = "reader";
+  static final String READER_USER = "reader";
 
-  private static volatile byte[] pipeline;
-  private static volatile byte[] reader;
+  private static volatile byte[] token;
 
   private Credentials() {}
 
-  /**
-   * Read the two tokens, one a line (the pipeline's, then the readers'); fails if either is
-   * missing or empty, or if they are the same.
-   */
+  /** Read the token, one line; fails if it is missing or empty. */
   static void load(BufferedReader in) throws IOException {
-    String first = in.readLine();
-    String second = in.readLine();
-    if (first == null || first.isBlank() || second == null || second.isBlank()) {
+    String line = in.readLine();
+    if (line == null || line.isBlank()) {
       throw new IllegalStateException(
-          "the server expects two tokens on its standard input, one a line: the pipeline's, then"
-              + " the readers' (lakehouse spark start passes them)");
+          "the server expects its token on its standard input (lakehouse spark start passes it)");
     }
-    if (first.strip().equals(second.strip())) {
-      throw new IllegalStateException("the pipeline's and the readers' tokens must differ");
-    }
-    pipeline = digest(first.strip());
-    reader = digest(second.strip());
+    token = digest(line.strip());
   }
 
-  /** Whether the tokens were loaded (they are in the lakehouse's server, not elsewhere). */
-  static boolean loaded() {
-    return pipeline != null && reader != null;
+  /** Whether {@code presented} is this server's token (compared in constant time). */
+  static boolean accepts(String presented) {
+    byte[] expected = token;
+    return presented != null && expected != null && MessageDigest.isEqual(digest(presented), expected);
   }
 
-  /** The role of a presented token, or null when it is neither (or none were loaded). */
-  public static Role roleOf(String token) {
-    if (token == null || !loaded()) {
-      return null;
-    }
-    byte[] presented = digest(token);
-    // Both compared, in constant time: how long a refusal takes says nothing of the tokens.
-    boolean isPipeline = MessageDigest.isEqual(presented, pipeline);
-    boolean isReader = MessageDigest.isEqual(presented, reader);
-    return isPipeline ? Role.PIPELINE : isReader ? Role.READER : null;
-  }
-
-  private static byte[] digest(String token) {
+  private static byte[] digest(String value) {
     try {
-      return MessageDigest.getInstance("SHA-256").digest(token.getBytes(StandardCharsets.UTF_8));
+      return MessageDigest.getInstance("SHA-256").digest(value.getBytes(StandardCharsets.UTF_8));
     } catch (NoSuchAlgorithmException e) {
       throw new IllegalStateException("the JVM has no SHA-256", e);
     }

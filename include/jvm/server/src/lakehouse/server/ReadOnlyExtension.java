@@ -8,9 +8,8 @@ import scala.runtime.AbstractFunction1;
 import scala.runtime.BoxedUnit;
 
 /**
- * The server's session extension (in {@code spark.sql.extensions}, beside Delta's): every
- * session's analyzer checks its plans with {@link ReaderGuard}, which lets the pipeline's
- * sessions do anything and holds every other session to reading.
+ * The readers' server's session extension (in {@code spark.sql.extensions}, beside Delta's):
+ * every session's analyzer checks its plans with {@link ReaderGuard}.
  */
 public final class ReadOnlyExtension extends AbstractFunction1<SparkSessionExtensions, BoxedUnit> {
   @Override

@@ -3,11 +3,12 @@ package lakehouse.server;
 import java.lang.reflect.Method;
 import java.net.URI;
 import java.util.ArrayList;
-import java.util.Arrays;
 import java.util.HashSet;
 import java.util.List;
 import java.util.Locale;
+import java.util.Map;
 import java.util.Set;
+import java.util.TreeSet;
 import org.apache.hadoop.fs.Path;
 import org.apache.spark.QueryContext;
 import org.apache.spark.SparkConf;
@@ -36,67 +37,192 @@ import org.apache.spark.sql.execution.datasources.v2.DataSourceV2Relation;
 import org.apache.spark.sql.execution.datasources.v2.FileTable;
 import scala.Option;
 import scala.Product;
+import scala.Tuple2;
 import scala.collection.Iterable;
 import scala.collection.Iterator;
 import scala.runtime.AbstractFunction1;
 import scala.runtime.BoxedUnit;
 
 /**
- * The check a reader's plans pass after Spark has analyzed them ({@link ReadOnlyExtension}), so
- * it sees every statement and DataFrame operation whatever the protocol (Spark Connect, the SQL
- * endpoint) before anything runs. For a session that is not the pipeline's ({@link Sessions}):
+ * The readers' SQL-level check: every plan of every session of the readers' server, after Spark
+ * has analyzed it ({@link ReadOnlyExtension}), so it sees each statement and DataFrame operation
+ * of both protocols (Spark Connect, the SQL endpoint) before anything runs. It admits by kind
+ * (an allow-list) and refuses everything else with {@code READ_ONLY_CREDENTIAL}, so a command it
+ * has never heard of is refused:
  *
  * <ul>
- *   <li>A command is refused unless it only reads (SHOW, DESCRIBE, EXPLAIN, SET, USE, CACHE ...)
- *       or everything it changes is the reader's own: a table, view or schema named outside the
- *       pipeline's schemas ({@code spark.lakehouse.pipelineSchemas}), and, where it has a
- *       location, at one under the metastore's warehouse ({@code spark.sql.warehouse.dir}) and not
- *       in the lake's folders of data ({@code spark.lakehouse.lakeFolders}). A command whose
- *       target cannot be told is refused.
- *   <li>Files are read only in the lake's folders and the warehouse (not the server's tokens,
- *       the lakehouse's home, or the machine's files); data sources other than files and the
- *       catalog's tables are refused (JDBC, whose options run statements of their own).
- *   <li>Python code (UDFs, mapInPandas and the like) and Java reflection (reflect, java_method)
- *       are refused: either would run code of the reader's own in the server. ADD JAR and CREATE
- *       FUNCTION are refused as commands.
+ *   <li>Queries made of Spark's own operators over the catalog's tables and the files of the
+ *       lake and the warehouse; no other data source (JDBC runs statements of its own), no file
+ *       elsewhere (the lakehouse's home, the machine's), no code of the reader's (scripts, Python,
+ *       R, Java reflection; Scala and Java functions are refused before they reach the server).
+ *   <li>Commands that only read: SHOW, DESCRIBE, EXPLAIN, USE, REFRESH, session variables, and
+ *       SET of the settings {@link SessionSettings} allows.
+ *   <li>Commands that create, change, fill or drop tables, views and schemas, when everything they
+ *       change is the reader's own: named outside the pipeline's schemas ({@value #SCHEMAS_CONF})
+ *       and, where it has a location, stored under the readers' warehouse ({@value
+ *       #WAREHOUSE_CONF}). A command whose target cannot be told is refused.
+ *   <li>Nothing else: caching, functions, jars and files, LOAD DATA, CONVERT TO DELTA, CLONE,
+ *       RESTORE, OPTIMIZE, VACUUM, REORG, and every command not listed here.
  * </ul>
  *
- * The lake, the warehouse and the pipeline's schemas are read from the server's static settings
- * (its SparkConf), which a session cannot change.
+ * A session that holds a setting a reader may not choose (given at a SQL endpoint login, say)
+ * has every plan refused. This check is the first of three layers: the readers' file system
+ * ({@link ReadersFileSystem}) and the catalog's ({@link CatalogGuard}) refuse the same writes
+ * below it, whatever statement reaches them.
  */
 final class ReaderGuard extends AbstractFunction1<LogicalPlan, BoxedUnit> {
-  static final String FOLDERS_CONF = "spark.lakehouse.lakeFolders";
-  static final String SCHEMAS_CONF = "spark.lakehouse.pipelineSchemas";
-  static final String WAREHOUSE_CONF = "spark.sql.warehouse.dir";
+  static final String FOLDERS_CONF = CatalogService.FOLDERS_CONF;
+  static final String SCHEMAS_CONF = CatalogService.SCHEMAS_CONF;
+  static final String WAREHOUSE_CONF = CatalogService.WAREHOUSE_CONF;
   private static final String DELTA = "org.apache.spark.sql.delta.";
 
-  // Commands that change nothing: shown, described, explained, set for the session, cached.
-  private static final Set<String> READ_ONLY =
-      new HashSet<>(
-          Arrays.asList(
-              "SetCommand",
-              "ResetCommand",
-              "SetCatalogAndNamespace",
-              "SetNamespaceCommand",
-              "SetCatalogCommand",
-              "CacheTable",
-              "CacheTableAsSelect",
-              "CacheTableCommand",
-              "UncacheTable",
-              "UncacheTableCommand",
-              "ClearCacheCommand",
-              "RefreshTable",
-              "RefreshTableCommand",
-              "RefreshResource",
-              "ListFilesCommand",
-              "ListJarsCommand",
-              "ListArchivesCommand",
-              "CreateVariable",
-              "DropVariable",
-              "SetVariable"));
+  // Commands that change nothing of any table.
+  private static final Set<String> READ_COMMANDS =
+      Set.of(
+          "ExplainCommand",
+          "SetCommand",
+          "ResetCommand",
+          "SetCatalogAndNamespace",
+          "SetNamespaceCommand",
+          "SetCatalogCommand",
+          "CreateVariable",
+          "DropVariable",
+          "SetVariable",
+          "RefreshTable",
+          "RefreshTableCommand",
+          "UncacheTable",
+          "UncacheTableCommand",
+          "ClearCacheCommand",
+          "ListFilesCommand",
+          "ListJarsCommand",
+          "ListArchivesCommand",
+          "DropTempViewCommand",
+          "NoopCommand");
+  // Commands that change what they name: admitted when all of it is the reader's own.
+  private static final Set<String> OWN_COMMANDS =
+      Set.of(
+          // Spark's catalog commands (both generations) and writes.
+          "CreateTable",
+          "CreateTableAsSelect",
+          "ReplaceTable",
+          "ReplaceTableAsSelect",
+          "CreateTableLike",
+          "CreateView",
+          "CreateTempView",
+          "AlterViewAs",
+          "AlterViewSchemaBinding",
+          "SetViewProperties",
+          "UnsetViewProperties",
+          "DropTable",
+          "DropView",
+          "CreateNamespace",
+          "DropNamespace",
+          "SetNamespaceLocation",
+          "SetNamespaceProperties",
+          "CommentOnNamespace",
+          "CommentOnTable",
+          "RenameTable",
+          "AddColumns",
+          "DropColumns",
+          "RenameColumn",
+          "AlterColumns",
+          "ReplaceColumns",
+          "SetTableProperties",
+          "UnsetTableProperties",
+          "SetTableLocation",
+          "SetTableSerDeProperties",
+          "AddCheckConstraint",
+          "AddConstraint",
+          "DropConstraint",
+          "AddPartitions",
+          "DropPartitions",
+          "RenamePartitions",
+          "RecoverPartitions",
+          "RepairTable",
+          "TruncateTable",
+          "TruncatePartition",
+          "AppendData",
+          "OverwriteByExpression",
+          "OverwritePartitionsDynamic",
+          "DeleteFromTable",
+          "DeleteFromTableWithFilters",
+          "UpdateTable",
+          "MergeIntoTable",
+          "ReplaceData",
+          "WriteDelta",
+          "AnalyzeTable",
+          "AnalyzeTables",
+          "AnalyzeColumn",
+          "InsertIntoDir",
+          "CreateTableCommand",
+          "CreateDataSourceTableCommand",
+          "CreateDataSourceTableAsSelectCommand",
+          "CreateTableLikeCommand",
+          "CreateViewCommand",
+          "AlterViewAsCommand",
+          "AlterViewSchemaBindingCommand",
+          "DropTableCommand",
+          "TruncateTableCommand",
+          "AlterTableRenameCommand",
+          "AlterTableAddColumnsCommand",
+          "AlterTableChangeColumnCommand",
+          "AlterTableSetPropertiesCommand",
+          "AlterTableUnsetPropertiesCommand",
+          "AlterTableSerDePropertiesCommand",
+          "AlterTableSetLocationCommand",
+          "AlterTableAddPartitionCommand",
+          "AlterTableDropPartitionCommand",
+          "AlterTableRenamePartitionCommand",
+          "RepairTableCommand",
+          "CreateDatabaseCommand",
+          "DropDatabaseCommand",
+          "AlterDatabasePropertiesCommand",
+          "AlterDatabaseSetLocationCommand",
+          "UnsetNamespacePropertiesCommand",
+          "AnalyzeTableCommand",
+          "AnalyzeColumnCommand",
+          "AnalyzePartitionCommand",
+          "AnalyzeTablesCommand",
+          "InsertIntoHadoopFsRelationCommand",
+          "InsertIntoDataSourceCommand",
+          "InsertIntoDataSourceDirCommand",
+          "SaveIntoDataSourceCommand",
+          "SaveAsV1TableCommand",
+          "CreateHiveTableAsSelectCommand",
+          "OptimizedCreateHiveTableAsSelectCommand",
+          "InsertIntoHiveTable",
+          "InsertIntoHiveDirCommand",
+          // Delta's commands for the same statements on Delta tables.
+          "CreateDeltaTableCommand",
+          "WriteIntoDelta",
+          "DeleteCommand",
+          "UpdateCommand",
+          "MergeIntoCommand",
+          "TruncateDeltaTableCommand",
+          "AlterTableAddColumnsDeltaCommand",
+          "AlterTableChangeColumnDeltaCommand",
+          "AlterTableReplaceColumnsDeltaCommand",
+          "AlterTableDropColumnsDeltaCommand",
+          "AlterTableSetPropertiesDeltaCommand",
+          "AlterTableUnsetPropertiesDeltaCommand",
+          "AlterTableAddConstraintDeltaCommand",
+          "AlterTableDropConstraintDeltaCommand",
+          "AlterTableSetLocationDeltaCommand");
+  // The packages of the operators a query may be made of (Spark's own); any other is refused.
+  private static final List<String> QUERY_PACKAGES =
+      List.of(
+          "org.apache.spark.sql.catalyst.plans.logical.",
+          "org.apache.spark.sql.catalyst.catalog.",
+          "org.apache.spark.sql.catalyst.analysis.",
+          "org.apache.spark.sql.execution.datasources.",
+          "org.apache.spark.sql.execution.");
+  // Spark's operators that run code of the caller's that SQL can name: scripts (TRANSFORM ...
+  // USING). Typed lambdas, Scala, Java and Python functions come only as Spark Connect
+  // messages, which TokenInterceptor refuses before the server reads them (Delta's own plans use
+  // typed operators).
+  private static final Set<String> CODE_OPERATORS = Set.of("ScriptTransformation");
   // Fields of a command whose plan is what it changes, not what it reads.
-  private static final Set<String> TARGET_FIELDS =
-      new HashSet<>(Arrays.asList("table", "target", "targetTable"));
+  private static final Set<String> TARGET_FIELDS = Set.of("table", "target", "targetTable");
 
   private final SparkSession session;
 
@@ -106,74 +232,33 @@ final class ReaderGuard extends AbstractFunction1<LogicalPlan, BoxedUnit> {
 
   @Override
   public BoxedUnit apply(LogicalPlan plan) {
-    if (Credentials.loaded() && !Sessions.isPipeline(session)) {
-      new Walk(Lake.of(session.sparkContext().conf()), session).plan(plan);
-    }
+    Walk walk = new Walk(Lake.of(session.sparkContext().conf()), session);
+    walk.settings();
+    walk.plan(plan);
     return BoxedUnit.UNIT;
   }
 
   /** The places a reader's session is held to. */
-  record Lake(List<Place> folders, Place warehouse, Set<String> schemas) {
+  record Lake(List<Places.Place> folders, Places.Place warehouse, Set<String> schemas) {
     static Lake of(SparkConf conf) {
-      List<Place> folders = new ArrayList<>();
-      for (String f : conf.get(FOLDERS_CONF, "").split(",")) {
-        Place place = Place.of(f.strip());
-        if (place != null) {
-          folders.add(place);
-        }
-      }
       Set<String> schemas = new HashSet<>();
       for (String s : conf.get(SCHEMAS_CONF, "").split(",")) {
         if (!s.isBlank()) {
           schemas.add(s.strip().toLowerCase(Locale.ROOT));
         }
       }
-      return new Lake(folders, Place.of(conf.get(WAREHOUSE_CONF, null)), schemas);
+      return new Lake(
+          Places.list(conf.get(FOLDERS_CONF, "")),
+          Places.of(conf.get(WAREHOUSE_CONF, null)),
+          schemas);
     }
 
-    /** Whether {@code place} is in one of the lake's folders of data. */
-    boolean inLake(Place place) {
-      return folders.stream().anyMatch(place::under);
-    }
-  }
-
-  /** A location made comparable: scheme (s3 and s3n are s3a), bucket, normalized path. */
-  record Place(String scheme, String authority, String path) {
-    /** The place of {@code raw}, or null when it is none (empty, relative, or climbing out). */
-    static Place of(String raw) {
-      if (raw == null || raw.isBlank()) {
-        return null;
-      }
-      URI uri;
-      try {
-        uri = new Path(raw).toUri().normalize();
-      } catch (IllegalArgumentException e) {
-        return null;
-      }
-      String path = uri.getPath();
-      if (path == null || !path.startsWith("/") || path.contains("/../") || path.endsWith("/..")) {
-        return null;
-      }
-      String scheme = uri.getScheme() == null ? "file" : uri.getScheme().toLowerCase(Locale.ROOT);
-      if (scheme.equals("s3") || scheme.equals("s3n")) {
-        scheme = "s3a";
-      }
-      String authority = scheme.equals("file") ? "" : String.valueOf(uri.getAuthority());
-      String trimmed =
-          path.length() > 1 && path.endsWith("/") ? path.substring(0, path.length() - 1) : path;
-      return new Place(scheme, authority, trimmed);
-    }
-
-    boolean under(Place root) {
-      return root != null
-          && scheme.equals(root.scheme)
-          && authority.equals(root.authority)
-          && (path.equals(root.path)
-              || path.startsWith(root.path.equals("/") ? "/" : root.path + "/"));
+    boolean inLake(Places.Place place) {
+      return place.underAny(folders);
     }
   }
 
-  /** What a command changes: a name (schema may be null: a temporary view), a location, both. */
+  /** What a command changes: a name (schema null: a temporary view), a location, or both. */
   record Target(String schema, String name, String location) {
     String describe() {
       if (name != null) {
@@ -195,6 +280,30 @@ final class ReaderGuard extends AbstractFunction1<LogicalPlan, BoxedUnit> {
       this.session = session;
     }
 
+    /**
+     * Refuses a session holding a setting a reader may not choose: one a reader may not set
+     * whose value is not the server's own (its Spark setting, its Hadoop setting, or its JVM's
+     * system property of that name, which the SQL endpoint copies into its sessions).
+     */
+    void settings() {
+      SparkConf server = session.sparkContext().conf();
+      org.apache.hadoop.conf.Configuration hadoop = session.sparkContext().hadoopConfiguration();
+      for (Map.Entry<String, String> e :
+          scala.jdk.javaapi.CollectionConverters.asJava(
+                  session.sessionState().conf().getAllConfs())
+              .entrySet()) {
+        String key = e.getKey();
+        String value = String.valueOf(e.getValue());
+        if (!SessionSettings.allowed(key)
+            && !value.equals(server.get(key, null))
+            && !value.equals(server.get("spark.hadoop." + key, null))
+            && !value.equals(hadoop.get(key))
+            && !value.equals(System.getProperty(key))) {
+          throw refused("the session setting " + key, null);
+        }
+      }
+    }
+
     void plan(LogicalPlan plan) {
       node(plan);
       for (Iterator<LogicalPlan> it = plan.children().iterator(); it.hasNext(); ) {
@@ -212,8 +321,11 @@ final class ReaderGuard extends AbstractFunction1<LogicalPlan, BoxedUnit> {
       if (e instanceof CallMethodViaReflection) {
         throw refused("calling Java methods (reflect, java_method)", null);
       }
-      if (e.getClass().getSimpleName().startsWith("Python")) {
-        throw refused("running Python code (a Python UDF)", null);
+      // (Scala and Java functions are refused before they reach the server, by
+      // TokenInterceptor; Delta's own plans use Scala UDFs.)
+      String kind = e.getClass().getSimpleName();
+      if (kind.startsWith("Python")) {
+        throw refused("running code of the reader's (" + kind + ")", null);
       }
       for (Iterator<Expression> it = e.children().iterator(); it.hasNext(); ) {
         expression(it.next());
@@ -222,8 +334,20 @@ final class ReaderGuard extends AbstractFunction1<LogicalPlan, BoxedUnit> {
 
     private void node(LogicalPlan plan) {
       String kind = plan.getClass().getSimpleName();
-      if (kind.contains("Python") || kind.contains("Pandas") || kind.contains("Arrow")) {
-        throw refused("running Python code (" + plan.nodeName() + ")", null);
+      if (plan instanceof Command) {
+        command(plan);
+        return;
+      }
+      String name = plan.getClass().getName();
+      if (QUERY_PACKAGES.stream().noneMatch(name::startsWith)) {
+        throw refused("a plan of " + name, null);
+      }
+      if (CODE_OPERATORS.contains(kind)
+          || kind.contains("Python")
+          || kind.contains("Pandas")
+          || kind.endsWith("InR")
+          || kind.contains("InRWith")) {
+        throw refused("running code of the reader's (" + plan.nodeName() + ")", null);
       }
       if (plan instanceof LogicalRelation relation) {
         if (relation.relation() instanceof HadoopFsRelation files) {
@@ -247,8 +371,6 @@ final class ReaderGuard extends AbstractFunction1<LogicalPlan, BoxedUnit> {
         } else if (relation.identifier().isEmpty()) {
           throw refused("reading from " + relation.table().name(), null);
         }
-      } else if (plan instanceof Command) {
-        command(plan);
       }
     }
 
@@ -259,9 +381,8 @@ final class ReaderGuard extends AbstractFunction1<LogicalPlan, BoxedUnit> {
     }
 
     private void readPlace(String raw) {
-      Place place = Place.of(raw);
-      if (place == null
-          || !(lake.inLake(place) || place.under(lake.warehouse()))) {
+      Places.Place place = Places.of(raw);
+      if (place == null || !(lake.inLake(place) || place.under(lake.warehouse()))) {
         throw refused(
             "reading files outside the lake (" + raw + ")",
             "it reads the lake's tables and the tables of its own schemas");
@@ -270,10 +391,17 @@ final class ReaderGuard extends AbstractFunction1<LogicalPlan, BoxedUnit> {
 
     private void command(LogicalPlan command) {
       String kind = command.getClass().getSimpleName();
-      if (kind.startsWith("Show") || kind.startsWith("Describe") || kind.equals("ExplainCommand")) {
+      if (kind.startsWith("Show") || kind.startsWith("Describe")) {
         return;
       }
-      if (kind.contains("Function") || (kind.startsWith("Add") && kind.endsWith("Command"))) {
+      if (kind.equals("SetCommand")) {
+        setting(command);
+        return;
+      }
+      if (READ_COMMANDS.contains(kind)) {
+        return;
+      }
+      if (!OWN_COMMANDS.contains(kind)) {
         throw refused(command.nodeName(), null);
       }
       List<Target> targets = new ArrayList<>();
@@ -285,15 +413,11 @@ final class ReaderGuard extends AbstractFunction1<LogicalPlan, BoxedUnit> {
         children.add(it.next());
       }
       boolean tempView =
-          kind.equals("CreateViewCommand")
-              && String.valueOf(field(command, "viewType")).contains("Temp");
+          kind.equals("CreateTempView")
+              || (kind.equals("CreateViewCommand")
+                  && String.valueOf(field(command, "viewType")).contains("Temp"));
       while (names.hasNext() && values.hasNext()) {
-        String name = names.next();
-        Object value = values.next();
-        collect(name, value, targets, children, tempView);
-      }
-      if (READ_ONLY.contains(kind)) {
-        return;
+        collect(names.next(), values.next(), targets, children, tempView);
       }
       if (targets.isEmpty()) {
         throw refused(command.nodeName(), null);
@@ -301,13 +425,27 @@ final class ReaderGuard extends AbstractFunction1<LogicalPlan, BoxedUnit> {
       // Named targets first: the refusal names the table, not only its location.
       targets.sort((a, b) -> Boolean.compare(a.name() == null, b.name() == null));
       for (Target target : targets) {
-        check(command, target);
+        check(command, target, tempView);
+      }
+    }
+
+    /** SET key=value of a key a reader may change; reading a setting is always admitted. */
+    private void setting(LogicalPlan command) {
+      Object kv = field(command, "kv");
+      if (kv instanceof Option<?> pair && pair.isDefined() && pair.get() instanceof Tuple2<?, ?> t) {
+        Object value = t._2();
+        if (value instanceof Option<?> v && v.isDefined() && !SessionSettings.allowed((String) t._1())) {
+          throw refused("setting " + t._1(), null);
+        }
       }
     }
 
     private void collect(
         String field, Object value, List<Target> targets, Set<Object> children, boolean tempView) {
-      if (value instanceof Option<?> option) {
+      if (value instanceof String location && (field.equals("location") || field.equals("path"))) {
+        // SET LOCATION's new location, a schema's path: plain strings.
+        targets.add(new Target(null, null, location));
+      } else if (value instanceof Option<?> option) {
         if (option.isDefined()) {
           collect(field, option.get(), targets, children, tempView);
         }
@@ -439,16 +577,21 @@ final class ReaderGuard extends AbstractFunction1<LogicalPlan, BoxedUnit> {
       return delta != null ? delta.toString() : table.properties().get("location");
     }
 
-    private void check(LogicalPlan command, Target target) {
+    private void check(LogicalPlan command, Target target, boolean tempView) {
+      if (target.schema() == null && target.location() == null && !tempView) {
+        throw refused(command.nodeName() + " on " + target.describe(), null);
+      }
       if (target.schema() != null
           && lake.schemas().contains(target.schema().toLowerCase(Locale.ROOT))) {
         throw refused(command.nodeName() + " on " + target.describe(), null);
       }
       if (target.location() != null) {
-        Place place = Place.of(target.location());
+        Places.Place place = Places.of(target.location());
         if (place == null || lake.inLake(place) || !place.under(lake.warehouse())) {
           throw refused(
-              command.nodeName() + " on " + target.describe()
+              command.nodeName()
+                  + " on "
+                  + target.describe()
                   + (target.name() != null ? " at " + target.location() : ""),
               null);
         }
@@ -461,17 +604,17 @@ final class ReaderGuard extends AbstractFunction1<LogicalPlan, BoxedUnit> {
               ? may
               : "it reads every table, and creates, changes and drops tables and views only in"
                   + " schemas of its own (not "
-                  + String.join(", ", new java.util.TreeSet<>(lake.schemas()))
-                  + "), stored under the metastore's warehouse";
+                  + String.join(", ", new TreeSet<>(lake.schemas()))
+                  + "), stored under the readers' warehouse";
       return sneaky(
           new AnalysisException(
-          TokenInterceptor.refusal(what) + ": " + allowed,
-          Option.empty(),
-          Option.empty(),
-          Option.empty(),
-          Option.empty(),
-          scala.collection.immutable.Map$.MODULE$.empty(),
-          new QueryContext[0]));
+              Refusal.message(what, allowed),
+              Option.empty(),
+              Option.empty(),
+              Option.empty(),
+              Option.empty(),
+              scala.collection.immutable.Map$.MODULE$.empty(),
+              new QueryContext[0]));
     }
   }
 
