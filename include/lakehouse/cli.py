@@ -828,15 +828,21 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("report", help="rebuild the Data Docs (HTML) from the saved validations")
     sk = sub.add_parser(
         "spark",
-        help="the long-lived Spark server (Spark Connect, and the SQL endpoint for tools) that "
-        "jobs run on: start, run (in the foreground), stop, status; reader: print the readers' "
-        "credential and addresses (docs/sql.md)",
+        help="the long-lived Spark server that jobs run on, and the readers' server beside it "
+        "(Spark Connect and the SQL endpoint for tools): start, run (in the foreground), stop, "
+        "status; reader: print the readers' credential and addresses (docs/sql.md)",
     )
     sk.add_argument(
         "action",
         choices=("start", "run", "stop", "status", "reader"),
         nargs="?",
         default="status",
+    )
+    sk.add_argument(
+        "--only",
+        choices=("pipeline", "readers"),
+        help="start or run one of the two servers (a deployment that runs each in a container "
+        "of its own: the readers' server then finds the catalog at LAKEHOUSE_CATALOG_PORT)",
     )
     sg = sub.add_parser(
         "postgres",
@@ -966,6 +972,13 @@ def _report(args: argparse.Namespace, ctx: _Context) -> int:
     return 0
 
 
+def server_main(settings: Settings, action: str, *, only: str | None) -> int:
+    """``lakehouse spark ACTION [--only pipeline|readers]``."""
+    from lakehouse.runtime import server
+
+    return server.main(settings, action, only=only)
+
+
 def _service(module: str) -> Handler:
     """``lakehouse spark|postgres|kafka|s3 start|stop|status``: the service's own ``main``."""
 
@@ -996,7 +1009,7 @@ COMMANDS: dict[str, Handler] = {
     ),
     "dq": lambda a, c: data_quality(c.settings, a.table, a.last, a.format, a.days),
     "report": _report,
-    "spark": _service("server"),
+    "spark": lambda a, c: server_main(c.settings, a.action, only=a.only),
     "postgres": _service("postgres"),
     "kafka": _service("broker"),
     "s3": _service("s3server"),

@@ -1,33 +1,35 @@
 """The platform's long-lived Spark: one Spark Connect server that holds the JVM, the jars, the
 caches and every commit, and the thin clients (Airflow tasks, the CLI) that hand it their work;
-in the same JVM, the SQL endpoint for tools (JDBC/ODBC, HiveServer2's protocol; docs/sql.md).
+beside it, in a JVM of its own, the readers' server (:mod:`lakehouse.runtime.readers`).
 
     lakehouse spark start | run | stop | status | reader
 
 The server is the lakehouse's own main class (``include/jvm/server``, compiled at install:
-:func:`lakehouse.runtime.jvm.server_jar`), started by pyspark's own ``spark-submit`` with the
-platform's Spark settings and JVM jars (:func:`lakehouse.runtime.spark.spark_conf`): it starts the
-session, then Spark Connect on it as Spark's ``SparkConnectServer`` does, then Spark's Thrift
-server on the same session, so both protocols commit through this one driver. Delta has no
-Connect plugin for this Spark line, so clients use Delta through SQL and the DataFrame reader and
-writer, which Delta's session extension serves on the server (``MERGE INTO``,
-``readChangeFeed``, ``txnAppId`` ...).
+:func:`lakehouse.runtime.jvm.server_jar`) in its ``pipeline`` mode, started by pyspark's own
+``spark-submit`` with the platform's Spark settings and JVM jars
+(:func:`lakehouse.runtime.spark.spark_conf`): it starts the session, then Spark Connect on it as
+Spark's ``SparkConnectServer`` does. Delta has no Connect plugin for this Spark line, so clients
+use Delta through SQL and the DataFrame reader and writer, which Delta's session extension serves
+on the server (``MERGE INTO``, ``readChangeFeed``, ``txnAppId`` ...).
 
-* It listens on 127.0.0.1 only: the Connect port, and Spark's own driver and block manager
-  ports, which have no authentication of their own.
-* Two credentials. The pipeline's token (``<home>/spark/token``) is what the pipeline's clients
-  present, and writes. The readers' token (``<home>/spark/reader-token``; ``lakehouse spark
-  reader`` prints what a reader needs) reads every table and changes none of the pipeline's: the
-  server refuses its writes to the pipeline's schemas and the lake, and the ways around that
-  (files outside the lake, Python code, Java reflection, uploaded jars; docs/sql.md). Both are
-  generated on the first start, mode 0600, outside the repository. The server reads them from its
-  standard input when it starts and keeps their digests only: they are not in its environment,
-  where a session's code could read them, nor on a command line. On Spark Connect a client
-  presents either as its bearer token (Spark's client sends a token over plain TCP only to the
-  host named ``localhost``, so clients connect to ``sc://localhost:<port>``); the SQL endpoint
-  logs in the user ``reader`` with the readers' token as password, and no one else.
+* It listens on 127.0.0.1 only: the Connect port (``LAKEHOUSE_SPARK_PORT``, default 15002), the
+  readers' catalog (``LAKEHOUSE_CATALOG_PORT``, by default a free port chosen at each start,
+  which the readers' server reads from this server's record), and Spark's own driver and block
+  manager ports, which have no authentication of their own.
+* One credential: the pipeline's token (``<home>/spark/token``), which the pipeline's clients
+  present. Readers never reach this server: the readers' token (``<home>/spark/reader-token``;
+  ``lakehouse spark reader`` prints what a reader needs) opens the readers' server only. Both are
+  generated on the first start, mode 0600, outside the repository; each server reads its own from
+  its standard input and keeps its digest only: it is not in its environment, where a session's
+  code could read it, nor on a command line. A client presents it as its bearer token (Spark's
+  client sends a token over plain TCP only to the host named ``localhost``, so clients connect to
+  ``sc://localhost:<port>``).
+* It serves the readers' server its catalog: Hive's metastore protocol on the pipeline's own
+  metastore (``CatalogService`` in ``include/jvm/server``), every call checked by an allow-list
+  that admits reads and the readers' own schemas, so only the pipeline changes its schemas'
+  entries.
 * Its pid, its settings and its log live under ``<home>/spark/``; ``status`` reads them and
-  checks that the process is alive and the port answers. Spark logs to ``server.log`` at WARN
+  checks that the process is alive and its ports answer. Spark logs to ``server.log`` at WARN
   (``LAKEHOUSE_SPARK_LOG_LEVEL``), rolled over at 10 MB with 5 old files kept
   (``LAKEHOUSE_SPARK_LOG_SIZE``, ``LAKEHOUSE_SPARK_LOG_FILES``); what the JVM prints outside
   Log4j (before it starts, the Python workers' errors) goes to ``server.out``.
@@ -46,93 +48,56 @@ writer, which Delta's session extension serves on the server (``MERGE INTO``,
   one process may open), and every table it creates is named there
   (:mod:`lakehouse.storage.metastore`).
 * ``LAKEHOUSE_SPARK_MASTER`` chooses local mode (``local[2]``, the default) or a standalone
-  cluster (``spark://host:7077``); ``LAKEHOUSE_SPARK_PORT`` the Connect port (default 15002);
-  ``LAKEHOUSE_SQL_PORT`` the SQL endpoint's (default 10000) and ``LAKEHOUSE_SQL_ADDRESS`` the
-  address it listens on (default 127.0.0.1; compose opens it to the container's network, the host
-  publishing it on its loopback).
+  cluster (``spark://host:7077``).
 
 The server is the platform's single committing driver: Delta's log store excludes concurrent
-commits only inside one JVM on a local filesystem, and assumes one driver on S3. The SQL endpoint
-is in that JVM, on that driver's session, so a tool's statements commit there too.
+commits only inside one JVM on a local filesystem, and assumes one driver on S3. No reader's query
+runs in it.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import re
 import secrets
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from lakehouse.errors import ConfigError, LakehouseError
-from lakehouse.runtime import metastore, objectstore
+from lakehouse.runtime import metastore, objectstore, readers
 from lakehouse.runtime.config import Settings
 from lakehouse.runtime.deployment import check_environment
+from lakehouse.runtime.launch import TOKEN_ENV, log_config, server_main_argv
 from lakehouse.runtime.objectstore import Location
 from lakehouse.runtime.process import (
     alive,
     answers,
-    port_setting,
+    free_port,
     private_file,
-    read_record,
     socket_answers,
     tail,
-    write_record,
 )
 from lakehouse.runtime.pydaemon import DEFAULT_PYTHON_IDLE_S, PYTHON_IDLE_ENV
+from lakehouse.runtime.service import LOOPBACK, Launch, LocalServer, Port
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
     from pyspark.sql.connect.client.retries import RetryPolicy
 
-SERVER_CLASS = "lakehouse.server.LakehouseServer"  # include/jvm/server
-# The server's credentials on Spark Connect, and the check that holds the readers' to reading
-# (both in include/jvm/server).
-INTERCEPTOR_CLASS = "lakehouse.server.TokenInterceptor"
-EXTENSION_CLASS = "lakehouse.server.ReadOnlyExtension"
+INTERCEPTOR_CLASS = "lakehouse.server.TokenInterceptor"  # its Connect credential
+MODE = "pipeline"  # the main class's first argument
 PORT_ENV = "LAKEHOUSE_SPARK_PORT"
 DEFAULT_PORT = 15002
-SQL_PORT_ENV = "LAKEHOUSE_SQL_PORT"
-DEFAULT_SQL_PORT = 10000
-SQL_ADDRESS_ENV = "LAKEHOUSE_SQL_ADDRESS"
-READER_USER = "reader"  # the SQL endpoint's one user (the readers' token is its password)
-# Where Spark's client (and Spark's own Connect server) look for a token: never in this server's
-# environment, which gets its tokens on its standard input.
-TOKEN_ENV = "SPARK_CONNECT_AUTHENTICATE_TOKEN"
-LOOPBACK = "127.0.0.1"
-# The server's setting naming the lake's folders of data for the readers' check (lake_folders).
-LAKE_FOLDERS_CONF = "spark.lakehouse.lakeFolders"
+CATALOG_PORT_ENV = "LAKEHOUSE_CATALOG_PORT"
+DEFAULT_CATALOG_PORT = 9083  # Hive's metastore's
 START_TIMEOUT_S = 180.0
 SERVICE_MODULE = "lakehouse.quality.gx_service"  # the validation service, run with python -m
-LOG_LEVEL_ENV, LOG_SIZE_ENV, LOG_FILES_ENV = (
-    "LAKEHOUSE_SPARK_LOG_LEVEL",
-    "LAKEHOUSE_SPARK_LOG_SIZE",
-    "LAKEHOUSE_SPARK_LOG_FILES",
-)
-LOG_LEVELS = ("TRACE", "DEBUG", "INFO", "WARN", "ERROR", "FATAL", "OFF")
-# Log4j 2 for the server's JVM (Spark's own default is INFO to the console: a line per task of
-# every query, megabytes an hour): one rolling file.
-_LOG4J2 = """\
-appender.file.type = RollingFile
-appender.file.name = file
-appender.file.fileName = {log}
-appender.file.filePattern = {log}.%i
-appender.file.layout.type = PatternLayout
-appender.file.layout.pattern = %d{{yy/MM/dd HH:mm:ss}} %p %c{{1}}: %m%n%ex
-appender.file.policies.type = Policies
-appender.file.policies.size.type = SizeBasedTriggeringPolicy
-appender.file.policies.size.size = {size}
-appender.file.strategy.type = DefaultRolloverStrategy
-appender.file.strategy.max = {files}
-rootLogger.level = {level}
-rootLogger.appenderRef.file.ref = file
-"""
 
 
 class ServerError(LakehouseError):
@@ -143,35 +108,18 @@ class ServerDown(ServerError):
     """No Spark server answers: the message says how to start one."""
 
 
+CONNECT_PORT = Port("port", PORT_ENV, DEFAULT_PORT)
+CATALOG_PORT = Port("catalog_port", CATALOG_PORT_ENV, DEFAULT_CATALOG_PORT)
+
+
 def port() -> int:
     """The Connect port (``LAKEHOUSE_SPARK_PORT``, default 15002); anything but a port number
     is a ConfigError naming the variable."""
-    return port_setting(PORT_ENV, DEFAULT_PORT)
-
-
-def sql_port() -> int:
-    """The SQL endpoint's port (``LAKEHOUSE_SQL_PORT``, default 10000); anything but a port
-    number is a ConfigError naming the variable."""
-    return port_setting(SQL_PORT_ENV, DEFAULT_SQL_PORT)
-
-
-def sql_address() -> str:
-    """The address the SQL endpoint listens on (``LAKEHOUSE_SQL_ADDRESS``, default 127.0.0.1);
-    anything but an IP address is a ConfigError naming the variable."""
-    import ipaddress
-
-    raw = os.environ.get(SQL_ADDRESS_ENV, "").strip() or LOOPBACK
-    try:
-        return str(ipaddress.ip_address(raw))
-    except ValueError:
-        raise ConfigError(
-            f"{SQL_ADDRESS_ENV}={raw!r}: expected an IP address to listen on (127.0.0.1, the "
-            "default, or 0.0.0.0 for every interface)"
-        ) from None
+    return CONNECT_PORT.value()
 
 
 def state_dir(settings: Settings) -> Path:
-    """Where the server keeps its pid, settings, log and token: local state, never data."""
+    """Where the server keeps its pid, settings, log and tokens: local state, never data."""
     return settings.home / "spark"
 
 
@@ -204,7 +152,7 @@ def token(settings: Settings, *, create: bool = False) -> str:
 
 
 def reader_token(settings: Settings, *, create: bool = False) -> str:
-    """The readers' token, which reads every table and changes none of the pipeline's: read from
+    """The readers' token, which opens the readers' server only: read from
     ``<home>/spark/reader-token``; with ``create``, generated there first if missing (mode
     0600)."""
     return _secret(state_dir(settings) / "reader-token", create)
@@ -220,9 +168,8 @@ def _secret(path: Path, create: bool) -> str:
 
 @dataclass(frozen=True)
 class Reader:
-    """What a reader (a person, a BI tool, dbt) needs to reach the server with the readers'
-    credential: the SQL endpoint's host, port, user and password, and the Spark Connect
-    address."""
+    """What a reader (a person, a BI tool, dbt) needs to reach the readers' server: the SQL
+    endpoint's host, port, user and password, and the Spark Connect address."""
 
     host: str
     port: int
@@ -256,17 +203,17 @@ class Reader:
 
 
 def reader(settings: Settings) -> Reader:
-    """The readers' credential and addresses of this lakehouse's running server (``lakehouse
-    spark reader`` prints them). Raises :class:`ServerDown`, saying how to start it, when the
-    server is not running."""
-    current = status(settings)
-    if not current.running:
+    """The readers' credential and the addresses of this lakehouse's readers' server (``lakehouse
+    spark reader`` prints them). Raises :class:`ServerDown`, saying how to start it, when it is
+    not running."""
+    current = readers.of(settings).status()
+    if not current.running or current.port is None or current.sql_port is None:
         raise ServerDown(current.describe())
     host = current.sql_address or LOOPBACK
     return Reader(
         host=LOOPBACK if host == "0.0.0.0" else host,
-        port=current.sql_port or sql_port(),
-        user=READER_USER,
+        port=current.sql_port,
+        user=readers.READER_USER,
         password=reader_token(settings),
         connect_port=current.port,
     )
@@ -274,7 +221,7 @@ def reader(settings: Settings) -> Reader:
 
 @dataclass(frozen=True)
 class Status:
-    """What ``lakehouse spark status`` reports."""
+    """What ``lakehouse spark status`` reports: the pipeline's server, and its readers'."""
 
     running: bool
     port: int
@@ -282,60 +229,250 @@ class Status:
     pid: int | None = None
     started_at: str | None = None
     log: str | None = None
-    sql_port: int | None = None
-    sql_address: str | None = None
+    catalog_port: int | None = None
+    readers: readers.Status | None = None
 
-    def describe(self) -> str:
+    def describe(self, *, already: bool = False) -> str:
         if not self.running:
             return (
                 f"Spark server: not running (port {self.port}); start it with "
                 "`lakehouse spark start`"
             )
-        sql = (
-            f", SQL endpoint jdbc:hive2://{self.sql_address}:{self.sql_port}/default"
-            if self.sql_port
-            else ""
+        catalog = (
+            f", readers' catalog on {LOOPBACK}:{self.catalog_port}" if self.catalog_port else ""
         )
-        return (
-            f"Spark server: running, pid {self.pid}, sc://localhost:{self.port}{sql}, master "
-            f"{self.master}, since {self.started_at} (log: {self.log})"
+        line = (
+            f"Spark server: {'already ' if already else ''}running, pid {self.pid}, "
+            f"sc://localhost:{self.port}{catalog}, master {self.master}, since "
+            f"{self.started_at} (log: {self.log})"
         )
+        return line if self.readers is None else f"{line}\n{self.readers.describe(already=already)}"
 
 
-def _recorded(settings: Settings) -> dict[str, object]:
-    return read_record(state_dir(settings) / "server.json")
+def catalog_served() -> bool:
+    """Whether the server serves a catalog to the readers' server: with a metastore."""
+    return metastore.kind() != "none"
+
+
+class SparkServer(LocalServer[Status]):
+    """The pipeline's Spark server of ``settings``' lakehouse, kept in ``<home>/spark``."""
+
+    NAME = "Spark server"
+    COMMAND = "spark"
+    LOG = "server.out"
+    START_TIMEOUT_S = START_TIMEOUT_S
+    ERROR = ServerError
+
+    def __init__(self, settings: Settings) -> None:
+        super().__init__(state_dir(settings))
+        self.settings = settings
+        self._service: subprocess.Popen[bytes] | None = None
+
+    PORTS = (CONNECT_PORT,)
+
+    def ports(self) -> dict[str, int]:
+        """The Connect port, and the readers' catalog's when there is a metastore: the one
+        ``LAKEHOUSE_CATALOG_PORT`` names, else a free one chosen at each start (the readers'
+        server reads it from this server's record)."""
+        ports = super().ports()
+        if catalog_served():
+            ports["catalog_port"] = (
+                CATALOG_PORT.value() if os.environ.get(CATALOG_PORT_ENV) else free_port(LOOPBACK)
+            )
+        return ports
+
+    def answering(self, record: Mapping[str, object]) -> bool:
+        service = record.get("validation_pid")
+        if isinstance(service, int) and not alive(service):
+            raise ServerError(
+                f"the validation service exited while the server started; its log "
+                f"({self.root / 'gx.log'}) ends with:\n{tail(self.root / 'gx.log')}"
+            )
+        ports = [record.get("port"), record.get("catalog_port")]
+        listening = all(isinstance(at, int) and answers(LOOPBACK, at) for at in ports if at)
+        return listening and socket_answers(validation_socket(self.settings))
+
+    def prepare(self, ports: Mapping[str, int]) -> None:
+        check_environment(os.environ)
+        from lakehouse.runtime.process import ensure_java
+
+        ensure_java()
+        objectstore.check_reachable(self.settings.data_root)
+        metastore.prepare(self.settings)
+        token(self.settings, create=True)
+        reader_token(self.settings, create=True)
+        # Great Expectations' validation service: it imports GX while the JVM starts; stop()
+        # ends it with the server.
+        self._service = spawn_validation_service(self.settings)
+
+    def launch(self, ports: Mapping[str, int]) -> Launch:
+        import pyspark
+
+        conf = server_conf(self.settings, ports["port"], ports.get("catalog_port"))
+        options = (
+            f"-Dlog4j2.configurationFile=file:{log_config(self.root)} "
+            f"{metastore.java_options(self.settings)}"
+        ).strip()
+        assert self._service is not None
+        return Launch(
+            server_main_argv(conf, options, MODE),
+            env={
+                # No token in the server's environment (a client's own may hold one): it reads
+                # its token from its standard input, and its sessions' code could read its
+                # environment.
+                **{k: v for k, v in os.environ.items() if k != TOKEN_ENV},
+                "SPARK_HOME": str(Path(pyspark.__file__).parent),
+                # Spark's own addresses on the loopback interface, not the first it finds.
+                "SPARK_LOCAL_IP": LOOPBACK,
+                # Spark Connect runs Python work (UDFs, mapInArrow) with this interpreter, which
+                # has the platform's package; it reads this variable, not spark.pyspark.python.
+                "PYSPARK_PYTHON": sys.executable,
+                "PYSPARK_DRIVER_PYTHON": sys.executable,
+            },
+            stdin=f"{token(self.settings)}\n",
+            record={
+                "validation_pid": self._service.pid,
+                "master": self.settings.spark_master,
+                "data": str(self.settings.data_root),
+            },
+        )
+
+    def make_status(self, record: Mapping[str, object] | None) -> Status:
+        if record is None:
+            at = self.record().get("port")
+            return Status(False, at if isinstance(at, int) else port())
+        catalog = record.get("catalog_port")
+        return Status(
+            True,
+            int(str(record["port"])),
+            master=str(record.get("master")),
+            pid=int(str(record["pid"])),
+            started_at=str(record.get("started_at")),
+            log=str(self.root / "server.log"),
+            catalog_port=catalog if isinstance(catalog, int) else None,
+        )
+
+    def running_record(self) -> dict[str, object] | None:
+        rec = self.record()
+        pid = rec.get("pid")
+        # The Connect port answering is the server; the catalog's answers with it.
+        if not isinstance(pid, int) or not alive(pid):
+            return None
+        at = rec.get("port")
+        return rec if isinstance(at, int) and answers(LOOPBACK, at) else None
+
+    def stop(self, *, timeout: float | None = None) -> bool:
+        """Stop the server, its Python workers and its validation service; False if no server
+        was running. A service whose JVM died alone (kill -9, out of memory) is ended too:
+        otherwise it outlives every server, and a new start spawns another beside it."""
+        rec = self.record()
+        pid, service = rec.get("pid"), rec.get("validation_pid")
+        if self._service is not None and self._service.poll() is None:
+            service = self._service.pid
+        leaders = [pid] if isinstance(pid, int) and alive(pid) else []
+        running = bool(leaders)
+        if isinstance(service, int) and _is_service(service):
+            leaders.append(service)
+        family = [m for p in leaders for m in (p, *_descendants(p))]
+        for leader in leaders:  # each one's process group: the children it forked too
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(leader, signal.SIGTERM)
+        deadline = time.monotonic() + (30.0 if timeout is None else timeout)
+        while time.monotonic() < deadline and any(alive(p) for p in leaders):
+            time.sleep(0.2)
+        for member in family:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(member, signal.SIGKILL)
+        self._service = None
+        self.state.unlink(missing_ok=True)
+        validation_socket(self.settings).unlink(missing_ok=True)
+        return running
+
+    def log_end(self, *logs: Path) -> str:
+        return super().log_end(self.root / "server.log", *logs)
 
 
 def status(settings: Settings) -> Status:
-    """Whether this lakehouse's server is up: its recorded process is alive and its port
-    answers."""
-    rec = _recorded(settings)
-    recorded_port, pid = rec.get("port"), rec.get("pid")
-    at = recorded_port if isinstance(recorded_port, int) else port()
-    if not isinstance(pid, int) or not alive(pid) or not answers(LOOPBACK, at):
-        return Status(False, at)
-    sql_at, sql_host = rec.get("sql_port"), rec.get("sql_address")
+    """Whether this lakehouse's server is up (its recorded process alive, its port answering),
+    with its readers' server's status."""
+    current = SparkServer(settings).status()
+    if not current.running:
+        return current
     return Status(
-        True,
-        at,
-        master=str(rec.get("master")),
-        pid=pid,
-        started_at=str(rec.get("started_at")),
-        log=str(state_dir(settings) / "server.log"),
-        sql_port=sql_at if isinstance(sql_at, int) else None,
-        sql_address=str(sql_host) if sql_host else None,
+        **{**current.__dict__, "readers": readers.of(settings).status()},
     )
 
 
-def server_conf(settings: Settings, at: int, sql_at: int | None = None) -> dict[str, str]:
-    """Every setting the server starts with: the platform's
-    (:func:`lakehouse.runtime.spark.spark_conf`), the Connect service's and the SQL endpoint's
-    (on ``sql_at``, by default :func:`sql_port`), every listener on the loopback address but the
-    SQL endpoint's (:func:`sql_address`), and the readers' check's (its classes, the lake's
-    folders, the warehouse and the pipeline's schemas)."""
+def start(
+    settings: Settings,
+    *,
+    only: str | None = None,
+    timeout: float = START_TIMEOUT_S,
+    sql_check: bool = True,
+) -> Status:
+    """Start the pipeline's server unless it runs, then the readers' server (``only``: one of
+    the two, ``pipeline`` or ``readers``); return once each accepts connections. Raises
+    :class:`ServerError` (or the readers' server's error) with the end of its log if one exits
+    or does not listen in time; a readers' server that cannot start stops the pipeline's server
+    that this call started. ``sql_check=False`` starts the readers' server without its SQL-level
+    check (for the tests that show the layers below it hold alone)."""
+    if only not in (None, "pipeline", "readers"):
+        raise ConfigError(f"lakehouse spark --only {only}: expected pipeline or readers")
+    pipeline = SparkServer(settings)
+    started_here = False
+    if only != "readers":
+        started_here = pipeline.running_record() is None
+        pipeline.start(timeout=timeout)
+    if only != "pipeline":
+        try:
+            readers.ReadersServer(
+                settings,
+                catalog_port=_catalog_port(settings),
+                token=reader_token(settings, create=True),
+                sql_check=sql_check,
+            ).start(timeout=timeout)
+        except BaseException:
+            if started_here:
+                pipeline.stop()
+            raise
+    return status(settings)
+
+
+def _catalog_port(settings: Settings) -> int | None:
+    """Where the readers' server reads the catalog: the port this lakehouse's pipeline server
+    recorded, else ``LAKEHOUSE_CATALOG_PORT`` (a pipeline server in another container); None
+    without a metastore."""
+    if not catalog_served():
+        return None
+    recorded = SparkServer(settings).running_record()
+    if recorded is not None and isinstance(recorded.get("catalog_port"), int):
+        return int(str(recorded["catalog_port"]))
+    if os.environ.get(CATALOG_PORT_ENV):
+        return CATALOG_PORT.value()
+    raise ServerDown(
+        "the readers' server reads the tables' names from the pipeline's Spark server, which "
+        f"is not running here: start it (`lakehouse spark start`), or set {CATALOG_PORT_ENV} to "
+        "the port where it serves them"
+    )
+
+
+def stop(settings: Settings, *, only: str | None = None, timeout: float = 30.0) -> bool:
+    """Stop the readers' server and the pipeline's server (``only``: one of them); False if the
+    one asked for (the pipeline's, unless ``only`` is ``readers``) was not running."""
+    stopped_readers = readers.of(settings).stop() if only != "pipeline" else False
+    if only == "readers":
+        return stopped_readers
+    return SparkServer(settings).stop(timeout=timeout)
+
+
+def server_conf(settings: Settings, at: int, catalog_at: int | None = None) -> dict[str, str]:
+    """Every setting the pipeline's server starts with: the platform's
+    (:func:`lakehouse.runtime.spark.spark_conf`), the Connect service's (on ``at``, its
+    credential), the readers' catalog's (on ``catalog_at``; none when None), every listener on
+    the loopback address, and the metastore's."""
     from lakehouse.runtime import jvm
     from lakehouse.runtime.config import whole_number_setting
-    from lakehouse.runtime.spark import DELTA_CONF, merged, spark_conf
+    from lakehouse.runtime.spark import merged, spark_conf
 
     conf = spark_conf(settings.spark_master, "lakehouse-spark-server")
     idle = whole_number_setting(PYTHON_IDLE_ENV, DEFAULT_PYTHON_IDLE_S, "seconds", least=1)
@@ -358,30 +495,20 @@ def server_conf(settings: Settings, at: int, sql_at: int | None = None) -> dict[
             "spark.python.daemon.module": "lakehouse.runtime.pydaemon",
             # (A cluster's executors run daemons too; in local mode the server's environment has it.)
             f"spark.executorEnv.{PYTHON_IDLE_ENV}": str(idle),
-            # Readers' tables go to the metastore's warehouse, under the lakehouse's home (also
-            # with LAKEHOUSE_METASTORE=none), and the readers' check reads the warehouse, the
-            # pipeline's schemas and the lake's folders from these static settings, which no
-            # session can change.
+            # The readers' warehouse (their schemas' default folder, which the catalog makes),
+            # the pipeline's schemas and the lake's folders, for the readers' catalog's check:
+            # static settings, which no session can change.
             "spark.sql.warehouse.dir": str(metastore.folder(settings) / "warehouse"),
             "spark.lakehouse.pipelineSchemas": ",".join(metastore.PIPELINE_SCHEMAS),
-            LAKE_FOLDERS_CONF: ",".join(map(str, lake_folders(settings))),
-            # The server's code (its main class, its Connect credentials, the readers' check),
+            "spark.lakehouse.lakeFolders": ",".join(map(str, lake_folders(settings))),
+            # The server's code (its main class, its Connect credential, the readers' catalog),
             # and the platform's jars (Delta ...) on the class path the JVM starts with, not only
-            # in spark.jars: the SQL endpoint opens its sessions on threads whose class loader is
-            # that one, and a session needs Delta's catalog.
+            # in spark.jars.
             "spark.driver.extraClassPath": os.pathsep.join(
                 (str(jvm.server_jar()), *map(str, jvm.spark_jars()))
             ),
             "spark.connect.grpc.interceptor.classes": INTERCEPTOR_CLASS,
-            "spark.sql.extensions": f"{DELTA_CONF['spark.sql.extensions']},{EXTENSION_CLASS}",
-            # The SQL endpoint (Spark's Thrift server, HiveServer2's binary protocol): SASL PLAIN
-            # logins checked by the server's code (the readers' token; its main class names the
-            # login class), as the server's own user.
-            "spark.hadoop.hive.server2.thrift.bind.host": sql_address(),
-            "spark.hadoop.hive.server2.thrift.port": str(sql_port() if sql_at is None else sql_at),
-            "spark.hadoop.hive.server2.transport.mode": "binary",
-            "spark.hadoop.hive.server2.authentication": "CUSTOM",
-            "spark.hadoop.hive.server2.enable.doAs": "false",
+            **({"spark.lakehouse.catalog.port": str(catalog_at)} if catalog_at else {}),
         },
     )
     # The server is the process that keeps the lakehouse's table names: every table it creates
@@ -392,9 +519,8 @@ def server_conf(settings: Settings, at: int, sql_at: int | None = None) -> dict[
 
 def lake_folders(settings: Settings) -> tuple[Location, ...]:
     """The lake's folders of data (landing, tables, the schema registry, the quality ledger):
-    readers read there and never write (the SQL endpoint's and Connect's readers' check,
-    :data:`LAKE_FOLDERS_CONF`). The lakehouse's home beside them (its tokens, its metastore) is
-    not data, even when the data lies in the home."""
+    readers read there and never write. The lakehouse's home beside them (its tokens, its
+    metastore) is not data, even when the data lies in the home."""
     return (
         settings.landing_root,
         settings.tables_root,
@@ -403,164 +529,14 @@ def lake_folders(settings: Settings) -> tuple[Location, ...]:
     )
 
 
-def log_config(settings: Settings) -> Path:
-    """Write the server's Log4j 2 settings (see the module docstring) and return their file;
-    a level or size that is not one is a ConfigError naming its variable."""
-    from lakehouse.runtime.config import whole_number_setting
-
-    level = os.environ.get(LOG_LEVEL_ENV, "WARN").strip().upper()
-    if level not in LOG_LEVELS:
-        raise ConfigError(f"{LOG_LEVEL_ENV}={level!r}: expected one of {', '.join(LOG_LEVELS)}")
-    size = os.environ.get(LOG_SIZE_ENV, "10MB").strip().upper().replace(" ", "")
-    if not re.fullmatch(r"\d+(KB|MB|GB)", size):
-        raise ConfigError(f"{LOG_SIZE_ENV}={size!r}: a size such as 500KB, 10MB or 1GB")
-    files = whole_number_setting(LOG_FILES_ENV, 5, "old log files", least=1)
-    folder = state_dir(settings)
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / "log4j2.properties"
-    text = _LOG4J2.format(log=folder / "server.log", size=size, files=files, level=level)
-    path.write_text(text, encoding="utf-8")
-    return path
-
-
-def command(settings: Settings, at: int, sql_at: int | None = None) -> list[str]:
-    """The ``spark-submit`` that runs the server (its tokens go to its standard input)."""
-    import pyspark
-
-    from lakehouse.runtime.spark import conf_args
-
-    submit = Path(pyspark.__file__).parent / "bin" / "spark-submit"
-    conf = server_conf(settings, at, sql_at)
-    master = conf.pop("spark.master")
-    name = conf.pop("spark.app.name")
-    memory = conf.pop("spark.driver.memory")
-    return [
-        str(submit),
-        "--class",
-        SERVER_CLASS,
-        "--master",
-        master,
-        "--name",
-        name,
-        "--driver-memory",
-        memory,
-        "--driver-java-options",
-        f"-Dlog4j2.configurationFile=file:{log_config(settings)} {metastore.java_options(settings)}".strip(),
-        *conf_args(conf),
-        "spark-internal",
-    ]
-
-
-def start(settings: Settings, *, timeout: float = START_TIMEOUT_S) -> Status:
-    """Start the server unless it runs; return once it accepts connections. Raises
-    :class:`ServerError` with the end of its log if it exits or does not listen in time."""
-    import pyspark
-
-    from lakehouse.runtime.process import ensure_java
-
-    current = status(settings)
-    if current.running:
-        return current
-    recorded = _recorded(settings).get("pid")
-    if not isinstance(recorded, int) or not alive(recorded):
-        stop(settings)  # what a dead server left: its validation service, its socket
-    at, sql_at = port(), sql_port()
-    for taken, variable in ((at, PORT_ENV), (sql_at, SQL_PORT_ENV)):
-        if answers(LOOPBACK, taken):
-            raise ServerError(
-                f"port {taken} on {LOOPBACK} is taken by another process: stop it, or choose "
-                f"another port with {variable}"
-            )
-    check_environment(os.environ)
-    ensure_java()
-    objectstore.check_reachable(settings.data_root)
-    metastore.prepare(settings)
-    folder = state_dir(settings)
-    folder.mkdir(parents=True, exist_ok=True)
-    secrets_in = f"{token(settings, create=True)}\n{reader_token(settings, create=True)}\n"
-    spark_home = Path(pyspark.__file__).parent
-    env = {
-        # No token in the server's environment (a client's own may hold one): the server reads
-        # them from its standard input, and its sessions' code could read its environment.
-        **{k: v for k, v in os.environ.items() if k != TOKEN_ENV},
-        "SPARK_HOME": str(spark_home),
-        # Spark Connect runs Python work (UDFs, mapInArrow) with this interpreter, which has the
-        # platform's package; it reads this variable, not spark.pyspark.python.
-        "PYSPARK_PYTHON": sys.executable,
-        "PYSPARK_DRIVER_PYTHON": sys.executable,
-    }
-    log_path, out_path = folder / "server.log", folder / "server.out"
-    with out_path.open("ab") as log:
-        log.write(f"\n--- starting at {time.strftime('%Y-%m-%dT%H:%M:%S%z')}\n".encode())
-        log.flush()
-        proc = subprocess.Popen(
-            command(settings, at, sql_at),
-            env=env,
-            stdin=subprocess.PIPE,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,  # its own process group: stop() ends it whole
-            cwd=folder,
-        )
-    assert proc.stdin is not None
-    try:
-        with proc.stdin:
-            proc.stdin.write(secrets_in.encode())
-    except BrokenPipeError:
-        pass  # it exited at once: the wait below reports it with its log
-    # Great Expectations' validation service: it imports GX while the JVM starts, and stop()
-    # ends it with the server.
-    try:
-        service = spawn_validation_service(settings)
-    except BaseException:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)  # no server without its service
-        raise
-    record = {
-        "pid": proc.pid,
-        "validation_pid": service.pid,
-        "port": at,
-        "sql_port": sql_at,
-        "sql_address": sql_address(),
-        "master": settings.spark_master,
-        "data": str(settings.data_root),
-        "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-    }
-    write_record(folder / "server.json", record)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(service.pid, signal.SIGTERM)
-            raise ServerError(
-                f"the Spark server exited with code {proc.returncode} while starting; "
-                + _logs_end(log_path, out_path)
-            )
-        if service.poll() is not None:
-            stop(settings)
-            service_log = state_dir(settings) / "gx.log"
-            raise ServerError(
-                f"the validation service exited with code {service.returncode} while starting; "
-                f"its log ({service_log}) ends with:\n{tail(service_log)}"
-            )
-        if (
-            answers(LOOPBACK, at)
-            and answers(LOOPBACK, sql_at)
-            and socket_answers(validation_socket(settings))
-        ):
-            return status(settings)
-        time.sleep(0.25)
-    stop(settings)
-    raise ServerError(
-        f"the Spark server did not listen on ports {at} (Connect) and {sql_at} (SQL) within "
-        f"{timeout:.0f} s; " + _logs_end(log_path, out_path)
-    )
-
-
-def _logs_end(*logs: Path) -> str:
-    """The end of each of the server's logs that has anything, for an error message."""
-    ends = [f"{log} ends with:\n{tail(log)}" for log in logs if log.is_file() and tail(log).strip()]
-    return "; ".join(ends) or f"its logs ({', '.join(map(str, logs))}) are empty"
+def command(settings: Settings, at: int, catalog_at: int | None = None) -> list[str]:
+    """The ``spark-submit`` that runs the pipeline's server (its token goes to its standard
+    input)."""
+    options = (
+        f"-Dlog4j2.configurationFile=file:{log_config(state_dir(settings))} "
+        f"{metastore.java_options(settings)}"
+    ).strip()
+    return server_main_argv(server_conf(settings, at, catalog_at), options, MODE)
 
 
 def _is_service(pid: object) -> bool:
@@ -592,31 +568,6 @@ def _descendants(pid: int) -> list[int]:
     return found
 
 
-def stop(settings: Settings, *, timeout: float = 30.0) -> bool:
-    """Stop the server, its Python workers and its validation service; False if no server was
-    running. A service whose JVM died alone (kill -9, out of memory) is ended too: otherwise it
-    outlives every server, and a new start spawns another beside it."""
-    rec = _recorded(settings)
-    pid, service = rec.get("pid"), rec.get("validation_pid")
-    leaders = [pid] if isinstance(pid, int) and alive(pid) else []
-    running = bool(leaders)
-    if isinstance(service, int) and _is_service(service):
-        leaders.append(service)
-    family = [m for p in leaders for m in (p, *_descendants(p))]
-    for leader in leaders:  # each one's process group: the children it forked too
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(leader, signal.SIGTERM)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and any(alive(p) for p in leaders):
-        time.sleep(0.2)
-    for member in family:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(member, signal.SIGKILL)
-    (state_dir(settings) / "server.json").unlink(missing_ok=True)
-    (state_dir(settings) / "gx.sock").unlink(missing_ok=True)
-    return running
-
-
 def remote(settings: Settings, at: int) -> str:
     """The Connect address of this lakehouse's server on port ``at``, token included
     (``sc://localhost``: the only host Spark's client sends a token to without TLS)."""
@@ -629,10 +580,11 @@ def connect(settings: Settings) -> SparkSession:
     process it connected to has died (instead of the client's minutes of retries)."""
     from pyspark.sql import SparkSession
 
-    current = status(settings)
+    pipeline = SparkServer(settings)
+    current = pipeline.status()
     if not current.running or current.pid is None:
         raise ServerDown(current.describe())
-    serves = _recorded(settings).get("data")
+    serves = pipeline.record().get("data")
     if serves is not None and serves != str(settings.data_root):
         raise ServerError(
             f"the Spark server at port {current.port} was started for the data at {serves}, and "
@@ -700,44 +652,57 @@ def _while_answering(host: str, at: int) -> RetryPolicy:
     return WhileAnswering()
 
 
-def run(settings: Settings, *, poll: float = 1.0) -> int:
-    """``lakehouse spark run``: start the server and stay in the foreground, as a service
-    manager or a container wants it, until the server ends (exit status 1, the end of its log
-    on stderr) or this process is told to stop (SIGTERM, SIGINT: the server is stopped whole,
-    exit status 0)."""
+def run(settings: Settings, *, only: str | None = None, poll: float = 1.0) -> int:
+    """``lakehouse spark run``: start the servers (``only``: one of them) and stay in the
+    foreground, as a service manager or a container wants it, until one of them ends (exit
+    status 1, the end of its log on stderr) or this process is told to stop (SIGTERM, SIGINT:
+    the servers are stopped whole, exit status 0)."""
     asked: list[int] = []  # a stop asked for while it starts is taken once it has started
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda signum, _frame: asked.append(signum))
-    started = start(settings)
-    print(started.describe(), flush=True)
-    while not asked and started.pid is not None and alive(started.pid):
+    started = start(settings, only=only)
+    print(started.describe() if only != "readers" else readers.of(settings).status().describe())
+    watched: list[LocalServer[Any]] = []
+    if only != "readers":
+        watched.append(SparkServer(settings))
+    if only != "pipeline":
+        watched.append(readers.of(settings))
+    pids = [w.record().get("pid") for w in watched]
+    while not asked and all(isinstance(p, int) and alive(p) for p in pids):
         time.sleep(poll)
-    stop(settings)
+    ended = [w for w, p in zip(watched, pids, strict=True) if not (isinstance(p, int) and alive(p))]
+    stop(settings, only=only)
     if asked:
         print(f"Spark server: stopped ({signal.Signals(asked[0]).name})", flush=True)
         return 0
-    folder = state_dir(settings)
-    print(
-        f"Spark server: ended by itself; {_logs_end(folder / 'server.log', folder / 'server.out')}",
-        file=sys.stderr,
-    )
+    for server in ended:
+        print(f"{server.NAME}: ended by itself; {server.log_end()}", file=sys.stderr)
     return 1
 
 
-def main(settings: Settings, action: str) -> int:
-    """``lakehouse spark start | run | stop | status | reader`` (status: exit code 1 when it is
-    down; run: in the foreground, see :func:`run`; reader: what a reader needs, see
-    :func:`reader`)."""
+def main(settings: Settings, action: str, *, only: str | None = None) -> int:
+    """``lakehouse spark start | run | stop | status | reader [--only pipeline|readers]``
+    (status: exit code 1 when the pipeline's server is down; run: in the foreground, see
+    :func:`run`; reader: what a reader needs, see :func:`reader`)."""
     if action == "start":
-        print(start(settings).describe())
+        already = status(settings).running
+        print(start(settings, only=only).describe(already=already))
         return 0
     if action == "run":
-        return run(settings)
+        return run(settings, only=only)
     if action == "stop":
-        print("Spark server: stopped" if stop(settings) else "Spark server: was not running")
+        print(
+            "Spark server: stopped"
+            if stop(settings, only=only)
+            else "Spark server: was not running"
+        )
         return 0
     if action == "status":
         current = status(settings)
+        if only == "readers":
+            described = readers.of(settings).status()
+            print(described.describe())
+            return 0 if described.running else 1
         print(current.describe())
         return 0 if current.running else 1
     if action == "reader":

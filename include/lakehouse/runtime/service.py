@@ -127,8 +127,9 @@ class LocalServer(Generic[S]):
         """The status of the running server of ``record``, or of a stopped one (None)."""
         raise NotImplementedError
 
-    def stopped(self) -> None:
-        """What to clean once the process has ended (a socket it left)."""
+    def stopped(self, record: Mapping[str, object]) -> None:
+        """What to clean once the process of ``record`` has ended (a helper it had, a socket
+        it left)."""
 
     # -- what the holder does ---------------------------------------------------------------
     def record(self) -> dict[str, object]:
@@ -218,9 +219,10 @@ class LocalServer(Generic[S]):
         """Stop the server and what it started: SIGTERM to its process group, SIGKILL after
         ``timeout`` seconds. False if none was running."""
         wait = self.STOP_TIMEOUT_S if timeout is None else timeout
-        stopped = stop_group(self.record().get("pid"), wait)
+        record = self.record()
+        stopped = stop_group(record.get("pid"), wait)
+        self.stopped(record)
         self.state.unlink(missing_ok=True)
-        self.stopped()
         return stopped
 
     def log_end(self, *logs: Path) -> str:
