@@ -68,8 +68,7 @@ def shared_spark_server(
                 mp.setenv(name, value)
             mp.setenv("LAKEHOUSE_HOME", str(settings.home))
             mp.setenv(server.PORT_ENV, str(free_port()))  # for the first start only
-            mp.setenv(server.SQL_PORT_ENV, str(free_port()))
-            running = server.start(settings)
+            running = server.start(settings, only="pipeline")
         log = server.state_dir(settings) / "server.log"
         return SparkServer(running.port, server.token(settings), log)
 

@@ -513,7 +513,7 @@ def test_a_task_whose_server_is_down_fails_at_once_and_its_retry_succeeds(
 
     def start_server(line: str) -> None:
         assert "start it with `lakehouse spark start`" in line
-        server.start(settings)
+        server.start(settings, only="pipeline")
 
     # The connection is to this lakehouse's own server, which is not running.
     down = f"no Spark server answers at localhost:{port}"

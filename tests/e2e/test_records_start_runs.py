@@ -122,7 +122,9 @@ class ThisMachine:
     paths: dict[str, Path]  # a path in the containers -> a folder here
     api_port: int  # airflow-apiserver's port 8080, published on AIRFLOW_UI_ADDRESS
     spark_port: int  # localhost:15002 in spark-server's network namespace (LAKEHOUSE_SPARK_PORT)
-    sql_port: int  # the SQL endpoint's 10000, published on the host's loopback (LAKEHOUSE_SQL_PORT)
+    catalog_port: (
+        int  # the readers' catalog, 9083 in spark-server's network (LAKEHOUSE_CATALOG_PORT)
+    )
     logs: Path
 
     def value(self, text: str) -> str:
@@ -149,12 +151,7 @@ class ThisMachine:
             env["AIRFLOW__API__HOST"] = address
         if name == "spark-server" or svc.get("network_mode") == "service:spark-server":
             env[server.PORT_ENV] = str(self.spark_port)
-        if name == "spark-server":
-            # The SQL endpoint listens on every interface of its container, published on the
-            # host's loopback: here, that address.
-            ((address, _),) = published(svc).values()
-            env[server.SQL_ADDRESS_ENV] = address
-            env[server.SQL_PORT_ENV] = str(self.sql_port)
+            env[server.CATALOG_PORT_ENV] = str(self.catalog_port)
         return env
 
     def command(self, name: str) -> list[str]:
@@ -230,7 +227,7 @@ def this_machine(
         },
         api_port=api_port,
         spark_port=free_port(),
-        sql_port=free_port(),
+        catalog_port=free_port(),
         logs=root / "logs",
     )
 

@@ -106,7 +106,7 @@ def _names(settings: Settings) -> dict[str, str]:
 def test_names_through_sync_pipeline_runs_schema_changes_restarts_and_drop(
     lake: Settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    server.start(lake)
+    server.start(lake, only="pipeline")
     # A lake made before the catalog has no names yet.
     assert _names(lake) == {}
 
@@ -163,7 +163,7 @@ print(spark.table("gold.user_profiles").columns[-1])
     # taken meanwhile by any process of the machine).
     server.stop(lake)
     monkeypatch.setenv(server.PORT_ENV, str(free_port()))
-    server.start(lake)
+    server.start(lake, only="pipeline")
     seen = _read(("gold.user_profiles", "silver.user_profile_changes"))
     assert seen["rows"] == [["alice", "Berlin"], ["bob", "Lima"]]
     assert seen["gold.user_profiles"] == 3  # two users and the row the column came with
@@ -184,7 +184,7 @@ def test_a_name_taken_by_a_table_elsewhere_stops_the_creation(lake: Settings) ->
     """A name the metastore gives to a table at another location (a lake moved, or two topics
     whose names become one identifier) is not taken over by a new table: the creation stops
     with a message saying where the name points and what to run."""
-    server.start(lake)
+    server.start(lake, only="pipeline")
     elsewhere = lake.home / "elsewhere" / "t"
     code = f"""
 from pathlib import Path
@@ -221,7 +221,6 @@ def on_postgres() -> Iterator[Settings]:
         mp.setenv("LAKEHOUSE_HOME", str(home))
         mp.setenv("LAKEHOUSE_CONTRACTS", str(REPO_ROOT / "contracts"))
         mp.setenv(server.PORT_ENV, str(free_port()))
-        mp.setenv(server.SQL_PORT_ENV, str(free_port()))  # beside the module's other server
         mp.setenv("LAKEHOUSE_POSTGRES_PORT", str(free_port()))
         mp.setenv("LAKEHOUSE_METASTORE", "postgres")
         settings = Settings.from_env()
@@ -242,7 +241,7 @@ def test_on_postgres_two_processes_see_the_same_names(on_postgres: Settings) -> 
     assert "which is not running: start it with `lakehouse postgres start`" in refused.stderr
 
     _lakehouse(settings, "postgres", "start")
-    server.start(settings)
+    server.start(settings, only="pipeline")
     password = Cluster.of(settings).password()
     assert password not in Path(f"/proc/{server.status(settings).pid}/cmdline").read_text()
     create = """

@@ -4,7 +4,7 @@ through the SQL endpoint (HiveServer2 protocol) with dbt-spark's ``thrift`` meth
 are read back through the endpoint and compared with the gold tables. Bad data that reaches gold
 then makes ``dbt build`` fail on the test that guards against it.
 
-The endpoint is the platform's (:func:`sql_endpoint`): the Spark server's HiveServer2 service,
+The endpoint is the platform's (:func:`sql_endpoint`): the readers' server's HiveServer2 service,
 logged in to with the readers' credential, which may build in dbt's own schema and change
 nothing of the pipeline's; host, port, user and password are the four things dbt's profile takes
 from the environment."""
@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from lakehouse.runtime import server
+from lakehouse.runtime import readers, server
 from lakehouse.runtime.config import REPO_ROOT, Settings
 from lakehouse.runtime.metastore import PIPELINE_SCHEMAS
 from lakehouse.runtime.process import free_port
@@ -52,10 +52,10 @@ class Endpoint:
 @contextlib.contextmanager
 def sql_endpoint(settings: Settings) -> Iterator[Endpoint]:
     """The platform's own SQL endpoint on the lakehouse of ``settings``, for the length of the
-    ``with``: the Spark server (``lakehouse spark start``), whose HiveServer2 endpoint runs in
-    the same driver as its Spark Connect service, logged in to with the readers' credential
-    (``lakehouse spark reader``), as a person or a BI tool would. The server is stopped on the
-    way out, whatever happened."""
+    ``with``: the readers' server that ``lakehouse spark start`` starts beside the pipeline's
+    (a JVM of its own, reading the pipeline server's catalog), logged in to with the readers'
+    credential (``lakehouse spark reader``), as a person or a BI tool would. The servers are
+    stopped on the way out, whatever happened."""
     from lakehouse.runtime import server
 
     server.start(settings)
@@ -162,7 +162,8 @@ def lake(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Settings]:
         mp.setenv("LAKEHOUSE_CONTRACTS", str(contracts))
         # A server of this lake's own, on ports of its own.
         mp.setenv(server.PORT_ENV, str(free_port()))
-        mp.setenv(server.SQL_PORT_ENV, str(free_port()))
+        mp.setenv(readers.PORT_ENV, str(free_port()))
+        mp.setenv(readers.SQL_PORT_ENV, str(free_port()))
         settings = Settings.from_env()
         for args in (("sample",), ("run", "--topic", "user-locations"), ("catalog", "sync")):
             done = _lakehouse(settings, *args)

@@ -279,7 +279,7 @@ def _run(cluster: Cluster, cmd: list[str], env: dict[str, str]) -> subprocess.Co
 def _server_env(cluster: Cluster, settings: Settings, root: Path, events: Path) -> dict[str, str]:
     """The environment of ``lakehouse spark ...`` and its clients: the cluster as the server's
     master, a port of its own, and the drivers' cluster settings in a spark-defaults.conf."""
-    from lakehouse.runtime import server
+    from lakehouse.runtime import readers, server
 
     conf_dir = root / "spark-conf"
     conf_dir.mkdir(exist_ok=True)
@@ -289,7 +289,8 @@ def _server_env(cluster: Cluster, settings: Settings, root: Path, events: Path) 
     return airflow_environment(settings) | {
         "LAKEHOUSE_SPARK_MASTER": cluster.master_url,
         server.PORT_ENV: str(free_port()),
-        server.SQL_PORT_ENV: str(free_port()),
+        readers.PORT_ENV: str(free_port()),
+        readers.SQL_PORT_ENV: str(free_port()),
         "SPARK_CONF_DIR": str(conf_dir),
         "SPARK_LOCAL_IP": "127.0.0.1",
         "LAKEHOUSE_SHUFFLE_PARTITIONS": str(WORKERS),

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from delta_log import checkpoints, operations
 
-from lakehouse.runtime import server
+from lakehouse.runtime import launch, readers, server
 from lakehouse.runtime.config import REPO_ROOT, Settings
 from lakehouse.runtime.process import alive, free_port
 from lakehouse.storage import log, read_arrow
@@ -47,7 +47,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Settings]:
         subprocess.run(
             [sys.executable, "-m", "lakehouse.cli", "sample"], check=True, capture_output=True
         )
-        server.start(settings)
+        server.start(settings, only="pipeline")
         try:
             yield settings
         finally:
@@ -392,10 +392,11 @@ def test_spark_run_holds_the_foreground_rolls_its_log_and_stops_whole_on_sigint(
         **{k: v for k, v in os.environ.items() if k != server.TOKEN_ENV},
         "LAKEHOUSE_HOME": str(settings.home),
         server.PORT_ENV: str(free_port()),
-        server.SQL_PORT_ENV: str(free_port()),  # beside the module's server
-        server.LOG_LEVEL_ENV: "INFO",
-        server.LOG_SIZE_ENV: "16KB",
-        server.LOG_FILES_ENV: "2",
+        readers.PORT_ENV: str(free_port()),  # beside the module's server
+        readers.SQL_PORT_ENV: str(free_port()),
+        launch.LOG_LEVEL_ENV: "INFO",
+        launch.LOG_SIZE_ENV: "16KB",
+        launch.LOG_FILES_ENV: "2",
     }
     foreground = subprocess.Popen(
         [sys.executable, "-m", "lakehouse.cli", "spark", "run"],

@@ -85,8 +85,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lake]:
     lake = make_lake(tmp_path_factory.mktemp("server-faults") / "killed")
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv(server.PORT_ENV, str(free_port()))
-        mp.setenv(server.SQL_PORT_ENV, str(free_port()))
-        server.start(lake.settings)
+        server.start(lake.settings, only="pipeline")
         try:
             yield lake
         finally:
@@ -217,7 +216,7 @@ def _round(
     left = sorted(_odd_files(lake) - odd)
     rounds.leftovers += left
     started = time.monotonic()
-    server.start(settings)
+    server.start(settings, only="pipeline")
     rounds.restarts.append(time.monotonic() - started)
     rerun, took = run_job(lake, layer, run_id(batch), client=True)
     assert ON_SERVER in rerun.output(), context.format(f"the rerun is no client:\n{rerun.tail()}")

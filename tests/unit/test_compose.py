@@ -64,6 +64,7 @@ SERVICES = {
     "airflow-triggerer",
     "config-check",
     "spark-server",
+    "spark-readers",
 }
 SECRET_WORDS = ("PASSWORD", "SECRET", "FERNET", "KEY")
 # `${NAME}`, `${NAME:-default}`, `${NAME:?error}` ... (after `$$` escapes are removed)
@@ -100,7 +101,16 @@ SHELL_VARIABLE = re.compile(r"\$\{(\w+)\}|\$(\w+)")
 
 # -- helpers: docker-compose.yml --------------------------------------------------------------
 def project_services(prefixes: tuple[str, ...] = ("airflow-", "spark-")) -> dict[str, dict]:
-    return {name: svc for name, svc in services().items() if name.startswith(prefixes)}
+    """The services of the pipeline's side that run lakehouse code (the readers' server, which
+    shares none of their settings or secrets, has tests of its own)."""
+    return {
+        name: svc
+        for name, svc in services().items()
+        if name.startswith(prefixes) and name != READERS
+    }
+
+
+READERS = "spark-readers"
 
 
 def option(args: list[str], name: str, default: str) -> str:
@@ -278,7 +288,7 @@ def test_depends_on_names_existing_services_with_health_checks_where_needed() ->
 
 
 def test_postgres_api_server_and_spark_server_have_health_checks() -> None:
-    for name in ("postgres", "airflow-apiserver", "spark-server"):
+    for name in ("postgres", "airflow-apiserver", "spark-server", READERS):
         assert has_healthcheck(services()[name]), name
 
 
@@ -325,8 +335,8 @@ def test_env_example_holds_placeholders_not_secrets() -> None:
 
 
 def test_credentials_reach_scripts_only_through_variables_from_env() -> None:
-    """The bucket's set-up script logs in and makes the lakehouse's user with variables of its
-    service, each one substituted from .env (required when secret): no credential is written in
+    """The bucket's set-up script logs in and makes the lakehouse's and the readers' users with
+    variables of its service, each one substituted from .env (required when secret): no credential is written in
     the file. MinIO's administrator password reaches MinIO and that script only."""
     init = services()["minio-init"]
     env = environment(init)
@@ -336,7 +346,8 @@ def test_credentials_reach_scripts_only_through_variables_from_env() -> None:
             words += args[5:7]
         if args[:4] == ["mc", "admin", "user", "add"]:
             words += args[5:7]
-    assert len(words) == 4, "expected `mc alias set` and `mc admin user add` with credentials"
+    # The administrator's login, the lakehouse's user and the readers' user.
+    assert len(words) == 6, "expected `mc alias set` and two `mc admin user add` with credentials"
     for word in words:
         variable = SHELL_VARIABLE.fullmatch(word)
         assert variable, f"{word!r} is written in the script, not read from a variable"
@@ -350,6 +361,61 @@ def test_credentials_reach_scripts_only_through_variables_from_env() -> None:
     }
     assert holders == {"minio", "minio-init", "config-check"}
     assert "minioadmin" not in COMPOSE.read_text().lower()  # MinIO's well-known default
+
+
+def test_the_readers_server_holds_none_of_the_pipelines_credentials_or_files(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    """The readers' container gets the readers' store user only (read-only on the bucket), a
+    home volume of its own (its token, the readers' warehouse), and none of the pipeline's
+    credentials, tokens, database password or volumes; its Spark gets the readers' keys as its
+    S3 credentials."""
+    svc = services()[READERS]
+    env = environment(svc)
+    pipeline_secrets = {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "LAKEHOUSE_METASTORE_URL"}
+    assert pipeline_secrets.isdisjoint(env), env
+    assert not any(key.startswith(("POSTGRES", "MINIO", "AIRFLOW")) for key in env), env
+    assert set(named_mounts(svc)) == {"readers-home"}
+    assert named_mounts(svc)["readers-home"] == env["LAKEHOUSE_HOME"]
+    for key in ("LAKEHOUSE_READERS_AWS_ACCESS_KEY_ID", "LAKEHOUSE_READERS_AWS_SECRET_ACCESS_KEY"):
+        assert REQUIRED_SUBSTITUTION.fullmatch(env[key] or ""), key
+    from lakehouse.runtime import readers
+    from lakehouse.runtime.config import Settings
+
+    dotenv = filled_env()
+    for key, value in container_env(READERS, dotenv).items():
+        monkeypatch.setenv(key, value)
+    settings = Settings.from_env(tmp_path / "readers", ROOT / "contracts")
+    given: dict[str, str] = {}
+    said = readers.ReadersServer(settings)._s3_credentials(given)
+    assert given == {
+        "AWS_ACCESS_KEY_ID": dotenv["LAKEHOUSE_READERS_AWS_ACCESS_KEY_ID"],
+        "AWS_SECRET_ACCESS_KEY": dotenv["LAKEHOUSE_READERS_AWS_SECRET_ACCESS_KEY"],
+    }
+    assert "readers' own credentials" in str(said)
+
+
+def test_minio_init_gives_the_readers_user_reads_of_the_bucket_only() -> None:
+    """The policy minio-init attaches to the readers' access key (the JSON its script writes
+    to the file it creates the policy from) lists and reads the lakehouse's bucket, nothing
+    else: no put, delete or any other action."""
+    init = services()["minio-init"]
+    env = environment(init)
+    commands = [[expand(word, env) for word in args] for args in script_commands(init)]
+    key = environment(services()[READERS])["LAKEHOUSE_READERS_AWS_ACCESS_KEY_ID"]
+    created = {
+        args[5]: args[6] for args in commands if args[:4] == ["mc", "admin", "policy", "create"]
+    }
+    (attached,) = [
+        args[5]
+        for args in commands
+        if args[:4] == ["mc", "admin", "policy", "attach"] and args[args.index("--user") + 1] == key
+    ]
+    written = {args[-1]: args[2] for args in commands if args[0] == "printf" and args[-2] == ">"}
+    (statement,) = json.loads(written[created[attached]])["Statement"]
+    assert statement["Effect"] == "Allow"
+    assert set(statement["Action"]) == {"s3:GetObject", "s3:ListBucket", "s3:GetBucketLocation"}
+    assert set(statement["Resource"]) == {"arn:aws:s3:::lakehouse", "arn:aws:s3:::lakehouse/*"}
 
 
 # -- the S3 store and the Kafka broker --------------------------------------------------------
@@ -408,7 +474,15 @@ def test_the_bucket_in_lakehouse_data_is_the_one_minio_init_creates_and_allows()
     made = [args[-1] for args in commands if args[:2] == ["mc", "mb"]]
     assert made == [f"{alias}/{bucket}"]
     users = [args[4:7] for args in commands if args[:4] == ["mc", "admin", "user", "add"]]
-    assert users == [[alias, shared["AWS_ACCESS_KEY_ID"], shared["AWS_SECRET_ACCESS_KEY"]]]
+    reading = environment(services()[READERS])
+    assert users == [
+        [alias, shared["AWS_ACCESS_KEY_ID"], shared["AWS_SECRET_ACCESS_KEY"]],
+        [
+            alias,
+            reading["LAKEHOUSE_READERS_AWS_ACCESS_KEY_ID"],
+            reading["LAKEHOUSE_READERS_AWS_SECRET_ACCESS_KEY"],
+        ],
+    ]
     # The policy: the JSON the script writes to the file it creates the policy from, attached
     # to that user.
     created = {
@@ -515,9 +589,14 @@ def start_up(name: str, dotenv: dict[str, str], tmp_path: Path, monkeypatch: Any
         connection = json.loads(made[SPARK_CONN_ENV])
         preflight(connection["conn_type"], settings, {})
         return made
-    assert args == ["lakehouse", "spark", "run"], (name, args)
     deployment.check_environment(env)
-    return server.server_conf(settings, server.port())
+    if args == ["lakehouse", "spark", "run", "--only", "readers"]:
+        from lakehouse.runtime import readers
+
+        reading = readers.ReadersServer(settings, catalog_port=server._catalog_port(settings))
+        return reading.conf(reading.ports())
+    assert args == ["lakehouse", "spark", "run", "--only", "pipeline"], (name, args)
+    return server.server_conf(settings, server.port(), server.CATALOG_PORT.value())
 
 
 def lakehouse_services() -> list[str]:
@@ -540,6 +619,7 @@ def test_every_service_starts_with_a_filled_env(tmp_path: Path, monkeypatch: Any
         "airflow-triggerer",
         "config-check",
         "spark-server",
+        "spark-readers",
     }
     connection = json.loads(made["airflow-scheduler"]["AIRFLOW_CONN_LAKEHOUSE_SPARK"])
     token = (tmp_path / "airflow-scheduler" / "spark" / "token").read_text().strip()
@@ -555,11 +635,19 @@ def test_every_service_starts_with_a_filled_env(tmp_path: Path, monkeypatch: Any
     listening = {key: conf[key] for key in conf if key.endswith(("binding.address", "bindAddress"))}
     assert set(listening.values()) == {"127.0.0.1"}, listening
     assert conf["spark.master"] == f"local[{dotenv['SPARK_SERVER_CORES']}]"
-    # The SQL endpoint, in the same JVM, listens on the container's every interface and the host
-    # publishes it on its loopback only.
-    sql_port = conf["spark.hadoop.hive.server2.thrift.port"]
-    assert conf["spark.hadoop.hive.server2.thrift.bind.host"] == "0.0.0.0"
+    # The readers' server shares the Spark server's network namespace: it reads the catalog at
+    # the port the Spark server serves it on, on 127.0.0.1 there; its SQL endpoint listens on
+    # every interface of that namespace, whose service publishes it on the host's loopback only.
+    reading = made[READERS]
+    assert services()[READERS]["network_mode"] == "service:spark-server"
+    catalog = conf["spark.lakehouse.catalog.port"]
+    assert reading["spark.hadoop.hive.metastore.uris"] == f"thrift://127.0.0.1:{catalog}"
+    sql_port = reading["spark.hadoop.hive.server2.thrift.port"]
+    assert reading["spark.hadoop.hive.server2.thrift.bind.host"] == "0.0.0.0"
     assert published(services()["spark-server"]) == {sql_port: ("127.0.0.1", sql_port)}
+    assert {reading[k] for k in reading if k.endswith(("binding.address", "bindAddress"))} == {
+        "127.0.0.1"
+    }
     # The API server listens on the container's every interface (its port is published on the
     # host's loopback); on one machine `lakehouse airflow` keeps it on 127.0.0.1.
     assert made["airflow-apiserver"]["AIRFLOW__API__HOST"] == "0.0.0.0"
@@ -583,7 +671,9 @@ def test_every_published_port_leads_to_a_port_its_service_listens_on(
     minio_args = command(services()["minio"])
     kafka_env = environment(services()["kafka"])
     api = start_up("airflow-apiserver", filled_env(), tmp_path, monkeypatch)
-    spark = start_up("spark-server", filled_env(), tmp_path, monkeypatch)
+    # The readers' server listens in the Spark server's network namespace (its ports are that
+    # service's).
+    spark = start_up(READERS, filled_env(), tmp_path, monkeypatch)
     listening = {
         "minio": {
             option(minio_args, "--address", ":9000").rpartition(":")[2],

@@ -26,7 +26,7 @@ from lakehouse.quality.ledger import read_ledger
 from lakehouse.quality.verdict import run_suite
 from lakehouse.runtime import server
 from lakehouse.runtime.config import Settings
-from lakehouse.runtime.process import socket_answers
+from lakehouse.runtime.process import socket_answers, write_record
 
 
 def _e(name: str, expect: str, severity: str = "warn", column: str | None = None, **params: Any):  # type: ignore[no-untyped-def]
@@ -265,7 +265,7 @@ def _record_a_dead_server(settings: Settings, validation_pid: int) -> None:
     gone = subprocess.Popen(["true"])
     gone.wait()
     server.state_dir(settings).mkdir(parents=True, exist_ok=True)
-    server.write_record(
+    write_record(
         server.state_dir(settings) / "server.json",
         {"pid": gone.pid, "validation_pid": validation_pid, "port": 1},
     )
