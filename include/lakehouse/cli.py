@@ -69,11 +69,14 @@ def produce(
     stream: TextIO,
     err: TextIO,
     value_schema_id: int | None = None,
+    *,
+    allow_undeclared: bool = False,
 ) -> int:
     """Produce JSON lines from ``stream``, keys and values checked and encoded in the topic's
     formats (Avro with the latest schema id, or ``value_schema_id``). All or nothing: every line
     is read and checked before any is written, so a bad line (named with its number) writes
-    nothing."""
+    nothing. A value field the contract does not declare is refused unless
+    ``allow_undeclared``."""
     from lakehouse.contracts.serde import Serializer
 
     producer: Producer | kafka.Producer
@@ -88,7 +91,7 @@ def produce(
         )
     else:
         producer = Producer(settings, contract.topic, contract.partitions)
-    serializer = Serializer(contract, value_schema_id)
+    serializer = Serializer(contract, value_schema_id, allow_undeclared=allow_undeclared)
     records: list[Record] = []
     for n, line in enumerate(stream, start=1):
         if not line.strip():
@@ -716,6 +719,13 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         help="Avro topics: encode values with this schema id (default: the latest)",
     )
+    sp.add_argument(
+        "--allow-undeclared-fields",
+        action="store_true",
+        help="JSON values: write fields the contract does not declare as given (for a producer "
+        "ahead of its contract; silver ignores them until the contract declares them) instead "
+        "of refusing the line",
+    )
 
     st = sub.add_parser(
         "create-topic", help="create a Kafka-sourced topic on its broker (contract's partitions)"
@@ -911,7 +921,14 @@ def _layers(values: Sequence[str] | None) -> tuple[Layer, ...]:
 
 def _produce(args: argparse.Namespace, ctx: _Context) -> int:
     topic = ctx.catalog.topic(args.topic)
-    return produce(ctx.settings, topic, sys.stdin, sys.stderr, args.value_schema_id)
+    return produce(
+        ctx.settings,
+        topic,
+        sys.stdin,
+        sys.stderr,
+        args.value_schema_id,
+        allow_undeclared=args.allow_undeclared_fields,
+    )
 
 
 def _run_options() -> list[Option]:
