@@ -285,7 +285,7 @@ def load_contract(path: Path) -> Contract:
 
 _PATH_PART = re.compile(r"([^.\[\]]+)|\[([0-9]+)\]")
 # What an item of a list is called, by the list's key (an expectation's list is its layer's).
-_ITEM = {
+_ITEM: dict[str, str] = {
     "tables": "table",
     "fields": "field",
     "aggregations": "aggregation",
