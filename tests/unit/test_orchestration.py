@@ -153,10 +153,15 @@ def test_a_contract_that_does_not_load_gets_a_dag_saying_why_and_the_others_are_
     misspelled["tabels"] = misspelled.pop("tables")
     settings = _folder(tmp_path, payments=CONTRACT, refunds=misspelled)
     dags = pipeline_dags(settings)
-    assert sorted(dags) == ["lakehouse__run", "pipeline__payments", "pipeline__refunds"]
+    assert sorted(dags) == ["lakehouse__run", "pipeline__payments", "pipeline__refunds.broken"]
     assert "gate_gold" in dags["pipeline__payments"].task_dict  # the good one, whole
-    broken = dags["pipeline__refunds"]
+    broken = dags["pipeline__refunds.broken"]
     source = str(settings.contracts_dir / "refunds.yaml")
+    # Where the DAG list and the DAG's page show it: the file, the path in it, the problem.
+    assert broken.dag_display_name == (
+        "pipeline__refunds: broken contract: refunds.yaml: unknown key 'tabels' (did you mean "
+        "'tables'?)"
+    )
     assert broken.description.startswith("broken contract refunds.yaml: ")
     assert "tabels" in broken.description
     assert source in (broken.doc_md or "")
@@ -175,22 +180,23 @@ def test_a_join_with_a_broken_contract_breaks_only_the_join_dag(tmp_path: Path) 
     not_yaml = "topic: payments\n  partitions: [3\n"
     dags = pipeline_dags(_folder(tmp_path, payments=not_yaml, orders=JOINING))
     assert sorted(dags) == [
-        "joins__orders",
+        "joins__orders.broken",
         "lakehouse__run",
         "pipeline__orders",
-        "pipeline__payments",
+        "pipeline__payments.broken",
     ]
     assert "gold" in dags["pipeline__orders"].task_dict  # its own tables still run
-    joins = dags["joins__orders"]
+    joins = dags["joins__orders.broken"]
     assert "broken contract" in joins.tags
     assert "payments.yaml" in (joins.doc_md or "")
+    assert joins.dag_display_name.startswith("joins__orders: broken contract: payments.yaml: ")
 
 
 def test_a_name_taken_twice_breaks_the_later_file_only(tmp_path: Path) -> None:
     twin = {**CONTRACT, "topic": "refunds"}  # takes payments_stream and payment_latest again
     dags = pipeline_dags(_folder(tmp_path, payments=CONTRACT, refunds=twin))
     assert "broken contract" not in dags["pipeline__payments"].tags
-    assert "already used by" in dags["pipeline__refunds"].description
+    assert "already used by" in dags["pipeline__refunds.broken"].description
 
 
 class _Runs:
