@@ -29,12 +29,12 @@ from pathlib import Path
 
 import pytest
 from airflow_stack import call, free_port
-from sockets import descendants, environment_has, listeners
 
 from lakehouse.runtime import server
 from lakehouse.runtime.config import REPO_ROOT, Settings
 from lakehouse.runtime.postgres import Cluster
 from lakehouse.runtime.process import alive, answers
+from sockets import descendants, environment_has, listeners
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
 

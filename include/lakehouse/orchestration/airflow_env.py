@@ -229,8 +229,7 @@ def describe_database(settings: Settings, env: Mapping[str, str]) -> str:
     else:
         where = f"SQLite at {settings.airflow_home / 'airflow.db'}"
     return (
-        f"Airflow's metadata database: {where}, {why} ({DB_ENV}=sqlite or postgres chooses "
-        "another)"
+        f"Airflow's metadata database: {where}, {why} ({DB_ENV}=sqlite or postgres chooses another)"
     )
 
 
