@@ -475,7 +475,9 @@ class ContractDoc(_Doc):
     description: str = ""
     owner: str = "data-platform"
     partitions: Annotated[int, pydantic.Field(ge=1, le=10_000)] = 1
-    schedule_minutes: Annotated[int, pydantic.Field(ge=1, le=1440)] = 5
+    schedule_minutes: Annotated[int, pydantic.Field(ge=1, le=1440)] | None = None
+    """How often Airflow runs the topic's pipeline DAG once it is unpaused; left out, it runs
+    when triggered (and, for a Kafka topic, when records arrive)."""
     compatibility: Literal[
         "BACKWARD",
         "BACKWARD_TRANSITIVE",

@@ -28,7 +28,13 @@ from airflow.sdk import DAG, Asset, Param, TriggerRule
 from lakehouse.contracts.catalog import Catalog, LoadedCatalog
 from lakehouse.contracts.model import Contract
 from lakehouse.errors import ContractError
-from lakehouse.orchestration.assets import changes_alias, inlets, outlets, pipeline_schedule
+from lakehouse.orchestration.assets import (
+    changes_alias,
+    inlets,
+    outlets,
+    pipeline_schedule,
+    schedule_words,
+)
 from lakehouse.orchestration.callables import build_report, check_gate, fail_run, plan_run
 from lakehouse.orchestration.notify import QualityNotifier
 from lakehouse.orchestration.operators import SPARK_CONN_ID, LayerJobOperator
@@ -235,13 +241,15 @@ def pipeline_dag(contract: Contract, settings: Settings, catalog: Catalog | None
             else ""
         )
         + f"\n\nContract: `{contract.file}`\n\n"
+        f"Runs {schedule_words(contract)}; a triggered run takes everything waiting. "
         "Trigger with the Params form to run some layers only, do a dry run, reprocess silver "
         "from a bronze version or offsets, reprocess gold from a silver version, or fully "
         "refresh gold tables. The `plan` task prints what the run will do."
     )
     with DAG(
         dag_id=dag_id(topic),
-        description=f"Micro-batches of topic {topic}: bronze -> silver -> gold",
+        description=f"Micro-batches of topic {topic}: bronze -> silver -> gold, "
+        f"{schedule_words(contract)}",
         doc_md=doc,
         schedule=pipeline_schedule(contract),
         start_date=START,
@@ -409,7 +417,8 @@ def _plan_task(topics: Sequence[str], tables: Sequence[str] | None) -> ShortCirc
         retries=0,
         doc_md="Checks the run's Params against the contracts (bad ones fail here, before any "
         "data moves) and prints what the run will do. A scheduled or asset-triggered run with "
-        "another run queued behind it skips the rest: the run behind it does the micro-batch.",
+        "another run queued behind it skips the rest: the run behind it does the micro-batch "
+        "(each layer task asks again before it starts).",
     )
 
 
