@@ -539,11 +539,14 @@ def _checks_of(run: Run, heading: str, found: History, links: Links) -> str:
 
     esc = html.escape
     state = outcome(run)
+    words = describe_run(run)
+    if run.outcome is None:  # "no new data" is the state already
+        words = words.removeprefix(NO_NEW_DATA).removeprefix(", ")
     parts = [
         f"<h3>{esc(heading)}</h3>",
         f"<p class='verdicts-run'>{esc(when(run.at))}, DAG run {esc(run.dag_run_id or '-')}, "
-        f"batch <span class='{esc(state.replace(' ', '-'))}'>{esc(state)}</span>: "
-        f"{esc(describe_run(run))}. "
+        f"batch <span class='{esc(state.replace(' ', '-'))}'>{esc(state)}</span>"
+        + (f": {esc(words)}. " if words else ". ")
         + " · ".join(
             x
             for x in (
