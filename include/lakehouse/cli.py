@@ -838,8 +838,15 @@ def build_parser() -> argparse.ArgumentParser:
     _several_topics(sl)
     _several_layers(sl, "the consumers of this layer (repeatable; default: bronze)")
     sl.add_argument("--format", choices=("table", "json"), default="table")
-    sq = sub.add_parser("dq", help="data quality: latest results and trends per table (ledger)")
-    sq.add_argument("--table", help="one table: topic, stream or gold table name")
+    sq = sub.add_parser(
+        "dq",
+        help="data quality per table (ledger): the latest run and the last batch with data, "
+        "each with its checks, and the trend",
+    )
+    sq.add_argument(
+        "--table",
+        help="a topic (every table of it), a stream, a gold table, or layer.name",
+    )
     sq.add_argument("--last", type=int, default=10, help="runs per table in the trend")
     sq.add_argument(
         "--days",
