@@ -67,7 +67,10 @@ def yielded(dag_run: Any, ti: Any, what: str) -> str | None:
     """Why a run Airflow started by itself (scheduled, or by records arriving) leaves ``what``
     to a run of its DAG queued behind it (the run behind reads the same new records, and a run
     someone triggered should not wait for a micro-batch that would do its work); None when it
-    does not: a run someone asked for never yields. Printed when it does."""
+    does not: a run someone asked for never yields. Printed when it does. (A task run outside
+    a DAG run, ``dag_run`` None, has no one to yield to.)"""
+    if dag_run is None or ti is None:
+        return None
     kind = str(getattr(dag_run.run_type, "value", dag_run.run_type))  # a DagRunType
     if kind not in YIELDING_RUNS:
         return None

@@ -76,7 +76,7 @@ class LayerJobOperator(SparkSubmitOperator):
         skip_if_left_out(context["params"], self.contract.topic, self.layer)
         # A scheduled or record-started run leaves the batch to a run queued behind it (one
         # triggered once this run was under way): that one takes these records too.
-        why = yielded(context["dag_run"], context["ti"], f"its {self.layer} job")
+        why = yielded(context.get("dag_run"), context.get("ti"), f"its {self.layer} job")
         if why is not None:
             raise AirflowSkipException(why)
         from airflow.providers.apache.spark.hooks.spark_connect import SparkConnectHook
