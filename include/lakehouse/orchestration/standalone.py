@@ -84,6 +84,7 @@ def components(airflow: str) -> dict[str, list[str]]:
 def run_standalone(airflow: str, env: Mapping[str, str], *, out: TextIO = sys.stdout) -> int:
     """``airflow db migrate``, then :func:`supervise` the :func:`components`."""
     env = standalone_environment(env)
+    print("airflow db migrate ...", file=out, flush=True)
     migrate = subprocess.run(
         [airflow, "db", "migrate"], env=env, capture_output=True, text=True, check=False
     )
