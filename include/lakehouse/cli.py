@@ -69,11 +69,14 @@ def produce(
     stream: TextIO,
     err: TextIO,
     value_schema_id: int | None = None,
+    *,
+    allow_undeclared: bool = False,
 ) -> int:
     """Produce JSON lines from ``stream``, keys and values checked and encoded in the topic's
     formats (Avro with the latest schema id, or ``value_schema_id``). All or nothing: every line
     is read and checked before any is written, so a bad line (named with its number) writes
-    nothing."""
+    nothing. A value field the contract does not declare is refused unless
+    ``allow_undeclared``."""
     from lakehouse.contracts.serde import Serializer
 
     producer: Producer | kafka.Producer
@@ -88,7 +91,7 @@ def produce(
         )
     else:
         producer = Producer(settings, contract.topic, contract.partitions)
-    serializer = Serializer(contract, value_schema_id)
+    serializer = Serializer(contract, value_schema_id, allow_undeclared=allow_undeclared)
     records: list[Record] = []
     for n, line in enumerate(stream, start=1):
         if not line.strip():
@@ -610,15 +613,28 @@ def run_pipeline(
 
 
 def run_airflow(settings: Settings, args: list[str]) -> int:
-    from lakehouse.orchestration.airflow_env import airflow_environment
+    """The airflow command line with this lakehouse's environment; ``standalone`` is `make
+    airflow`'s Airflow (:mod:`lakehouse.orchestration.standalone`), whose metadata database
+    the commands after it use. Every command but ``standalone`` says on stderr which database
+    it uses, unless ``LAKEHOUSE_AIRFLOW_DB`` chose it."""
+    from lakehouse.orchestration.airflow_env import (
+        DB_ENV,
+        airflow_environment,
+        describe_database,
+        record_database,
+    )
 
     env = airflow_environment(settings)
     Path(env["AIRFLOW_HOME"]).mkdir(parents=True, exist_ok=True)
     airflow = str(Path(sys.executable).parent / "airflow")
-    if args[:1] == ["standalone"]:  # `make airflow`: said when ready, stopped whole on Ctrl-C
-        from lakehouse.orchestration.standalone import supervise
+    if args == ["standalone"]:  # `make airflow`: said when ready, stopped whole on Ctrl-C
+        from lakehouse.orchestration.standalone import run_standalone
 
-        return supervise([airflow, *args], env)
+        record_database(settings, os.environ)
+        print(describe_database(settings, os.environ), flush=True)
+        return run_standalone(airflow, env)
+    if not os.environ.get(DB_ENV):
+        print(describe_database(settings, os.environ), file=sys.stderr, flush=True)
     os.execve(airflow, [airflow, *args], env)
     return 0  # pragma: no cover - execve does not return
 
@@ -715,6 +731,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--value-schema-id",
         type=int,
         help="Avro topics: encode values with this schema id (default: the latest)",
+    )
+    sp.add_argument(
+        "--allow-undeclared-fields",
+        action="store_true",
+        help="JSON values: write fields the contract does not declare as given (for a producer "
+        "ahead of its contract; silver ignores them until the contract declares them) instead "
+        "of refusing the line",
     )
 
     st = sub.add_parser(
@@ -815,8 +838,15 @@ def build_parser() -> argparse.ArgumentParser:
     _several_topics(sl)
     _several_layers(sl, "the consumers of this layer (repeatable; default: bronze)")
     sl.add_argument("--format", choices=("table", "json"), default="table")
-    sq = sub.add_parser("dq", help="data quality: latest results and trends per table (ledger)")
-    sq.add_argument("--table", help="one table: topic, stream or gold table name")
+    sq = sub.add_parser(
+        "dq",
+        help="data quality per table (ledger): the latest run and the last batch with data, "
+        "each with its checks, and the trend",
+    )
+    sq.add_argument(
+        "--table",
+        help="a topic (every table of it), a stream, a gold table, or layer.name",
+    )
     sq.add_argument("--last", type=int, default=10, help="runs per table in the trend")
     sq.add_argument(
         "--days",
@@ -917,7 +947,14 @@ def _layers(values: Sequence[str] | None) -> tuple[Layer, ...]:
 
 def _produce(args: argparse.Namespace, ctx: _Context) -> int:
     topic = ctx.catalog.topic(args.topic)
-    return produce(ctx.settings, topic, sys.stdin, sys.stderr, args.value_schema_id)
+    return produce(
+        ctx.settings,
+        topic,
+        sys.stdin,
+        sys.stderr,
+        args.value_schema_id,
+        allow_undeclared=args.allow_undeclared_fields,
+    )
 
 
 def _run_options() -> list[Option]:

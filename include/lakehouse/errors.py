@@ -14,14 +14,27 @@ class ConfigError(LakehouseError):
 
 
 class ContractError(ConfigError):
-    """A contract file is invalid. The message names the file and the path inside it."""
+    """A contract file is invalid. The message names the file, the path inside it
+    (``tables[1].window.size``) and, once :meth:`name_items` has been told, what the path's
+    items are called in the file (``table 'order_counts'``)."""
 
     def __init__(self, file: str, path: str, problem: str) -> None:
         self.file = file
         self.path = path
         self.problem = problem
-        where = f"{file}: {path}" if path else file
-        super().__init__(f"{where}: {problem}")
+        self.items = ""  # the names of the path's items, e.g. "table 'order_counts'"
+        super().__init__(self._message())
+
+    def _message(self) -> str:
+        where = f"{self.file}: {self.path}" if self.path else self.file
+        named = f" ({self.items})" if self.items else ""
+        return f"{where}{named}: {self.problem}"
+
+    def name_items(self, items: str) -> None:
+        """Say what the path's items are called (a reader finds ``table 'x'`` sooner than
+        ``tables[3]``)."""
+        self.items = items
+        self.args = (self._message(),)
 
 
 class UnknownTopicError(LakehouseError):

@@ -140,3 +140,64 @@ def open_from_menu(driver: Any, menu: str, item: str) -> None:
     wait.until(
         ec.element_to_be_clickable((By.XPATH, f"//*[@role='menuitem'][normalize-space()='{item}']"))
     ).click()
+
+
+_LABEL_PROBLEMS = """
+const problems = [];
+const visible = el => {
+  for (let e = el; e && e.nodeType === 1; e = e.parentElement) {
+    const o = e.getAttribute('opacity');
+    if ((o !== null && parseFloat(o) === 0) || getComputedStyle(e).opacity === '0') return false;
+  }
+  return true;
+};
+const inside = (r, box) => r.left >= box.left - 0.5 && r.right <= box.right + 0.5
+  && r.top >= box.top - 0.5 && r.bottom <= box.bottom + 0.5;
+const overlap = (a, b) => Math.min(a.right, b.right) - Math.max(a.left, b.left) > 0.5
+  && Math.min(a.bottom, b.bottom) - Math.max(a.top, b.top) > 0.5;
+const where = f => `${f.dataset.chart} of ${f.dataset.table}`;
+let texts = 0;
+for (const f of document.querySelectorAll('figure.chart')) {
+  const svg = f.querySelector('svg');
+  if (!svg) continue;
+  const box = svg.getBoundingClientRect();
+  const groups = new Map();
+  for (const t of svg.querySelectorAll('text')) {
+    if (!visible(t) || !t.textContent.trim()) continue;
+    texts += 1;
+    const r = t.getBoundingClientRect();
+    if (!inside(r, box)) problems.push(`${where(f)}: '${t.textContent}' is cut by the chart's edge`);
+    if (t.textContent.includes('\u2026')) problems.push(`${where(f)}: '${t.textContent}' is shortened`);
+    const axis = t.closest('g.role-axis, g.role-legend, g.role-title') || svg;
+    if (!groups.has(axis)) groups.set(axis, []);
+    groups.get(axis).push([t.textContent, r]);
+  }
+  for (const items of groups.values())
+    for (let i = 0; i < items.length; i++)
+      for (let j = i + 1; j < items.length; j++)
+        if (overlap(items[i][1], items[j][1]))
+          problems.push(`${where(f)}: '${items[i][0]}' and '${items[j][0]}' overlap`);
+  const entries = Array.from(f.querySelectorAll('ul.legend li'));
+  for (const li of entries) {
+    texts += 1;
+    if (li.scrollWidth > li.clientWidth + 1 || li.scrollHeight > li.clientHeight + 1)
+      problems.push(`${where(f)}: legend entry '${li.textContent}' is cut`);
+    if (!inside(li.getBoundingClientRect(), f.getBoundingClientRect()))
+      problems.push(`${where(f)}: legend entry '${li.textContent}' leaves its figure`);
+  }
+  for (let i = 0; i < entries.length; i++)
+    for (let j = i + 1; j < entries.length; j++)
+      if (overlap(entries[i].getBoundingClientRect(), entries[j].getBoundingClientRect()))
+        problems.push(`${where(f)}: legend entries '${entries[i].textContent}' and '${entries[j].textContent}' overlap`);
+}
+return {problems: problems, texts: texts};
+"""
+
+
+def unreadable_labels(driver: Any) -> tuple[list[str], int]:
+    """Every text of the page's charts that a reader could not read whole, as the browser lays
+    it out: an axis label, axis title or legend entry cut by its chart's edge or shortened
+    with an ellipsis, and any two that overlap (labels Vega hid to avoid overlap are not
+    shown, so not counted); and how many texts were measured."""
+    found = driver.execute_script(_LABEL_PROBLEMS)
+    return list(found["problems"]), int(found["texts"])

@@ -434,7 +434,7 @@ def test_failed_gate_fails_the_dag_run_publishes_nothing_and_notifies(
     for mail_ in (bronze, silver):
         assert f"DAG run <code>{html.escape(run_id)}</code>" in mail_.html
         assert (
-            "Data-quality report: <a href='http://localhost:8080/plugin/lakehouse-reports'>"
+            "Data-quality report: <a href='http://localhost:8080/plugin/lakehouse/data-quality/'>"
         ) in mail_.html
 
 

@@ -3,8 +3,11 @@ test's write the ledger (a silver expectation quarantines records, a `fail` one 
 until the contract is relaxed, a windowed gold table gets a late record), Airflow's real API
 server serves the page through the plugin, and headless Chromium logs in with the generated
 password, opens it from the UI's menu and reads every chart's numbers, which must be those of
-the ledger's history and of `lakehouse dq --format json`. Every request the browser makes must
-stay on 127.0.0.1. Screenshots go to tests/artifacts/.
+the ledger's history and of `lakehouse dq --format json`; each table's latest run (one that found
+nothing new) is shown beside its last batch with data, each with its checks; no text of a chart
+(axis label, axis title, legend entry) is cut or overlaps another, on that page and on pages of
+long table names and hundreds of runs. Every request the browser makes must stay on 127.0.0.1.
+Screenshots go to tests/artifacts/.
 """
 
 from __future__ import annotations
@@ -19,8 +22,8 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
-from browser import Browser, open_from_menu, requested_urls, screenshot
-from test_reports_plugin import PREFIX, Server, running_api_server
+from browser import Browser, open_from_menu, requested_urls, screenshot, unreadable_labels
+from test_reports_plugin import APP, PREFIX, Server, running_api_server
 
 from lakehouse import cli
 from lakehouse.contracts.catalog import Catalog
@@ -32,7 +35,7 @@ from lakes import lake_with, produce, run_pipeline
 
 pytestmark = [pytest.mark.e2e, pytest.mark.integration, pytest.mark.timeout(900)]
 
-PAGE = f"{PREFIX}/quality/"
+PAGE = f"{APP}/"
 DAG_ID = "pipeline__visits"
 CONTRACT = """\
 topic: visits
@@ -90,6 +93,7 @@ class Runs:
     blocked: str
     released: str
     late: str
+    empty: str  # found nothing new: its tables' latest run, a freshness check alone
 
 
 @pytest.fixture(scope="module")
@@ -97,7 +101,7 @@ def pipeline_runs(server: Server, spark: Any) -> Runs:
     """Four runs of the pipeline, as the DAG's tasks would make them (their DAG run in the
     environment), then the Data Docs built from their validations."""
     settings = server.settings
-    runs = Runs("manual__1", "manual__2", "manual__3", "manual__4")
+    runs = Runs("manual__1", "manual__2", "manual__3", "manual__4", "manual__5")
 
     def pipeline(dag_run_id: str) -> None:
         with pytest.MonkeyPatch.context() as mp:
@@ -120,6 +124,8 @@ def pipeline_runs(server: Server, spark: Any) -> Runs:
     # Stream time is at minute 5: a visit at minute 1 is past its window's grace.
     _send(settings, (1, "home", 4))
     pipeline(runs.late)
+    # Nothing new: every table's latest run is its freshness check.
+    pipeline(runs.empty)
     build_data_docs(settings, Catalog.load(settings.contracts_dir))
     return runs
 
@@ -273,14 +279,23 @@ def test_browser_reads_the_ledgers_numbers_in_each_chart(
         ec.presence_of_element_located((By.CSS_SELECTOR, "iframe[title='Data quality']"))
     )
     assert frame.get_attribute("src") == f"{server.base}{PAGE}"
+    # The UI's address: the plugin's route, then the page's path, nothing twice.
+    wait.until(ec.url_to_be(f"{server.base}/plugin/lakehouse/data-quality/"))
     driver.switch_to.frame(frame)
     try:
         wait.until(ec.presence_of_element_located((By.CSS_SELECTOR, "figure.chart svg")))
         charts: list[dict[str, Any]] = driver.execute_script(_READ_CHARTS)
         text = driver.find_element(By.TAG_NAME, "body").text
+        unreadable, measured = unreadable_labels(driver)
+        silver_verdicts = driver.find_element(
+            By.CSS_SELECTOR, "section[data-table='silver.visits_stream'] .verdicts-block"
+        ).text
     finally:
         driver.switch_to.default_content()
     screenshot(driver, "airflow_ui_quality_page.png")
+    # Every axis label, axis title and legend entry is whole, and none overlaps another.
+    assert unreadable == [] and measured > 50, (unreadable, measured)
+    assert f"{len(found.runs)} runs of 3 tables since" in text
 
     # The scenario shows: two quarantined, one blocked batch, one late record.
     silver = "silver.visits_stream"
@@ -333,8 +348,14 @@ def test_browser_reads_the_ledgers_numbers_in_each_chart(
     for name in found.tables():
         assert _expected(by_table[name]) == shown[name], name
 
-    # The latest verdicts: the quarantine expectation, met or not, with its severity.
-    assert "Latest checks" in text and "page_known" in text and "quarantine" in text
+    # The latest run found nothing new: its freshness check, and beside it the last batch that
+    # carried data with its own checks (the quarantine expectation, with its severity).
+    latest, last = silver_verdicts.split("Last batch with data: its checks")
+    assert latest.startswith("Latest run: its checks")
+    assert f"DAG run {pipeline_runs.empty}, batch no new data" in latest
+    assert "freshness" in latest and "page_known" not in latest
+    assert f"DAG run {pipeline_runs.late}, batch published" in last
+    assert "page_known" in last and "quarantine" in last and "amount_small" in last
 
     # No request left the machine: the UI, the page and its charts came from 127.0.0.1.
     asked = requested_urls(driver)
@@ -357,7 +378,11 @@ def test_the_page_links_each_latest_verdict_to_its_run_and_data_docs_page(
     driver.set_window_size(1280, 1600)
 
     silver = driver.find_element(By.CSS_SELECTOR, "section[data-table='silver.visits_stream']")
-    run_link = silver.find_element(By.LINK_TEXT, "Airflow run")
+    latest_link, batch_link = silver.find_elements(By.LINK_TEXT, "Airflow run")
+    assert latest_link.get_attribute("href") == (
+        f"{server.base}/dags/{DAG_ID}/runs/{pipeline_runs.empty}"
+    )
+    run_link = batch_link
     assert run_link.get_attribute("href") == (
         f"{server.base}/dags/{DAG_ID}/runs/{pipeline_runs.late}"
     )
@@ -373,3 +398,74 @@ def test_the_page_links_each_latest_verdict_to_its_run_and_data_docs_page(
     body = driver.find_element(By.TAG_NAME, "body").text
     assert "Expectation Validation Result" in body
     assert "Expectation Suite: silver.visits_stream" in body
+
+
+def _synthetic(names: list[str], runs: int, every: timedelta) -> History:
+    """A history of ``runs`` runs of each of bronze, silver and the gold tables ``names``, every
+    ``every``: batches that quarantine a few rows, some blocked, some with nothing new."""
+    start = datetime(2026, 3, 1, tzinfo=UTC)
+    tables = [("bronze", "visits", "records"), ("silver", "visits_stream", "versions")]
+    tables += [("gold", name, "versions") for name in names]
+    found = History(since=start - timedelta(days=14))
+    for i in range(runs):
+        for j, (layer, table, unit) in enumerate(tables):
+            nothing = i % 5 == 4
+            found.runs.append(
+                Run(
+                    layer=layer,
+                    table=table,
+                    run_id=f"{i}-{j}",
+                    dag_id=DAG_ID,
+                    dag_run_id=f"scheduled__2026-03-01T{i:05d}",
+                    at=start + every * i + timedelta(seconds=j),
+                    table_version=None if nothing else i,
+                    outcome=None if nothing else ("blocked" if i % 7 == 3 else "published"),
+                    rows=None if nothing else 1000 * i,
+                    quarantined=None if nothing else 12345 * (i % 3),
+                    reasons={},
+                    late=None if layer != "gold" or nothing else i % 2,
+                    late_table=None,
+                    gaps=None,
+                    lag=(i % 4) * 10_000_000,
+                    lag_unit=unit,
+                    checks=3,
+                    met=3 - i % 2,
+                    failed=(),
+                    freshness_age_s=30.0 * (i % 9) + 1,
+                    freshness_limit_s=120.0,
+                )
+            )
+    return found
+
+
+@pytest.mark.parametrize(
+    ("names", "runs", "every"),
+    [
+        (["visits_per_minute"], 1, timedelta(seconds=30)),
+        (
+            ["visits_per_minute", "v" * 120, "visits_per_minute_by_page_and_campaign"],
+            12,
+            timedelta(seconds=30),
+        ),
+        (["visits_per_minute", "per_user_" * 8], 300, timedelta(seconds=7)),
+        (["visits_per_minute"], 60, timedelta(hours=5)),
+    ],
+    ids=["one run", "long table names", "300 runs", "days of runs"],
+)
+def test_every_label_is_whole_at_any_table_name_length_and_run_count(
+    chrome: Browser, tmp_path: Any, names: list[str], runs: int, every: timedelta
+) -> None:
+    """The page's charts as Chromium lays them out: no axis label, axis title or legend entry
+    is cut by its chart's edge, shortened, or drawn over another."""
+    from pathlib import Path
+
+    from lakehouse.quality.page import Links, PageQuery, render_page
+
+    page = Path(tmp_path) / "page.html"
+    links = Links("http://127.0.0.1/", "http://127.0.0.1/data-quality/docs/", Path(tmp_path))
+    page.write_text(render_page(_synthetic(names, runs, every), PageQuery(), links))
+    driver = chrome.driver
+    driver.get(page.as_uri())
+    unreadable, measured = unreadable_labels(driver)
+    assert unreadable == [], unreadable[:20]
+    assert measured > 40

@@ -586,11 +586,15 @@ def test_a_broken_contract_beside_it_breaks_only_its_own_dag(stack: Stack) -> No
     maintenance DAG is there."""
     airflow = stack.airflow
     assert airflow.api("GET", "/importErrors")["import_errors"] == []
-    broken = airflow.wait_for_dag(f"pipeline__{BROKEN}")
+    broken = airflow.wait_for_dag(f"pipeline__{BROKEN}.broken")
+    assert broken["dag_display_name"] == (
+        f"pipeline__{BROKEN}: broken contract: {BROKEN}.yaml: unknown key 'tabels' (did you "
+        "mean 'tables'?)"
+    )
     assert broken["description"].startswith(f"broken contract {BROKEN}.yaml: ")
     assert "tabels" in broken["description"]
     assert {t["name"] for t in broken["tags"]} >= {"broken contract"}
-    details = airflow.api("GET", f"/dags/pipeline__{BROKEN}/details")
+    details = airflow.api("GET", f"/dags/pipeline__{BROKEN}.broken/details")
     assert str(stack.settings.contracts_dir / f"{BROKEN}.yaml") in details["doc_md"]
     assert airflow.wait_for_dag("lakehouse__maintenance")["dag_id"] == "lakehouse__maintenance"
     assert airflow.wait_for_dag(DAG_ID)["is_paused"] is False

@@ -1,6 +1,7 @@
 """The Airflow plugin that puts the data-quality reports (Great Expectations Data Docs) in the
 Airflow UI, tested through Airflow's real API server: Airflow finds the plugin through its entry
-point, mounts its app at /lakehouse-reports behind Airflow's authentication, lists the navigation
+point, mounts its app at /data-quality (the Data Docs at /data-quality/docs) behind Airflow's
+authentication, lists the navigation
 entry, and headless Chromium renders the Data Docs both directly and inside the Airflow UI,
 styled and scripted by files the platform serves: nothing is asked of any other host.
 
@@ -35,7 +36,8 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
 HEAVY = ("pyspark", "deltalake", "great_expectations", "polars")
 API_SERVER = Path(__file__).with_name("api_server.py")
-PREFIX = "/lakehouse-reports"
+APP = "/data-quality"  # the plugin's app: the data-quality page at its root
+PREFIX = f"{APP}/docs"  # the Data Docs
 ENTRY_POINT = "lakehouse.orchestration.airflow_plugin:LakehousePlugin"
 SIMPLE_AUTH = "airflow.api_fastapi.auth.managers.simple.simple_auth_manager.SimpleAuthManager"
 SUITE = FAILING_SUITE
@@ -195,15 +197,15 @@ def test_airflow_loads_the_plugin_from_its_entry_point(server: Server) -> None:
     assert plugin["fastapi_apps"] == [
         {
             "app": "fastapi.applications.FastAPI",
-            "url_prefix": PREFIX,
+            "url_prefix": APP,
             "name": "Lakehouse data-quality reports",
         }
     ]
     view = {
         "name": "Data quality",
-        "href": "lakehouse-reports/quality/",
+        "href": "data-quality/",
         "destination": "nav",
-        "url_route": "lakehouse-reports",
+        "url_route": "lakehouse",
         "category": "browse",
     }
     assert plugin["external_views"] == [view]
@@ -213,7 +215,7 @@ def test_airflow_loads_the_plugin_from_its_entry_point(server: Server) -> None:
     listed = {p["name"]: p for p in json.loads(reply.body)["plugins"]}
     [served_view] = listed["lakehouse"]["external_views"]
     assert view.items() <= served_view.items()
-    assert listed["lakehouse"]["fastapi_apps"][0]["url_prefix"] == PREFIX
+    assert listed["lakehouse"]["fastapi_apps"][0]["url_prefix"] == APP
 
 
 def test_reports_require_an_airflow_login(server: Server) -> None:
@@ -454,14 +456,14 @@ def test_airflow_ui_shows_the_data_docs_under_browse(
     wait = WebDriverWait(browser, 60)
     # The navigation bar: Browse -> Data quality (the plugin's external view).
     open_from_menu(browser, "Browse", "Data quality")
-    # The UI's own route for the view (it may append the view's href to it).
-    wait.until(ec.url_contains(f"{server.base}/plugin/lakehouse-reports"))
+    # The UI's own route for the view, then the page's path in its frame: nothing twice.
+    wait.until(ec.url_to_be(f"{server.base}/plugin/lakehouse/data-quality/"))
     frame = wait.until(
         ec.presence_of_element_located((By.CSS_SELECTOR, "iframe[title='Data quality']"))
     )
     # It opens the data-quality page (tests/e2e/test_data_quality_page.py), which links to the
     # Data Docs, shown in the same frame.
-    assert frame.get_attribute("src") == f"{server.base}{PREFIX}/quality/"
+    assert frame.get_attribute("src") == f"{server.base}{APP}/"
     browser.switch_to.frame(frame)
     try:
         wait.until(ec.element_to_be_clickable((By.LINK_TEXT, "the Data Docs"))).click()

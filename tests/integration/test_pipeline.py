@@ -159,6 +159,30 @@ def test_rerun_without_new_data_changes_nothing(spark: Any, local: Settings) -> 
     assert rows(settings.gold_path("user_location_counts"), "username", "count") == [("alice", 1)]
 
 
+def test_a_topic_with_nothing_landed_says_so_at_each_layer_and_makes_no_table(
+    spark: Any, local: Settings
+) -> None:
+    """A run before any record landed: each layer says there is nothing yet and leaves the
+    lake as it was (making its empty tables and committing them is what made such a run take
+    minutes); the first records then make every table as usual."""
+    lines = run_pipeline(spark, local)
+    assert lines == [
+        f"bronze {TOPIC}: nothing has landed on the topic yet: nothing to ingest (its table is "
+        "made with the first batch)",
+        f"silver user_locations: bronze.{TOPIC} has no table yet (nothing has landed): nothing "
+        "to decode",
+        *(
+            f"gold {name}: silver.user_locations has no table yet (nothing has landed): "
+            "nothing to fold"
+            for name in TABLES
+        ),
+    ]
+    assert not (local.home / "tables").exists() and not local.ledger_path.exists()
+    produce(local, TOPIC, [("alice", {"location": "Paris"})], partition=None)
+    run_pipeline(spark, local)
+    assert rows(local.gold_path("user_location_counts"), "username", "count") == [("alice", 1)]
+
+
 def test_bad_values_go_to_quarantine_and_good_ones_still_land(spark: Any, local: Settings) -> None:
     settings = local
     produce(

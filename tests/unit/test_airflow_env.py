@@ -15,7 +15,10 @@ from lakehouse.orchestration.airflow_env import (
     SPARK_CONN_ENV,
     airflow_environment,
     airflow_secrets,
+    database_choice,
+    describe_database,
     kafka_conn_id,
+    record_database,
 )
 from lakehouse.orchestration.operators import SPARK_CONN_ID
 from lakehouse.runtime import server
@@ -111,6 +114,43 @@ def test_metadata_database_choice_is_checked(tmp_path: Path) -> None:
     # PostgreSQL is used only when its cluster runs: no silent fallback to SQLite.
     with pytest.raises(PostgresError, match="not running: start it with `lakehouse postgres"):
         airflow_environment(settings, base={"LAKEHOUSE_AIRFLOW_DB": "postgres"})
+
+
+def test_airflow_commands_use_the_database_make_airflow_runs_on_and_say_so(
+    tmp_path: Path,
+) -> None:
+    """`lakehouse airflow ...` after `make airflow` (`lakehouse airflow standalone` on
+    PostgreSQL) uses PostgreSQL without being told; before it, SQLite; the variable wins."""
+    settings = Settings.from_env(tmp_path / "home", REPO_ROOT / "contracts")
+    assert database_choice(settings, {}) == ("sqlite", "the default")
+    assert "SQLite at " in describe_database(settings, {})
+    record_database(settings, {"LAKEHOUSE_AIRFLOW_DB": "postgres"})  # as make airflow runs it
+    assert database_choice(settings, {}) == (
+        "postgres",
+        "the one `lakehouse airflow standalone` (make airflow) last ran on",
+    )
+    said = describe_database(settings, {})
+    assert said.startswith("Airflow's metadata database: PostgreSQL of ")
+    assert "(not running: `lakehouse postgres start`)" in said
+    assert "LAKEHOUSE_AIRFLOW_DB=sqlite or postgres chooses another" in said
+    # Not running: the command fails saying how to start it, instead of using SQLite.
+    with pytest.raises(PostgresError, match="not running: start it with `lakehouse postgres"):
+        airflow_environment(settings, base={})
+    assert database_choice(settings, {"LAKEHOUSE_AIRFLOW_DB": "sqlite"}) == (
+        "sqlite",
+        "set by LAKEHOUSE_AIRFLOW_DB",
+    )
+    assert "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN" not in airflow_environment(
+        settings, base={"LAKEHOUSE_AIRFLOW_DB": "sqlite"}
+    )
+
+
+def test_the_execution_api_follows_the_api_servers_port(tmp_path: Path) -> None:
+    settings = Settings.from_env(tmp_path / "home", REPO_ROOT / "contracts")
+    url = "AIRFLOW__CORE__EXECUTION_API_SERVER_URL"
+    assert airflow_environment(settings, base={})[url] == "http://127.0.0.1:8080/execution/"
+    moved = airflow_environment(settings, base={"AIRFLOW__API__PORT": "18080"})
+    assert moved[url] == "http://127.0.0.1:18080/execution/"
 
 
 KAFKA_CONTRACT = """\

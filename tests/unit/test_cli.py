@@ -741,22 +741,100 @@ def test_dq_says_the_unit_of_every_figure(
     write_deltalake(str(settings.ledger_path), pa.Table.from_pylist(rows, ledger_schema()))
     assert _run(monkeypatch, ["dq", "--days", "100000"]) == 0
     assert capsys.readouterr().out.splitlines() == [
-        "bronze.user-locations: latest 2026-01-01 00:00:00 UTC, 12 rows published as version 4, "
+        "bronze.user-locations",
+        "  latest run, with data: 2026-01-01 00:00:00 UTC, 12 rows published as version 4, "
         "1 quarantined (1 empty line), 2 offsets missing, 3/4 checks met, last data 44 s ago "
         "(limit 60 s), lag 5 records",
-        "  last 1 runs: 1 batches, 1 published, 0 blocked, 1 quarantined, 0 of 1 checked runs "
-        "met every check",
-        "  ok   warn       freshness                    44.3 s (limit 60 s)  (failed in 0 of 1 "
-        "checked runs)",
-        "  ok   warn       volume                       12 rows (median of the last 3 batches: "
-        "10 rows)  (failed in 0 of 1 checked runs)",
-        "  ok   warn       small                        12 rows  (failed in 0 of 1 checked runs)",
-        "  FAIL warn       present                      2 of 12 rows unexpected  (failed in 1 of "
-        "1 checked runs)",
+        "    ok   warn       freshness                    44.3 s (limit 60 s)  (failed in 0 of 1 "
+        "checked run)",
+        "    ok   warn       volume                       12 rows (median of the last 3 batches: "
+        "10 rows)  (failed in 0 of 1 checked run)",
+        "    ok   warn       small                        12 rows  (failed in 0 of 1 checked run)",
+        "    FAIL warn       present                      2 of 12 rows unexpected  (failed in 1 "
+        "of 1 checked run)",
+        "  last run: 1 batch, 1 published, 0 blocked, 1 quarantined, 0 of 1 checked run met "
+        "every check",
     ]
     # Outside the window (14 days by default), nothing.
     assert _run(monkeypatch, ["dq"]) == 0
     assert capsys.readouterr().out.splitlines() == ["no validations recorded"]
+
+
+def test_dq_shows_the_last_batch_with_data_beside_the_latest_run_and_takes_a_topic(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """After runs that found nothing new, a table's latest run is a freshness check alone: the
+    last batch that carried data is shown beside it, with its own checks. ``--table`` with a
+    topic's name covers every table of the topic, and no other."""
+    from datetime import UTC, datetime, timedelta
+
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    from lakehouse.quality.ledger import ledger_schema
+
+    t0 = datetime.now(UTC) - timedelta(hours=1)
+
+    def row(run: str, minutes: int, layer: str, table: str, **values: object) -> dict[str, object]:
+        return {
+            **dict.fromkeys(ledger_schema().names),
+            "run_id": run,
+            "validated_at": t0 + timedelta(minutes=minutes),
+            "layer": layer,
+            "table": table,
+            "severity": "warn",
+            "success": True,
+            **values,
+        }
+
+    def batch(run: str, minutes: int, layer: str, table: str, n: int) -> dict[str, object]:
+        return row(run, minutes, layer, table, kind="batch", severity=None, success=None,
+                   outcome="published", rows=n, table_version=1, published=True)  # fmt: skip
+
+    def fresh(run: str, minutes: int, layer: str, table: str, age: int) -> dict[str, object]:
+        return row(run, minutes, layer, table, expectation="freshness", kind="freshness",
+                   observed_value=str(age), unexpected_sample='["limit 3600 s"]')  # fmt: skip
+
+    rows = [
+        batch("r1", 0, "bronze", "user-locations", 5),
+        row(
+            "r1",
+            0,
+            "bronze",
+            "user-locations",
+            expectation="present",
+            kind="not_null",
+            element_count=5,
+            unexpected_count=1,
+            success=False,
+        ),
+        fresh("r2", 30, "bronze", "user-locations", 1800),  # nothing new
+        batch("r3", 1, "silver", "user_locations", 5),
+        batch("r4", 2, "gold", "user_latest_location", 2),
+        batch("r5", 3, "bronze", "user-profiles", 6),
+    ]
+    write_deltalake(str(settings.ledger_path), pa.Table.from_pylist(rows, ledger_schema()))
+    assert _run(monkeypatch, ["dq", "--table", "user-locations"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert [line for line in out if not line.startswith(" ")] == [
+        "bronze.user-locations",
+        "gold.user_latest_location",
+        "silver.user_locations",
+    ]
+    at = [f"{t0 + timedelta(minutes=m):%Y-%m-%d %H:%M:%S} UTC" for m in (0, 30)]
+    assert out[:6] == [
+        "bronze.user-locations",
+        f"  latest run: {at[1]}, no new data, 1/1 checks met, last data 1800 s ago (limit 3600 s)",
+        "    ok   warn       freshness                    1800.0 s (limit 3600 s)  (failed in 0 "
+        "of 2 checked runs)",
+        f"  last batch with data: {at[0]}, 5 rows published as version 1, 0/1 checks met",
+        "    FAIL warn       present                      1 of 5 rows unexpected  (failed in 1 of "
+        "2 checked runs)",
+        "  last 2 runs: 1 batch, 1 published, 0 blocked, 0 quarantined, 1 of 2 checked runs met "
+        "every check",
+    ]
+    assert _run(monkeypatch, ["dq", "--table", "user_latest_location"]) == 0
+    assert capsys.readouterr().out.splitlines()[0] == "gold.user_latest_location"
 
 
 def test_a_broken_contract_fails_only_the_commands_that_concern_its_topic(
@@ -787,7 +865,9 @@ def test_a_broken_contract_fails_only_the_commands_that_concern_its_topic(
     assert f"note: left out, its contract does not load: {contracts / 'refunds.yaml'}" in err
     assert "tabels" in err
     assert _run(monkeypatch, ["produce", "refunds"], '{"key": "a", "value": {"amount": 1}}\n') == 1
-    assert capsys.readouterr().err.startswith(f"error: {contracts / 'refunds.yaml'}: ")
+    assert capsys.readouterr().err == (
+        f"error: {contracts / 'refunds.yaml'}: unknown key 'tabels' (did you mean 'tables'?)\n"
+    )
     assert _run(monkeypatch, ["run", "--layer", "bronze"]) == 1
     err = capsys.readouterr().err
     assert "1 contract(s) do not load, so `lakehouse run` would leave their topics out" in err

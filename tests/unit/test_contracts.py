@@ -232,6 +232,55 @@ def test_broken_contract_names_file_path_and_problem(
 
 
 @pytest.mark.parametrize(
+    ("old", "new", "message"),
+    [
+        (
+            "aggregations:",
+            "agregations:",
+            "tables[1] (table 't_totals'): unknown key 'agregations' (did you mean "
+            "'aggregations'?)",
+        ),
+        (
+            "{name: total, fn: sum, field: amount}",
+            "{name: total, fn: sum, feild: amount}",
+            "tables[1].aggregations[1] (table 't_totals', aggregation 'total'): unknown key "
+            "'feild' (did you mean 'field'?)",
+        ),
+        (
+            "{name: label, type: string, nullable: false}",
+            "{name: label, type: string, nulable: false}",
+            "value.fields[1] (field 'label'): unknown key 'nulable' (did you mean 'nullable'?)",
+        ),
+        # A required key misspelt: unknown rather than missing.
+        (
+            "stream: {name: t_stream}",
+            "steam: {name: t_stream}",
+            "unknown key 'steam' (did you mean 'stream'?) (and 1 more problem(s))",
+        ),
+        # Nothing close: no guess.
+        ("stream: {name: t_stream}", "stream: {name: t_stream, colour: red}", "stream: unknown"),
+        # Found by the checks after the document's shape: the table is named too.
+        (
+            "{name: total, fn: sum, field: amount}",
+            "{name: total, fn: sum, field: amont}",
+            "tables[1].aggregations[1].field (table 't_totals', aggregation 'total'): no value "
+            "field named 'amont'",
+        ),
+    ],
+)
+def test_a_misspelt_key_is_named_with_its_table_and_the_key_meant(
+    tmp_path: Path, old: str, new: str, message: str
+) -> None:
+    assert old in VALID
+    path = _write(tmp_path, VALID.replace(old, new))
+    with pytest.raises(ContractError) as info:
+        load_contract(path)
+    assert f"{path}: {message}" in str(info.value)
+    if "colour" in new:
+        assert str(info.value).endswith("unknown key 'colour'")
+
+
+@pytest.mark.parametrize(
     ("quality", "notified"),
     [
         ("", ("fail",)),

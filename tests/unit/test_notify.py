@@ -70,7 +70,7 @@ def _notice(table: str, *checks: dict[str, Any], log_url: str | None = None) -> 
         topic="user-locations",
         dag_id="pipeline__user-locations",
         run_id="manual__2026-01-01T00:00:00+00:00",
-        report_url="http://airflow.example.com/plugin/lakehouse-reports",
+        report_url="http://airflow.example.com/plugin/lakehouse/data-quality/",
         log_url=log_url,
     )
 
@@ -100,7 +100,7 @@ def test_a_notice_names_the_table_each_failed_check_what_it_saw_and_the_links() 
     ) in sent.html
     assert "Nothing of the batch was published." in sent.html
     assert (
-        "Data-quality report: <a href='http://airflow.example.com/plugin/lakehouse-reports'>"
+        "Data-quality report: <a href='http://airflow.example.com/plugin/lakehouse/data-quality/'>"
     ) in sent.html
     assert "Task log: <a href='http://airflow.example.com/dags/d/runs/r/tasks/silver'>" in sent.html
 
@@ -164,7 +164,7 @@ def test_a_connection_that_is_not_smtp_is_refused() -> None:
 
 def test_the_report_link_is_under_airflows_base_url(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AIRFLOW__API__BASE_URL", "https://airflow.example.com/team/")
-    assert report_url() == "https://airflow.example.com/team/plugin/lakehouse-reports"
+    assert report_url() == "https://airflow.example.com/team/plugin/lakehouse/data-quality/"
 
 
 @pytest.fixture

@@ -52,11 +52,28 @@ def test_a_landing_topics_dag_runs_on_its_clock_alone(tmp_path: Path) -> None:
     dag = pipeline_dag(_contract(), _settings(tmp_path))
     assert dag.timetable == _every(7)
     assert dag.max_active_runs == 1
-    # The shipped contracts (landing topics) too.
+    assert dag.description.endswith("when triggered and every 7 min once unpaused")
+
+
+def test_a_dag_runs_when_triggered_unless_its_contract_sets_a_schedule(tmp_path: Path) -> None:
+    """Unpausing a DAG (the trigger form's box, ticked by default) leaves no schedule behind
+    that its contract did not ask for: the shipped contracts set none."""
+    unscheduled = {k: v for k, v in CONTRACT.items() if k != "schedule_minutes"}
+    dag = pipeline_dag(parse_contract(unscheduled), _settings(tmp_path))
+    assert type(dag.timetable).__name__ == "NullTimetable"  # Airflow's schedule=None
+    assert dag.description.endswith("bronze -> silver -> gold, when triggered")
     shipped = pipeline_dags(Settings.from_env(tmp_path / "home", REPO_ROOT / "contracts"))
     for contract in Catalog.load(REPO_ROOT / "contracts"):
+        assert contract.schedule_minutes is None
         timetable = shipped[f"pipeline__{contract.topic}"].timetable
-        assert timetable == _every(contract.schedule_minutes)
+        assert type(timetable).__name__ == "NullTimetable"
+    # A Kafka topic's DAG without a clock: when records arrive, and when triggered.
+    kafka = pipeline_dag(parse_contract({**unscheduled, **FROM_KAFKA}), _settings(tmp_path))
+    assert not isinstance(kafka.timetable, AssetOrTimeSchedule)
+    assert kafka.timetable.asset_condition.name == "kafka.payments"
+    assert kafka.description.endswith(
+        "when triggered and when records arrive on its broker once unpaused"
+    )
 
 
 def test_a_kafka_topics_dag_runs_on_the_same_clock_or_when_records_arrive(
@@ -153,10 +170,15 @@ def test_a_contract_that_does_not_load_gets_a_dag_saying_why_and_the_others_are_
     misspelled["tabels"] = misspelled.pop("tables")
     settings = _folder(tmp_path, payments=CONTRACT, refunds=misspelled)
     dags = pipeline_dags(settings)
-    assert sorted(dags) == ["lakehouse__run", "pipeline__payments", "pipeline__refunds"]
+    assert sorted(dags) == ["lakehouse__run", "pipeline__payments", "pipeline__refunds.broken"]
     assert "gate_gold" in dags["pipeline__payments"].task_dict  # the good one, whole
-    broken = dags["pipeline__refunds"]
+    broken = dags["pipeline__refunds.broken"]
     source = str(settings.contracts_dir / "refunds.yaml")
+    # Where the DAG list and the DAG's page show it: the file, the path in it, the problem.
+    assert broken.dag_display_name == (
+        "pipeline__refunds: broken contract: refunds.yaml: unknown key 'tabels' (did you mean "
+        "'tables'?)"
+    )
     assert broken.description.startswith("broken contract refunds.yaml: ")
     assert "tabels" in broken.description
     assert source in (broken.doc_md or "")
@@ -175,22 +197,23 @@ def test_a_join_with_a_broken_contract_breaks_only_the_join_dag(tmp_path: Path) 
     not_yaml = "topic: payments\n  partitions: [3\n"
     dags = pipeline_dags(_folder(tmp_path, payments=not_yaml, orders=JOINING))
     assert sorted(dags) == [
-        "joins__orders",
+        "joins__orders.broken",
         "lakehouse__run",
         "pipeline__orders",
-        "pipeline__payments",
+        "pipeline__payments.broken",
     ]
     assert "gold" in dags["pipeline__orders"].task_dict  # its own tables still run
-    joins = dags["joins__orders"]
+    joins = dags["joins__orders.broken"]
     assert "broken contract" in joins.tags
     assert "payments.yaml" in (joins.doc_md or "")
+    assert joins.dag_display_name.startswith("joins__orders: broken contract: payments.yaml: ")
 
 
 def test_a_name_taken_twice_breaks_the_later_file_only(tmp_path: Path) -> None:
     twin = {**CONTRACT, "topic": "refunds"}  # takes payments_stream and payment_latest again
     dags = pipeline_dags(_folder(tmp_path, payments=CONTRACT, refunds=twin))
     assert "broken contract" not in dags["pipeline__payments"].tags
-    assert "already used by" in dags["pipeline__refunds"].description
+    assert "already used by" in dags["pipeline__refunds.broken"].description
 
 
 class _Runs:
@@ -242,6 +265,33 @@ def test_a_run_airflow_started_yields_to_a_run_queued_behind_it(
         assert runs.asked == [{"dag_id": "pipeline__payments", "states": ["queued"]}]
     else:
         assert runs.asked == []
+
+
+@pytest.mark.parametrize("layer", ["bronze", "silver", "gold"])
+def test_a_layer_of_a_scheduled_run_yields_to_a_run_triggered_once_it_was_under_way(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], layer: str
+) -> None:
+    """The run someone triggered while a scheduled one was past its plan: the scheduled run's
+    next layer leaves its batch to it (the triggered run then commits those records), and a
+    triggered run's layer never yields."""
+    from types import SimpleNamespace
+
+    from airflow.sdk.exceptions import AirflowNotFoundException, AirflowSkipException
+
+    task = pipeline_dag(_contract(), _settings(tmp_path)).task_dict[layer]
+    scheduled = SimpleNamespace(dag_id="pipeline__payments", run_type="scheduled")
+    context = {"params": {}, "dag_run": scheduled, "ti": _Runs(1)}
+    with pytest.raises(AirflowSkipException, match=f"skips its {layer} job"):
+        task.execute(context)
+    assert "1 run(s) of pipeline__payments queued behind this scheduled run" in (
+        capsys.readouterr().out
+    )
+    # A manual run goes on (here to the Spark connection, which this test has none of).
+    manual = SimpleNamespace(dag_id="pipeline__payments", run_type="manual")
+    runs = _Runs(1)
+    with pytest.raises(AirflowNotFoundException, match="lakehouse_spark"):
+        task.execute({"params": {}, "dag_run": manual, "ti": runs, "run_id": "manual__1"})
+    assert runs.asked == []
 
 
 def test_a_runs_params_are_the_requests_options_under_their_names(tmp_path: Path) -> None:

@@ -107,10 +107,10 @@ def test_history_gathers_each_runs_batch_and_checks(spark: Any, tmp_path: Path) 
         0,
         None,
     )
-    latest = {c.expectation: c for c in found.latest_checks["silver.orders"]}
+    latest = {c.expectation: c for c in found.checks_of(found.latest("silver.orders"))}
     assert set(latest) == {"amount_positive", "id_unique"}
     assert latest["id_unique"].severity == "fail" and not latest["id_unique"].success
-    assert "gold.checkins_5m" not in found.latest_checks  # a run without checks
+    assert found.checks_of(found.latest("gold.checkins_5m")) == []  # a run without checks
 
 
 def test_history_reads_a_ledger_written_before_batch_rows(spark: Any, tmp_path: Path) -> None:
@@ -136,3 +136,40 @@ def test_history_reads_a_ledger_written_before_batch_rows(spark: Any, tmp_path: 
     (seen,) = history(settings, now=at).runs
     assert (seen.outcome, seen.rows, seen.checks) == (PUBLISHED, 5, 1)
     assert json.loads(json.dumps(seen.reasons)) == {}
+
+
+def test_a_topics_name_stands_for_every_table_of_the_topic() -> None:
+    """`lakehouse dq --table orders` and the page's ?table=orders: the topic's bronze table, its
+    stream and its gold tables; a stream or gold table's name, that table; layer.name, that."""
+    from lakehouse.contracts.catalog import Catalog, parse_contract
+    from lakehouse.quality.history import tables_named
+
+    orders = parse_contract(
+        {
+            "topic": "orders",
+            "key": {"format": "string", "name": "id"},
+            "value": {"format": "json", "fields": [{"name": "amount", "type": "long"}]},
+            "stream": {"name": "orders_stream"},
+            "tables": [
+                {"name": "order_latest", "kind": "latest"},
+                {"name": "order_totals", "kind": "aggregate",
+                 "aggregations": [{"name": "total", "fn": "sum", "field": "amount"}]},
+            ],
+        }
+    )  # fmt: skip
+    catalog = Catalog.of([orders])
+    assert tables_named("orders", catalog) == [
+        ("bronze", "orders"),
+        ("silver", "orders_stream"),
+        ("gold", "order_latest"),
+        ("gold", "order_totals"),
+    ]
+    assert tables_named("orders_stream", catalog) == [("silver", "orders_stream")]
+    assert tables_named("order_totals", catalog) == [("gold", "order_totals")]
+    assert tables_named("gold.order_latest", catalog) == [("gold", "order_latest")]
+    # A name no contract gives (a table of a contract since removed): any layer's of that name.
+    assert tables_named("refunds", catalog) == [
+        ("bronze", "refunds"),
+        ("silver", "refunds"),
+        ("gold", "refunds"),
+    ]

@@ -42,7 +42,7 @@ with warnings.catch_warnings():
 NOW = datetime.now(UTC).replace(microsecond=0)
 T0 = NOW - timedelta(hours=2)
 AIRFLOW = "http://airflow.test/"
-DOCS = "http://airflow.test/lakehouse-reports/"
+DOCS = "http://airflow.test/data-quality/docs/"
 
 
 def figure(page: str, chart: str, table: str) -> str:
@@ -204,7 +204,7 @@ def test_latest_verdicts_link_to_their_airflow_run_and_data_docs_page(
     page_file.write_text("<html>validation</html>")
     page = render_page(found, PageQuery(), _links(settings))
     section = page[page.index("<section class='table' data-table='silver.orders'>") :]
-    verdicts = section[section.index("Latest checks") : section.index("</table>")]
+    verdicts = section[section.index("Latest run, with data") : section.index("</table>")]
     assert "DAG run manual__2" in verdicts and "batch <span class='published'>published" in verdicts
     assert (
         f"<a href='{AIRFLOW}dags/pipeline__orders/runs/manual__2' target='_top'>Airflow run</a>"
@@ -289,13 +289,51 @@ def test_links_resolve_against_where_airflow_mounts_the_app(
 ) -> None:
     settings, _ = ledger
     plugin_app = FastAPI()
-    plugin_app.include_router(create_router(lambda: settings), prefix="/quality")
+    plugin_app.include_router(create_router(lambda: settings, data_docs="docs/"))
     airflow = FastAPI()
-    airflow.mount("/lakehouse-reports", plugin_app)  # as Airflow's API server mounts plugins
+    airflow.mount("/data-quality", plugin_app)  # as Airflow's API server mounts plugins
     client = TestClient(airflow, base_url="http://airflow.test")
 
-    page = client.get("/lakehouse-reports/quality/?days=1").text
-    assert "<a href='http://airflow.test/lakehouse-reports/'>the Data Docs</a>" in page
+    page = client.get("/data-quality/?days=1").text
+    assert "<a href='http://airflow.test/data-quality/docs/'>the Data Docs</a>" in page
     assert (
         "<a href='http://airflow.test/dags/pipeline__orders/runs/manual__2' target='_top'>" in page
     )
+
+
+def _run(run_id: str, at: datetime, *, rows: int | None, checks: int) -> Any:
+    from lakehouse.quality.history import Run
+
+    return Run(
+        layer="silver", table="orders", run_id=run_id, dag_id="pipeline__orders",
+        dag_run_id=f"manual__{run_id}", at=at, table_version=None if rows is None else 1,
+        outcome=None if rows is None else PUBLISHED, rows=rows, quarantined=None, reasons={},
+        late=None, late_table=None, gaps=None, lag=None, lag_unit=None, checks=checks,
+        met=checks, failed=(), freshness_age_s=None, freshness_limit_s=None,
+    )  # fmt: skip
+
+
+def test_the_latest_run_is_shown_beside_the_last_batch_with_data_and_counts_read_right(
+    tmp_path: Path,
+) -> None:
+    from lakehouse.quality.history import Check, History
+
+    one = History([_run("a", T0, rows=4, checks=2)], since=T0 - timedelta(days=14))
+    one.checks = {("a", "silver.orders"): [Check("id_unique", "unique", None, "fail", True, "0")]}
+    links = Links(AIRFLOW, DOCS, tmp_path)
+    page = render_page(one, PageQuery(), links)
+    assert "<p class='window'>1 run of 1 table since" in page
+    assert "Latest run, with data: its checks" in page and "Last batch with data" not in page
+
+    later = T0 + timedelta(minutes=5)
+    two = History([*one.runs, _run("b", later, rows=None, checks=1)], since=one.since)
+    two.checks = {
+        **one.checks,
+        ("b", "silver.orders"): [Check("freshness", "freshness", None, "warn", True, "9 s")],
+    }
+    page = render_page(two, PageQuery(), links)
+    assert "2 runs of 1 table since" in page
+    latest = page.index("<h3>Latest run: its checks</h3>")
+    batch = page.index("<h3>Last batch with data: its checks</h3>")
+    assert latest < page.index("manual__b", latest) < page.index("freshness", latest) < batch
+    assert page.index("manual__a", batch) < page.index("id_unique", batch)

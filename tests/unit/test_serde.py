@@ -79,12 +79,17 @@ def lake(tmp_path: Path) -> Settings:
 
 
 def _produce(
-    lake: Settings, topic: str, lines: list[Any], capsys: pytest.CaptureFixture[str]
+    lake: Settings,
+    topic: str,
+    lines: list[Any],
+    capsys: pytest.CaptureFixture[str],
+    *flags: str,
 ) -> tuple[int, str]:
-    """``lakehouse produce topic`` of the lines (JSON texts as given, anything else dumped):
-    its exit code and what it wrote to stderr."""
+    """``lakehouse produce topic [flags]`` of the lines (JSON texts as given, anything else
+    dumped): its exit code and what it wrote to stderr."""
     text = "".join((x if isinstance(x, str) else json.dumps(x)) + "\n" for x in lines)
     argv = ["--home", str(lake.home), "--contracts", str(lake.contracts_dir), "produce", topic]
+    argv += flags
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr("sys.stdin", io.StringIO(text))
         code = cli.main(argv)
@@ -241,6 +246,46 @@ def test_a_missing_field_that_is_not_nullable_is_refused(
     )
 
 
+def test_a_field_the_contract_does_not_declare_is_refused_naming_line_and_field(
+    lake: Settings, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A typo is not data: ``custmer`` would become a null customer in silver."""
+    typo = {**{k: v for k, v in GOOD.items() if k != "customer"}, "custmer": "ann"}
+    lines = [{"key": 1, "value": GOOD}, {"key": 2, "value": {**typo, "customer": "bo"}}]
+    code, err = _produce(lake, "payments", lines, capsys)
+    contract = lake.contracts_dir / "payments.yaml"
+    assert (code, err.splitlines()[-1]) == (
+        1,
+        f"error: stdin line 2: field 'custmer' is not declared by the contract of payments "
+        f"({contract}), whose fields are 'customer', 'amount', 'items', 'rate', 'paid', 'ts', "
+        "'total'; did you mean 'customer'? (--allow-undeclared-fields writes such fields as "
+        "given, for a producer ahead of its contract)",
+    )
+    assert _written(lake, "payments") == []  # not even line 1
+    # Asked for, the field is written as given.
+    code, err = _produce(lake, "payments", lines, capsys, "--allow-undeclared-fields")
+    assert (code, err.split(" (")[0]) == (0, "produced 2 record(s) to payments")
+    assert sorted(json.loads(v)["customer"] for v in _written(lake, "payments")) == ["ann", "bo"]
+    assert [json.loads(v).get("custmer") for v in _written(lake, "payments")].count("ann") == 1
+
+
+def test_an_avro_value_holds_its_schemas_fields_only(
+    lake: Settings, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Avro has no place for a field its schema lacks: refused even when asked to keep such
+    fields (it would be dropped in silence)."""
+    value = {**GOOD, "colour": "red"}
+    for flags in ((), ("--allow-undeclared-fields",)):
+        code, err = _produce(lake, "payments-avro", [{"key": 1, "value": value}], capsys, *flags)
+        assert (code, err.splitlines()[-1]) == (
+            1,
+            "error: stdin line 1: field 'colour' is not declared by the Avro schema id 1, "
+            "whose fields are 'customer', 'amount', 'items', 'rate', 'paid', 'ts', 'total' (an "
+            "Avro value holds its schema's fields only)",
+        )
+    assert _written(lake, "payments-avro") == []
+
+
 def test_a_key_is_checked_against_its_type(
     lake: Settings, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -275,8 +320,9 @@ def test_json_values_are_written_as_silver_reads_them_exactly(
     lake: Settings, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """A decimal as a number with its scale's digits (from a number or a string), a timestamp
-    as ISO-8601 text in UTC (from epoch milliseconds or any ISO-8601 form), unknown fields as
-    given, and numbers never through a binary float."""
+    as ISO-8601 text in UTC (from epoch milliseconds or any ISO-8601 form), fields the contract
+    does not declare as given when the producer is asked to keep them, and numbers never
+    through a binary float."""
     lines = [
         '{"key": 1, "value": {"customer": "ann", "total": 3537.5, "ts": 1700000000000}}',
         '{"key": 2, "value": {"customer": "bo", "total": "0.05", '
@@ -285,7 +331,7 @@ def test_json_values_are_written_as_silver_reads_them_exactly(
         '"note": {"x": 1.10}}}',
         '{"key": 4, "value": {"customer": "di", "total": 1.25e1}}',
     ]
-    code, err = _produce(lake, "payments", lines, capsys)
+    code, err = _produce(lake, "payments", lines, capsys, "--allow-undeclared-fields")
     assert (code, err.split(" (")[0]) == (0, "produced 4 record(s) to payments")
     assert sorted(_written(lake, "payments")) == sorted(
         [

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -268,7 +269,11 @@ def load_contract(path: Path) -> Contract:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         raise ContractError(file, where, f"not valid YAML: {exc}") from exc
-    contract = parse_contract(document, file, base=path.parent)
+    try:
+        contract = parse_contract(document, file, base=path.parent)
+    except ContractError as exc:
+        exc.name_items(item_names(document, exc.path))
+        raise
     if path.stem != contract.topic:
         raise ContractError(
             file,
@@ -276,6 +281,48 @@ def load_contract(path: Path) -> Contract:
             f"topic {contract.topic!r} must live in a file named {contract.topic}.yaml",
         )
     return contract
+
+
+_PATH_PART = re.compile(r"([^.\[\]]+)|\[([0-9]+)\]")
+# What an item of a list is called, by the list's key (an expectation's list is its layer's).
+_ITEM: dict[str, str] = {
+    "tables": "table",
+    "fields": "field",
+    "aggregations": "aggregation",
+    **dict.fromkeys(LAYERS, "expectation"),
+}
+
+
+def item_names(document: Any, path: str) -> str:
+    """What the named items along ``path`` (``tables[1].aggregations[0].fn``) are called in
+    ``document``: ``table 'order_counts', aggregation 'total'`` (items without a ``name`` are
+    left out)."""
+    node, key, names = document, "", []
+    for found in _PATH_PART.finditer(path):
+        part, index = found.group(1), found.group(2)
+        if index is None:
+            key = part
+            node = node.get(part) if isinstance(node, dict) else None
+        else:
+            i = int(index)
+            node = node[i] if isinstance(node, list) and i < len(node) else None
+            if isinstance(node, dict) and isinstance(node.get("name"), str):
+                names.append(f"{_ITEM.get(key, key)} {node['name']!r}")
+        if node is None:
+            break
+    return ", ".join(names)
+
+
+def _named(error: ContractError, contract: Contract) -> ContractError:
+    """``error`` (found across contracts, after the file was read) with the names of its
+    path's items, from the contract."""
+    if not error.items:
+        outline = {
+            "tables": [{"name": t.name} for t in contract.tables],
+            "value": {"fields": [{"name": f.name} for f in contract.fields]},
+        }
+        error.name_items(item_names(outline, error.path))
+    return error
 
 
 @dataclass(frozen=True)
@@ -305,9 +352,13 @@ class Catalog:
         for path in sorted(directory.glob("*.yaml")):
             try:
                 contract = load_contract(path)
-                claim_names(contract, owners)
             except ContractError as exc:
                 errors[str(path)] = exc
+                continue
+            try:
+                claim_names(contract, owners)
+            except ContractError as exc:
+                errors[str(path)] = _named(exc, contract)
                 continue
             loaded.append(contract)
         broken = {Path(file).stem: file for file in errors}
@@ -315,7 +366,8 @@ class Catalog:
             try:
                 catalog = cls.of(loaded, broken=broken)
             except ContractError as exc:  # a join names a topic no contract has
-                errors[exc.file] = exc
+                owner = next((c for c in loaded if c.file == exc.file), None)
+                errors[exc.file] = exc if owner is None else _named(exc, owner)
                 broken[Path(exc.file).stem] = exc.file
                 loaded = [c for c in loaded if c.file != exc.file]
                 continue

@@ -20,11 +20,12 @@ This module is imported at DAG parse time: it must stay free of Spark, Delta and
 
 from __future__ import annotations
 
+import difflib
 import functools
 import json
 import operator
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal, Self, get_args
@@ -474,7 +475,9 @@ class ContractDoc(_Doc):
     description: str = ""
     owner: str = "data-platform"
     partitions: Annotated[int, pydantic.Field(ge=1, le=10_000)] = 1
-    schedule_minutes: Annotated[int, pydantic.Field(ge=1, le=1440)] = 5
+    schedule_minutes: Annotated[int, pydantic.Field(ge=1, le=1440)] | None = None
+    """How often Airflow runs the topic's pipeline DAG once it is unpaused; left out, it runs
+    when triggered (and, for a Kafka topic, when records arrive)."""
     compatibility: Literal[
         "BACKWARD",
         "BACKWARD_TRANSITIVE",
@@ -524,13 +527,27 @@ def _contract_error(exc: pydantic.ValidationError, file: str) -> ContractError:
     (``tables[1].window.size``) and what is wrong there, in the file's words."""
     errors = exc.errors()
     error = errors[0]
+    if error["type"] in {"missing", "missing_keyword_argument"}:
+        # A misspelt required key is missing and unknown at once: the unknown one, with the key
+        # it is closest to, says more ("unknown key 'steam' (did you mean 'stream'?)").
+        parent = list(error["loc"])[:-1]
+        error = next(
+            (
+                e
+                for e in errors
+                if e["type"] in {"extra_forbidden", "unexpected_keyword_argument"}
+                and list(e["loc"])[:-1] == parent
+            ),
+            error,
+        )
     loc, kind, value, ctx = list(error["loc"]), error["type"], error["input"], error.get("ctx", {})
     if loc[-1:] == ["[key]"]:  # a mapping's key is wrong, not its value
         loc.pop()
     if kind in {"missing", "missing_keyword_argument"}:
         problem = f"{loc.pop()!r} is a required property"  # of the section that lacks it
     elif kind in {"extra_forbidden", "unexpected_keyword_argument"}:
-        problem = f"unknown key {loc.pop()!r}"
+        key = loc.pop()
+        problem = f"unknown key {key!r}" + _did_you_mean(str(key), known_keys(loc))
     elif kind == "literal_error":
         problem = f"{value!r} is not one of {ctx['expected']}"
     elif kind == "string_pattern_mismatch":
@@ -546,6 +563,48 @@ def _contract_error(exc: pydantic.ValidationError, file: str) -> ContractError:
         path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
     more = f" (and {len(errors) - 1} more problem(s))" if len(errors) > 1 else ""
     return ContractError(file, path, problem + more)
+
+
+def _did_you_mean(key: str, known: Sequence[str]) -> str:
+    """`` (did you mean 'aggregations'?)`` for the known key closest to a misspelt one."""
+    close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+@functools.cache
+def _document_schema() -> dict[str, Any]:
+    return ContractDoc.model_json_schema(schema_generator=_EditorSchema)
+
+
+def known_keys(loc: Sequence[str | int]) -> list[str]:
+    """The keys a section of the document may have, at ``loc`` (``["tables", 1]``), from the
+    document's JSON Schema: what a misspelt key is compared with."""
+    schema = _document_schema()
+    definitions = schema.get("$defs", {})
+
+    def branches(node: Any) -> list[dict[str, Any]]:
+        """The node and the alternatives it stands for, references resolved."""
+        if not isinstance(node, dict):
+            return []
+        if "$ref" in node:
+            return branches(definitions.get(node["$ref"].rsplit("/", 1)[-1]))
+        found = [node]
+        for key in ("anyOf", "oneOf", "allOf"):
+            for option in node.get(key, []):
+                found += branches(option)
+        return found
+
+    nodes = branches(schema)
+    for part in loc:
+        step = "items" if isinstance(part, int) else part
+        nodes = [
+            child
+            for node in nodes
+            for child in branches(
+                node.get("items") if step == "items" else node.get("properties", {}).get(step)
+            )
+        ]
+    return sorted({key for node in nodes for key in node.get("properties", {})})
 
 
 def validate_document(document: Any, file: str) -> ContractDoc:

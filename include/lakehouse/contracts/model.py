@@ -266,7 +266,7 @@ class Contract:
     compatibility: str = "BACKWARD"
     expectations: tuple[Expectation, ...] = ()
     quality: QualityChecks = QualityChecks()
-    schedule_minutes: int = 5
+    schedule_minutes: int | None = None  # None: no time schedule (run when triggered)
     landing_format: Literal["envelope", "connect_json"] = "envelope"
     max_record_bytes: int = 1_048_576
     kafka: KafkaOrigin | None = None

@@ -19,13 +19,19 @@ integer), got the string "12.50"``. What a type takes is what silver reads back 
   most ``s`` digits after the point and ``p - s`` before it (nothing is rounded); a JSON value
   gets it as a number in plain notation with exactly ``s`` digits after the point.
 
-A null, or a missing field, is refused for a field that is not nullable. Unknown fields of a
-JSON value are written as given (silver ignores them, as a newer producer may send them).
-Numbers are read exactly (:data:`JSON_NUMBERS`), never through a binary float.
+A null, or a missing field, is refused for a field that is not nullable. A field the contract
+does not declare is refused too, naming it and the declared field it is closest to (a typo would
+otherwise become a null in silver): ``field 'locaton' is not declared ... did you mean
+'location'?``. A JSON value may carry such fields when asked (``allow_undeclared``, the
+producer's ``--allow-undeclared-fields``, for a producer that evolves ahead of the contract):
+they are written as given, and silver ignores them until the contract declares them. An Avro
+value never does: its schema has no place for them (a newer producer writes with its own schema
+id). Numbers are read exactly (:data:`JSON_NUMBERS`), never through a binary float.
 """
 
 from __future__ import annotations
 
+import difflib
 import json
 import math
 import re
@@ -198,10 +204,17 @@ def _pick(versions: tuple[SchemaVersion, ...], schema_id: int | None, what: str)
 class Serializer:
     """Checks and encodes keys and values for one topic."""
 
-    def __init__(self, contract: Contract, value_schema_id: int | None = None) -> None:
+    def __init__(
+        self,
+        contract: Contract,
+        value_schema_id: int | None = None,
+        *,
+        allow_undeclared: bool = False,
+    ) -> None:
         from lakehouse.contracts import avro
 
         self.contract = contract
+        self.allow_undeclared = allow_undeclared
         self._value = None
         self._key = None
         self._fields = contract.fields
@@ -269,6 +282,7 @@ class Serializer:
 
     def _checked(self, value: dict[str, Any], origin: str, *, avro: bool) -> dict[str, Any]:
         """The value with each field checked and stored as its type stores it."""
+        self._refuse_undeclared(value, origin, avro=avro)
         record = dict(value)
         for f in self._fields:
             given = value.get(f.name)
@@ -287,3 +301,29 @@ class Serializer:
                     "nullable",
                 )
         return record
+
+    def _refuse_undeclared(self, value: dict[str, Any], origin: str, *, avro: bool) -> None:
+        """A field of ``value`` that the contract (or the Avro schema written with) does not
+        declare: refused, unless a JSON value may carry it (``allow_undeclared``)."""
+        declared = [f.name for f in self._fields]
+        undeclared = [name for name in value if name not in declared]
+        if not undeclared or (self.allow_undeclared and not avro):
+            return
+        name = undeclared[0]
+        close = difflib.get_close_matches(name, declared, n=1, cutoff=0.6)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        if avro:
+            where = f"the Avro schema id {self._value[0] if self._value else '?'}"
+            remedy = "an Avro value holds its schema's fields only"
+        else:
+            where = f"the contract of {self.contract.topic} ({self.contract.file})"
+            remedy = (
+                "--allow-undeclared-fields writes such fields as given, for a producer ahead "
+                "of its contract"
+            )
+        more = f" (and {len(undeclared) - 1} more)" if len(undeclared) > 1 else ""
+        raise BadRecordError(
+            origin,
+            f"field {name!r}{more} is not declared by {where}, whose fields are "
+            f"{', '.join(map(repr, declared))}{hint} ({remedy})",
+        )

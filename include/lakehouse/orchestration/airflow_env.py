@@ -8,9 +8,12 @@ runs the same DAGs' layers as ``spark-submit`` jobs on that cluster instead.
 
 ``LAKEHOUSE_AIRFLOW_DB=postgres`` (``make airflow`` sets it) puts the metadata database on the
 lakehouse's own PostgreSQL instead (:mod:`lakehouse.runtime.postgres`, started with ``lakehouse postgres
-start``), with the LocalExecutor running up to four tasks at once. SQLite, the default, is what
-``make demo`` and ``airflow dags test`` use: one writer at a time, which a test run in one
-process never notices.
+start``), with the LocalExecutor running up to four tasks at once. SQLite is what ``make demo``
+and ``airflow dags test`` use: one writer at a time, which a test run in one process never
+notices. Without the variable, a lakehouse's Airflow commands use the database its Airflow last
+ran on (``lakehouse airflow standalone``, which ``make airflow`` runs, records it in
+``$AIRFLOW_HOME/lakehouse-database``), else SQLite: ``lakehouse airflow dags list-runs ...``
+after ``make airflow`` reads that Airflow's runs (:func:`database_choice`).
 
 Secrets are generated, never shipped: the Fernet key (encrypts connections and variables), the API
 server's secret key and the JWT signing secret are made on first use and kept in
@@ -70,6 +73,11 @@ def airflow_environment(
         # The UI and REST API on this machine only, as every other server of the lakehouse;
         # AIRFLOW__API__HOST=0.0.0.0 opens them to the networks the machine is on.
         "AIRFLOW__API__HOST": "127.0.0.1",
+        # The workers reach the execution API where the API server listens: on its port
+        # (AIRFLOW__API__PORT, 8080 by default), so that setting the port alone moves Airflow.
+        "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": (
+            f"http://127.0.0.1:{env.get('AIRFLOW__API__PORT') or '8080'}/execution/"
+        ),
         # Executors and the driver run the project's interpreter.
         "PYSPARK_PYTHON": sys.executable,
         "PYSPARK_DRIVER_PYTHON": sys.executable,
@@ -83,7 +91,7 @@ def airflow_environment(
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin",
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "False",
     }
-    defaults |= _database(settings, env.get(DB_ENV) or "sqlite")
+    defaults |= _database(settings, database_choice(settings, env)[0])
     for key, value in defaults.items():
         env.setdefault(key, value)
     # The layer tasks are clients of this lakehouse's Spark server (`lakehouse spark start`;
@@ -175,11 +183,59 @@ def kafka_connections(settings: Settings, env: Mapping[str, str]) -> dict[str, s
     return connections
 
 
+DATABASE_FILE = "lakehouse-database"  # in AIRFLOW_HOME: the database its Airflow last ran on
+
+
+def database_choice(settings: Settings, env: Mapping[str, str]) -> tuple[str, str]:
+    """Which metadata database this lakehouse's Airflow commands use, and why: the one
+    :data:`DB_ENV` names; else the one its Airflow last ran on (:func:`record_database`); else
+    SQLite."""
+    given = env.get(DB_ENV)
+    if given:
+        if given not in DATABASES:
+            raise ConfigError(f"{DB_ENV} must be one of {', '.join(DATABASES)}, not {given!r}")
+        return given, f"set by {DB_ENV}"
+    try:
+        recorded = (settings.airflow_home / DATABASE_FILE).read_text(encoding="utf-8").strip()
+    except OSError:
+        recorded = ""
+    if recorded in DATABASES:
+        return recorded, "the one `lakehouse airflow standalone` (make airflow) last ran on"
+    return "sqlite", "the default"
+
+
+def record_database(settings: Settings, env: Mapping[str, str]) -> None:
+    """Remember the database this lakehouse's Airflow runs on (``lakehouse airflow
+    standalone``), for the commands that come after it without :data:`DB_ENV`."""
+    settings.airflow_home.mkdir(parents=True, exist_ok=True)
+    (settings.airflow_home / DATABASE_FILE).write_text(
+        database_choice(settings, env)[0] + "\n", encoding="utf-8"
+    )
+
+
+def describe_database(settings: Settings, env: Mapping[str, str]) -> str:
+    """One line for the terminal: which metadata database, why, and how to choose another."""
+    database, why = database_choice(settings, env)
+    if database == "postgres":
+        from lakehouse.runtime.postgres import Cluster
+
+        cluster = Cluster.of(settings)
+        status = cluster.status()
+        where = (
+            f"PostgreSQL at 127.0.0.1:{status.port}"
+            if status.running
+            else f"PostgreSQL of {cluster.root} (not running: `lakehouse postgres start`)"
+        )
+    else:
+        where = f"SQLite at {settings.airflow_home / 'airflow.db'}"
+    return (
+        f"Airflow's metadata database: {where}, {why} ({DB_ENV}=sqlite or postgres chooses another)"
+    )
+
+
 def _database(settings: Settings, database: str) -> dict[str, str]:
     """The metadata database's settings: none for SQLite (Airflow's default, a file in
     AIRFLOW_HOME); the running cluster's URL for PostgreSQL."""
-    if database not in DATABASES:
-        raise ConfigError(f"{DB_ENV} must be one of {', '.join(DATABASES)}, not {database!r}")
     if database == "sqlite":
         return {}
     from lakehouse.runtime.postgres import Cluster

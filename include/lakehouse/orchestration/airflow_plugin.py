@@ -4,19 +4,20 @@ Expectations Data Docs inside the Airflow UI.
 Registered through the ``airflow.plugins`` entry point in ``pyproject.toml``, so any Airflow
 that has this package installed loads it (``airflow plugins`` lists it). It adds:
 
-* a FastAPI app (``fastapi_apps``) that Airflow's API server mounts at ``/lakehouse-reports``
-  (``url_prefix``). At ``/lakehouse-reports/quality/`` it serves the data-quality page
-  (:mod:`lakehouse.quality.page`: per table, charts of the ledger's history and the latest
-  verdicts, linking to their Airflow runs and Data Docs pages); everywhere else the static files
-  of ``Settings.from_env().data_docs_root`` (``$LAKEHOUSE_HOME/reports/data_docs``, which
+* a FastAPI app (``fastapi_apps``) that Airflow's API server mounts at ``/data-quality``
+  (``url_prefix``). At its root it serves the data-quality page (:mod:`lakehouse.quality.page`:
+  per table, charts of the ledger's history and the latest verdicts, linking to their Airflow
+  runs and Data Docs pages); under ``/data-quality/docs/`` the static files of
+  ``Settings.from_env().data_docs_root`` (``$LAKEHOUSE_HOME/reports/data_docs``, which
   ``lakehouse report`` builds), or a short page saying that no report has been built yet and
   how to build one (see :mod:`lakehouse.quality.report_site`);
 * a navigation entry (``external_views``: ``destination`` "nav", ``category`` "browse"): Browse
   -> Data quality, which opens the data-quality page. Its ``url_route`` makes the UI show it
-  inside its own page
-  (``/plugin/lakehouse-reports``, an iframe) instead of opening a new tab. ``href`` has no
-  leading slash: the UI resolves it against its ``<base href>``, so the link also works when
-  Airflow is served under a sub-path.
+  inside its own page (an iframe) instead of opening a new tab; the UI's address is then
+  ``/plugin/<url_route>`` followed by the frame's own path, ``/plugin/lakehouse/data-quality/``
+  (and ``/plugin/lakehouse/data-quality/docs/...`` in the Data Docs): the route names the
+  plugin, the path the page, nothing twice. ``href`` has no leading slash: the UI resolves it
+  against its ``<base href>``, so the link also works when Airflow is served under a sub-path.
 
 The keys are those of Airflow 3.3's plugin interface: ``fastapi_apps`` entries are
 ``{"app", "url_prefix", "name"}`` (``airflow.api_fastapi.app.init_plugins`` mounts ``app`` at
@@ -72,14 +73,13 @@ from airflow.plugins_manager import AirflowPlugin
 from lakehouse.runtime.config import Settings
 
 PLUGIN_NAME = "lakehouse"
-URL_PREFIX = "/lakehouse-reports"
-URL_ROUTE = "lakehouse-reports"
-
-QUALITY_PAGE = "/quality"  # the charts (lakehouse.quality.page); the Data Docs are at the root
+URL_PREFIX = "/data-quality"  # the page (lakehouse.quality.page) at its root
+URL_ROUTE = "lakehouse"  # the UI's route for the view: /plugin/lakehouse/data-quality/
+DATA_DOCS = "/docs"  # the Data Docs, under the page
 
 DATA_QUALITY_VIEW: dict[str, Any] = {
     "name": "Data quality",
-    "href": URL_PREFIX.lstrip("/") + QUALITY_PAGE + "/",
+    "href": URL_PREFIX.lstrip("/") + "/",
     "destination": "nav",
     "url_route": URL_ROUTE,
     "category": "browse",
@@ -92,9 +92,9 @@ def data_docs_root() -> Path:
 
 
 def create_reports_app() -> Any:
-    """The FastAPI app serving the data-quality page at ``/quality/`` and the Data Docs at the
-    root, only to a user whom Airflow's auth manager has authenticated and allows to use the UI
-    (see the module's docstring)."""
+    """The FastAPI app serving the data-quality page at its root and the Data Docs under
+    ``/docs/``, only to a user whom Airflow's auth manager has authenticated and allows to use
+    the UI (see the module's docstring)."""
     from airflow.api_fastapi.auth.managers.models.resource_details import AccessView
     from airflow.api_fastapi.core_api.security import requires_access_view
     from fastapi import Depends, FastAPI
@@ -111,13 +111,12 @@ def create_reports_app() -> Any:
         openapi_url=None,
     )
     # Airflow's UI is at the root the plugin's app is mounted under (URL_PREFIX), the Data Docs
-    # at this app's own root.
+    # under this app's DATA_DOCS.
     app.include_router(
-        create_router(Settings.from_env, airflow="../", data_docs="./"), prefix=QUALITY_PAGE
+        create_router(Settings.from_env, airflow="../", data_docs=DATA_DOCS.lstrip("/") + "/")
     )
-    # Mounted last: the page's routes come first, every other path is the Data Docs site's (a
-    # mounted app runs its own dependencies, so it gets the login check too).
-    app.mount("/", create_app(data_docs_root, dependencies=login, title="Data Docs"))
+    # A mounted app runs its own dependencies: the Data Docs get the login check too.
+    app.mount(DATA_DOCS, create_app(data_docs_root, dependencies=login, title="Data Docs"))
     return app
 
 

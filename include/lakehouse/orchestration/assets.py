@@ -217,12 +217,28 @@ def record_arrived(message: Any, *, kafka_config_id: str, partitions: int) -> An
 
 
 def pipeline_schedule(contract: Contract) -> Any:
-    """Every ``schedule_minutes``; a Kafka-sourced topic's DAG also when records arrive on its
-    broker (:func:`records_asset`). The time half is what Airflow makes of a ``timedelta``
-    schedule, so a landing topic's DAG and a Kafka topic's run on the same clock."""
-    every = timedelta(minutes=contract.schedule_minutes)
+    """When a topic's pipeline DAG runs by itself, once unpaused: every ``schedule_minutes`` if
+    the contract asks for it (else never: it runs when triggered), and a Kafka-sourced topic's
+    DAG also when records arrive on its broker (:func:`records_asset`). The time half is what
+    Airflow makes of a ``timedelta`` schedule, so a landing topic's DAG and a Kafka topic's run
+    on the same clock."""
+    every = (
+        None if contract.schedule_minutes is None else timedelta(minutes=contract.schedule_minutes)
+    )
     if contract.kafka is None:
         return every
+    if every is None:
+        return records_asset(contract)
     return AssetOrTimeSchedule(
         timetable=DeltaTriggerTimetable(every), assets=records_asset(contract)
     )
+
+
+def schedule_words(contract: Contract) -> str:
+    """When the DAG runs, in words (its description says so where the DAG list shows it)."""
+    when = ["when triggered"]
+    if contract.schedule_minutes is not None:
+        when.append(f"every {contract.schedule_minutes} min once unpaused")
+    if contract.kafka is not None:
+        when.append("when records arrive on its broker once unpaused")
+    return ", ".join(when[:-1]) + (" and " if len(when) > 1 else "") + when[-1]

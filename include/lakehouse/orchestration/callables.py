@@ -43,11 +43,13 @@ def plan_run(
     DAG's gold tables, None for all), print the plan; False (the rest of the run is skipped)
     when a run Airflow started by itself finds another run of its DAG queued behind it.
 
-    A DAG runs one run at a time, so a run triggered by hand waits for the one in progress. The
-    commonest case is the trigger form's "unpause on trigger": unpausing makes the scheduler
-    start the latest interval's run at once, and the triggered run queued behind it for a
-    whole micro-batch. A scheduled or asset-triggered run has nothing to do that the run
-    behind it will not do (it reads the same new records), so it yields."""
+    A DAG runs one run at a time, so a run triggered by hand waits for the one in progress. On a
+    DAG with a schedule, the commonest case is the trigger form's "unpause on trigger":
+    unpausing makes the scheduler start the latest interval's run at once, and the triggered run
+    would queue behind it for a whole micro-batch. A scheduled or asset-triggered run has
+    nothing to do that the run behind it will not do (it reads the same new records), so it
+    yields (:func:`yielded`); each layer task asks the same before it starts, for a run queued
+    once this one was under way."""
     settings = Settings.from_env()
     loaded = Catalog.load_each(settings.contracts_dir)  # another topic's broken one: not ours
     for topic in (t for t in topics if chosen(params, t)):
@@ -58,16 +60,29 @@ def plan_run(
             raise AirflowFailException(str(exc)) from None
         for line in request.describe(contract):
             print(line)
+    return yielded(dag_run, ti, "its tasks") is None
+
+
+def yielded(dag_run: Any, ti: Any, what: str) -> str | None:
+    """Why a run Airflow started by itself (scheduled, or by records arriving) leaves ``what``
+    to a run of its DAG queued behind it (the run behind reads the same new records, and a run
+    someone triggered should not wait for a micro-batch that would do its work); None when it
+    does not: a run someone asked for never yields. Printed when it does. (A task run outside
+    a DAG run, ``dag_run`` None, has no one to yield to.)"""
+    if dag_run is None or ti is None:
+        return None
     kind = str(getattr(dag_run.run_type, "value", dag_run.run_type))  # a DagRunType
     if kind not in YIELDING_RUNS:
-        return True
+        return None
     waiting = ti.get_dr_count(dag_id=dag_run.dag_id, states=["queued"])
-    if waiting:
-        print(
-            f"{waiting} run(s) of {dag_run.dag_id} queued behind this {kind} run: "
-            "it leaves its micro-batch to them and skips its tasks"
-        )
-    return not waiting
+    if not waiting:
+        return None
+    why = (
+        f"{waiting} run(s) of {dag_run.dag_id} queued behind this {kind} run: it leaves its "
+        f"micro-batch to them and skips {what}"
+    )
+    print(why)
+    return why
 
 
 def check_gate(

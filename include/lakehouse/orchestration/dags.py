@@ -28,7 +28,13 @@ from airflow.sdk import DAG, Asset, Param, TriggerRule
 from lakehouse.contracts.catalog import Catalog, LoadedCatalog
 from lakehouse.contracts.model import Contract
 from lakehouse.errors import ContractError
-from lakehouse.orchestration.assets import changes_alias, inlets, outlets, pipeline_schedule
+from lakehouse.orchestration.assets import (
+    changes_alias,
+    inlets,
+    outlets,
+    pipeline_schedule,
+    schedule_words,
+)
 from lakehouse.orchestration.callables import build_report, check_gate, fail_run, plan_run
 from lakehouse.orchestration.notify import QualityNotifier
 from lakehouse.orchestration.operators import SPARK_CONN_ID, LayerJobOperator
@@ -235,13 +241,15 @@ def pipeline_dag(contract: Contract, settings: Settings, catalog: Catalog | None
             else ""
         )
         + f"\n\nContract: `{contract.file}`\n\n"
+        f"Runs {schedule_words(contract)}; a triggered run takes everything waiting. "
         "Trigger with the Params form to run some layers only, do a dry run, reprocess silver "
         "from a bronze version or offsets, reprocess gold from a silver version, or fully "
         "refresh gold tables. The `plan` task prints what the run will do."
     )
     with DAG(
         dag_id=dag_id(topic),
-        description=f"Micro-batches of topic {topic}: bronze -> silver -> gold",
+        description=f"Micro-batches of topic {topic}: bronze -> silver -> gold, "
+        f"{schedule_words(contract)}",
         doc_md=doc,
         schedule=pipeline_schedule(contract),
         start_date=START,
@@ -409,7 +417,8 @@ def _plan_task(topics: Sequence[str], tables: Sequence[str] | None) -> ShortCirc
         retries=0,
         doc_md="Checks the run's Params against the contracts (bad ones fail here, before any "
         "data moves) and prints what the run will do. A scheduled or asset-triggered run with "
-        "another run queued behind it skips the rest: the run behind it does the micro-batch.",
+        "another run queued behind it skips the rest: the run behind it does the micro-batch "
+        "(each layer task asks again before it starts).",
     )
 
 
@@ -467,23 +476,48 @@ def maintenance_dag(
     return dag
 
 
-def broken_dag(dag: str, title: str, source: str, error: str) -> DAG:
-    """A DAG in place of one a contract cannot give (``dag``): it says what is wrong and where,
-    in its description and its page, and its one task fails with the error when triggered. It
-    has no schedule: nothing runs until the contract is fixed, and the next parse builds the
-    real DAG under the same id."""
+BROKEN_SUFFIX = ".broken"
+DISPLAY_NAME_MAX = 1000  # characters of a broken DAG's display name (Airflow keeps 2,000)
+
+
+def broken_dag_id(dag: str) -> str:
+    """The id of the DAG that stands in for ``dag`` while a contract it needs does not load."""
+    return dag + BROKEN_SUFFIX
+
+
+def _said(error: ContractError) -> str:
+    """An error as a DAG's name shows it: the file by its name, then where in it and what."""
+    return str(error).replace(error.file, Path(error.file).name, 1)
+
+
+def broken_dag(dag: str, title: str, source: str, errors: Sequence[ContractError]) -> DAG:
+    """A DAG in place of one a contract cannot give (``dag``), under an id of its own
+    (:func:`broken_dag_id`): its display name, which the DAG list and the DAG's page show,
+    says what is wrong and where (the file, the path in it, the problem); its description and
+    page say it in full, and its one task fails with the error when triggered. It has no
+    schedule: nothing runs until the contract is fixed. Once it is, the next parse builds
+    ``dag`` again and this DAG, its failed runs with it, leaves the DAG list (Airflow deactivates
+    a DAG its file no longer makes): nothing of the broken state stays red beside the fixed
+    DAG."""
+    full = "; ".join(str(e) for e in errors)
+    said = "; ".join(_said(e) for e in errors)
     doc = (
-        f"### {title}: the contract does not load\n\n`{source}`\n\n```\n{error}\n```\n\n"
-        "Fix the file: the next parse of the DAG files builds this DAG from it. The other "
-        "contracts' DAGs are not affected."
+        f"### {title}: the contract does not load\n\n`{source}`\n\n```\n{full}\n```\n\n"
+        f"Fix the file: the next parse of the DAG files builds `{dag}` from it, and this DAG "
+        "goes. The other contracts' DAGs are not affected."
     )
+    first = errors[0]
 
     def refuse() -> None:
-        raise ContractError(source, "", error.removeprefix(f"{source}: "))
+        raise ContractError(first.file, first.path, first.problem)
 
+    name = f"{dag}: broken contract: {said}"
+    if len(name) > DISPLAY_NAME_MAX:
+        name = name[: DISPLAY_NAME_MAX - 1] + "\u2026"
     with DAG(
-        dag_id=dag,
-        description=f"broken contract {Path(source).name}: {error}"[:500],
+        dag_id=broken_dag_id(dag),
+        dag_display_name=name,
+        description=f"broken contract {Path(source).name}: {full}"[:500],
         doc_md=doc,
         schedule=None,
         start_date=START,
@@ -497,8 +531,8 @@ def broken_dag(dag: str, title: str, source: str, error: str) -> DAG:
 
 def pipeline_dags(settings: Settings | None = None) -> dict[str, DAG]:
     """Every pipeline DAG and join DAG, keyed by DAG id (for ``globals().update(...)`` in a DAG
-    file). A contract that does not load gets a :func:`broken_dag` under its pipeline DAG's id,
-    and so does a join DAG whose other topic's contract does not load: the error is shown
+    file). A contract that does not load gets a :func:`broken_dag` in place of its pipeline
+    DAG, and so does a join DAG whose other topic's contract does not load: the error is shown
     against the contract's file, and every other DAG is built as usual."""
     settings = settings or Settings.from_env()
     loaded = _load(settings)
@@ -509,17 +543,15 @@ def pipeline_dags(settings: Settings | None = None) -> dict[str, DAG]:
             continue
         missing = loaded.unjoinable.get(c.topic)
         if missing:
-            why = "; ".join(str(loaded.errors[source]) for source in missing.values())
-            dags[join_dag_id(c.topic)] = broken_dag(
-                join_dag_id(c.topic), f"Joins of topic `{c.topic}`", c.file, why
-            )
+            errors = [loaded.errors[source] for source in missing.values()]
+            broken = broken_dag(join_dag_id(c.topic), f"Joins of topic `{c.topic}`", c.file, errors)
+            dags[broken.dag_id] = broken
         else:
             dags[join_dag_id(c.topic)] = join_dag(c, settings, catalog)
     for source, error in loaded.errors.items():
         topic = Path(source).stem
-        dags[dag_id(topic)] = broken_dag(
-            dag_id(topic), f"Pipeline of topic `{topic}`", source, str(error)
-        )
+        broken = broken_dag(dag_id(topic), f"Pipeline of topic `{topic}`", source, [error])
+        dags[broken.dag_id] = broken
     if list(catalog):
         dags[RUN_DAG] = run_dag(settings, catalog, loaded.unjoinable)
     return dags

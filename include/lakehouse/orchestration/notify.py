@@ -30,7 +30,7 @@ from airflow.sdk.bases.notifier import BaseNotifier
 
 from lakehouse.contracts.model import SEVERITIES, Contract
 from lakehouse.errors import ConfigError, LakehouseError
-from lakehouse.orchestration.airflow_plugin import URL_ROUTE
+from lakehouse.orchestration.airflow_plugin import URL_PREFIX, URL_ROUTE
 from lakehouse.runtime.config import Layer, Settings
 
 log = logging.getLogger(__name__)
@@ -136,7 +136,7 @@ def report_url() -> str:
     from airflow.sdk.configuration import conf
 
     base = conf.get("api", "base_url", fallback=DEFAULT_BASE_URL) or DEFAULT_BASE_URL
-    return f"{base.rstrip('/')}/plugin/{URL_ROUTE}"
+    return f"{base.rstrip('/')}/plugin/{URL_ROUTE}{URL_PREFIX}/"
 
 
 class QualityNotifier(BaseNotifier):

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
-from airflow.sdk.exceptions import AirflowException, AirflowFailException
+from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSkipException
 
 from lakehouse.contracts.catalog import Catalog
 from lakehouse.contracts.model import Contract
@@ -26,7 +26,7 @@ from lakehouse.errors import (
     QualityGateError,
     TablesFailedError,
 )
-from lakehouse.orchestration.callables import skip_if_left_out
+from lakehouse.orchestration.callables import skip_if_left_out, yielded
 from lakehouse.pipeline.job import load_topic, run_job, say
 from lakehouse.pipeline.request import RunRequest
 from lakehouse.runtime import objectstore, server
@@ -49,7 +49,8 @@ class LayerJobOperator(SparkSubmitOperator):
     either way.
 
     A layer the run's Params leave out is skipped (the next layer still runs: its trigger rule
-    is ``none_failed``). A failed quality gate fails the task at once: the same batch would fail
+    is ``none_failed``), and so is the layer of a run Airflow started by itself when a run of
+    its DAG is queued behind it (:func:`~lakehouse.orchestration.callables.yielded`). A failed quality gate fails the task at once: the same batch would fail
     again, so retrying it only delays the run's failure and its report. A Spark server that does
     not answer fails the try at once, saying how to start it; Airflow's retries take the batch
     again once it is back."""
@@ -73,6 +74,11 @@ class LayerJobOperator(SparkSubmitOperator):
 
     def execute(self, context: Any) -> None:
         skip_if_left_out(context["params"], self.contract.topic, self.layer)
+        # A scheduled or record-started run leaves the batch to a run queued behind it (one
+        # triggered once this run was under way): that one takes these records too.
+        why = yielded(context.get("dag_run"), context.get("ti"), f"its {self.layer} job")
+        if why is not None:
+            raise AirflowSkipException(why)
         from airflow.providers.apache.spark.hooks.spark_connect import SparkConnectHook
         from airflow.sdk import BaseHook
 

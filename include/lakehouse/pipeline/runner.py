@@ -74,6 +74,9 @@ def run_layer(
     request = request or RunRequest()
     specs = _selected(contract, layer, request)
     objectstore.check_reachable(settings.data_root)
+    waiting = nothing_landed(settings, contract, layer, specs, request)
+    if waiting is not None:
+        return waiting
     registry = SchemaRegistry(settings)
     if request.dry_run:
         registry.check(contract)
@@ -137,6 +140,53 @@ def run_layer(
         if own_ledger:
             ledger.flush()  # failed checks too: a failed gate is recorded, then raised
     return lines
+
+
+def nothing_landed(
+    settings: Settings,
+    contract: Contract,
+    layer: Layer,
+    specs: Sequence[TableSpec] | None,
+    request: RunRequest,
+) -> list[str] | None:
+    """What a layer whose topic has had nothing land yet says, instead of doing anything (None
+    when it has something to do): no table is made and nothing is committed or recorded until
+    the first records arrive, so a run on an empty topic takes seconds, not the minutes that
+    making and committing its empty tables cost. Bronze of a landing topic with no segment and
+    no table yet; silver while bronze has no table; gold tables while their inputs and they
+    themselves have none. (A Kafka topic's bronze always asks its broker.)"""
+    if request.dry_run or request.reprocesses_silver or request.full_refresh:
+        return None
+    topic = contract.topic
+    bronze_path = settings.bronze_path(topic)
+    if layer == "bronze":
+        from lakehouse.topics.landing import list_segments
+
+        if contract.kafka is not None or is_table(bronze_path) or list_segments(settings, topic):
+            return None
+        return [
+            f"bronze {topic}: nothing has landed on the topic yet: nothing to ingest (its "
+            "table is made with the first batch)"
+        ]
+    if layer == "silver":
+        if is_table(bronze_path):
+            return None
+        return [
+            f"silver {contract.stream}: bronze.{topic} has no table yet (nothing has landed): "
+            "nothing to decode"
+        ]
+    if request.reprocessed(contract):
+        return None
+    lines = []
+    for spec in specs or ():
+        source = common.input_path(settings, contract, spec)
+        if is_table(source) or is_table(settings.gold_path(spec.name)):
+            return None
+        lines.append(
+            f"gold {spec.name}: {_table_name(settings, source)} has no table yet (nothing has "
+            "landed): nothing to fold"
+        )
+    return lines or None
 
 
 class _Batches:

@@ -1,7 +1,11 @@
 """The ledger's history per table, as `lakehouse dq` and the data-quality page show it: for each
 run of each table, what became of its batch (published or blocked, rows, quarantined by reason,
 late, offset gaps, lag) and how its checks went (met of evaluated, which failed, freshness age
-against its limit).
+against its limit); and, for each table, the checks of its latest run and of its last batch that
+carried data (after runs that found nothing new, the latest run has a freshness check alone).
+
+A table may be asked for by a topic's name (every table of the topic: bronze, silver, gold), a
+stream's, a gold table's, or ``layer.name`` (:func:`tables_named`).
 
 Read in one query over a bounded window of the ledger (the newest ``days``, at most ``limit``
 runs), aggregated by delta-rs's query engine (DataFusion): the page stays as fast on a ledger of
@@ -17,8 +21,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from lakehouse.contracts.catalog import Catalog
 from lakehouse.quality.ledger import BATCH, ledger_schema, sql_text
-from lakehouse.runtime.config import Settings
+from lakehouse.runtime.config import LAYERS, Settings
 from lakehouse.storage import is_table
 
 DAYS = 14.0  # the window the page and `lakehouse dq` read by default
@@ -60,6 +65,12 @@ class Run:
         """The share of its checks that held, or None without checks."""
         return None if self.checks == 0 else self.met / self.checks
 
+    @property
+    def carried_data(self) -> bool:
+        """Whether the run had a batch with records in it (published, quarantined, late or
+        blocked), not only checks of a table that had nothing new."""
+        return self.outcome is not None and bool(self.rows or self.quarantined or self.late)
+
 
 @dataclass
 class Check:
@@ -75,10 +86,12 @@ class Check:
 
 @dataclass
 class History:
-    """Every run in the window, oldest first, and the checks of each table's latest run."""
+    """Every run in the window, oldest first, and the checks of each table's latest run and of
+    its last batch that carried data."""
 
     runs: list[Run] = field(default_factory=list)
-    latest_checks: dict[str, list[Check]] = field(default_factory=dict)  # by Run.name
+    # By run id and table (Run.name): one job run validates several tables.
+    checks: dict[tuple[str, str], list[Check]] = field(default_factory=dict)
     since: datetime | None = None
 
     def tables(self) -> list[str]:
@@ -86,6 +99,38 @@ class History:
 
     def of(self, name: str) -> list[Run]:
         return [r for r in self.runs if r.name == name]
+
+    def latest(self, name: str) -> Run:
+        """The table's newest run in the window."""
+        return self.of(name)[-1]
+
+    def last_batch(self, name: str) -> Run | None:
+        """The table's newest run in the window whose batch carried data, if any."""
+        return next((r for r in reversed(self.of(name)) if r.carried_data), None)
+
+    def checks_of(self, run: Run) -> list[Check]:
+        return self.checks.get((run.run_id, run.name), [])
+
+
+def tables_named(name: str, catalog: Catalog | None) -> list[tuple[str, str]]:
+    """The ``(layer, table)`` pairs a name stands for: a topic's every table (its bronze table,
+    its stream, its gold tables), a stream, a gold table, or ``layer.name``; a name the
+    contracts do not know, the tables of that name in any layer (a table of a contract since
+    removed is still in the ledger)."""
+    layer, dot, bare = name.partition(".")
+    if dot and layer in LAYERS:
+        return [(layer, bare)]
+    for contract in catalog or ():
+        if name == contract.topic:
+            return [
+                (layer, table) for layer in LAYERS for table in contract.published_tables(layer)
+            ]
+    for contract in catalog or ():
+        if name == contract.stream:
+            return [("silver", name)]
+        if name in {t.name for t in contract.tables}:
+            return [("gold", name)]
+    return [(layer, name) for layer in LAYERS]
 
 
 def _columns(snapshot: Any) -> str:
@@ -101,10 +146,16 @@ def _columns(snapshot: Any) -> str:
     )
 
 
-def _query(columns: str, since: datetime, table: str | None, limit: int) -> str:
+def _query(
+    columns: str, since: datetime, tables: Sequence[tuple[str, str]] | None, limit: int
+) -> str:
     where = f"validated_at >= to_timestamp_micros({int(since.timestamp() * 1_000_000)})"
-    if table is not None:
-        where += f' AND "table" = {sql_text(table)}'
+    if tables is not None:
+        chosen = " OR ".join(
+            f'(layer = {sql_text(layer)} AND "table" = {sql_text(table)})'
+            for layer, table in tables
+        )
+        where += f" AND ({chosen or 'FALSE'})"
     batch = f"kind = '{BATCH}'"
     check = f"(kind IS NULL OR kind <> '{BATCH}')"
     return f"""
@@ -157,9 +208,12 @@ def history(
     days: float = DAYS,
     limit: int = LIMIT,
     now: datetime | None = None,
+    catalog: Catalog | None = None,
 ) -> History:
     """The runs of the ledger's newest ``days`` (at most ``limit`` runs of tables), oldest first,
-    of one table if ``table`` is given; and the checks of each table's latest run."""
+    of the tables ``table`` names if it is given (:func:`tables_named`, with ``catalog``, or
+    the contracts of ``settings``); and the checks of each table's latest run and of its last
+    batch that carried data."""
     from deltalake import QueryBuilder
 
     from lakehouse.storage import snapshots
@@ -168,8 +222,13 @@ def history(
     out = History(since=since)
     if not is_table(settings.ledger_path):
         return out
+    chosen = None
+    if table is not None:
+        if catalog is None:
+            catalog = Catalog.load_each(settings.contracts_dir).catalog
+        chosen = tables_named(table, catalog)
     snapshot = snapshots.latest(settings.ledger_path)
-    query = _query(_columns(snapshot), since, table, limit)
+    query = _query(_columns(snapshot), since, chosen, limit)
     import pyarrow as pa
 
     rows = pa.table(
@@ -201,7 +260,7 @@ def history(
                 freshness_limit_s=_limit(r["freshness_limit"]),
             )
         )
-    out.latest_checks = _latest_checks(settings, out.runs)
+    out.checks = _checks(settings, out)
     return out
 
 
@@ -209,29 +268,31 @@ def _utc(value: datetime) -> datetime:
     return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
 
 
-def _latest_checks(settings: Settings, runs: Sequence[Run]) -> dict[str, list[Check]]:
-    """The checks of each table's newest run that had any, read in one filtered scan."""
+def _checks(settings: Settings, found: History) -> dict[tuple[str, str], list[Check]]:
+    """The checks of each table's latest run and of its last batch that carried data, by run
+    id, read in one filtered scan."""
     from lakehouse.quality.verdict import observed_text
 
-    latest: dict[str, Run] = {}
-    for r in runs:
-        if r.checks:
-            latest[r.name] = r
-    if not latest:
+    wanted: dict[tuple[str, str], Run] = {}  # (run id, table) -> the run
+    for name in found.tables():
+        for run in (found.latest(name), found.last_batch(name)):
+            if run is not None and run.checks:
+                wanted[(run.run_id, name)] = run
+    if not wanted:
         return {}
     from lakehouse.storage import snapshots
     from lakehouse.storage.store import snapshot_arrow
 
-    wanted = ", ".join(sql_text(r.run_id) for r in latest.values())
-    rows = snapshot_arrow(snapshots.latest(settings.ledger_path), f"run_id IN ({wanted})")
-    out: dict[str, list[Check]] = {}
+    ids = ", ".join(sorted({sql_text(run_id) for run_id, _ in wanted}))
+    rows = snapshot_arrow(snapshots.latest(settings.ledger_path), f"run_id IN ({ids})")
+    out: dict[tuple[str, str], list[Check]] = {}
     for row in rows.to_pylist():
         name = f"{row['layer']}.{row['table']}"
-        if row.get("kind") == BATCH or name not in latest or row["run_id"] != latest[name].run_id:
+        if row.get("kind") == BATCH or (row["run_id"], name) not in wanted:
             continue
         observed = None if row["observed_value"] is None else json.loads(row["observed_value"])
         sample = json.loads(row["unexpected_sample"]) if row["unexpected_sample"] else []
-        out.setdefault(name, []).append(
+        out.setdefault((row["run_id"], name), []).append(
             Check(
                 row["expectation"],
                 row["kind"],

@@ -14,7 +14,7 @@ works on a closed network. Vega writes each mark's ``description`` into its ``ar
 page sets it to the mark's numbers in words (``run: ...; pass rate: 50.0%; ...``), which screen
 readers read out and the tests compare with the ledger.
 
-The Airflow plugin serves it at ``/lakehouse-reports/quality/`` behind Airflow's login
+The Airflow plugin serves it at ``/data-quality/`` behind Airflow's login
 (:mod:`lakehouse.orchestration.airflow_plugin`); it depends on FastAPI but not on Airflow.
 """
 
@@ -40,7 +40,7 @@ from lakehouse.runtime.config import LAYERS, Settings
 
 MAX_DAYS = 366.0
 NO_NEW_DATA = "no new data"
-_TABLE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_-]{0,127}")
+_TABLE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,248}")
 
 # One look for an outcome in every chart: a blocked batch is a red cross, never a green dot.
 OUTCOMES = (PUBLISHED, BLOCKED, NO_NEW_DATA)
@@ -168,9 +168,40 @@ def _iso(at: datetime) -> str:
     return at.isoformat().replace("+00:00", "Z")
 
 
+# -- charts -------------------------------------------------------------------------------------
+# The SVG is drawn on the server, where Vega measures its text with fonts of its own; the browser
+# draws it with the page's. So nothing the page shows depends on those two agreeing: legends are
+# HTML beside the chart (they wrap, a long table name included), axis titles are short, an
+# axis keeps one label in a width that holds one in any font (LABEL_SPACING), and the end
+# labels are kept inside the plot (labelFlush).
+LABEL_SPACING = 90  # px of axis per time label
+_PALETTE = (
+    "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
+    "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf",
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class LegendItem:
+    """One entry of a chart's legend: its words and how its marks look."""
+
+    label: str
+    color: str
+    shape: str = "circle"  # circle, cross, square, bar, dash
+
+
+@dataclass(frozen=True)
+class Figure:
+    """A chart and the legend drawn beside it."""
+
+    chart: Any
+    legend: tuple[LegendItem, ...] = ()
+
+
 def _time_axis(runs: Sequence[Run]) -> Any:
     """Run time on x, in UTC, its labels as precise as the runs' span needs (Vega's own
-    choice mixes seconds, minutes and a 12-hour clock on one axis)."""
+    choice mixes seconds, minutes and a 12-hour clock on one axis), one per
+    :data:`LABEL_SPACING` pixels at most."""
     import altair as alt
 
     span = runs[-1].at - runs[0].at
@@ -179,14 +210,27 @@ def _time_axis(runs: Sequence[Run]) -> Any:
     elif span.days < 2:
         label = "%H:%M"
     else:
-        label = "%b %d %H:%M"
+        label = "%m-%d %H:%M"
     return alt.X(
         "at:T",
         title="run (UTC)",
-        scale=alt.Scale(type="utc"),
-        # At most about six labels: a few seconds of runs made one every second, on top of each other.
-        axis=alt.Axis(format=label, labelOverlap=True, tickCount=6),  # on a utc scale, in UTC
+        scale=alt.Scale(type="utc", padding=10),  # the first and last marks whole
+        axis=alt.Axis(
+            format=label,  # on a utc scale, in UTC
+            tickCount=max(2, _WIDTH // LABEL_SPACING),
+            labelOverlap=True,
+            labelSeparation=16,
+            labelFlush=True,
+        ),
     )
+
+
+def _y_axis(**options: Any) -> Any:
+    """A y axis whose title stays clear of its labels in any font (the labels of a count are
+    short: 1.5G, not 1,500,000,000)."""
+    import altair as alt
+
+    return alt.Axis(titlePadding=14, **options)
 
 
 def _outcome_scales() -> dict[str, Any]:
@@ -195,18 +239,27 @@ def _outcome_scales() -> dict[str, Any]:
     return {
         "color": alt.Color(
             "outcome:N",
-            title="batch",
             scale=alt.Scale(domain=list(OUTCOMES), range=list(_OUTCOME_COLORS)),
+            legend=None,
         ),
         "shape": alt.Shape(
             "outcome:N",
-            title="batch",
             scale=alt.Scale(domain=list(OUTCOMES), range=list(_OUTCOME_SHAPES)),
+            legend=None,
         ),
     }
 
 
-def pass_rate_chart(runs: Sequence[Run], links: Links) -> Any | None:
+def _outcome_legend(runs: Sequence[Run]) -> tuple[LegendItem, ...]:
+    seen = {outcome(r) for r in runs}
+    return tuple(
+        LegendItem(f"batch {name}" if name != NO_NEW_DATA else name, color, shape)
+        for name, color, shape in zip(OUTCOMES, _OUTCOME_COLORS, _OUTCOME_SHAPES, strict=True)
+        if name in seen
+    )
+
+
+def pass_rate_chart(runs: Sequence[Run], links: Links) -> Figure | None:
     """The share of each checked run's checks that held, over time; each point's shape and
     colour say what became of the run's batch, and a click opens its Airflow run."""
     import altair as alt
@@ -229,19 +282,23 @@ def pass_rate_chart(runs: Sequence[Run], links: Links) -> Any | None:
     base = alt.Chart(data).encode(
         x=_time_axis(checked),
         y=alt.Y(
-            "rate:Q", title="checks met", scale=alt.Scale(domain=[0, 1]), axis=alt.Axis(format="%")
+            "rate:Q", title="checks met", scale=alt.Scale(domain=[0, 1]), axis=_y_axis(format="%")
         ),
     )
     line = base.mark_line(color="#90a4ae", aria=False)
     points = base.mark_point(filled=True, size=90, opacity=1).encode(
         **_outcome_scales(), description="words:N", href="link:N"
     )
-    return (line + points).properties(width=_WIDTH, height=_HEIGHT)
+    chart = (line + points).properties(width=_WIDTH, height=_HEIGHT)
+    return Figure(chart, _outcome_legend(checked))
 
 
-def batches_chart(runs: Sequence[Run], links: Links) -> Any | None:
-    """Quarantined and (for a windowed table) late rows of each batch, side by side; a blocked
-    batch's bars are faded and outlined."""
+_MEASURE_COLORS = {"quarantined": "#ef6c00", "late": "#6a1b9a"}
+
+
+def batches_chart(runs: Sequence[Run], links: Links) -> Figure | None:
+    """Quarantined and (for a windowed table) late rows of each batch, at the batch's time,
+    side by side; a blocked batch's bars are faded and outlined."""
     import altair as alt
 
     batches = [r for r in runs if r.outcome is not None]
@@ -250,109 +307,106 @@ def batches_chart(runs: Sequence[Run], links: Links) -> Any | None:
     ]
     if not batches or not measures:
         return None
-    labels: dict[str, int] = {}
-    values = []
-    for r in batches:
-        label = f"{r.at:%m-%d %H:%M:%S}"
-        labels[label] = labels.get(label, 0) + 1
-        if labels[label] > 1:  # two batches in one second: still two bars
-            label += f" #{labels[label]}"
-        for m in measures:
-            count = getattr(r, m) or 0
-            values.append(
-                {
-                    "batch": label,
-                    "measure": m,
-                    "rows": count,
-                    "outcome": outcome(r),
-                    "words": batch_words(r, m, count),
-                    "link": links.airflow_run(r),
-                }
-            )
-    return (
-        alt.Chart(alt.Data(values=values))
-        .mark_bar(strokeWidth=1.5)
-        .encode(
-            x=alt.X("batch:O", title="batch (UTC)", sort=None, axis=alt.Axis(labelAngle=-40)),
-            xOffset=alt.XOffset("measure:N", sort=measures),
-            # At least 0 to 1: a table whose batches quarantined nothing shows bars at 0 on a
-            # scale, not a flat line.
-            y=alt.Y(
-                "rows:Q",
-                title="rows",
-                axis=alt.Axis(tickMinStep=1),
-                scale=alt.Scale(
-                    domain=[0, max(1, *(getattr(r, m) or 0 for r in batches for m in measures))]
+    values = [
+        {
+            "at": _iso(r.at),
+            "measure": m,
+            "rows": getattr(r, m) or 0,
+            "outcome": outcome(r),
+            "words": batch_words(r, m, getattr(r, m) or 0),
+            "link": links.airflow_run(r),
+        }
+        for r in batches
+        for m in measures
+    ]
+    top = max(1, *(getattr(r, m) or 0 for r in batches for m in measures))
+    layers = []
+    for i, m in enumerate(measures):
+        shift = 0 if len(measures) == 1 else (-3 if i == 0 else 3)
+        layers.append(
+            alt.Chart(alt.Data(values=[v for v in values if v["measure"] == m]))
+            .mark_bar(width=5, xOffset=shift, strokeWidth=1.5, color=_MEASURE_COLORS[m])
+            .encode(
+                x=_time_axis(batches),
+                # At least 0 to 1: a table whose batches quarantined nothing shows bars at 0
+                # on a scale, not a flat line.
+                y=alt.Y(
+                    "rows:Q",
+                    title="rows",
+                    axis=_y_axis(tickMinStep=1, format="~s"),
+                    scale=alt.Scale(domain=[0, top]),
                 ),
-            ),
-            color=alt.Color(
-                "measure:N",
-                title="rows",
-                sort=measures,
-                scale=alt.Scale(domain=["quarantined", "late"], range=["#ef6c00", "#6a1b9a"]),
-            ),
-            opacity=alt.Opacity(
-                "outcome:N",
-                title="batch",
-                scale=alt.Scale(domain=[PUBLISHED, BLOCKED], range=[1.0, 0.35]),
-            ),
-            stroke=alt.Stroke(
-                "outcome:N",
-                title="batch",
-                scale=alt.Scale(domain=[PUBLISHED, BLOCKED], range=["transparent", "#c62828"]),
-            ),
-            description="words:N",
-            href="link:N",
+                opacity=alt.Opacity(
+                    "outcome:N",
+                    scale=alt.Scale(domain=[PUBLISHED, BLOCKED], range=[1.0, 0.35]),
+                    legend=None,
+                ),
+                stroke=alt.Stroke(
+                    "outcome:N",
+                    scale=alt.Scale(domain=[PUBLISHED, BLOCKED], range=["transparent", "#c62828"]),
+                    legend=None,
+                ),
+                description="words:N",
+                href="link:N",
+            )
         )
-        .properties(width=_WIDTH, height=_HEIGHT)
-    )
+    chart = alt.layer(*layers).properties(width=_WIDTH, height=_HEIGHT)
+    legend = [LegendItem(f"{m} rows", _MEASURE_COLORS[m], "bar") for m in measures]
+    if any(r.outcome == BLOCKED for r in batches):
+        legend.append(LegendItem("blocked batch (faded, outlined)", "#c62828", "outline"))
+    return Figure(chart, tuple(legend))
 
 
-def freshness_chart(runs: Sequence[Run], links: Links) -> Any | None:
+_AGE_COLORS = {"within the limit": "#1565c0", "over the limit": "#c62828"}
+
+
+def freshness_chart(runs: Sequence[Run], links: Links) -> Figure | None:
     """How old the table's newest data was at each run, against the contract's limit."""
     import altair as alt
 
     fresh = [r for r in runs if r.freshness_age_s is not None]
     if not fresh:
         return None
-    data = alt.Data(
-        values=[
-            {
-                "at": _iso(r.at),
-                "age": r.freshness_age_s,
-                "limit": r.freshness_limit_s,
-                "state": (
-                    "over the limit"
-                    if r.freshness_limit_s is not None
-                    and (r.freshness_age_s or 0) > r.freshness_limit_s
-                    else "within the limit"
-                ),
-                "words": freshness_words(r),
-                "link": links.airflow_run(r),
-            }
-            for r in fresh
-        ]
-    )
-    base = alt.Chart(data).encode(x=_time_axis(fresh))
+    values = [
+        {
+            "at": _iso(r.at),
+            "age": r.freshness_age_s,
+            "limit": r.freshness_limit_s,
+            "state": (
+                "over the limit"
+                if r.freshness_limit_s is not None
+                and (r.freshness_age_s or 0) > r.freshness_limit_s
+                else "within the limit"
+            ),
+            "words": freshness_words(r),
+            "link": links.airflow_run(r),
+        }
+        for r in fresh
+    ]
+    base = alt.Chart(alt.Data(values=values)).encode(x=_time_axis(fresh))
     limit = base.mark_line(color="#c62828", strokeDash=[6, 4], aria=False).encode(
-        y=alt.Y("limit:Q", title="seconds since the newest data")
+        y=alt.Y("limit:Q", title="age (s)", axis=_y_axis(format="~s"))
     )
     age = base.mark_point(filled=True, size=80, opacity=1).encode(
         y=alt.Y("age:Q"),
         color=alt.Color(
             "state:N",
-            title="age",
-            scale=alt.Scale(
-                domain=["within the limit", "over the limit"], range=["#1565c0", "#c62828"]
-            ),
+            scale=alt.Scale(domain=list(_AGE_COLORS), range=list(_AGE_COLORS.values())),
+            legend=None,
         ),
         description="words:N",
         href="link:N",
     )
-    return (limit + age).properties(width=_WIDTH, height=_HEIGHT)
+    states = {v["state"] for v in values}
+    legend = [
+        LegendItem(f"age {state}", color) for state, color in _AGE_COLORS.items() if state in states
+    ]
+    if any(r.freshness_limit_s is not None for r in fresh):
+        legend.append(LegendItem("the contract's limit", "#c62828", "dash"))
+    return Figure((limit + age).properties(width=_WIDTH, height=_HEIGHT), tuple(legend))
 
 
-def lag_chart(layer: str, runs: Sequence[Run], links: Links) -> Any | None:
+def lag_chart(layer: str, runs: Sequence[Run], links: Links) -> Figure | None:
     """How far each table of ``layer`` was behind its input after each run (bronze: records of
     its topic not yet read; silver and gold: versions of their input table)."""
     import altair as alt
@@ -361,6 +415,8 @@ def lag_chart(layer: str, runs: Sequence[Run], links: Links) -> Any | None:
     if not lagging:
         return None
     unit = lagging[-1].lag_unit or ""
+    tables = sorted({r.name for r in lagging})
+    colors = [_PALETTE[i % len(_PALETTE)] for i in range(len(tables))]
     data = alt.Data(
         values=[
             {
@@ -375,44 +431,88 @@ def lag_chart(layer: str, runs: Sequence[Run], links: Links) -> Any | None:
     )
     base = alt.Chart(data).encode(
         x=_time_axis(lagging),
-        y=alt.Y("lag:Q", title=f"lag ({unit})", axis=alt.Axis(tickMinStep=1)),
-        color=alt.Color("table:N", title="table"),
+        y=alt.Y("lag:Q", title=f"lag ({unit})", axis=_y_axis(tickMinStep=1, format="~s")),
+        color=alt.Color("table:N", scale=alt.Scale(domain=tables, range=colors), legend=None),
     )
-    return (
+    chart = (
         base.mark_line(aria=False)
         + base.mark_point(filled=True, size=60, opacity=1).encode(
             description="words:N", href="link:N"
         )
     ).properties(width=_WIDTH, height=_HEIGHT)
+    return Figure(chart, tuple(LegendItem(t, c) for t, c in zip(tables, colors, strict=True)))
 
 
 def svg(chart: Any) -> str:
-    """The chart as SVG, drawn by Vega in vl-convert's runtime; no URL may be fetched."""
+    """The chart as SVG, drawn by Vega in vl-convert's runtime; no URL may be fetched. A margin
+    around the plot keeps the axes' text inside the drawing in the browser's fonts too."""
     import vl_convert
 
-    # Legends below the plot, their labels whole (table names are long).
-    spec = chart.configure_legend(orient="bottom", labelLimit=0, columns=3).to_dict()
+    spec = chart.properties(padding=12).to_dict()
     return str(vl_convert.vegalite_to_svg(spec, allowed_base_urls=[]))
 
 
 # -- the page -----------------------------------------------------------------------------------
 _STYLE = """
 body { font-family: system-ui, sans-serif; margin: 1.5rem 2rem; color: #222; }
-h2 { margin-top: 2.2rem; border-bottom: 1px solid #ddd; padding-bottom: 0.2rem; }
+h2 { margin-top: 2.2rem; border-bottom: 1px solid #ddd; padding-bottom: 0.2rem;
+     overflow-wrap: anywhere; }
+h3 { font-size: 1rem; margin: 1.2rem 0 0.3rem; }
 .charts { display: flex; flex-wrap: wrap; gap: 1rem 2rem; }
-figure { margin: 0; } figcaption { font-weight: 600; margin-bottom: 0.3rem; }
+figure { margin: 0; max-width: 100%; } figcaption { font-weight: 600; margin-bottom: 0.3rem; }
+figure svg { display: block; max-width: 100%; height: auto; }
+ul.legend { list-style: none; margin: 0.2rem 0 0; padding: 0; max-width: 26rem;
+            display: flex; flex-wrap: wrap; gap: 0.2rem 1rem; font-size: 0.85rem; }
+ul.legend li { display: flex; align-items: center; gap: 0.35rem; min-width: 0;
+               overflow-wrap: anywhere; }
+.swatch { flex: none; display: inline-block; width: 0.75rem; height: 0.75rem; }
+.swatch.circle { border-radius: 50%; } .swatch.bar { width: 0.45rem; height: 0.9rem; }
+.swatch.dash { height: 0; border-top: 2px dashed; width: 1rem; }
+.swatch.outline { background: transparent !important; border: 2px solid; }
+.swatch.cross { background: transparent !important; position: relative; }
+.swatch.cross::before, .swatch.cross::after { content: ""; position: absolute; left: 45%;
+  top: -10%; width: 20%; height: 120%; background: currentColor; }
+.swatch.cross::before { transform: rotate(45deg); } .swatch.cross::after { transform: rotate(-45deg); }
 table { border-collapse: collapse; margin: 0.5rem 0 1rem; }
 th, td { border: 1px solid #ccc; padding: 0.25rem 0.55rem; text-align: left; vertical-align: top; }
 th { background: #f4f4f4; }
 .ok { color: #176f2c; font-weight: 600; } .failed { color: #b00020; font-weight: 600; }
 .blocked { color: #b00020; font-weight: 600; } .muted { color: #666; }
-form { margin: 0.6rem 0 1rem; } input { width: 5rem; }
+form.query { display: flex; flex-wrap: wrap; align-items: end; gap: 0.6rem 1rem;
+             margin: 0.8rem 0 1rem; padding: 0.7rem 0.9rem; background: #f6f7f9;
+             border: 1px solid #dde1e6; border-radius: 6px; max-width: 40rem; }
+form.query label { display: flex; flex-direction: column; gap: 0.2rem; font-size: 0.85rem;
+                   color: #444; }
+form.query input { font: inherit; padding: 0.3rem 0.5rem; border: 1px solid #b8bec6;
+                   border-radius: 4px; background: #fff; }
+form.query input[name=days] { width: 6rem; } form.query input[name=table] { width: 16rem; }
+form.query button { font: inherit; padding: 0.35rem 1rem; border: 1px solid #1565c0;
+                    border-radius: 4px; background: #1565c0; color: #fff; cursor: pointer; }
+form.query button:hover { background: #0d47a1; }
 """
 
 
-def _figure(chart_id: str, table: str, caption: str, chart: Any | None, empty: str) -> str:
+def _legend(items: Sequence[LegendItem]) -> str:
     esc = html.escape
-    inner = f"<p class='muted'>{esc(empty)}</p>" if chart is None else svg(chart)
+    return (
+        "<ul class='legend'>"
+        + "".join(
+            f"<li><span class='swatch {esc(i.shape)}' style='background: {esc(i.color)}; "
+            f"color: {esc(i.color)}; border-color: {esc(i.color)}'></span>"
+            f"<span class='label'>{esc(i.label)}</span></li>"
+            for i in items
+        )
+        + "</ul>"
+    )
+
+
+def _figure(chart_id: str, table: str, caption: str, drawn: Figure | None, empty: str) -> str:
+    esc = html.escape
+    inner = (
+        f"<p class='muted'>{esc(empty)}</p>"
+        if drawn is None
+        else svg(drawn.chart) + (_legend(drawn.legend) if drawn.legend else "")
+    )
     return (
         f"<figure class='chart' data-chart='{esc(chart_id)}' data-table='{esc(table)}'>"
         f"<figcaption>{esc(caption)}</figcaption>{inner}</figure>"
@@ -428,20 +528,25 @@ def _link(href: str | None, text: str, *, top: bool = False) -> str:
     return f"<a href='{html.escape(href)}'{target}>{html.escape(text)}</a>"
 
 
-def _verdicts(name: str, runs: Sequence[Run], found: History, links: Links) -> str:
+def counted(n: int, thing: str, things: str | None = None) -> str:
+    """``1 run``, ``2 runs``."""
+    return f"{n} {thing if n == 1 else (things or thing + 's')}"
+
+
+def _checks_of(run: Run, heading: str, found: History, links: Links) -> str:
+    """One run's verdict: when, its DAG run, its batch in words, links, and its checks."""
     from lakehouse.quality.reports import describe_run
 
     esc = html.escape
-    checks = found.latest_checks.get(name, [])
-    checked = [r for r in runs if r.checks]
-    if not checks or not checked:
-        return "<p class='muted'>No checks in this window.</p>"
-    run = checked[-1]
     state = outcome(run)
-    heading = (
-        f"<p class='verdicts-run'>Latest checks: {esc(when(run.at))}, DAG run "
-        f"{esc(run.dag_run_id or '-')}, batch <span class='{esc(state.replace(' ', '-'))}'>"
-        f"{esc(state)}</span>: {esc(describe_run(run))}. "
+    words = describe_run(run)
+    if run.outcome is None:  # "no new data" is the state already
+        words = words.removeprefix(NO_NEW_DATA).removeprefix(", ")
+    parts = [
+        f"<h3>{esc(heading)}</h3>",
+        f"<p class='verdicts-run'>{esc(when(run.at))}, DAG run {esc(run.dag_run_id or '-')}, "
+        f"batch <span class='{esc(state.replace(' ', '-'))}'>{esc(state)}</span>"
+        + (f": {esc(words)}. " if words else ". ")
         + " · ".join(
             x
             for x in (
@@ -450,8 +555,12 @@ def _verdicts(name: str, runs: Sequence[Run], found: History, links: Links) -> s
             )
             if x
         )
-        + "</p>"
-    )
+        + "</p>",
+    ]
+    checks = found.checks_of(run)
+    if not checks:
+        parts.append("<p class='muted'>No checks in this run.</p>")
+        return "".join(parts)
     rows = [
         "<table class='verdicts'><tr><th>result</th><th>severity</th><th>expectation</th>"
         "<th>kind</th><th>column</th><th>observed</th></tr>"
@@ -465,7 +574,24 @@ def _verdicts(name: str, runs: Sequence[Run], found: History, links: Links) -> s
             f"<td>{esc(c.kind)}</td><td>{esc(c.column or '')}</td><td>{esc(c.observed)}</td></tr>"
         )
     rows.append("</table>")
-    return heading + "".join(rows)
+    return "".join(parts + rows)
+
+
+def _verdicts(name: str, found: History, links: Links) -> str:
+    """The table's latest run and, beside it, its last batch that carried data (after runs
+    with nothing new, the latest run holds a freshness check alone), each with its checks."""
+    latest, batch = found.latest(name), found.last_batch(name)
+    parts = ["<div class='verdicts-block'>"]
+    if batch is latest:
+        parts.append(_checks_of(latest, "Latest run, with data: its checks", found, links))
+    else:
+        parts.append(_checks_of(latest, "Latest run: its checks", found, links))
+        if batch is None:
+            parts.append("<h3>Last batch with data</h3><p class='muted'>None in this window.</p>")
+        else:
+            parts.append(_checks_of(batch, "Last batch with data: its checks", found, links))
+    parts.append("</div>")
+    return "".join(parts)
 
 
 def render_page(found: History, query: PageQuery, links: Links) -> str:
@@ -478,15 +604,16 @@ def render_page(found: History, query: PageQuery, links: Links) -> str:
         "<p class='muted'>From the results ledger: every run of every table in the window, "
         "as <code>lakehouse dq</code> reports it. Every check in detail: "
         f"{_link(links.data_docs, 'the Data Docs')}.</p>",
-        "<form method='get'><label>days <input name='days' type='number' min='0.01' "
-        f"max='{MAX_DAYS:g}' step='any' value='{query.days:g}'></label> "
-        f"<label>table <input name='table' value='{esc(query.table or '')}' "
-        "placeholder='all'></label> <button type='submit'>show</button></form>",
+        "<form class='query' method='get'><label>days back <input name='days' type='number' "
+        f"min='0.01' max='{MAX_DAYS:g}' step='any' value='{query.days:g}'></label> "
+        f"<label>table or topic <input name='table' value='{esc(query.table or '')}' "
+        "placeholder='all tables'></label> <button type='submit'>Show</button></form>",
     ]
     since = "" if found.since is None else f" since {when(found.since)}"
     cut = f" (the newest {LIMIT}: the window holds more)" if len(found.runs) >= LIMIT else ""
     parts.append(
-        f"<p class='window'>{len(found.runs)} runs of {len(found.tables())} tables{since}{cut}.</p>"
+        f"<p class='window'>{counted(len(found.runs), 'run')} of "
+        f"{counted(len(found.tables()), 'table')}{since}{cut}.</p>"
     )
     if not found.runs:
         parts.append("<p>No run was recorded in this window.</p></body></html>")
@@ -494,9 +621,9 @@ def render_page(found: History, query: PageQuery, links: Links) -> str:
 
     parts.append("<h2 id='lag'>Lag per layer</h2><div class='charts'>")
     for layer in LAYERS:
-        chart = lag_chart(layer, found.runs, links)
-        if chart is not None:
-            parts.append(_figure("lag", layer, f"{layer}: lag behind its input", chart, ""))
+        drawn = lag_chart(layer, found.runs, links)
+        if drawn is not None:
+            parts.append(_figure("lag", layer, f"{layer}: lag behind its input", drawn, ""))
     parts.append("</div>")
 
     for name in found.tables():
@@ -525,13 +652,13 @@ def render_page(found: History, query: PageQuery, links: Links) -> str:
             _figure(
                 "freshness",
                 name,
-                "Freshness: age of the newest data against its limit",
+                "Freshness: seconds since the newest data, against the contract's limit",
                 freshness_chart(runs, links),
                 "No freshness check (the contract sets no quality.freshness).",
             )
         )
         parts.append("</div>")
-        parts.append(_verdicts(name, runs, found, links))
+        parts.append(_verdicts(name, found, links))
         parts.append("</section>")
     parts.append("</body></html>")
     return "\n".join(parts)

@@ -249,13 +249,20 @@ def failed_checks(
     return found
 
 
+def counted(n: int, thing: str, things: str | None = None) -> str:
+    """``1 run``, ``2 runs``: a count with its noun, singular or plural."""
+    return f"{n} {thing if n == 1 else (things or thing + 's')}"
+
+
 def ledger_report(
     settings: Settings, *, table: str | None = None, last: int = 10, days: float | None = None
 ) -> list[str]:
-    """Each table's latest run and its trend over its last ``last`` runs within the ledger's
-    newest ``days``: what became of its batches (published or blocked, rows, quarantined by
-    reason, late, offset gaps, lag) and how its checks went, from the same history the
-    data-quality page draws (:mod:`lakehouse.quality.history`)."""
+    """Each table's latest run and its last batch that carried data, each with its checks, and
+    the trend over its last ``last`` runs within the ledger's newest ``days``: what became of
+    its batches (published or blocked, rows, quarantined by reason, late, offset gaps, lag) and
+    how its checks went, from the same history the data-quality page draws
+    (:mod:`lakehouse.quality.history`). ``table``: a topic (all its tables), a stream, a gold
+    table or ``layer.name``."""
     from lakehouse.quality.history import DAYS, history
 
     found = history(settings, table=table, days=DAYS if days is None else days)
@@ -264,11 +271,40 @@ def ledger_report(
     lines: list[str] = []
     for name in found.tables():
         runs = found.of(name)[-last:]
-        latest = runs[-1]
-        lines.append(f"{name}: latest {latest.at:%Y-%m-%d %H:%M:%S} UTC, {describe_run(latest)}")
-        batches = [r for r in runs if r.outcome is not None]
         checked = [r for r in runs if r.checks]
-        trend = [f"last {len(runs)} runs: {len(batches)} batches"]
+        failures: dict[str, int] = defaultdict(int)
+        for r in checked:
+            for failed in r.failed:
+                failures[failed.split(" ", 1)[1]] += 1
+
+        def checks_of(
+            run: Run, failures: Mapping[str, int] = failures, n: int = len(checked)
+        ) -> list[str]:
+            out = []
+            for c in found.checks_of(run):
+                mark = "ok  " if c.success else "FAIL"
+                seen = f"failed in {failures[c.expectation]} of {counted(n, 'checked run')}"
+                out.append(f"    {mark} {c.severity:10} {c.expectation:28} {c.observed}  ({seen})")
+            return out
+
+        latest, batch = found.latest(name), found.last_batch(name)
+        lines.append(name)
+        if batch is latest:
+            lines.append(f"  latest run, with data: {when(latest)}, {describe_run(latest)}")
+            lines += checks_of(latest)
+        else:
+            lines.append(f"  latest run: {when(latest)}, {describe_run(latest)}")
+            lines += checks_of(latest)
+            if batch is None:
+                lines.append("  last batch with data: none in this window")
+            else:
+                lines.append(f"  last batch with data: {when(batch)}, {describe_run(batch)}")
+                lines += checks_of(batch)
+        batches = [r for r in runs if r.outcome is not None]
+        trend = [
+            f"{'last run' if len(runs) == 1 else f'last {len(runs)} runs'}: "
+            f"{counted(len(batches), 'batch', 'batches')}"
+        ]
         if batches:
             blocked = sum(r.outcome == BLOCKED for r in batches)
             trend.append(f"{len(batches) - blocked} published, {blocked} blocked")
@@ -277,17 +313,13 @@ def ledger_report(
                 trend.append(f"{sum(r.late or 0 for r in batches)} late")
         if checked:
             clean = sum(r.met == r.checks for r in checked)
-            trend.append(f"{clean} of {len(checked)} checked runs met every check")
+            trend.append(f"{clean} of {counted(len(checked), 'checked run')} met every check")
         lines.append("  " + ", ".join(trend))
-        failures: dict[str, int] = defaultdict(int)
-        for r in checked:
-            for failed in r.failed:
-                failures[failed.split(" ", 1)[1]] += 1
-        for c in found.latest_checks.get(name, []):
-            mark = "ok  " if c.success else "FAIL"
-            seen = f"failed in {failures[c.expectation]} of {len(checked)} checked runs"
-            lines.append(f"  {mark} {c.severity:10} {c.expectation:28} {c.observed}  ({seen})")
     return lines
+
+
+def when(run: Run) -> str:
+    return f"{run.at:%Y-%m-%d %H:%M:%S} UTC"
 
 
 def describe_run(run: Run) -> str:
