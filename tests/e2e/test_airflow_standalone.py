@@ -5,7 +5,7 @@ it (`LAKEHOUSE_METASTORE=postgres lakehouse spark start`) and Airflow
 
 - One line says where the UI is and the admin's password once it answers.
 - Every socket any of those processes listens on is on 127.0.0.1: the UI and APIs, Airflow's two
-  log servers, PostgreSQL, the Spark server's ports.
+  log servers, PostgreSQL, the Spark server's and the readers' server's ports.
 - `lakehouse airflow ...` run afterwards without ``LAKEHOUSE_AIRFLOW_DB`` reaches that Airflow's
   database, and says which one it uses: a run it triggers is one the running API server lists.
 - Ctrl-C ends every process of Airflow within 30 seconds.
@@ -30,7 +30,7 @@ from pathlib import Path
 import pytest
 from airflow_stack import call, free_port
 
-from lakehouse.runtime import server
+from lakehouse.runtime import readers, server
 from lakehouse.runtime.config import REPO_ROOT, Settings
 from lakehouse.runtime.postgres import Cluster
 from lakehouse.runtime.process import alive, answers
@@ -73,6 +73,7 @@ def machine() -> Iterator[Machine]:
         "trigger log server": free_port(),
         "postgres": free_port(),
         "spark connect": free_port(),
+        "readers' connect": free_port(),
         "sql endpoint": free_port(),
     }
     env = {k: v for k, v in os.environ.items() if not k.startswith(("LAKEHOUSE_", "AIRFLOW"))}
@@ -84,7 +85,8 @@ def machine() -> Iterator[Machine]:
         "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(ports["trigger log server"]),
         "LAKEHOUSE_POSTGRES_PORT": str(ports["postgres"]),
         server.PORT_ENV: str(ports["spark connect"]),
-        server.SQL_PORT_ENV: str(ports["sql endpoint"]),
+        readers.PORT_ENV: str(ports["readers' connect"]),
+        readers.SQL_PORT_ENV: str(ports["sql endpoint"]),
     }
     found = Machine(home, env, ports)
     try:
@@ -110,7 +112,8 @@ def _machine_processes(machine: Machine) -> set[int]:
     roots.add(postgres.pid)
     spark = server.status(settings)
     assert spark.running and spark.pid is not None
-    roots.add(spark.pid)
+    assert spark.readers is not None and spark.readers.pid is not None
+    roots |= {spark.pid, spark.readers.pid}
     return {p for root in roots for p in (root, *descendants(root)) if alive(p)}
 
 
