@@ -654,29 +654,35 @@ def _while_answering(host: str, at: int) -> RetryPolicy:
 
 def run(settings: Settings, *, only: str | None = None, poll: float = 1.0) -> int:
     """``lakehouse spark run``: start the servers (``only``: one of them) and stay in the
-    foreground, as a service manager or a container wants it, until one of them ends (exit
-    status 1, the end of its log on stderr) or this process is told to stop (SIGTERM, SIGINT:
-    the servers are stopped whole, exit status 0)."""
+    foreground, as a service manager or a container wants it, until the pipeline's server ends
+    (or, with ``only`` readers, the readers' server; exit status 1, the end of its log on
+    stderr) or this process is told to stop (SIGTERM, SIGINT: the servers are stopped whole,
+    exit status 0). A readers' server that ends beside a running pipeline's server is started
+    again (at most once a minute): readers never stop the pipeline."""
     asked: list[int] = []  # a stop asked for while it starts is taken once it has started
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda signum, _frame: asked.append(signum))
-    started = start(settings, only=only)
-    print(started.describe() if only != "readers" else readers.of(settings).status().describe())
-    watched: list[LocalServer[Any]] = []
-    if only != "readers":
-        watched.append(SparkServer(settings))
-    if only != "pipeline":
-        watched.append(readers.of(settings))
-    pids = [w.record().get("pid") for w in watched]
-    while not asked and all(isinstance(p, int) and alive(p) for p in pids):
+    start(settings, only=only)
+    reading = readers.of(settings)
+    print(status(settings).describe() if only != "readers" else reading.status().describe())
+    main_server: LocalServer[Any] = reading if only == "readers" else SparkServer(settings)
+    pid = main_server.record().get("pid")
+    restarted = 0.0
+    while not asked and isinstance(pid, int) and alive(pid):
+        # (Its supervisor's pid: while it lives, it starts the JVM again itself.)
+        supervisor = reading.record().get("pid")
+        gone = not (isinstance(supervisor, int) and alive(supervisor))
+        if only is None and gone and time.monotonic() - restarted > 60:
+            restarted = time.monotonic()
+            print(f"{reading.NAME}: ended; {reading.log_end()}; starting it again", file=sys.stderr)
+            with contextlib.suppress(LakehouseError):
+                start(settings, only="readers")
         time.sleep(poll)
-    ended = [w for w, p in zip(watched, pids, strict=True) if not (isinstance(p, int) and alive(p))]
     stop(settings, only=only)
     if asked:
         print(f"Spark server: stopped ({signal.Signals(asked[0]).name})", flush=True)
         return 0
-    for server in ended:
-        print(f"{server.NAME}: ended by itself; {server.log_end()}", file=sys.stderr)
+    print(f"{main_server.NAME}: ended by itself; {main_server.log_end()}", file=sys.stderr)
     return 1
 
 
