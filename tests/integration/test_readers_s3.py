@@ -183,7 +183,8 @@ def _sql(reader: server.Reader, statements: dict[str, str]) -> dict[str, str | N
         for label, statement in statements.items():
             try:
                 cursor.execute(statement)
-                out[label] = str(cursor.fetchall()) if cursor.description else None
+                rows = cursor.fetchall() if cursor.description else []
+                out[label] = str(rows) if rows else None
             except Exception as e:  # PyHive's OperationalError, with the server's message
                 out[label] = f"error: {e}"
     return out

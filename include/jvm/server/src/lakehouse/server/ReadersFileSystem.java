@@ -69,6 +69,8 @@ public class ReadersFileSystem extends FilterFileSystem {
             "the readers' file system has no file system for " + name.getScheme() + ": (" + key + ")");
       }
       fs = (FileSystem) ReflectionUtils.newInstance(real, conf);
+      // (newInstance gives it its settings, so FilterFileSystem would take it as initialized.)
+      fs.initialize(name, conf);
     }
     readable = Places.list(conf.get(READABLE));
     writable = Places.list(conf.get(WRITABLE));
