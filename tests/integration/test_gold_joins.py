@@ -286,7 +286,7 @@ def test_table_table_follows_both_sides_changes_and_deletes(spark: Any, tmp_path
 def test_table_table_recovers_from_a_crash_between_the_gold_and_state_commits(
     spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from lakehouse.tables import joins
+    from lakehouse.tables import table_table
 
     lake = lake_with(tmp_path, CLICKS + PROPERTY_TABLES.split("  - name: tt_left")[0], USERS)
     produce(lake, "users", [("a", {"city": "x"}), ("b", {"city": "y"})])
@@ -299,7 +299,7 @@ def test_table_table_recovers_from_a_crash_between_the_gold_and_state_commits(
     produce(lake, "users", [("a", None)])
     produce(lake, "clicks", [("b", {"page": "q"})])
     with monkeypatch.context() as m:
-        m.setattr(joins, "merge_latest", crash)
+        m.setattr(table_table, "merge_latest", crash)
         with pytest.raises(RuntimeError, match="killed"):
             run_pipeline(spark, lake)
     assert _table(lake, "tt_inner") == {"b": ("q", "y")}  # the gold commit went through

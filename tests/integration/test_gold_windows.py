@@ -89,7 +89,7 @@ def _ev(user: str, m: float | None, page: str, amount: int = 1) -> Event:
 
 def test_spark_window_assignment_matches_the_reference(spark: Any) -> None:
     from lakehouse.contracts.model import Window
-    from lakehouse.tables.windows import assign_time_windows, time_windows
+    from lakehouse.tables.windowed import assign_time_windows, time_windows
 
     times = [0, 1, 4, 5, 6, 7, 11, 12]
     df = spark.createDataFrame([(t, 10) for t in times], "__t long, __st long")

@@ -39,7 +39,7 @@ from hypothesis import strategies as st
 
 from lakehouse.runtime.config import Settings
 from lakehouse.storage import changes_arrow, read_arrow
-from lakehouse.tables.windows import time_windows
+from lakehouse.tables.windowed import time_windows
 from lakes import histories, lake_with, produce, record, run_pipeline
 from oracle import Result, StreamsOracle, left, right
 

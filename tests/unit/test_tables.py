@@ -10,7 +10,8 @@ import pytest
 from lakehouse.contracts.catalog import Catalog
 from lakehouse.contracts.model import Aggregation, Contract, TableSpec
 from lakehouse.runtime.config import REPO_ROOT
-from lakehouse.tables.aggregates import _combine, aggregate_per_key, latest_per_key
+from lakehouse.tables.aggregations import _combine, aggregate_per_key
+from lakehouse.tables.keyed import latest_per_key
 
 pytestmark = pytest.mark.integration  # needs the shared SparkSession
 

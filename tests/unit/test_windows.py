@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from lakehouse.tables.windows import Placement, format_duration, sessionize, time_windows
+from lakehouse.tables.windowed import Placement, format_duration, sessionize, time_windows
 
 
 @pytest.mark.parametrize(

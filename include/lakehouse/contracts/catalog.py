@@ -47,6 +47,7 @@ from lakehouse.contracts.model import (
     Expectation,
     Join,
     KafkaOrigin,
+    Kind,
     QualityChecks,
     SchemaVersion,
     TableSpec,
@@ -112,7 +113,7 @@ def _ms(duration: str | None) -> int:
 def _table(t: TableDoc) -> TableSpec:
     return TableSpec(
         name=t.name,
-        kind=t.kind,
+        kind=_kind(t),
         aggregations=tuple(t.aggregations or ()),
         description=t.description,
         group_by=t.group_by,
@@ -120,7 +121,21 @@ def _table(t: TableDoc) -> TableSpec:
         window=None if t.window is None else _window(t.window),
         join=None if t.join is None else _join(t.join),
         changelog=t.changelog,
+        sequence_by=t.sequence_by,
+        track=tuple(t.track or ()),
+        retention_ms=None if t.history_retention is None else duration_ms(t.history_retention),
     )
+
+
+def _kind(t: TableDoc) -> Kind:
+    """The kind of table a document describes (the file's ``kind``, a window making an
+    aggregate a windowed one and a join's type naming the join)."""
+    if t.kind == "aggregate" and t.window is not None:
+        return "windowed"
+    if t.kind == "join":
+        assert t.join is not None
+        return t.join.type
+    return t.kind
 
 
 def _window(w: WindowDoc) -> Window:
@@ -129,7 +144,9 @@ def _window(w: WindowDoc) -> Window:
 
 
 def _join(j: JoinDoc) -> Join:
-    return Join(j.type, j.with_, tuple(j.fields), j.how, j.on_field, j.prefix, _ms(j.within))
+    return Join(
+        j.type, j.with_, tuple(j.fields), j.how, j.on_field, j.prefix, _ms(j.within), j.table
+    )
 
 
 def _kafka(doc: ContractDoc, file: str) -> KafkaOrigin | None:

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 
 from lakehouse.contracts.model import (
     BRONZE_COLUMNS,
+    HISTORY_COLUMNS,
     NUMERIC_TYPES,
     SQL_LITERAL_WORDS,
     STREAM_METADATA_COLUMNS,
@@ -124,6 +125,9 @@ def _check_tables(c: Contract) -> None:
             )
         if t.window is not None:
             _check_window(c, t, at)
+        if t.kind == "history":
+            _check_history(c, t, at)
+            continue
         if t.join is not None:
             if t.join.on is not None and t.join.on not in values:
                 raise ContractError(
@@ -180,12 +184,12 @@ def _check_changelog_input(c: Contract, t: TableSpec, earlier: set[str], at: str
             "declared before the tables that read it)",
         )
     src = c.table(name or "")
-    if src.window is not None or src.join is not None:
+    if src.kind not in ("latest", "aggregate"):
         raise ContractError(
             c.file,
             f"{at}.changelog",
-            f"{name!r} is a {'windowed' if src.window else 'join'} table; only latest and plain "
-            "aggregate tables can be read as a stream",
+            f"{name!r} is a {src.kind} table; only latest and plain aggregate tables can be read "
+            "as a stream",
         )
     if any(a.fn == "collect" for a in src.aggregations):
         raise ContractError(
@@ -214,6 +218,15 @@ def check_join(topics: Mapping[str, Contract], c: Contract, t: TableSpec, at: st
         raise ContractError(
             c.file, f"{at}.with", f"no contract for topic {j.other!r} (known: {list(topics)})"
         )
+    if j.table is not None:
+        versions = next((s for s in other.tables if s.name == j.table), None)
+        if versions is None or versions.kind != "history":
+            raise ContractError(
+                c.file,
+                f"{at}.table",
+                f"topic {j.other!r} has no history table named {j.table!r}"
+                + (f" ({j.table!r} is a {versions.kind} table)" if versions else ""),
+            )
     known = [f.name for f in other.fields]
     for fi, name in enumerate(j.fields):
         if name not in known:
@@ -249,6 +262,44 @@ def check_join(topics: Mapping[str, Contract], c: Contract, t: TableSpec, at: st
                 f"column {name!r} would appear twice in {t.name!r}; set a 'prefix' for the "
                 "columns taken from the other side",
             )
+
+
+def _check_history(c: Contract, t: TableSpec, at: str) -> None:
+    """A history table's ordering field and tracked fields are the stream's, and its version
+    columns are free."""
+    stream = c.input(t)
+    values = {f.name: f for f in stream.fields}
+    if t.sequence_by is not None:
+        f = values.get(t.sequence_by)
+        if f is None:
+            raise ContractError(
+                c.file, f"{at}.sequence_by", f"no value field named {t.sequence_by!r}"
+            )
+        if f.type not in ("timestamp", "long"):
+            raise ContractError(
+                c.file,
+                f"{at}.sequence_by",
+                f"{t.sequence_by!r} is of type {f.type_name}: versions are ordered by a timestamp "
+                "or a long",
+            )
+    if t.retention_ms is not None and t.sequence_by and values[t.sequence_by].type == "long":
+        raise ContractError(
+            c.file,
+            f"{at}.history_retention",
+            f"a history retention is a duration, and {t.sequence_by!r} is a long: versions "
+            "ordered by a long have no retention (every record is placed)",
+        )
+    for fi, name in enumerate(t.track):
+        if name not in values:
+            raise ContractError(c.file, f"{at}.track[{fi}]", f"no value field named {name!r}")
+    taken = sorted(set(HISTORY_COLUMNS) & {*values, stream.key_name})
+    if taken:
+        raise ContractError(
+            c.file,
+            at,
+            f"value field(s) {taken} would collide with the version columns "
+            f"{list(HISTORY_COLUMNS)}",
+        )
 
 
 def _check_window(c: Contract, t: TableSpec, at: str) -> None:

@@ -47,7 +47,7 @@ AggFn = Literal[
 KeyFormat = Literal["string", "json", "avro"]
 ValueFormat = Literal["json", "avro", "string"]
 Severity = Literal["warn", "quarantine", "fail"]
-TableKind = Literal["latest", "aggregate", "join"]
+TableKind = Literal["latest", "aggregate", "join", "history"]
 WindowType = Literal["tumbling", "hopping", "session"]
 JoinType = Literal["stream-table", "table-table", "stream-stream"]
 Expect = Literal[
@@ -322,7 +322,11 @@ class JoinDoc(_Doc):
     rules = KeyRules(
         "type",
         requires={"stream-stream": ("within",)},
-        refuses={"stream-table": ("within",), "table-table": ("within",)},
+        refuses={
+            "stream-table": ("within",),
+            "table-table": ("within", "table"),
+            "stream-stream": ("table",),
+        },
     )
     type: JoinType
     """stream-table: each event enriched with the other topic's value for its key as of the
@@ -341,6 +345,9 @@ class JoinDoc(_Doc):
     on_field: Identifier | None = None
     """the value field of this stream matched against the other topic's key (default: this
     stream's key). Not 'on': YAML reads a bare on as true."""
+    table: Identifier | None = None
+    """stream-table: a history table of the other topic to join each event with, by the version
+    valid at the event's time (default: the other topic's stream read as a versioned table)"""
 
     @pydantic.field_validator("fields")
     @classmethod
@@ -351,16 +358,21 @@ class JoinDoc(_Doc):
         return names
 
 
+_HISTORY_KEYS = ("sequence_by", "track", "history_retention")
+
+
 class TableDoc(_Doc):
-    """A gold table: each key's latest value, an aggregate of the stream, or a join."""
+    """A gold table: each key's latest value, an aggregate of the stream, a join, or each key's
+    history of versions."""
 
     rules = KeyRules(
         "kind",
         requires={"aggregate": ("aggregations",), "join": ("join",)},
         refuses={
-            "aggregate": ("join",),
-            "latest": ("aggregations", "group_by", "source", "window", "join"),
-            "join": ("aggregations", "group_by", "source", "window", "changelog"),
+            "aggregate": ("join", *_HISTORY_KEYS),
+            "latest": ("aggregations", "group_by", "source", "window", "join", *_HISTORY_KEYS),
+            "join": ("aggregations", "group_by", "source", "window", "changelog", *_HISTORY_KEYS),
+            "history": ("aggregations", "group_by", "source", "window", "join", "changelog"),
         },
     )
     name: Identifier
@@ -378,6 +390,17 @@ class TableDoc(_Doc):
     """Read the changelog of another (earlier) table of this contract as the input stream instead
     of the topic's stream: a table turned back into a stream. Its key is the table's key and a
     deleted row is a tombstone."""
+    sequence_by: Identifier | None = None
+    """history: the value field (a timestamp or a long) that orders a key's versions and bounds
+    them (valid_from, valid_to), instead of the event time"""
+    track: list[Identifier] | None = pydantic.Field(
+        default=None, min_length=1, json_schema_extra={"uniqueItems": True}
+    )
+    """history: the fields whose change makes a new version; a change of the other fields
+    updates the version in place (default: every field)"""
+    history_retention: Duration | None = None
+    """history: how far behind its partition's stream time a record may be and still be placed
+    into a key's past; an older one goes to the late-records table (default: no limit)"""
 
 
 class ExpectationDoc(_Doc):

@@ -26,7 +26,6 @@ from lakehouse.contracts.document import (
     JoinType,
     KeyFormat,
     Severity,
-    TableKind,
     ValueFormat,
     Volume,
     WindowType,
@@ -150,6 +149,9 @@ class QualityChecks:
 
 
 WINDOW_START, WINDOW_END = "window_start", "window_end"
+# A history table's version bounds and flag (valid_to exclusive, null while current).
+VALID_FROM, VALID_TO, IS_CURRENT = "valid_from", "valid_to", "is_current"
+HISTORY_COLUMNS = (VALID_FROM, VALID_TO, IS_CURRENT)
 # What a windowed table's late-records side table adds to the stream's columns.
 WINDOW_LATE_COLUMNS = (WINDOW_START, WINDOW_END, "stream_time", "reason")
 
@@ -190,24 +192,32 @@ class Join:
     on: str | None = None  # this side's field matched against the other key; None: the key
     prefix: str = ""
     within_ms: int = 0
+    table: str | None = None  # stream-table: the other topic's history table; None: its stream
 
     def column(self, field_name: str) -> str:
         """The output column of one of the other side's fields."""
         return self.prefix + field_name
 
 
+# The kinds of gold table, one module each (lakehouse.tables.kind): the file's ``kind``, with an
+# aggregate over ``window`` a windowed one and a join its join's type.
+Kind = Literal[
+    "latest", "aggregate", "windowed", "stream-table", "table-table", "stream-stream", "history"
+]
+
+
 @dataclass(frozen=True)
 class TableSpec:
     """A gold table: an aggregated stream (KTable).
 
-    An ``aggregate`` groups by the record key, or re-keys by a value field (``group_by``). It
-    reads its input (``read_as``; the file's ``source``) as a ``stream`` (every event counts,
-    KGroupedStream) or as a ``table`` (only each key's latest value counts: an update takes back
-    the old value and adds the new one, KGroupedTable).
+    An ``aggregate`` (or ``windowed`` aggregate) groups by the record key, or re-keys by a value
+    field (``group_by``). It reads its input (``read_as``; the file's ``source``) as a
+    ``stream`` (every event counts, KGroupedStream) or as a ``table`` (only each key's latest
+    value counts: an update takes back the old value and adds the new one, KGroupedTable).
     """
 
     name: str
-    kind: TableKind
+    kind: Kind
     aggregations: tuple[Aggregation, ...] = ()
     description: str = ""
     group_by: str | None = None
@@ -215,6 +225,19 @@ class TableSpec:
     window: Window | None = None
     join: Join | None = None
     changelog: str | None = None  # another table of the contract whose changelog is the input
+    sequence_by: str | None = None  # history: the field that orders versions (None: event time)
+    track: tuple[str, ...] = ()  # history: the fields whose change makes a version (): all
+    retention_ms: int | None = None  # history: how far behind stream time a record may be
+
+    @property
+    def other_topic(self) -> str | None:
+        """The other topic a join reads, beside its own stream."""
+        return self.join.other if self.join is not None else None
+
+    @property
+    def keeps_late(self) -> bool:
+        """Whether records can be too late for the table: it keeps them in a side table."""
+        return self.kind in ("windowed", "history")
 
 
 # Client settings that carry credentials: named in a contract's kafka.secrets (an environment
@@ -349,13 +372,16 @@ class Contract:
 
     def table_key_columns(self, spec: TableSpec) -> tuple[str, ...]:
         """The columns that identify a row of a gold table."""
-        if spec.window is not None:
+        if spec.kind == "windowed":
             return (self.table_key(spec), WINDOW_START, WINDOW_END)
-        if spec.join is not None and spec.join.type == "stream-table":
+        if spec.kind == "stream-table":
             return ("partition", "offset")
-        if spec.join is not None and spec.join.type == "stream-stream":
+        if spec.kind == "stream-stream":
             j = spec.join
+            assert j is not None
             return ("partition", "offset", j.column("partition"), j.column("offset"))
+        if spec.kind == "history":
+            return (self.table_key(spec), VALID_FROM)
         return (self.table_key(spec),)
 
     def table_columns(self, spec: TableSpec) -> tuple[str, ...]:
@@ -363,13 +389,15 @@ class Contract:
         stream = self.input(spec)
         if spec.kind == "latest":
             return stream.columns
+        if spec.kind == "history":
+            return (*stream.columns, *HISTORY_COLUMNS)
         if spec.join is not None:
             j = spec.join
             taken = tuple(j.column(f) for f in j.fields)
-            if j.type == "table-table":
+            if spec.kind == "table-table":
                 return (*stream.columns, *taken)
             # A stream whose event-time field is itself called event_time has it once.
-            if j.type == "stream-table":
+            if spec.kind == "stream-table":
                 event = ("partition", "offset", "timestamp", "event_time")
                 return tuple(dict.fromkeys((*stream.columns, *taken, *event)))
             mine = ("partition", "offset", "event_time")

@@ -54,7 +54,7 @@ def side_assets(
     return [
         _asset(f"late.{t.name}", settings.late_path(t.name))
         for t in contract.tables
-        if t.name in names and t.window is not None
+        if t.name in names and t.keeps_late
     ]
 
 
@@ -67,7 +67,7 @@ def inlets(
         return []
     if layer == "silver":
         return [table_asset(settings, "bronze", contract.topic)]
-    others = sorted({t.join.other for t in contract.tables if t.name in names and t.join})
+    others = sorted({o for t in contract.tables if t.name in names and (o := t.other_topic)})
     return [table_asset(settings, "silver", contract.stream)] + [
         table_asset(settings, "silver", catalog.topic(o).stream) for o in others
     ]

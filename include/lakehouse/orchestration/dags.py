@@ -291,7 +291,7 @@ def join_dag(contract: Contract, settings: Settings, catalog: Catalog) -> DAG:
     them, so a join never waits for the next interval of the other topic's DAG."""
     topic = contract.topic
     names = joined(contract)
-    others = sorted({t.join.other for t in contract.tables if t.join is not None})
+    others = sorted({o for t in contract.tables if (o := t.other_topic)})
     inputs = inlets(settings, contract, catalog, "gold", names)
     doc = (
         f"### Joins of topic `{topic}`\n\n"
@@ -338,7 +338,7 @@ RUN_DAG = "lakehouse__run"
 def _joins_any(contract: Contract, name: str, topics: Collection[str]) -> bool:
     """Whether ``name`` is a gold table of ``contract`` that joins one of ``topics``."""
     spec = next((t for t in contract.tables if t.name == name), None)
-    return spec is not None and spec.join is not None and spec.join.other in topics
+    return spec is not None and spec.other_topic in topics
 
 
 def run_dag(

@@ -33,7 +33,6 @@ from typing import Literal
 from lakehouse.contracts.catalog import Catalog
 from lakehouse.contracts.model import Contract, TableSpec
 from lakehouse.errors import UnknownTableError
-from lakehouse.runtime import objectstore
 from lakehouse.runtime.config import Layer, Settings
 from lakehouse.runtime.objectstore import Location
 from lakehouse.storage import metastore
@@ -81,9 +80,11 @@ class TableState:
     rows: int | None
 
 
-def _of_topic(settings: Settings, c: Contract, further: Sequence[str]) -> Iterator[LakeTable]:
-    """The tables a topic's contract gives rise to, in pipeline order; ``further``: the state
-    tables' folders named ``<table>__<what>``."""
+def _of_topic(settings: Settings, c: Contract) -> Iterator[LakeTable]:
+    """The tables a topic's contract gives rise to, in pipeline order: each gold table followed
+    by the side tables its kind keeps (:func:`lakehouse.tables.kind.side_tables`)."""
+    from lakehouse.tables import kind
+
     yield LakeTable(f"bronze.{c.topic}", "bronze", settings.bronze_path(c.topic), _RECORD_ORDER, c)
     yield LakeTable(
         f"quarantine.bronze.{c.topic}",
@@ -107,26 +108,16 @@ def _of_topic(settings: Settings, c: Contract, further: Sequence[str]) -> Iterat
     for spec in c.tables:
         keys = c.table_key_columns(spec)
         yield LakeTable(spec.name, "gold", settings.gold_path(spec.name), keys, c, spec)
-        if spec.window is not None:
-            yield LakeTable(
-                f"late.{spec.name}", "late", settings.late_path(spec.name), _RECORD_ORDER, c, spec
-            )
-        state_order = (*_RECORD_ORDER, *keys)
-        for name in [spec.name, *(n for n in further if n.startswith(f"{spec.name}__"))]:
-            yield LakeTable(
-                f"state.{name}", "state", settings.state_path(name), state_order, c, spec
-            )
+        for side in kind.side_tables(settings, spec):
+            order = _RECORD_ORDER if side.role == "late" else (*_RECORD_ORDER, *keys)
+            yield LakeTable(side.name, side.role, side.path, order, c, spec)
 
 
 def tables(settings: Settings, catalog: Catalog, topics: Sequence[str] = ()) -> list[LakeTable]:
     """Every table the platform may write for the catalog's topics (``topics``: those only, and
     without the lake-wide ledger and registry), whether it exists yet or not."""
     contracts = [catalog.topic(t) for t in topics] if topics else list(catalog)
-    # Further state tables (state.<table>__<what>) are found where they lie: which ones a table
-    # keeps is its builder's business.
-    state = settings.tables_root / "state"
-    further = [e.name for e in objectstore.listdir(state) if e.is_dir and "__" in e.name]
-    found = [t for c in contracts for t in _of_topic(settings, c, further)]
+    found = [t for c in contracts for t in _of_topic(settings, c)]
     if not topics:
         found.append(LakeTable(LEDGER, "ledger", settings.ledger_path, _ORDER["ledger"]))
         found.append(LakeTable(REGISTRY, "registry", settings.registry_path, _ORDER["registry"]))
@@ -198,7 +189,7 @@ def input_lag(
     changelog. Only the logs of the tables asked about are read. (Bronze's lag behind the
     topic, in records, is :func:`lakehouse.topics.lag.lag`'s.)"""
     from lakehouse.streams import silver
-    from lakehouse.tables import common
+    from lakehouse.tables import kind
 
     def behind(
         layer: Layer, table: str, path: Location, input_name: str, input_path: Location, app: str
@@ -226,16 +217,6 @@ def input_lag(
             if not wanted("gold", spec.name):
                 continue
             path = settings.gold_path(spec.name)
-            input_name = spec.changelog or f"silver.{c.stream}"
-            inputs = [(input_name, common.input_path(settings, c, spec), common.input_app(c, spec))]
-            if spec.join is not None:
-                other = catalog.topic(spec.join.other)
-                inputs.append(
-                    (
-                        f"silver.{other.stream}",
-                        settings.silver_path(other.stream),
-                        common.stream_app(other),
-                    )
-                )
-            out.extend(behind("gold", spec.name, path, *i) for i in inputs)
+            inputs = kind.of(spec).inputs(settings, catalog, c, spec)
+            out.extend(behind("gold", spec.name, path, i.name, i.path, i.app) for i in inputs)
     return out

@@ -243,7 +243,7 @@ def reprocessable(contract: Contract, tables: Sequence[str] | None = None) -> li
     return [
         t.name
         for t in contract.tables
-        if (tables is None or t.name in tables) and t.changelog is None and t.join is None
+        if (tables is None or t.name in tables) and t.changelog is None and t.other_topic is None
     ]
 
 
@@ -251,7 +251,7 @@ def joined(contract: Contract) -> list[str]:
     """The gold tables that need another topic's stream: the joins, and the tables reading a
     join's changelog (directly or through others). They live in the topic's join DAG, which is
     scheduled on both topics' streams."""
-    joins = [t.name for t in contract.tables if t.join is not None]
+    joins = [t.name for t in contract.tables if t.other_topic is not None]
     return joins + readers_of(contract, joins)
 
 

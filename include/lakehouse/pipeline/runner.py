@@ -32,7 +32,7 @@ from lakehouse.storage import DeltaStore, is_table
 from lakehouse.storage.maintenance import Consumer, MaintenanceReport, maintain
 from lakehouse.streams import silver
 from lakehouse.streams.registry import SchemaRegistry
-from lakehouse.tables import common, gold, windows
+from lakehouse.tables import common, gold, kind
 from lakehouse.tables.common import GoldResult
 from lakehouse.topics import bronze, bronze_table
 
@@ -386,14 +386,10 @@ def _reset_gold(
 
 
 def _outdated(store: DeltaStore, settings: Settings, spec: TableSpec, request: RunRequest) -> bool:
-    """A table this run builds that an earlier version of the platform built by another rule
-    (:func:`lakehouse.tables.windows.needs_rebuild`): rebuilt before its micro-batch."""
+    """A table this run builds that its kind says must be rebuilt first (one an earlier version
+    of the platform built by another rule): rebuilt before its micro-batch."""
     wanted = request.tables is None or spec.name in request.tables
-    return (
-        wanted
-        and spec.window is not None
-        and windows.needs_rebuild(store, settings.gold_path(spec.name))
-    )
+    return wanted and kind.of(spec).needs_rebuild(store, spec, common.outputs(settings, spec))
 
 
 def plan_layer(
@@ -456,17 +452,20 @@ def plan_layer(
                 f"read again from version {version} to {table_version(source)}"
             )
             continue
-        todo = common.pending(
-            store, settings.gold_path(spec.name), common.input_app(contract, spec), source
+        ctx = kind.Context(
+            store,
+            settings,
+            catalog or Catalog.of([contract]),
+            contract,
+            spec,
+            common.outputs(settings, spec),
+            None,
         )
+        planned = kind.of(spec).plan(ctx)
         feeding = [n for n in reset if spec.changelog == n]
-        note = f"; then the corrections of {', '.join(feeding)}" if feeding else ""
-        lines.append(
-            f"gold {spec.name} {tag}: {_table_name(settings, source)} has no new versions{note}"
-            if todo is None
-            else f"gold {spec.name} {tag}: would fold {_table_name(settings, source)} versions "
-            f"{todo[0]}..{todo[1]} into gold.{spec.name}{note}"
-        )
+        if feeding:
+            planned[-1] += f"; then the corrections of {', '.join(feeding)}"
+        lines += planned
     return lines
 
 
@@ -575,24 +574,20 @@ def topic_tables(
     owned: list[Location] = []
     for spec in contract.tables:
         out = common.outputs(settings, spec)
-        source = common.input_path(settings, contract, spec)
-        app = common.input_app(contract, spec)
-        feeds = [(source, app)]
-        if spec.join is not None and catalog is not None:
-            other = catalog.topic(spec.join.other)
-            feeds.append((settings.silver_path(other.stream), common.stream_app(other)))
-        # The gold table always; its state and late-record tables once they exist (a consumer
-        # without a position would keep the whole history from being vacuumed).
-        extra = (
-            e.path
-            for e in objectstore.listdir(out.state.parent)
-            if e.name.startswith(f"{out.state.name}__")
+        inputs = (
+            kind.of(spec).inputs(settings, catalog, contract, spec)
+            if catalog is not None
+            else (kind.stream_input(contract, spec, settings),)
         )
-        private = [out.state, *sorted(extra, key=str), out.late]
+        # The gold table always; its side tables once they exist (a consumer without a position
+        # would keep the whole history from being vacuumed).
+        private = [side.path for side in kind.of(spec).side_tables(spec, out)]
         for path in [out.gold, *(p for p in private if is_table(p))]:
             owned.append(path)
-            for feed, feed_app in feeds:
-                readers.setdefault(feed, []).append(Consumer(f"gold.{spec.name}", path, feed_app))
+            for feed in inputs:
+                readers.setdefault(feed.path, []).append(
+                    Consumer(f"gold.{spec.name}", path, feed.app)
+                )
     listed = [*readers.items(), *((p, []) for p in owned if p not in readers)]
     return [
         *listed,

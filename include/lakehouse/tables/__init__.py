@@ -12,12 +12,14 @@ Semantics follow Kafka Streams:
   one (KGroupedTable): key k1 with values 2 then 5 sums to 7 as a stream and to 5 as a table.
   An input read as a table keeps each key's latest value in a state table beside the gold table.
 
-Each micro-batch of a ``latest`` or ``aggregate`` table (:mod:`~lakehouse.tables.aggregates`) reads the stream's change feed from the last version consumed, reduces it to one
-row per key (pure transforms below), and merges that into the table in one commit that also
-records the consumed stream version.
-
-
-Windows (:mod:`~lakehouse.tables.windows`) and joins (:mod:`~lakehouse.tables.joins`) build on the
-same helpers (:mod:`~lakehouse.tables.common`); :mod:`~lakehouse.tables.gold` hands each table to the
-module of its kind, and :mod:`~lakehouse.tables.rebuild` rebuilds a table from its input.
+Each kind of table is one module behind one protocol (:mod:`~lakehouse.tables.kind`):
+:mod:`~lakehouse.tables.latest`, :mod:`~lakehouse.tables.aggregate`,
+:mod:`~lakehouse.tables.windowed`, :mod:`~lakehouse.tables.stream_table`,
+:mod:`~lakehouse.tables.table_table`, :mod:`~lakehouse.tables.stream_stream` and
+:mod:`~lakehouse.tables.history`. A micro-batch reads the input's change feed from the last version
+consumed, transforms it with the table's state into its changes (pure), and commits them with the
+consumed versions. What they share: :mod:`~lakehouse.tables.common` (inputs, outputs, stream
+time), :mod:`~lakehouse.tables.keyed` (each key's latest value), :mod:`~lakehouse.tables.aggregations`
+and :mod:`~lakehouse.tables.joined`. :mod:`~lakehouse.tables.gold` builds a topic's tables side
+by side, and :mod:`~lakehouse.tables.rebuild` rebuilds a table from its input.
 """

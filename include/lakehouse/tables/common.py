@@ -143,6 +143,19 @@ def with_partition_time(
     return placed, seen
 
 
+_UNITS = (("d", 86_400_000), ("h", 3_600_000), ("m", 60_000), ("s", 1000))
+
+
+def format_duration(ms: int) -> str:
+    """A duration as the contract writes it: the largest unit that divides it (90000 -> 90s)."""
+    if ms == 0:
+        return "0s"
+    for unit, size in _UNITS:
+        if ms % size == 0:
+            return f"{ms // size}{unit}"
+    return f"{ms}ms"
+
+
 def stream_time_column(times: StreamTimes, partition: Column) -> Column:
     """The stream time (ms) of the row's ``partition`` in ``times``; null where it has none."""
     from pyspark.sql import functions as F

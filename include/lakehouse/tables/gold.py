@@ -1,6 +1,5 @@
-"""Gold's entry point: one micro-batch of each of a contract's tables, handed to the module that
-builds its kind (:mod:`~lakehouse.tables.aggregates`, :mod:`~lakehouse.tables.windows`,
-:mod:`~lakehouse.tables.joins`).
+"""Gold's entry point: one micro-batch of each of a contract's tables, each built by its kind
+(:mod:`lakehouse.tables.kind`), side by side.
 """
 
 from __future__ import annotations
@@ -18,7 +17,7 @@ from lakehouse.runtime.config import Settings, whole_number_setting
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 from lakehouse.storage.gates import PublishGate
-from lakehouse.tables import aggregates, joins, windows
+from lakehouse.tables import kind
 from lakehouse.tables.common import GoldResult, Outputs, outputs
 
 
@@ -38,13 +37,8 @@ def build_table(
     tables); ``catalog`` resolves the other side of a join; ``gate`` judges every write to the
     table (not to a redirected one)."""
     out = out or replace(outputs(settings, spec), gate=gate)
-    if spec.join is not None:
-        return joins.build_join(
-            spark, settings, catalog or Catalog.of([contract]), contract, spec, out, upto
-        )
-    if spec.window is not None:
-        return windows.build_windowed(spark, settings, contract, spec, out, upto)
-    return aggregates.build_table(spark, settings, contract, spec, out, upto)
+    catalog = catalog or Catalog.of([contract])
+    return kind.build(spark, settings, catalog, contract, spec, out, upto)
 
 
 # How many of a topic's gold tables one job builds at a time (LAKEHOUSE_GOLD_PARALLELISM).

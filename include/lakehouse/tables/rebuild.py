@@ -33,7 +33,7 @@ from lakehouse.runtime.config import Settings
 from lakehouse.runtime.objectstore import Location
 from lakehouse.storage import DeltaStore, Txn, delta_spark, log
 from lakehouse.storage.gates import PublishGate
-from lakehouse.tables import common, gold
+from lakehouse.tables import common, gold, kind
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -62,12 +62,10 @@ def _scratch(settings: Settings) -> Iterator[Location]:
         objectstore.remove_tree(path)
 
 
-def _apps(catalog: Catalog, contract: Contract, spec: TableSpec) -> list[str]:
+def _apps(settings: Settings, catalog: Catalog, contract: Contract, spec: TableSpec) -> list[str]:
     """The app ids under which a table records the input versions it consumed."""
-    apps = [common.input_app(contract, spec)]
-    if spec.join is not None:
-        apps.append(common.stream_app(catalog.topic(spec.join.other)))
-    return apps
+    inputs = kind.of(spec).inputs(settings, catalog, contract, spec)
+    return list(dict.fromkeys(i.app for i in inputs))
 
 
 def _rewinds(store: DeltaStore, path: Location, apps: list[str]) -> list[Txn]:
@@ -105,7 +103,7 @@ def refresh(
         raise LakehouseError(f"gold {spec.name}: an input version is >= 0, not {from_version}")
     store = DeltaStore(spark)
     real = common.outputs(settings, spec)
-    apps = _apps(catalog, contract, spec)
+    apps = _apps(settings, catalog, contract, spec)
     upto = None if from_version is None else from_version - 1
     # Every writer of a gold table and its state and late tables takes the table's lock first.
     with delta_spark.table_lock(settings, real.gold), _scratch(settings) as tmp:
@@ -114,11 +112,12 @@ def refresh(
         if catch_up and upto is not None:
             gold.build_table(spark, settings, contract, spec, catalog, out=out)
         _fold(store, out.gold, real.gold, contract.table_key_columns(spec), apps, gate)
-        pairs = [(out.state, real.state), (out.late, real.late)]
-        pairs += [  # further state tables (a join keeps one per side): state__<what>
-            (p, real.state.with_name(real.state.name + p.name.removeprefix("state")))
-            for p in sorted(
-                (e.path for e in objectstore.listdir(tmp) if e.name.startswith("state__")), key=str
+        # Its side tables (state, late records) are replaced whole by the rebuilt ones.
+        sides = kind.of(spec)
+        pairs = [
+            (mine.path, theirs.path)
+            for mine, theirs in zip(
+                sides.side_tables(spec, out), sides.side_tables(spec, real), strict=True
             )
         ]
         for scratch, target in pairs:
@@ -208,10 +207,10 @@ def at_event_time(
     store = DeltaStore(spark)
     with _scratch(settings) as tmp:
         lake = Settings(home=settings.home, contracts_dir=settings.contracts_dir, data=tmp)
+        inputs = kind.of(spec).inputs(settings, catalog, contract, spec)
         streams = [contract.stream]
-        if spec.join is not None:
-            streams.append(catalog.topic(spec.join.other).stream)
-        for stream in streams:
+        streams += [i.name.removeprefix("silver.") for i in inputs if i.name.startswith("silver.")]
+        for stream in dict.fromkeys(streams):
             silver = settings.silver_path(stream)
             if not DeltaStore.exists(silver):
                 raise LakehouseError(f"stream {stream} has no data yet: run its silver layer")

@@ -1,7 +1,8 @@
-"""Windowed aggregations on event time (Kafka Streams' TimeWindows and SessionWindows).
+"""``windowed`` tables: aggregations on event time (Kafka Streams' TimeWindows and
+SessionWindows).
 
 A windowed table is an aggregate table whose key is (group, ``window_start``, ``window_end``).
-The aggregations are those of :mod:`lakehouse.tables.aggregates` (count, sum, min, max, avg,
+The aggregations are those of :mod:`lakehouse.tables.aggregations` (count, sum, min, max, avg,
 count_distinct, earliest, latest, collect), computed per window by the same helpers.
 
 Stream time
@@ -93,6 +94,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
+from lakehouse.contracts.catalog import Catalog
 from lakehouse.contracts.model import (
     WINDOW_END,
     WINDOW_LATE_COLUMNS,
@@ -111,11 +113,12 @@ from lakehouse.streams.schema import (
     spark_type,
     stream_schema,
 )
-from lakehouse.tables import aggregates, common
-from lakehouse.tables.common import StreamTimes
+from lakehouse.tables import aggregations, common
+from lakehouse.tables.common import StreamTimes, format_duration
+from lakehouse.tables.kind import Context, Input, SideTable, plan_stream, stream_input
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column, DataFrame, SparkSession
+    from pyspark.sql import Column, DataFrame
     from pyspark.sql.types import StructType
 
 WINDOW_META = "lakehouse.window"  # gold commit metadata: versions, stream times before and after
@@ -136,18 +139,6 @@ _OPEN = "__open"
 
 
 # -- pure helpers --------------------------------------------------------------------------------
-
-_UNITS = (("d", 86_400_000), ("h", 3_600_000), ("m", 60_000), ("s", 1000))
-
-
-def format_duration(ms: int) -> str:
-    """A duration as the contract writes it: the largest unit that divides it (90000 -> 90s)."""
-    if ms == 0:
-        return "0s"
-    for unit, size in _UNITS:
-        if ms % size == 0:
-            return f"{ms // size}{unit}"
-    return f"{ms}ms"
 
 
 def time_windows(t: int, size: int, advance: int) -> list[tuple[int, int]]:
@@ -320,8 +311,8 @@ def session_state_schema(stream: Contract, spec: TableSpec) -> StructType:
 
 
 def _valid(events: DataFrame, stream: Contract, spec: TableSpec) -> DataFrame:
-    """The records a windowed aggregation takes (:func:`lakehouse.tables.aggregates.taken`)."""
-    return events.filter(aggregates.taken(stream, spec))
+    """The records a windowed aggregation takes (:func:`lakehouse.tables.aggregations.taken`)."""
+    return events.filter(aggregations.taken(stream, spec))
 
 
 def _event_millis() -> Column:
@@ -430,57 +421,101 @@ class _Batch:
     stream_times: StreamTimes  # before the batch
 
 
-def build_windowed(
-    spark: SparkSession,
-    settings: Settings,
-    contract: Contract,
-    spec: TableSpec,
-    out: common.Outputs,
-    upto: int | None,
-) -> common.GoldResult:
-    """Fold the input's new versions (up to ``upto``) into a windowed table: one micro-batch.
-    Finishes first a batch that a crash left half-written (see the module docstring)."""
-    # One committing driver per table: the gold table's lock, then its late table's and state's.
-    with (
-        delta_spark.table_lock(settings, out.gold),
-        delta_spark.table_lock(settings, out.late),
-        delta_spark.table_lock(settings, out.state),
-    ):
-        return _build_windowed(DeltaStore(spark), settings, contract, spec, out, upto)
+@dataclass(frozen=True)
+class Batch:
+    """A micro-batch: its input versions and stream times before it, its events, and (session
+    windows) the stored records of the open sessions."""
+
+    start: int
+    end: int
+    stream_times: StreamTimes
+    events: DataFrame
+    state: DataFrame | None
 
 
-def _build_windowed(
-    store: DeltaStore,
-    settings: Settings,
-    contract: Contract,
-    spec: TableSpec,
-    out: common.Outputs,
-    upto: int | None,
-) -> common.GoldResult:
-    window = spec.window
-    assert window is not None
-    spark = store.spark
-    stream, app = contract.input(spec), common.input_app(contract, spec)
-    delta_spark.create_table(spark, out.gold, aggregates.table_schema(stream, spec), gate=out.gate)
-    delta_spark.create_table(spark, out.late, late_schema(stream))
-    followers = [out.late]
-    if window.type == "session":
-        # Nobody reads the state's changes, and its `_commit_version` column is one the change
-        # feed reserves: the state is the one table created without it.
-        no_feed = {"delta.enableExpiredLogCleanup": "false"}
-        delta_spark.create_table(
-            spark, out.state, session_state_schema(stream, spec), properties=no_feed
+@dataclass(frozen=True)
+class Changes:
+    """What a batch changes: the gold rows, the late records, the session state after it (or
+    None), the stream times after it, which side tables it commits, and what it cached."""
+
+    gold: DataFrame
+    late: DataFrame
+    state: DataFrame | None
+    stream_times: StreamTimes
+    followers: list[str]
+    cached: list[DataFrame]
+
+
+class Windowed:
+    name = "windowed"
+
+    def inputs(
+        self, settings: Settings, catalog: Catalog, contract: Contract, spec: TableSpec
+    ) -> tuple[Input, ...]:
+        return (stream_input(contract, spec, settings),)
+
+    def side_tables(self, spec: TableSpec, out: common.Outputs) -> tuple[SideTable, ...]:
+        return (
+            SideTable("late", f"late.{spec.name}", out.late),
+            SideTable("state", f"state.{spec.name}", out.state),
         )
-        followers.append(out.state)
-    result = None
-    redo = _unfinished(store, out, app, followers)
-    if redo is not None:
-        result = _run_batch(store, contract, spec, out, settings, redo)
-    todo = common.pending(store, out.gold, app, common.input_path(settings, contract, spec), upto)
-    if todo is None:
-        return result or common.GoldResult(spec.name, None)
-    stream_times = _stream_times_at(store, settings, contract, spec, out.gold, todo[0] - 1)
-    return _run_batch(store, contract, spec, out, settings, _Batch(*todo, stream_times))
+
+    def create(self, ctx: Context) -> None:
+        window, spark, stream = _window(ctx.spec), ctx.spark, ctx.stream
+        schema = aggregations.table_schema(stream, ctx.spec, windowed=True)
+        delta_spark.create_table(spark, ctx.out.gold, schema, gate=ctx.out.gate)
+        delta_spark.create_table(spark, ctx.out.late, late_schema(stream))
+        if window.type == "session":
+            # Nobody reads the state's changes, and its `_commit_version` column is one the
+            # change feed reserves: the state is the one table created without it.
+            no_feed = {"delta.enableExpiredLogCleanup": "false"}
+            delta_spark.create_table(
+                spark, ctx.out.state, session_state_schema(stream, ctx.spec), properties=no_feed
+            )
+
+    def unfinished(self, ctx: Context) -> Batch | None:
+        followers = [ctx.out.late]
+        if _window(ctx.spec).type == "session":
+            followers.append(ctx.out.state)
+        redo = _unfinished(ctx.store, ctx.out, ctx.app, followers)
+        return None if redo is None else self._batch(ctx, redo)
+
+    def read(self, ctx: Context) -> Batch | None:
+        todo = ctx.pending()
+        if todo is None:
+            return None
+        times = _stream_times_at(
+            ctx.store, ctx.settings, ctx.contract, ctx.spec, ctx.out.gold, todo[0] - 1
+        )
+        return self._batch(ctx, _Batch(*todo, times))
+
+    def _batch(self, ctx: Context, at: _Batch) -> Batch:
+        events = common.read_input(
+            ctx.store, ctx.settings, ctx.contract, ctx.spec, at.start, at.end
+        )
+        state = ctx.store.read(ctx.out.state) if _window(ctx.spec).type == "session" else None
+        return Batch(at.start, at.end, at.stream_times, events, state)
+
+    def transform(self, ctx: Context, batch: Batch) -> Changes:
+        return _changes(batch, ctx.stream, ctx.spec)
+
+    def commit(self, ctx: Context, batch: Batch, changes: Changes) -> common.GoldResult:
+        try:
+            return _commit(ctx, batch, changes)
+        finally:
+            for df in changes.cached:
+                df.unpersist()
+
+    def needs_rebuild(self, store: DeltaStore, spec: TableSpec, out: common.Outputs) -> bool:
+        return needs_rebuild(store, out.gold)
+
+    def plan(self, ctx: Context) -> list[str]:
+        return plan_stream(ctx)
+
+
+def _window(spec: TableSpec) -> Window:
+    assert spec.window is not None, f"{spec.name} is a windowed table"
+    return spec.window
 
 
 def _stream_times_at(
@@ -561,83 +596,73 @@ def _unfinished(
     return _Batch(start, done, common.stream_times_of(meta["stream_time_before"]))
 
 
-def _run_batch(
-    store: DeltaStore,
-    contract: Contract,
-    spec: TableSpec,
-    out: common.Outputs,
-    settings: Settings,
-    batch: _Batch,
-) -> common.GoldResult:
+def _changes(batch: Batch, stream: Contract, spec: TableSpec) -> Changes:
+    """The gold rows, late records and session state a batch gives (Spark transforms of the
+    batch and the stored state; the emptiness checks that decide which side tables it commits
+    are its only actions)."""
     from pyspark.sql import functions as F
 
-    window = spec.window
-    assert window is not None
-    stream, app = contract.input(spec), common.input_app(contract, spec)
-    events = common.read_input(store, settings, contract, spec, batch.start, batch.end)
+    window = _window(spec)
     timed, after = with_stream_time(
-        _valid(events, stream, spec), stream.key_name, batch.stream_times
+        _valid(batch.events, stream, spec), stream.key_name, batch.stream_times
     )
     timed = timed.cache()
     cached = [timed]
-    try:
-        no_time = timed.filter(F.col(_T).isNull()).select(
-            "*", *(F.lit(None).cast("long").alias(c) for c in (_WS, _WE))
+    no_time = timed.filter(F.col(_T).isNull()).select(
+        "*", *(F.lit(None).cast("long").alias(c) for c in (_WS, _WE))
+    )
+    why = F.when(F.col(EVENT_TIME).isNull(), NO_EVENT_TIME).otherwise(BEFORE_EPOCH)
+    late = late_rows(no_time, stream, why)
+    with_time = timed.filter(F.col(_T).isNotNull())
+    state = None
+    if batch.state is not None:
+        placed = place_sessions(batch.state, with_time, stream, spec).cache()
+        cached.append(placed)
+        gold_rows = session_changes(placed, stream, spec)
+        late = late.unionByName(session_late(placed, stream, window))
+        state = session_state(placed, batch.state, with_time, stream, spec, after)
+    else:
+        placed = assign_time_windows(with_time, window)
+        gold_rows = aggregations.aggregate_per_key(
+            placed.filter(~F.col(_LATE)), stream, spec, by=_window_columns()
         )
-        why = F.when(F.col(EVENT_TIME).isNull(), NO_EVENT_TIME).otherwise(BEFORE_EPOCH)
-        late = late_rows(no_time, stream, why)
-        with_time = timed.filter(F.col(_T).isNotNull())
-        state = None
-        if window.type == "session":
-            stored = store.read(out.state)
-            placed = place_sessions(stored, with_time, stream, spec).cache()
-            cached.append(placed)
-            gold_rows = session_changes(placed, stream, spec)
-            late = late.unionByName(session_late(placed, stream, window))
-            state = session_state(placed, stored, with_time, stream, spec, after)
-        else:
-            placed = assign_time_windows(with_time, window)
-            gold_rows = aggregates.aggregate_per_key(
-                placed.filter(~F.col(_LATE)), stream, spec, by=_window_columns()
-            )
-            late = late.unionByName(
-                late_rows(placed.filter(F.col(_LATE)), stream, late_reason(window))
-            )
-        gold_rows = gold_rows.cache()
-        cached.append(gold_rows)
-        # Only a table with something to take is committed: the late table when a record is
-        # late, the state when a record joined a session (no other batch changes the state:
-        # sessions close only as stream time moves, which only such a record does). The gold
-        # commit names them, for the crash protocol (:func:`_unfinished`).
-        followers = []
-        if not late.isEmpty():
-            followers.append(LATE)
-        if (
-            state is not None
-            and not placed.filter(F.col(_NEW) & (F.col(_STATUS) != "late")).isEmpty()
-        ):
-            followers.append(STATE)
-        position = common.input_meta(app, batch.start, batch.end)
-        meta = {
-            **position,
-            WINDOW_META: {
-                "versions": [batch.start, batch.end],
-                "stream_time_before": common.stream_times_meta(batch.stream_times),
-                "stream_time": common.stream_times_meta(after),
-                "followers": followers,
-            },
-        }
-        txn = Txn(app, batch.end)
-        result = _commit_gold(stream, spec, out, gold_rows, txn, meta)
-        late_rows_written = 0
-        if LATE in followers:
-            written = delta_spark.append(late, out.late, txn=txn, metadata=position)
-            late_rows_written = written.rows_written or 0
-        if state is not None and STATE in followers:
-            delta_spark.append(state, out.state, txn=txn, metadata=position, mode="overwrite")
-    finally:
-        for df in cached:
-            df.unpersist()
+        late = late.unionByName(late_rows(placed.filter(F.col(_LATE)), stream, late_reason(window)))
+    gold_rows = gold_rows.cache()
+    cached.append(gold_rows)
+    # Only a table with something to take is committed: the late table when a record is
+    # late, the state when a record joined a session (no other batch changes the state:
+    # sessions close only as stream time moves, which only such a record does). The gold
+    # commit names them, for the crash protocol (:func:`_unfinished`).
+    followers = []
+    if not late.isEmpty():
+        followers.append(LATE)
+    if state is not None and not placed.filter(F.col(_NEW) & (F.col(_STATUS) != "late")).isEmpty():
+        followers.append(STATE)
+    return Changes(gold_rows, late, state, after, followers, cached)
+
+
+def _commit(ctx: Context, batch: Batch, changes: Changes) -> common.GoldResult:
+    """The gold commit (with the position and the stream times), then the late table's and
+    the state's, each with the same position."""
+    spec, out, app = ctx.spec, ctx.out, ctx.app
+    position = common.input_meta(app, batch.start, batch.end)
+    meta = {
+        **position,
+        WINDOW_META: {
+            "versions": [batch.start, batch.end],
+            "stream_time_before": common.stream_times_meta(batch.stream_times),
+            "stream_time": common.stream_times_meta(changes.stream_times),
+            "followers": changes.followers,
+        },
+    }
+    txn = Txn(app, batch.end)
+    result = _commit_gold(ctx.stream, spec, out, changes.gold, txn, meta)
+    late_rows_written = 0
+    if LATE in changes.followers:
+        written = delta_spark.append(changes.late, out.late, txn=txn, metadata=position)
+        late_rows_written = written.rows_written or 0
+    if changes.state is not None and STATE in changes.followers:
+        delta_spark.append(changes.state, out.state, txn=txn, metadata=position, mode="overwrite")
     return common.GoldResult(
         spec.name,
         (batch.start, batch.end),
@@ -661,9 +686,8 @@ def _commit_gold(
     a time window's partial aggregates fold into them. The commit always happens, even when
     nothing changed (a MERGE always commits): it carries the position and the stream
     time."""
-    rules = aggregates.merge_rules(stream, spec)
-    assert spec.window is not None
-    if spec.window.type == "session":
+    rules = aggregations.merge_rules(stream, spec, windowed=True)
+    if _window(spec).type == "session":
         update = {c: e for c, e in rules.insert.items() if c not in rules.on}
         result = delta_spark.merge(
             rows,
@@ -704,8 +728,7 @@ def place_sessions(
     from pyspark.sql import functions as F
     from pyspark.sql.types import LongType, StringType, StructField, StructType
 
-    window = spec.window
-    assert window is not None
+    window = _window(spec)
     group = spec.group_by or stream.key_name
     names = [f.name for f in session_state_schema(stream, spec).fields]
     stored = state.join(timed.select(group).distinct(), group, "left_semi").select(
@@ -736,7 +759,7 @@ def session_changes(placed: DataFrame, stream: Contract, spec: TableSpec) -> Dat
 
     group = spec.group_by or stream.key_name
     changed = placed.filter(F.col(_STATUS) == "changed").withColumn(TOMBSTONE, F.lit(False))
-    upserts = aggregates.aggregate_per_key(changed, stream, spec, by=_window_columns())
+    upserts = aggregations.aggregate_per_key(changed, stream, spec, by=_window_columns())
     moved = changed.filter(
         ~F.col(_NEW) & ((F.col(_OLD_WS) != F.col(_WS)) | (F.col(_OLD_WE) != F.col(_WE)))
     )
@@ -771,8 +794,7 @@ def session_state(
     from pyspark.sql import Window as W
     from pyspark.sql import functions as F
 
-    window = spec.window
-    assert window is not None
+    window = _window(spec)
     group = spec.group_by or stream.key_name
     schema = session_state_schema(stream, spec)
     bounds = (SESSION_START, SESSION_END)
@@ -797,3 +819,6 @@ def session_state(
     elif set(stream_times) >= set(range(stream.partitions)):
         both = both.filter(closes >= F.lit(min(stream_times.values())))
     return both.select(*(F.col(f.name).cast(f.dataType).alias(f.name) for f in schema.fields))
+
+
+KIND = Windowed()

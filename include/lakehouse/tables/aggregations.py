@@ -1,5 +1,12 @@
-"""``latest`` and ``aggregate`` tables: pure transforms from a batch of events to one row per
-key (or per group), and the MERGE that folds it into the table with the consumed version.
+"""The aggregations of ``aggregate`` and ``windowed`` tables: pure transforms from a batch of
+events (or of a table's changes) to partial aggregates per group, and the MERGE rules that fold
+them into the stored table with the consumed version.
+
+Semantics follow Kafka Streams: count, sum, min, max, avg, count_distinct, earliest, latest and
+collect per key, or per value of a ``group_by`` field (re-keying); records whose key, value or
+group is null are ignored. Over the stream every event counts (KGroupedStream); over the stream
+read as a table only each key's latest value counts, and an update takes the old value back
+before adding the new one (KGroupedTable).
 """
 
 from __future__ import annotations
@@ -17,50 +24,15 @@ from lakehouse.contracts.model import (
     TableSpec,
     aggregate_field,
 )
-from lakehouse.runtime.config import Settings
 from lakehouse.runtime.objectstore import Location
-from lakehouse.storage import DeltaStore, Txn, WriteResult, delta_spark
+from lakehouse.storage import Txn, WriteResult, delta_spark
 from lakehouse.storage.gates import PublishGate
 from lakehouse.streams.schema import TOMBSTONE, key_spark_type, spark_type
+from lakehouse.tables.common import arrival_order
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column, DataFrame, SparkSession
+    from pyspark.sql import Column, DataFrame
     from pyspark.sql.types import DataType, StructField, StructType
-from lakehouse.tables.common import (
-    GoldResult,
-    Outputs,
-    arrival_order,
-    input_app,
-    input_meta,
-    input_path,
-    pending,
-    read_input,
-)
-
-
-def latest_per_key(events: DataFrame, contract: Contract) -> DataFrame:
-    """The last event per key of a batch; tombstones kept (they delete), null keys dropped.
-
-    Within a partition the order is the offset. A key normally lives in one partition (the
-    default partitioner hashes the key); if producers placed it in several, the partition whose
-    latest event has the later timestamp wins, as Kafka Streams picks the earlier-timestamped
-    record first when it interleaves partitions.
-    """
-    from pyspark.sql import functions as F
-
-    key = contract.key_name
-    value_cols = [f.name for f in contract.fields]
-    keyed = events.filter(F.col(key).isNotNull())
-    # The last offset of each key in each partition, from the narrow columns alone (an
-    # aggregation over whole rows sorts every row of the batch), then those records' rows: a
-    # key's events in a batch are many, its partitions few.
-    last = keyed.groupBy(key, "partition").agg(F.max("offset").alias("offset"))
-    rows = keyed.select(key, "partition", "offset", "timestamp", *value_cols, TOMBSTONE)
-    per_partition = rows.join(F.broadcast(last), [key, "partition", "offset"], "left_semi")
-    row = F.struct(*[F.col(c) for c in [*value_cols, TOMBSTONE]])
-    ordered = F.struct(F.col("timestamp"), F.col("partition"), F.col("offset"), row.alias("r"))
-    best = per_partition.groupBy(key).agg(F.max(ordered).alias("w"))
-    return best.select(key, *[F.col(f"w.r.{c}").alias(c) for c in [*value_cols, TOMBSTONE]])
 
 
 def _state_columns(a: Aggregation) -> tuple[str, str]:
@@ -251,18 +223,13 @@ def group_field(contract: Contract, spec: TableSpec) -> StructField:
     return StructField(contract.key_name, key_spark_type(contract), False)
 
 
-def table_schema(contract: Contract, spec: TableSpec) -> StructType:
-    """The schema of a latest or (windowed) aggregate table; ``contract`` is the table's input
-    stream (``Contract.input``)."""
+def table_schema(contract: Contract, spec: TableSpec, *, windowed: bool = False) -> StructType:
+    """The schema of an aggregate table, keyed by its group and (``windowed``) its window;
+    ``contract`` is the table's input stream (``Contract.input``)."""
     from pyspark.sql.types import StructField, StructType, TimestampType
 
-    if spec.kind == "latest":
-        key = StructField(contract.key_name, key_spark_type(contract), False)
-        return StructType(
-            [key, *(StructField(f.name, spark_type(f), True) for f in contract.fields)]
-        )
     keys = [group_field(contract, spec)]
-    if spec.window is not None:
+    if windowed:
         keys += [
             StructField(WINDOW_START, TimestampType(), False),
             StructField(WINDOW_END, TimestampType(), False),
@@ -345,19 +312,20 @@ class MergeRules:
     insert_when: str | None = None
 
 
-def merge_rules(contract: Contract, spec: TableSpec) -> MergeRules:
-    """The merge of an aggregate table (``contract`` is the table's input stream). An aggregate
-    of an input read as a table deletes a group when its last key leaves it."""
+def merge_rules(contract: Contract, spec: TableSpec, *, windowed: bool = False) -> MergeRules:
+    """The merge of an aggregate table, keyed by its group and (``windowed``) its window
+    (``contract`` is the table's input stream). An aggregate of an input read as a table
+    deletes a group when its last key leaves it."""
     keys = [group_field(contract, spec).name]
-    if spec.window is not None:
+    if windowed:
         keys += [WINDOW_START, WINDOW_END]
     update: dict[str, str] = {}
     insert: dict[str, str] = {k: f"s.{k}" for k in keys}
     for a in spec.aggregations:
         update.update(_combine(a, spec.read_as == "table"))
         insert.update(_insert(a, spec.read_as == "table"))
-    update = _decimals_as_stored(contract, spec, update)
-    insert = _decimals_as_stored(contract, spec, insert)
+    update = _decimals_as_stored(contract, spec, update, windowed)
+    insert = _decimals_as_stored(contract, spec, insert, windowed)
     if spec.read_as != "table":
         return MergeRules(keys, update, insert)
     update[MEMBERS] = _add(f"t.{MEMBERS}", f"s.{MEMBERS}")
@@ -372,7 +340,7 @@ def merge_rules(contract: Contract, spec: TableSpec) -> MergeRules:
 
 
 def _decimals_as_stored(
-    contract: Contract, spec: TableSpec, columns: dict[str, str]
+    contract: Contract, spec: TableSpec, columns: dict[str, str], windowed: bool
 ) -> dict[str, str]:
     """Each decimal column's expression cast to the column's type: Spark widens arithmetic on
     decimals (a decimal(22,2) plus a decimal(22,2) is a decimal(23,2), a division keeps more
@@ -380,41 +348,13 @@ def _decimals_as_stored(
     average rounds half up to its scale there, as Spark's avg does."""
     from pyspark.sql.types import DecimalType
 
-    types = {f.name: f.dataType for f in table_schema(contract, spec).fields}
+    types = {f.name: f.dataType for f in table_schema(contract, spec, windowed=windowed).fields}
     return {
         name: f"CAST(({sql}) AS {kind.simpleString()})"
         if isinstance(kind := types.get(name), DecimalType)
         else sql
         for name, sql in columns.items()
     }
-
-
-LATEST = TableSpec(name="state", kind="latest")
-
-
-def merge_latest(
-    batch: DataFrame,
-    path: Location,
-    contract: Contract,
-    txn: Txn,
-    meta: dict[str, Any],
-    gate: PublishGate | None = None,
-) -> WriteResult:
-    """Upsert one row per key; a tombstone deletes the key."""
-    key = contract.key_name
-    values = [f.name for f in contract.fields]
-    return delta_spark.merge(
-        batch,
-        path,
-        on=[key],
-        delete_when=f"s.{TOMBSTONE}",
-        update={c: f"s.{c}" for c in values},
-        insert={c: f"s.{c}" for c in [key, *values]},
-        insert_when=f"NOT s.{TOMBSTONE}",
-        txn=txn,
-        metadata=meta,
-        gate=gate,
-    )
 
 
 def merge_aggregate(
@@ -440,84 +380,4 @@ def merge_aggregate(
         txn=txn,
         metadata=meta,
         gate=gate,
-    )
-
-
-def catch_up_state(
-    store: DeltaStore,
-    settings: Settings,
-    contract: Contract,
-    spec: TableSpec,
-    out: Outputs,
-    upto: int | None,
-) -> Location:
-    """The state of an input read as a table (each key's latest value) must stand where the gold table does.
-    The gold commit comes first; if a run died before the state's, fold the missing versions in
-    now (the state depends on the stream alone, so this is exact). The caller holds the state's
-    :func:`~lakehouse.storage.delta_spark.table_lock`."""
-    stream, app = contract.input(spec), input_app(contract, spec)
-    delta_spark.create_table(store.spark, out.state, table_schema(stream, LATEST))
-    have = store.transaction_version(out.state, app)
-    start = 0 if have is None else have + 1
-    if upto is not None and start <= upto:
-        batch = latest_per_key(read_input(store, settings, contract, spec, start, upto), stream)
-        merge_latest(batch, out.state, stream, Txn(app, upto), input_meta(app, start, upto))
-    return out.state
-
-
-def build_table(
-    spark: SparkSession,
-    settings: Settings,
-    contract: Contract,
-    spec: TableSpec,
-    out: Outputs,
-    upto: int | None,
-) -> GoldResult:
-    """Fold the input's new versions (up to ``upto``) into a ``latest`` or ``aggregate`` table
-    (and the state of an input read as a table): one micro-batch, one commit."""
-    # One committing driver per table: the gold table's lock, then its state's.
-    with delta_spark.table_lock(settings, out.gold), delta_spark.table_lock(settings, out.state):
-        return _build_table(DeltaStore(spark), settings, contract, spec, out, upto)
-
-
-def _build_table(
-    store: DeltaStore,
-    settings: Settings,
-    contract: Contract,
-    spec: TableSpec,
-    out: Outputs,
-    upto: int | None,
-) -> GoldResult:
-    stream, app = contract.input(spec), input_app(contract, spec)
-    delta_spark.create_table(store.spark, out.gold, table_schema(stream, spec), gate=out.gate)
-    consumed = store.transaction_version(out.gold, app)
-    if spec.read_as == "table":
-        catch_up_state(store, settings, contract, spec, out, consumed)
-    todo = pending(store, out.gold, app, input_path(settings, contract, spec), upto)
-    if todo is None:
-        return GoldResult(spec.name, None)
-    start, end = todo
-    txn, meta = Txn(app, end), input_meta(app, start, end)
-    events = read_input(store, settings, contract, spec, start, end)
-    if spec.kind == "latest":
-        batch = latest_per_key(events, stream)
-        result = merge_latest(batch, out.gold, stream, txn, meta, out.gate)
-    elif spec.read_as == "table":
-        # The keys' latest values feed both the deltas and the state: computed once.
-        latest = latest_per_key(events, stream).cache()
-        try:
-            batch = table_deltas(latest, store.read(out.state), stream, spec)
-            result = merge_aggregate(batch, out.gold, stream, spec, txn, meta, out.gate)
-            merge_latest(latest, out.state, stream, txn, meta)
-        finally:
-            latest.unpersist()
-    else:
-        batch = aggregate_per_key(events, stream, spec)
-        result = merge_aggregate(batch, out.gold, stream, spec, txn, meta, out.gate)
-    return GoldResult(
-        spec.name,
-        (start, end),
-        result.source_rows or 0,
-        result.committed,
-        table_version=result.table_version,
     )
