@@ -495,7 +495,7 @@ def test_volume_and_freshness_warn_and_the_dq_report_shows_trends(
             cli.main(["--home", str(lake.home), "--contracts", str(lake.contracts_dir), "dq"]) == 0
         )
     text = out.getvalue()
-    assert "bronze.orders: latest" in text and "60 rows" in text
+    assert "bronze.orders\n  latest run, with data:" in text and "60 rows" in text
     assert "FAIL warn       volume" in text and "(failed in 1 of 3 checked runs)" in text
     assert "last 3 runs: 3 batches, 3 published, 0 blocked, 0 quarantined" in text
 
