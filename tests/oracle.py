@@ -17,6 +17,7 @@ A request is ``{"table": TABLE, "records": [RECORD, ...]}``, a record ``{"input"
      "aggregations": [{"name": str, "fn": FN, "field": FIELD | None}, ...], "window": WINDOW | None}
     {"kind": "join", "type": "stream-table" | "table-table" | "stream-stream",
      "how": "inner" | "left" | "outer", "on": FIELD | None, "within": ms, "grace": ms}
+    {"kind": "history", "retention": ms | None}
 
     FN = count | sum | min | max | avg | count_distinct | earliest | latest | collect
     WINDOW = {"type": "tumbling", "size": ms, "grace": ms}
@@ -29,6 +30,13 @@ folded by key and window) and, per input record, the positions in the changelog 
 (``caused``; none: Kafka Streams dropped or skipped it). StreamsOracle.java says what each table
 kind and aggregate function is in Kafka Streams' terms. An aggregate's entries named ``__...``
 are the oracle's bookkeeping (:func:`public` leaves them out).
+
+A ``history`` request puts each record into a versioned key-value store (KIP-889) with that
+history retention (none: every version kept) at its timestamp; its output stream has, per record
+with a key, ``{"put": code, "not_put": bool}`` (``not_put``: the store refused it as older than
+its stream time minus the retention). The request's ``"probes": [[key, ts], ...]`` are answered
+after the records by the store's ``get(key, ts)`` (:attr:`Result.probes`: None, or ``{"value",
+"valid_from", "valid_to"}``; Kafka answers None for a time older than the retention too).
 """
 
 from __future__ import annotations
@@ -95,6 +103,8 @@ class Result:
     """The final table (the changelog folded by key and window), in key and window order."""
     caused: list[list[int]]
     """Per input record, the positions in :attr:`changelog` it produced."""
+    probes: list[dict[str, Any] | None]
+    """A ``history`` request's probes answered, in order (other requests: none)."""
 
     @classmethod
     def from_response(cls, response: Mapping[str, Any]) -> Result:
@@ -106,6 +116,7 @@ class Result:
             ],
             rows={(row["key"], _window(row["window"])): row["value"] for row in response["table"]},
             caused=response["caused"],
+            probes=response.get("probes", []),
         )
 
     @property
@@ -205,9 +216,16 @@ class StreamsOracle:
             raise OracleError(f"the Kafka Streams oracle refused the request: {response['error']}")
         return response
 
-    def compute(self, table: Mapping[str, Any], records: Sequence[Mapping[str, Any]]) -> Result:
-        """What Kafka Streams makes of ``records`` as ``table``."""
-        return Result.from_response(self.run({"table": table, "records": list(records)}))
+    def compute(
+        self,
+        table: Mapping[str, Any],
+        records: Sequence[Mapping[str, Any]],
+        probes: Sequence[tuple[str, int]] = (),
+    ) -> Result:
+        """What Kafka Streams makes of ``records`` as ``table`` (a history: and its versions at
+        ``probes``)."""
+        request = {"table": table, "records": list(records), "probes": [list(p) for p in probes]}
+        return Result.from_response(self.run(request))
 
     def _ended(self, process: subprocess.Popen[str]) -> OracleError:
         with contextlib.suppress(subprocess.TimeoutExpired):

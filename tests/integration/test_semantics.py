@@ -16,8 +16,16 @@ How each kind is fed to the oracle (the platform's rules, docs/reliability.md "W
 * the changelog table: the change feed of the table it reads, commit by commit.
 * stream-table joins: one driver, both inputs in the order a Kafka Streams task picks records
   from its partitions by timestamp (a record's partition time, the other side first on ties),
-  with the other topic complete before the stream's first micro-batch.
+  with the other topic complete before the stream's first micro-batch. Joined with the other
+  topic's history table (``table:``): the other topic's records first, then the stream's, since
+  the history table has every version before the join reads it.
 * stream-stream joins: one driver, with a grace longer than the history.
+* history tables: one driver per partition, its records in offset order, put into a versioned
+  store with the table's history retention (stream time is the task's); the table's version
+  valid at each time a key's versions can change is compared with the store's ``get(key,
+  asOf)`` there, for the times the store still answers (not older than its stream time minus
+  the retention: Kafka's store drops those versions, the table keeps them), and the records the
+  store refused are the table's late records.
 
 The platform's deliberate differences are taken out of what the oracle is fed and pinned by
 tests of their own at the end: a tombstone is not counted by a windowed aggregate, nor does it
@@ -37,8 +45,10 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
+from lakehouse.contracts.catalog import Catalog
 from lakehouse.runtime.config import Settings
 from lakehouse.storage import changes_arrow, read_arrow
+from lakehouse.tables.rebuild import refresh
 from lakehouse.tables.windowed import time_windows
 from lakes import histories, lake_with, produce, record, run_pipeline
 from oracle import Result, StreamsOracle, left, right
@@ -139,6 +149,18 @@ tables:
   - name: near
     kind: join
     join: {{type: stream-stream, with: profiles, within: 2m, fields: [id], prefix: p_}}
+  - name: click_history
+    kind: history
+    history_retention: 4m
+  - name: with_profile_then
+    kind: join
+    join:
+      type: stream-table
+      with: profiles
+      table: profile_history
+      how: left
+      fields: [id, city]
+      prefix: p_
 """
 
 PROFILES = f"""\
@@ -153,6 +175,9 @@ value:
     - {{name: city, type: string}}
 event_time: event_time
 stream: {{name: profiles_stream}}
+tables:
+  - name: profile_history
+    kind: history
 """
 
 AGGREGATIONS = {  # the oracle's terms for the contract's aggregations, per table
@@ -184,6 +209,7 @@ WINDOWS = {
     "page_minutes": {"type": "tumbling", "size": 2 * MIN, "grace": MIN},
 }
 FAR = 100 * 365 * 24 * 60 * MIN  # a stream-stream join's grace: longer than any history
+HISTORY_RETENTION = 4 * MIN  # click_history's
 
 # A record of the history: (key, value); a value is {"m": event minute, "page"/"city", "amount"}
 # or None, a tombstone, whose event time (its record timestamp) is in the key's slot below.
@@ -396,6 +422,50 @@ def _check(
         "moves", _table(lake, "moves", "user"), oracle.compute(_aggregate("moves"), changes).table()
     )
     _check_joins(lake, oracle, clicks, profiles)
+    _check_history(lake, oracle, clicks)
+
+
+def _check_history(lake: Settings, oracle: StreamsOracle, clicks: list[Produced]) -> None:
+    rows = read_arrow(lake.gold_path("click_history")).to_pylist()
+    late = sorted(
+        ((r["user"], r["id"]) for r in read_arrow(lake.late_path("click_history")).to_pylist()),
+        key=repr,
+    )
+    refused: list[tuple[str | None, str | None]] = []
+    for p in range(PARTITIONS):
+        fed = [r for r in _arrival(clicks) if r.partition == p and r.key is not None]
+        if not fed:
+            continue
+        # Every time a key's version can change (each record's time, and just before it), for
+        # the times the store still answers.
+        stream_time = max(r.ts for r in fed)
+        probes = sorted(
+            {
+                (r.key, t)
+                for r in fed
+                for t in (r.ts - 1, r.ts, stream_time + MIN)
+                if t >= stream_time - HISTORY_RETENTION
+            }
+        )
+        result = oracle.compute(
+            {"kind": "history", "retention": HISTORY_RETENTION}, [r.fed() for r in fed], probes
+        )
+        for i, r in enumerate(fed):
+            (outcome,) = (c.value for c in result.by(i))
+            if outcome["not_put"]:
+                refused.append((r.key, None if r.value is None else r.value["id"]))
+        for (key, t), kafka in zip(probes, result.probes, strict=True):
+            valid = [
+                v
+                for v in rows
+                if v["user"] == key
+                and _ms(v["valid_from"]) <= t
+                and (v["valid_to"] is None or t < _ms(v["valid_to"]))
+            ]
+            got = [(v["id"], _ms(v["valid_from"])) for v in valid]
+            want = [] if kafka is None else [(kafka["value"]["id"], kafka["valid_from"])]
+            assert got == want, ("click_history", key, t, got, want)
+    assert late == sorted(refused, key=repr), ("click_history late", late, refused)
 
 
 def _check_joins(
@@ -426,6 +496,20 @@ def _check_joins(
         (r["id"], r["p_id"]) for r in read_arrow(lake.gold_path("with_profile")).to_pylist()
     )
     assert got == want, ("with_profile", got, want)
+    # stream-table with the history table: every version there before the stream's records
+    then = oracle.compute(
+        {"kind": "join", "type": "stream-table", "how": "left", "on": None},
+        [r.fed("right") for r in _arrival(profiles)] + [r.fed() for r in _arrival(clicks)],
+    )
+    want_then = sorted(
+        ((c.value["left"]["id"], ident(c.value["right"])) for c in then.changelog if c.value),
+        key=repr,
+    )
+    got_then = sorted(
+        ((r["id"], r["p_id"]) for r in read_arrow(lake.gold_path("with_profile_then")).to_pylist()),
+        key=repr,
+    )
+    assert got_then == want_then, ("with_profile_then", got_then, want_then)
     # table-table: the final table
     ordered = [r.fed() for r in _arrival(clicks)] + [r.fed("right") for r in _arrival(profiles)]
     tt = oracle.compute({"kind": "join", "type": "table-table", "how": "left", "on": None}, ordered)
@@ -550,6 +634,11 @@ def test_every_table_kind_equals_kafka_streams(
         clicks += _produce(lake, "clicks", batch, items)
         run_pipeline(spark, lake)
     _check(spark, lake, streams_oracle, clicks, profiles)
+    # A history table rebuilt from its stream (`lakehouse refresh`) equals Kafka's store too.
+    catalog = Catalog.load(lake.contracts_dir)
+    contract = catalog.topic("clicks")
+    refresh(spark, lake, catalog, contract, contract.table("click_history"))
+    _check_history(lake, streams_oracle, clicks)
 
 
 # -- the deliberate differences, pinned -----------------------------------------------------------

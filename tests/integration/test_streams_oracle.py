@@ -444,3 +444,49 @@ def test_a_bad_request_is_refused_and_the_oracle_serves_the_next(
     assert streams_oracle.compute({"kind": "latest"}, [left("a", {}, 1)]).table() == {
         ("a", None): {}
     }
+
+
+def test_a_versioned_store_places_records_by_time_and_refuses_what_its_retention_dropped(
+    streams_oracle: StreamsOracle,
+) -> None:
+    """KIP-889's store: a put finds its place among the key's versions whatever its arrival,
+    a put at a version's own timestamp replaces it, a tombstone (a put of null) ends the value,
+    a null key is skipped. get(key, asOf) answers the value and the version's timestamp (not its
+    end: only the multi-version queries of KIP-968 fill validTo). With a history retention the
+    store's stream time is the task's (every key's puts move it): a put older than it minus the
+    retention is refused, and a get older than that answers nothing."""
+    records = [
+        left("a", {"x": 1}, 10),
+        left("a", {"x": 2}, 30),
+        left("a", {"x": 3}, 20),  # splits [10, 30)
+        left(None, {"x": 9}, 5),
+        left("a", None, 40),
+        left("a", {"x": 4}, 25),
+        left("a", {"x": 5}, 15),
+        left("b", {"x": 6}, 5),
+        left("a", {"x": 7}, 30),  # the same time as x=2: replaces it
+    ]
+    probes = [("a", t) for t in (9, 10, 19, 20, 29, 30, 40)] + [("b", 5)]
+
+    def answers(result: Any) -> list[Any]:
+        return [p if p is None else (p["value"]["x"], p["valid_from"]) for p in result.probes]
+
+    kept = streams_oracle.compute({"kind": "history", "retention": None}, records, probes)
+    assert _puts(kept) == [False] * 3 + [None] + [False] * 5
+    assert answers(kept) == [None, (1, 10), (5, 15), (3, 20), (4, 25), (7, 30), None, (6, 5)]
+    assert all(p is None or p["valid_to"] is None for p in kept.probes)
+
+    recent = streams_oracle.compute({"kind": "history", "retention": 10}, records, probes)
+    # Stream time 40 after the tombstone: 25, 15 and b's 5 are older than 40 - 10.
+    assert _puts(recent) == [False] * 3 + [None, False, True, True, True, False]
+    assert answers(recent) == [None, None, None, None, None, (7, 30), None, None]
+
+
+def _puts(result: Any) -> list[bool | None]:
+    """Per record of a history request: whether the store refused it (None: not put at all,
+    a null key)."""
+    out: list[bool | None] = []
+    for i in range(len(result.caused)):
+        changes = result.by(i)
+        out.append(None if not changes else changes[0].value["not_put"])
+    return out

@@ -81,9 +81,14 @@ import org.apache.kafka.streams.kstream.TimeWindows;
 import org.apache.kafka.streams.kstream.ValueJoiner;
 import org.apache.kafka.streams.kstream.Window;
 import org.apache.kafka.streams.kstream.Windowed;
+import org.apache.kafka.streams.processor.api.Processor;
+import org.apache.kafka.streams.processor.api.ProcessorContext;
+import org.apache.kafka.streams.processor.api.Record;
 import org.apache.kafka.streams.state.KeyValueStore;
 import org.apache.kafka.streams.state.SessionStore;
 import org.apache.kafka.streams.state.Stores;
+import org.apache.kafka.streams.state.VersionedKeyValueStore;
+import org.apache.kafka.streams.state.VersionedRecord;
 import org.apache.kafka.streams.state.WindowStore;
 import org.apache.kafka.streams.test.TestRecord;
 
@@ -97,6 +102,8 @@ public class StreamsOracle {
     static final String OUT = "out";
     /** The versioned table of a stream-table join keeps every version (100 years of history). */
     static final Duration VERSIONS_KEPT = Duration.ofDays(36500);
+    /** The versioned store of a "history" request. */
+    static final String HISTORY = "history";
 
     /**
      * The position in the request of the input record being piped. The driver processes a record
@@ -184,7 +191,11 @@ public class StreamsOracle {
         Plan plan = build(builder, table);
         Path state = Files.createTempDirectory("streams-oracle-");
         try (TopologyTestDriver driver = new TopologyTestDriver(builder.build(), config(state))) {
-            return pipe(driver, plan, records);
+            ObjectNode response = (ObjectNode) pipe(driver, plan, records);
+            if (HISTORY.equals(table.get("kind").textValue())) {
+                response.set("probes", probe(driver.getVersionedKeyValueStore(HISTORY), request.get("probes")));
+            }
+            return response;
         } finally {
             current = -1;
             deleteTree(state);
@@ -317,8 +328,12 @@ public class StreamsOracle {
             case "join" -> {
                 return new Plan(Set.of(LEFT, RIGHT), join(builder, table));
             }
+            case HISTORY -> {
+                history(builder, table);
+                return new Plan(Set.of(LEFT), true);
+            }
             default -> throw new BadRequest(
-                    "the table's \"kind\" must be latest, aggregate or join, not \"" + kind + "\"");
+                    "the table's \"kind\" must be latest, aggregate, join or history, not \"" + kind + "\"");
         }
     }
 
@@ -484,6 +499,81 @@ public class StreamsOracle {
         }
         JsonNode v = value.get(field);
         return v == null || v.isNull() ? null : v;
+    }
+
+    // -- History: a versioned key-value store (KIP-889) ---------------------------------------
+
+    /**
+     * A versioned store with the request's "retention" (ms; none: every version kept) that each
+     * record is put into at its timestamp (a null value: a tombstone, a put of null); a null key
+     * is skipped, as a table's source skips it. Each put's outcome goes to the output topic,
+     * {"put": the validTo code, "not_put": whether the store refused it as older than its
+     * observed stream time minus the retention}; after the records, the probes read the store.
+     */
+    static void history(StreamsBuilder builder, JsonNode table) {
+        JsonNode retention = table.get("retention");
+        Duration kept = retention == null || retention.isNull()
+                ? VERSIONS_KEPT
+                : Duration.ofMillis(millis(table, "retention", "the history"));
+        builder.addStateStore(Stores.versionedKeyValueStoreBuilder(
+                Stores.persistentVersionedKeyValueStore(HISTORY, kept), KEYS, VALUES));
+        KStream<String, JsonNode> puts = builder.<String, JsonNode>stream(LEFT, Consumed.with(KEYS, VALUES))
+                .process(() -> new Processor<String, JsonNode, String, JsonNode>() {
+                    private ProcessorContext<String, JsonNode> context;
+                    private VersionedKeyValueStore<String, JsonNode> store;
+
+                    @Override
+                    public void init(ProcessorContext<String, JsonNode> context) {
+                        this.context = context;
+                        this.store = context.getStateStore(HISTORY);
+                    }
+
+                    @Override
+                    public void process(Record<String, JsonNode> record) {
+                        if (record.key() == null) {
+                            return;
+                        }
+                        long code = store.put(record.key(), record.value(), record.timestamp());
+                        ObjectNode outcome = NODES.objectNode()
+                                .put("put", code)
+                                .put("not_put", code == VersionedKeyValueStore.PUT_RETURN_CODE_NOT_PUT);
+                        context.forward(record.withValue(outcome));
+                    }
+                }, HISTORY);
+        toOutput(puts);
+    }
+
+    /**
+     * Each probe [key, asOf] answered by the store's get(key, asOf): null (no version then, or
+     * older than the store's history retention), or {"value", "valid_from", "valid_to"}.
+     */
+    static ArrayNode probe(VersionedKeyValueStore<String, JsonNode> store, JsonNode probes) {
+        ArrayNode answers = NODES.arrayNode();
+        if (probes == null || probes.isNull()) {
+            return answers;
+        }
+        if (!probes.isArray()) {
+            throw new BadRequest("the request's \"probes\" must be a list of [key, epoch ms]");
+        }
+        for (JsonNode p : probes) {
+            if (!p.isArray() || p.size() != 2 || !p.get(0).isTextual() || !p.get(1).canConvertToLong()) {
+                throw new BadRequest("a probe must be [key, epoch ms], not " + p);
+            }
+            VersionedRecord<JsonNode> found = store.get(p.get(0).textValue(), p.get(1).longValue());
+            if (found == null) {
+                answers.addNull();
+                continue;
+            }
+            ObjectNode answer = answers.addObject();
+            answer.set("value", found.value());
+            answer.put("valid_from", found.timestamp());
+            if (found.validTo().isPresent()) {
+                answer.put("valid_to", found.validTo().get());
+            } else {
+                answer.putNull("valid_to");
+            }
+        }
+        return answers;
     }
 
     // The output topic's key is an envelope, {"key": ..., "window": [start, end] or null}, so that

@@ -694,3 +694,55 @@ def test_bad_kafka_sources_are_refused_with_where_and_why(
         load_contract(_write(tmp_path, VALID + extra + "\n"))
     assert info.value.path == where
     assert problem in info.value.problem
+
+
+def _with_history_tables(tmp_path: Path) -> None:
+    """Topic u, whose tables include two history tables (by event time and by a long)."""
+    other = VALID.replace("topic: t", "topic: u").replace("t_stream", "u_stream")
+    other = other.replace("t_latest", "u_latest").replace("t_totals", "u_totals")
+    other += "  - {name: u_versions, kind: history, track: [label], history_retention: 1d}\n"
+    other += "  - {name: u_by_amount, kind: history, sequence_by: amount}\n"
+    _write(tmp_path, other, "u.yaml")
+
+
+def test_history_tables_and_joins_with_them_parse(tmp_path: Path) -> None:
+    _with_history_tables(tmp_path)
+    join = "{type: stream-table, with: u, table: u_versions, fields: [label], prefix: u_}"
+    _write(tmp_path, VALID + f"  - {{name: t_then, kind: join, join: {join}}}\n")
+    catalog = Catalog.load(tmp_path)
+    versions = catalog.topic("u").table("u_versions")
+    assert (versions.kind, versions.track, versions.retention_ms) == (
+        "history",
+        ("label",),
+        86_400_000,
+    )
+    by_amount = catalog.topic("u").table("u_by_amount")
+    assert (by_amount.sequence_by, by_amount.retention_ms) == ("amount", None)
+    then = catalog.topic("t").table("t_then")
+    assert then.join is not None and (then.kind, then.join.table) == ("stream-table", "u_versions")
+
+
+@pytest.mark.parametrize(
+    ("table", "where", "problem"),
+    [
+        ("{name: h, kind: history, sequence_by: nope}", "tables[2].sequence_by", "no value field named 'nope'"),
+        ("{name: h, kind: history, sequence_by: label}", "tables[2].sequence_by", "'label' is of type string"),
+        ("{name: h, kind: history, sequence_by: amount, history_retention: 1h}", "tables[2].history_retention", "have no retention"),
+        ("{name: h, kind: history, track: [colour]}", "tables[2].track[0]", "no value field named 'colour'"),
+        ("{name: h, kind: history, track: []}", "tables[2].track", "must have at least 1 item"),
+        ("{name: h, kind: latest, track: [label]}", "tables[2]", "'track' is not allowed with kind 'latest'"),
+        ("{name: h, kind: aggregate, history_retention: 1h, aggregations: [{name: n, fn: count}]}", "tables[2]", "'history_retention' is not allowed with kind 'aggregate'"),
+        ("{name: h, kind: join, join: {type: stream-table, with: u, table: u_latest, fields: [label], prefix: u_}}", "tables[2].join.table", "no history table named 'u_latest' ('u_latest' is a latest table)"),
+        ("{name: h, kind: join, join: {type: stream-table, with: u, table: nope, fields: [label], prefix: u_}}", "tables[2].join.table", "no history table named 'nope'"),
+        ("{name: h, kind: join, join: {type: stream-table, with: u, table: u_by_amount, fields: [label], prefix: u_}}", "tables[2].join.table", "'amount', a long, which an event time cannot be compared with"),
+        ("{name: h, kind: join, join: {type: table-table, with: u, table: u_versions, fields: [label], prefix: u_}}", "tables[2].join", "'table' is not allowed with type 'table-table'"),
+    ],
+)  # fmt: skip
+def test_broken_history_tables_are_refused_with_where_and_why(
+    tmp_path: Path, table: str, where: str, problem: str
+) -> None:
+    _with_history_tables(tmp_path)
+    _write(tmp_path, VALID + f"  - {table}\n")
+    with pytest.raises(ContractError) as err:
+        Catalog.load(tmp_path)
+    assert where in str(err.value) and problem in str(err.value), str(err.value)

@@ -227,6 +227,14 @@ def check_join(topics: Mapping[str, Contract], c: Contract, t: TableSpec, at: st
                 f"topic {j.other!r} has no history table named {j.table!r}"
                 + (f" ({j.table!r} is a {versions.kind} table)" if versions else ""),
             )
+        if versions.sequence_by is not None and other.field(versions.sequence_by).type == "long":
+            raise ContractError(
+                c.file,
+                f"{at}.table",
+                f"{j.table!r} orders its versions by {versions.sequence_by!r}, a long, which an "
+                "event time cannot be compared with: join a history table by event time or by a "
+                "timestamp sequence_by",
+            )
     known = [f.name for f in other.fields]
     for fi, name in enumerate(j.fields):
         if name not in known:

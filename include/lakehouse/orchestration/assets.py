@@ -62,14 +62,26 @@ def inlets(
     settings: Settings, contract: Contract, catalog: Catalog, layer: Layer, names: Sequence[str]
 ) -> list[Asset]:
     """What a layer's job reads: bronze for silver; for gold, the stream, and the other topics'
-    streams that the joins among ``names`` read."""
+    streams (or history tables) that the joins among ``names`` read."""
     if layer == "bronze":
         return []
     if layer == "silver":
         return [table_asset(settings, "bronze", contract.topic)]
-    others = sorted({o for t in contract.tables if t.name in names and (o := t.other_topic)})
+    from lakehouse.tables import kind
+
+    own = {f"gold.{t.name}" for t in contract.tables}
+    read = {
+        i.name
+        for t in contract.tables
+        if t.name in names
+        for i in kind.of(t).inputs(settings, catalog, contract, t)
+        if i.name not in own and i.name != f"silver.{contract.stream}"
+    }
     return [table_asset(settings, "silver", contract.stream)] + [
-        table_asset(settings, "silver", catalog.topic(o).stream) for o in others
+        table_asset(settings, layer, name)  # type: ignore[arg-type]
+        for layer, _, name in sorted(
+            (i.partition(".") for i in read), key=lambda p: (p[0] != "silver", p[2])
+        )
     ]
 
 

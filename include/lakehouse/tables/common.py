@@ -16,7 +16,7 @@ from lakehouse.runtime.config import Settings
 from lakehouse.runtime.objectstore import Location
 from lakehouse.storage import DeltaStore
 from lakehouse.storage.gates import PublishGate
-from lakehouse.streams.schema import TOMBSTONE, spark_type
+from lakehouse.streams.schema import EVENT_TIME, TOMBSTONE, spark_type
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -103,6 +103,16 @@ def changelog_as_stream(changes: DataFrame, stream: Contract) -> DataFrame:
 
 
 StreamTimes = dict[int, int]  # partition -> the largest event time (ms) seen in it
+
+
+def event_time(contract: Contract) -> Column:
+    """An event's time: the stream's event_time (the record timestamp where the contract's
+    event-time field is itself called event_time and is null)."""
+    from pyspark.sql import functions as F
+
+    if contract.event_time == EVENT_TIME:
+        return F.coalesce(F.col(EVENT_TIME), F.col("timestamp"))
+    return F.col(EVENT_TIME)
 
 
 def with_partition_time(

@@ -48,7 +48,7 @@ records, to the same result.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from lakehouse.contracts.catalog import Catalog
 from lakehouse.contracts.model import (
@@ -60,12 +60,15 @@ from lakehouse.contracts.model import (
 )
 from lakehouse.runtime.config import Settings
 from lakehouse.storage import DeltaStore, Txn, delta_spark
-from lakehouse.streams.schema import EVENT_TIME, TOMBSTONE, key_spark_type, spark_type
+from lakehouse.streams.schema import TOMBSTONE, key_spark_type, spark_type
 from lakehouse.tables import common
 from lakehouse.tables.common import GoldResult, Outputs, StreamTimes, format_duration
 from lakehouse.tables.kind import Context, Input, SideTable, plan_stream, stream_input
 
 if TYPE_CHECKING:
+    from datetime import datetime
+
+    import pyarrow as pa
     from pyspark.sql import Column, DataFrame
     from pyspark.sql.types import DataType, StructType
 
@@ -171,7 +174,7 @@ def record_time(stream: Contract, spec: TableSpec) -> Column:
     from pyspark.sql import functions as F
 
     if spec.sequence_by is None:
-        return F.unix_millis(F.col(EVENT_TIME))
+        return F.unix_millis(common.event_time(stream))
     if stream.field(spec.sequence_by).type == "long":
         return F.col(spec.sequence_by).cast("long")
     return F.unix_millis(F.col(spec.sequence_by))
@@ -469,11 +472,18 @@ class History:
 KIND = History()
 
 
-def as_of(rows: DataFrame, when: Any) -> DataFrame:
-    """A history table's versions valid at ``when`` (a datetime, or a long for a long
-    ``sequence_by``): each key's value then, as Kafka Streams' ``get(key, asOf)`` answers."""
-    from pyspark.sql import functions as F
+def valid_at(rows: pa.Table, when: datetime | int) -> pa.Table:
+    """A history table's versions valid at ``when`` (a datetime, or an int for a long
+    ``sequence_by``): each key's value then, as Kafka Streams' ``get(key, asOfTimestamp)``
+    answers, read from the table's rows (no Spark)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
 
-    at = F.lit(when)
-    valid = (F.col(VALID_FROM) <= at) & (F.col(VALID_TO).isNull() | (F.col(VALID_TO) > at))
+    at = pa.scalar(when, type=rows.schema.field(VALID_FROM).type)
+    ends = rows[VALID_TO]
+    # Kleene's or: an open valid_to (null) is true whatever the comparison with it says.
+    valid = pc.and_(
+        pc.less_equal(rows[VALID_FROM], at),
+        pc.or_kleene(pc.is_null(ends), pc.greater(ends, at)),
+    )
     return rows.filter(valid)

@@ -75,16 +75,6 @@ def join_schema(contract: Contract, other: Contract, spec: TableSpec) -> StructT
     )
 
 
-def event_time(contract: Contract) -> Column:
-    """An event's time: the stream's event_time (the record timestamp where the contract's
-    event-time field is itself called event_time and is null)."""
-    from pyspark.sql import functions as F
-
-    if contract.event_time == EVENT_TIME:
-        return F.coalesce(F.col(EVENT_TIME), F.col("timestamp"))
-    return F.col(EVENT_TIME)
-
-
 def millis(col: Column) -> Column:
     from pyspark.sql import functions as F
 

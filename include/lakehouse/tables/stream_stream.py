@@ -22,14 +22,20 @@ from typing import TYPE_CHECKING
 from lakehouse.contracts.model import Contract, Join
 from lakehouse.storage import delta_spark
 from lakehouse.streams.schema import EVENT_TIME, TOMBSTONE
-from lakehouse.tables.common import GoldResult, input_path, pending, read_input, stream_app
+from lakehouse.tables.common import (
+    GoldResult,
+    event_time,
+    input_path,
+    pending,
+    read_input,
+    stream_app,
+)
 from lakehouse.tables.joined import (
     KEY,
     TIME,
     JoinKind,
     JoinResult,
     conform,
-    event_time,
     join_key,
     join_meta,
     join_of,

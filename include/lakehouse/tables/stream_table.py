@@ -1,8 +1,7 @@
 """``stream-table`` joins (KStream-KTable with a *versioned* table): an append-only result
 stream.
 
-Each
-event of this stream (not a tombstone) is joined with the other topic read as a versioned table:
+Each event of this stream (not a tombstone) is joined with the other topic read as a versioned table:
 of the other stream's records with the event's join key (the record key, or the ``on_field``)
 that come before the event in Kafka Streams' order, the one with the greatest event time at or
 before the event's (ties: the later offset). A tombstone there means the key was deleted from
@@ -22,6 +21,16 @@ whose partition time is ahead of every record the other stream has is joined wit
 far as it has got (the versions consumed are recorded in the commit), which is Kafka Streams'
 behaviour with its default ``max.task.idle.ms`` (0: process what has arrived; waiting instead
 would hold events back for as long as the other topic is idle).
+
+With ``table:`` the other side is one of the other topic's ``history`` tables (KIP-914's join
+against a versioned table whose versions are kept as a table): each event joins the version valid
+at its event time (``valid_from <= t < valid_to``) among the versions the history table has when
+the event is joined; that table's version is recorded in the commit. An out-of-order update the
+history table already has is found (it took its place in the key's versions); one it gets later
+does not rewrite a row already joined, as in Kafka Streams. The history table's own rules apply
+to what is a version: its ``track`` fields, its ``sequence_by`` (a timestamp; a long one has no
+event time to compare with and is refused), and its retention (records it put in its late table
+are no version).
 """
 
 from __future__ import annotations
@@ -29,7 +38,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from lakehouse.contracts.model import Contract, Join, TableSpec
+from lakehouse.contracts.catalog import Catalog
+from lakehouse.contracts.model import VALID_FROM, VALID_TO, Contract, Join, TableSpec
 from lakehouse.runtime.config import Settings
 from lakehouse.runtime.objectstore import Location
 from lakehouse.storage import DeltaStore, delta_spark
@@ -37,7 +47,9 @@ from lakehouse.streams.schema import EVENT_TIME, TOMBSTONE, key_spark_type
 from lakehouse.tables.common import (
     GoldResult,
     StreamTimes,
+    event_time,
     input_meta,
+    pending,
     read_input,
     stream_app,
     stream_times_meta,
@@ -52,13 +64,12 @@ from lakehouse.tables.joined import (
     JoinKind,
     JoinResult,
     conform,
-    event_time,
     join_key,
     join_of,
     millis,
     txns,
 )
-from lakehouse.tables.kind import Context
+from lakehouse.tables.kind import Context, Input, plan_stream, stream_input
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -70,12 +81,37 @@ class Batch:
     end: int
     events: DataFrame  # with ``__t`` and ``__pt``
     stream_times: StreamTimes  # this side's partition times after the batch
-    table: DataFrame | None  # the other stream's every record, with ``__t`` and ``__pt``
+    table: DataFrame | None  # the other stream's every record, with ``__t`` and ``__pt``;
+    # with ``table:``, the history table's rows
     other_version: int | None
+
+
+def _versions(settings: Settings, j: Join) -> Input | None:
+    """The history table a join reads (``table:``), or None: it reads the other stream."""
+    if j.table is None:
+        return None
+    return Input(f"gold.{j.table}", settings.gold_path(j.table), f"gold.{j.table}")
 
 
 class StreamTable(JoinKind):
     name = "stream-table"
+
+    def inputs(
+        self, settings: Settings, catalog: Catalog, contract: Contract, spec: TableSpec
+    ) -> tuple[Input, ...]:
+        versions = _versions(settings, join_of(spec))
+        if versions is None:
+            return super().inputs(settings, catalog, contract, spec)
+        return (stream_input(contract, spec, settings), versions)
+
+    def _other_side(self, ctx: Context) -> Input:
+        versions = _versions(ctx.settings, join_of(ctx.spec))
+        if versions is not None:
+            return versions
+        other = self.other(ctx)
+        return Input(
+            f"silver.{other.stream}", ctx.settings.silver_path(other.stream), stream_app(other)
+        )
 
     def read(self, ctx: Context) -> Batch | None:
         todo = ctx.pending()
@@ -83,13 +119,13 @@ class StreamTable(JoinKind):
             return None
         start, end = todo
         other = self.other(ctx)
-        other_path = ctx.settings.silver_path(other.stream)
-        other_version = ctx.store.version(other_path)
+        side = self._other_side(ctx)
+        other_version = ctx.store.version(side.path)
         table = None
         if other_version is not None:
-            table = with_partition_time_all(
-                ctx.store.read(other_path, version=other_version), other
-            )
+            table = ctx.store.read(side.path, version=other_version)
+            if join_of(ctx.spec).table is None:
+                table = with_partition_time_all(table, other)
         before = _partition_times_at(
             ctx.store, ctx.settings, ctx.contract, ctx.spec, ctx.out.gold, start - 1
         )
@@ -105,13 +141,19 @@ class StreamTable(JoinKind):
         return Batch(start, end, events, after, table, other_version)
 
     def transform(self, ctx: Context, batch: Batch) -> DataFrame:
-        joined = as_of_join(
-            batch.events, batch.table, ctx.contract, self.other(ctx), join_of(ctx.spec)
-        )
+        j = join_of(ctx.spec)
+        join = as_of_join if j.table is None else versioned_join
+        joined = join(batch.events, batch.table, ctx.contract, self.other(ctx), j)
         return conform(joined, ctx.store.spark_schema(ctx.out.gold))
 
+    def plan(self, ctx: Context) -> list[str]:
+        side = self._other_side(ctx)
+        todo = pending(ctx.store, ctx.out.gold, side.app, side.path)
+        new = "no new versions" if todo is None else f"versions {todo[0]}..{todo[1]}"
+        return plan_stream(ctx, also=f"; {side.name} (the join's other side): {new}")
+
     def commit(self, ctx: Context, batch: Batch, changes: DataFrame) -> GoldResult:
-        other_app = stream_app(self.other(ctx))
+        other_app = self._other_side(ctx).app
         rows = changes.cache()
         meta = {
             **input_meta(ctx.app, batch.start, batch.end),
@@ -192,7 +234,7 @@ def as_of_join(
     from pyspark.sql import functions as F
 
     jk = join_key(contract, j)
-    mine = list(dict.fromkeys([*contract.columns, "partition", "offset", "timestamp", EVENT_TIME]))
+    mine = _mine(contract)
     keyed = F.col(jk).isNotNull()
     valid = events.filter(~F.col(TOMBSTONE) & (keyed if j.how == "inner" else F.lit(True)))
     if table is None:  # the other stream does not exist yet: no key has a value
@@ -231,6 +273,48 @@ def as_of_join(
     joined = found.select("__e", F.when(~F.col("__found.dead"), F.col("__found")).alias("__m"))
     if j.how == "inner":
         joined = joined.filter(F.col("__m").isNotNull())
+    return joined.select(
+        *(F.col(f"__e.{c}").alias(c) for c in mine),
+        *(F.col(f"__m.{f}").alias(j.column(f)) for f in j.fields),
+    )
+
+
+def _mine(contract: Contract) -> list[str]:
+    return list(dict.fromkeys([*contract.columns, "partition", "offset", "timestamp", EVENT_TIME]))
+
+
+def versioned_join(
+    events: DataFrame, versions: DataFrame | None, contract: Contract, other: Contract, j: Join
+) -> DataFrame:
+    """Each event (not a tombstone) with the version of its join key valid at its event time
+    in the other topic's history table (``valid_from <= t < valid_to``, an open ``valid_to``
+    for the current version): at most one, since a key's versions do not overlap. An event with
+    a null join key or no event time has none: an inner join drops it, a left join keeps it with
+    nulls. Pure."""
+    from pyspark.sql import functions as F
+
+    jk = join_key(contract, j)
+    mine = _mine(contract)
+    keyed = F.col(jk).isNotNull()
+    valid = events.filter(~F.col(TOMBSTONE) & (keyed if j.how == "inner" else F.lit(True)))
+    if versions is None:  # the history table does not exist yet: no key has a value
+        return valid.select(*mine) if j.how == "left" else valid.limit(0).select(*mine)
+    key_type = key_spark_type(other)
+    left = valid.select(
+        F.col(jk).cast(key_type).alias(KEY), F.col(TIME).alias("__et"), F.struct(*mine).alias("__e")
+    )
+    right = versions.select(
+        F.col(other.key_name).cast(key_type).alias("__rk"),
+        F.unix_millis(F.col(VALID_FROM)).alias("__from"),
+        F.unix_millis(F.col(VALID_TO)).alias("__to"),
+        F.struct(*(F.col(f) for f in j.fields)).alias("__m"),
+    )
+    valid_then = (
+        (F.col("__rk") == F.col(KEY))
+        & (F.col("__from") <= F.col("__et"))
+        & (F.col("__to").isNull() | (F.col("__et") < F.col("__to")))
+    )
+    joined = left.join(right, valid_then, "inner" if j.how == "inner" else "left")
     return joined.select(
         *(F.col(f"__e.{c}").alias(c) for c in mine),
         *(F.col(f"__m.{f}").alias(j.column(f)) for f in j.fields),
