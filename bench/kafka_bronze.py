@@ -89,8 +89,8 @@ def produce(servers: str, topic: str, records: int) -> float:
 
 
 def prepare(work: Path, records: int) -> None:
-    from lakehouse import cli
     from lakehouse.contracts.catalog import Catalog
+    from lakehouse.topics import produce as producing
 
     contracts = work / "contracts"
     contracts.mkdir(parents=True)
@@ -101,7 +101,7 @@ def prepare(work: Path, records: int) -> None:
     settings = _settings(work)
     catalog = Catalog.load(contracts)
     for topic in (TOPIC, WARM):
-        cli.create_topic(settings, catalog.topic(topic), sys.stderr)  # type: ignore[arg-type]
+        producing.create_topic(settings, catalog.topic(topic), sys.stderr)  # type: ignore[arg-type]
     produce(servers, WARM, 1000)
     seconds = produce(servers, TOPIC, records)
     print(f"(produced {records} records to the broker in {seconds:.1f} s)")

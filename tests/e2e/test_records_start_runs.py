@@ -43,7 +43,6 @@ import pytest
 from airflow_stack import Airflow, free_port, wait_healthy
 
 from compose_file import container_env, environment, filled_env, published, service, services
-from lakehouse import cli
 from lakehouse.contracts.catalog import Catalog
 from lakehouse.contracts.model import Contract
 from lakehouse.orchestration.airflow_env import kafka_trigger_group
@@ -53,6 +52,7 @@ from lakehouse.runtime.postgres import Cluster
 from lakehouse.storage import read_arrow
 from lakehouse.storage.store import table_version
 from lakehouse.topics import kafka
+from lakehouse.topics import produce as producing
 from lakehouse.topics.landing import Record
 from lakes import S3_REGION, S3Store
 
@@ -373,7 +373,7 @@ def stack(
             objectstore.reset()
             settings = here.settings("airflow-scheduler")
             contract = Catalog.load_each(contracts).topic(TOPIC)  # beside a broken contract
-            assert cli.create_topic(settings, contract, io.StringIO()) == 0
+            assert producing.create_topic(settings, contract, io.StringIO()) == 0
             airflow.wait_for_dag(DAG_ID)
             yield Stack(settings, contract, airflow, here.spark_port)
     finally:

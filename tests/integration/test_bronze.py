@@ -12,12 +12,13 @@ from typing import Any
 
 import pytest
 
-from lakehouse import cli
 from lakehouse.contracts.catalog import Catalog
 from lakehouse.errors import ConfigError
+from lakehouse.pipeline import reads
 from lakehouse.runtime.config import Settings
 from lakehouse.storage import read_arrow
 from lakehouse.topics import bronze
+from lakehouse.topics import produce as producing
 from lakehouse.topics.bronze_table import BronzeResult
 from lakes import lake_with, produce
 
@@ -187,7 +188,7 @@ def test_lag_per_partition(spark: Any, lake: Settings, capsys: pytest.CaptureFix
     def lag() -> list[tuple[int, int, int, int]]:
         capsys.readouterr()
         catalog = Catalog.load(lake.contracts_dir)
-        assert cli.lag(lake, catalog, ["t"], "json") == 0
+        assert reads.lag(lake, catalog, ["t"], "json") == 0
         rows = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
         return [(r["partition"], r["end_offset"], r["bronze_offset"], r["lag"]) for r in rows]
 
@@ -203,7 +204,7 @@ def test_producer_refuses_connect_topics(
 ) -> None:
     catalog = Catalog.load(lake.contracts_dir)
     with pytest.raises(ConfigError, match="lands as connect_json files"):
-        cli.produce(
+        producing.produce(
             lake, catalog.topic("c"), io.StringIO('{"key": "a", "value": 1}\n'), io.StringIO()
         )
     assert not lake.topic_dir("c").exists() or not any(lake.topic_dir("c").rglob("*.json"))
@@ -225,7 +226,7 @@ def test_files_that_are_not_segments_are_reported_by_the_run_and_by_lag(
     # Still reported when there is nothing new to read.
     assert "not read: partition=0/t+0+0000000003.avro" in _ingest(spark, lake, "t").summary()
     capsys.readouterr()
-    assert cli.lag(lake, Catalog.load(lake.contracts_dir), ["t"], "json") == 0
+    assert reads.lag(lake, Catalog.load(lake.contracts_dir), ["t"], "json") == 0
     out, err = capsys.readouterr()
     assert [json.loads(line)["lag"] for line in out.splitlines()] == [0, 0]
     assert err.splitlines() == [

@@ -24,6 +24,7 @@ from pyspark.errors import AnalysisException
 
 from lakehouse import cli
 from lakehouse.contracts.catalog import Catalog
+from lakehouse.pipeline import reads
 from lakehouse.runtime.config import Settings
 from lakehouse.runtime.objectstore import Location
 from lakehouse.storage.store import table_version
@@ -157,7 +158,7 @@ def _cli(lake: Settings, *argv: str) -> int:
 
 def _rendered(table: pa.Table, fmt: str) -> str:
     out = io.StringIO()
-    cli.render(table, fmt, out)
+    reads.render(table, fmt, out)
     return out.getvalue()
 
 

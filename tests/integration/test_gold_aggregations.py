@@ -154,7 +154,7 @@ def test_decimal_sums_and_averages_are_exact_and_too_fine_a_value_is_quarantined
     field's sum is 3537.58, and its average the exact quotient rounded half up to 6 places."""
     import io
 
-    from lakehouse import cli
+    from lakehouse.topics import produce as producing
 
     lake = lake_with(tmp_path, PAYMENTS)
     contract = Catalog.load(lake.contracts_dir).topic("payments")
@@ -164,7 +164,7 @@ def test_decimal_sums_and_averages_are_exact_and_too_fine_a_value_is_quarantined
         lines = "".join(
             f'{{"key": "{k}", "value": {{"amount": {a}, "region": "eu"}}}}\n' for k, a in events
         )
-        assert cli.produce(lake, contract, io.StringIO(lines), io.StringIO()) == 0
+        assert producing.produce(lake, contract, io.StringIO(lines), io.StringIO()) == 0
 
     produce_lines(("ann", "1999.13"), ("bob", '"0.10"'), ("ann", "1002.76"))
     run_pipeline(spark, lake)

@@ -6,13 +6,19 @@ rebuild that equals the incremental build, and the versions valid at a time."""
 
 from __future__ import annotations
 
+import io
+import json
+from contextlib import redirect_stdout
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from lakehouse import cli
 from lakehouse.contracts.catalog import Catalog
+from lakehouse.errors import LakehouseError
+from lakehouse.pipeline import reads
 from lakehouse.runtime.config import Settings
 from lakehouse.storage import changes_arrow, read_arrow
 from lakes import lake_with, produce, record, run_pipeline
@@ -44,6 +50,8 @@ tables:
   - name: recent_history
     kind: history
     history_retention: 10s
+  - name: profile_latest
+    kind: latest
 """
 
 
@@ -76,6 +84,15 @@ def _versions(lake: Settings, table: str) -> list[tuple[Any, ...]]:
         (r["user"], r["city"], r["plan"], r["valid_from"], r["valid_to"], r["is_current"])
         for r in rows
     )
+
+
+def _show(lake: Settings, *args: str) -> list[dict[str, Any]]:
+    """``lakehouse show ... --format json``: its rows."""
+    out = io.StringIO()
+    home = ["--home", str(lake.home), "--contracts", str(lake.contracts_dir)]
+    with redirect_stdout(out):
+        assert cli.main([*home, "show", *args, "--format", "json"]) == 0
+    return [json.loads(line) for line in out.getvalue().splitlines()]
 
 
 @pytest.fixture
@@ -113,6 +130,25 @@ def test_versions_take_their_place_by_time_whatever_the_arrival(spark: Any, lake
     changes = changes_arrow(lake.gold_path("profile_history")).to_pylist()
     moved = [c for c in changes if c["city"] == "Paris" and c["_change_type"] == "update_postimage"]
     assert [c["valid_to"] for c in moved] == [_ts(20)]
+    # Each key's version at an event time, as `lakehouse show --as-of-event-time` prints it:
+    # alice in Oslo at 25 (the late record's place), nowhere at 45 (deleted at 40).
+    at_25 = _show(lake, "profile_history", "--as-of-event-time", _at(25))
+    assert sorted((r["user"], r["city"]) for r in at_25) == [("alice", "Oslo"), ("bob", "Quito")]
+    at_45 = _show(lake, "gold.profile_history", "--as-of-event-time", _at(45))
+    assert [(r["user"], r["city"]) for r in at_45] == [("bob", "Quito")]
+    assert _show(lake, "profile_history", "--as-of-event-time", _at(4)) == []
+    # A table that keeps no versions says so (and where to look instead).
+    with pytest.raises(LakehouseError, match=r"keeps no versions.*--at-event-time"):
+        reads.show(
+            lake,
+            Catalog.load(lake.contracts_dir),
+            "profile_latest",
+            "json",
+            None,
+            None,
+            None,
+            _at(25),
+        )
 
 
 def test_tracked_fields_make_versions_the_others_update_in_place(
@@ -139,6 +175,12 @@ def test_a_sequence_field_orders_and_bounds_the_versions(spark: Any, lake: Setti
         ("alice", "Paris", "free", 1, 2, False),
         ("alice", "Rome", "free", 3, None, True),
     ]
+    at_2 = _show(lake, "seq_history", "--as-of-event-time", "2")
+    assert [(r["city"], r["valid_from"]) for r in at_2] == [("Oslo", 2)]
+    with pytest.raises(LakehouseError, match="give a whole number"):
+        reads.show(
+            lake, Catalog.load(lake.contracts_dir), "seq_history", "json", None, None, None, _at(2)
+        )
 
 
 def test_a_record_older_than_the_retention_goes_to_the_late_table(
@@ -183,4 +225,56 @@ def test_a_refresh_equals_the_incremental_build(spark: Any, lake: Settings) -> N
     assert built == [
         ("alice", "Oslo", "paid", _ts(5), _ts(10), False),
         ("alice", "Paris", "free", _ts(10), _ts(40), False),
+    ]
+
+
+VISITS = """\
+topic: visits
+partitions: 1
+key: {format: string, name: user}
+value:
+  format: json
+  fields:
+    - {name: shop, type: string}
+    - {name: at, type: timestamp}
+event_time: at
+stream: {name: visit_events}
+tables:
+  - name: visits_where
+    kind: join
+    join: {type: stream-table, with: profiles, table: profile_history, how: left, fields: [city]}
+"""
+
+
+def test_a_stream_table_join_takes_the_version_valid_at_each_event(
+    tmp_path: Path, spark: Any
+) -> None:
+    """Each visit joins alice's version valid at its event time in ``profile_history``; a
+    profile change that arrives late is found by the visits joined after it took its place and
+    rewrites no visit joined before."""
+    lake = lake_with(tmp_path, PROFILES, VISITS)
+
+    def visit(shop: str, t: int, user: str | None = "alice") -> None:
+        produce(lake, "visits", [record(user, {"shop": shop, "at": _at(t)}, partition=0)])
+
+    _send(lake, [("alice", {"city": "Paris", "plan": "free", "seq": 1}, 10)])
+    _send(lake, [("alice", {"city": "Rome", "plan": "free", "seq": 2}, 30)])
+    for shop, t in (("before", 5), ("paris", 22), ("rome", 35)):
+        visit(shop, t)
+    visit("nobody's", 22, user="bob")
+    # One run of every topic: it builds profiles' tables before the join that reads one (else
+    # "paris" and "rome" would find no version: the history table would not exist yet).
+    run_pipeline(spark, lake)
+    _send(lake, [("alice", {"city": "Oslo", "plan": "free", "seq": 3}, 20)])  # late: [20, 30)
+    visit("oslo", 23)
+    run_pipeline(spark, lake)
+    got = sorted(
+        (r["shop"], r["city"]) for r in read_arrow(lake.gold_path("visits_where")).to_pylist()
+    )
+    assert got == [
+        ("before", None),
+        ("nobody's", None),
+        ("oslo", "Oslo"),  # joined after Oslo took its place
+        ("paris", "Paris"),  # joined before: not rewritten
+        ("rome", "Rome"),
     ]

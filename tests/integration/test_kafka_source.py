@@ -15,15 +15,15 @@ from typing import Any
 
 import pytest
 
-from lakehouse import cli
 from lakehouse.contracts.catalog import Catalog
 from lakehouse.contracts.model import Contract
 from lakehouse.errors import BrokerUnavailableError, ConfigError, DataLossError
-from lakehouse.pipeline import runner
+from lakehouse.pipeline import reads, runner
 from lakehouse.runtime.config import Settings
 from lakehouse.runtime.process import free_port
 from lakehouse.storage import read_arrow
 from lakehouse.topics import bronze, kafka
+from lakehouse.topics import produce as producing
 from lakehouse.topics.landing import Producer, Record, default_partition
 from lakes import lake_with, shipped_topic
 
@@ -70,7 +70,7 @@ def topic_name() -> str:
 def lake(tmp_path: Path, kafka_broker: Any, topic_name: str) -> Settings:
     lake = lake_with(tmp_path, _contract_text(topic_name, kafka_broker.bootstrap_servers))
     err = io.StringIO()
-    assert cli.create_topic(lake, _contract(lake), err) == 0
+    assert producing.create_topic(lake, _contract(lake), err) == 0
     assert "created, 3 partition(s)" in err.getvalue()
     return lake
 
@@ -124,7 +124,7 @@ def _lag(lake: Settings, out: io.StringIO) -> list[dict[str, Any]]:
     import contextlib
 
     with contextlib.redirect_stdout(out):
-        assert cli.lag(lake, Catalog.load(lake.contracts_dir), ["payments"], "json") == 0
+        assert reads.lag(lake, Catalog.load(lake.contracts_dir), ["payments"], "json") == 0
     rows = [json.loads(line) for line in out.getvalue().splitlines()]
     return [r for r in rows if r["topic"] == "payments"]
 
@@ -231,7 +231,7 @@ def test_the_shipped_pipeline_on_a_kafka_topic_builds_the_same_tables_as_on_land
     broker = Settings.from_env(tmp_path / "broker", contracts)
     catalog = {s: Catalog.load(s.contracts_dir) for s in (landing, broker)}
     locations = catalog[broker].topic("user-locations")
-    cli.create_topic(broker, locations, io.StringIO())
+    producing.create_topic(broker, locations, io.StringIO())
 
     records = samples.seed_records(locations) + _check_ins(200)
     Producer(landing, "user-locations", 3).send_batch(records)
@@ -289,7 +289,7 @@ def test_produce_writes_json_lines_to_the_broker_and_nothing_when_a_line_is_bad(
     contract = _contract(lake)
     lines = [json.dumps({"key": f"u{i}", "value": {"amount": i}}) for i in range(6)]
     err = io.StringIO()
-    assert cli.produce(lake, contract, io.StringIO("\n".join(lines) + "\n"), err) == 0
+    assert producing.produce(lake, contract, io.StringIO("\n".join(lines) + "\n"), err) == 0
     assert err.getvalue().startswith("produced 6 record(s) to payments (")
     client = kafka.client(lake, contract)
     ends = kafka.offsets(client, 3)
@@ -304,7 +304,7 @@ def test_produce_writes_json_lines_to_the_broker_and_nothing_when_a_line_is_bad(
     bad = io.StringIO(lines[0] + "\n" + '{"key": "u9", "value": ' + "\n")
     err = io.StringIO()
     with pytest.raises(BadRecordError, match="stdin line 2"):
-        cli.produce(lake, contract, bad, err)
+        producing.produce(lake, contract, bad, err)
     assert err.getvalue().startswith("nothing produced to payments")
     assert sum(end for _, end in kafka.offsets(client, 3).values()) == 6
 

@@ -14,13 +14,13 @@ from typing import Any
 
 import pytest
 
-from lakehouse import cli
 from lakehouse.contracts.catalog import Catalog
 from lakehouse.contracts.model import Contract
 from lakehouse.orchestration.airflow_env import kafka_connections
 from lakehouse.orchestration.assets import records_asset
 from lakehouse.runtime.config import Settings
 from lakehouse.topics import kafka
+from lakehouse.topics import produce as producing
 from lakehouse.topics.landing import Record
 
 pytestmark = pytest.mark.integration
@@ -49,7 +49,7 @@ def topic(
     (contracts / "checkins.yaml").write_text(text)
     settings = Settings.from_env(tmp_path / "home", contracts)
     contract = Catalog.load(contracts).topic("checkins")
-    assert cli.create_topic(settings, contract, io.StringIO()) == 0
+    assert producing.create_topic(settings, contract, io.StringIO()) == 0
     for key, value in kafka_connections(settings, {}).items():
         monkeypatch.setenv(key, value)
     return settings, contract

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from lakehouse import cli
+from lakehouse.pipeline import reads
 from lakehouse.pipeline.request import RunRequest
 from lakehouse.runtime.config import Settings
 from lakehouse.topics import samples
@@ -97,13 +98,13 @@ def test_render_table_and_json() -> None:
 
     t = pa.table({"username": ["alice", None], "count": [3, 2], "raw": [b"\xff", b"ok"]})
     out = io.StringIO()
-    cli.render(t, "json", out)
+    reads.render(t, "json", out)
     assert [json.loads(x) for x in out.getvalue().splitlines()] == [
         {"username": "alice", "count": 3, "raw": "base64:/w=="},
         {"username": None, "count": 2, "raw": "ok"},
     ]
     out = io.StringIO()
-    cli.render(t, "table", out)
+    reads.render(t, "table", out)
     text = out.getvalue()
     assert "| username | count | raw" in text and "| null     | 2" in text and "(2 rows)" in text
 
@@ -122,14 +123,14 @@ def test_render_prints_decimals_exactly() -> None:
         }
     )
     out = io.StringIO()
-    cli.render(t, "json", out)
+    reads.render(t, "json", out)
     assert out.getvalue().splitlines() == [
         '{"total": 3537.5800000000, "all": [3537.5800000000, 0.0000001000]}',
         '{"total": 0.0000001000, "all": []}',
         '{"total": null, "all": null}',
     ]
     out = io.StringIO()
-    cli.render(t, "table", out)
+    reads.render(t, "table", out)
     assert out.getvalue().splitlines()[3:6] == [
         "| 3537.5800000000 | [3537.5800000000, 0.0000001000] |",
         "| 0.0000001000    | []                              |",

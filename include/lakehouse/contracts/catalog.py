@@ -19,7 +19,8 @@ from __future__ import annotations
 import contextlib
 import json
 import re
-from collections.abc import Iterable, Iterator, Mapping
+import sys
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -54,7 +55,7 @@ from lakehouse.contracts.model import (
     Window,
     duration_ms,
 )
-from lakehouse.errors import ContractError, UnknownTableError, UnknownTopicError
+from lakehouse.errors import ConfigError, ContractError, UnknownTableError, UnknownTopicError
 from lakehouse.runtime.config import LAYERS
 
 
@@ -460,6 +461,24 @@ class LoadedCatalog:
     errors: dict[str, ContractError]  # by file: the contracts that do not
     # By topic: the topics its joins read whose contracts do not load, with their files.
     unjoinable: dict[str, dict[str, str]]
+
+    def for_command(self, command: str, topics: Sequence[str], every_topic: bool) -> Catalog:
+        """The catalog a command works on: a contract that does not load fails the command if
+        it concerns its topic (named in ``topics``, or every topic when none is named and
+        ``every_topic``), with its error; otherwise the command goes on without it, saying so on
+        stderr."""
+        for topic in topics:
+            self.topic(topic)  # its own contract's error, if it has one
+        if self.errors and not topics and every_topic:
+            raise ConfigError(
+                f"{len(self.errors)} contract(s) do not load, so `lakehouse {command}` would "
+                "leave their topics out: "
+                + "; ".join(str(e) for e in self.errors.values())
+                + " (fix them, or name the topics to act on with --topic)"
+            )
+        for error in self.errors.values():
+            print(f"note: left out, its contract does not load: {error}", file=sys.stderr)
+        return self.catalog
 
     def topic(self, name: str) -> Contract:
         """The contract of topic ``name``; the error of its file when that does not load (a

@@ -33,6 +33,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO, TextIO
 
+from lakehouse.runtime.config import Settings
 from lakehouse.runtime.process import alive, answers
 
 GRACE_S = 15.0
@@ -184,3 +185,28 @@ def _group_alive(pgid: int) -> bool:
         if int(fields[2]) == pgid and alive(int(stat.parent.name)):
             return True
     return False
+
+
+def airflow_command(settings: Settings, args: list[str]) -> int:
+    """The airflow command line with this lakehouse's environment; ``standalone`` is `make
+    airflow`'s Airflow (:mod:`lakehouse.orchestration.standalone`), whose metadata database
+    the commands after it use. Every command but ``standalone`` says on stderr which database
+    it uses, unless ``LAKEHOUSE_AIRFLOW_DB`` chose it."""
+    from lakehouse.orchestration.airflow_env import (
+        DB_ENV,
+        airflow_environment,
+        describe_database,
+        record_database,
+    )
+
+    env = airflow_environment(settings)
+    Path(env["AIRFLOW_HOME"]).mkdir(parents=True, exist_ok=True)
+    airflow = str(Path(sys.executable).parent / "airflow")
+    if args == ["standalone"]:  # `make airflow`: said when ready, stopped whole on Ctrl-C
+        record_database(settings, os.environ)
+        print(describe_database(settings, os.environ), flush=True)
+        return run_standalone(airflow, env)
+    if not os.environ.get(DB_ENV):
+        print(describe_database(settings, os.environ), file=sys.stderr, flush=True)
+    os.execve(airflow, [airflow, *args], env)
+    return 0  # pragma: no cover - execve does not return

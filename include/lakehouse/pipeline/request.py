@@ -40,11 +40,14 @@ import json
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lakehouse.contracts.model import Contract
 from lakehouse.errors import ConfigError
 from lakehouse.runtime.config import LAYERS, Layer
+
+if TYPE_CHECKING:
+    from lakehouse.contracts.catalog import Catalog
 
 _OFFSETS = re.compile(r"^\s*\d+\s*:\s*\d+\s*(,\s*\d+\s*:\s*\d+\s*)*$")
 OFFSETS_PATTERN = _OFFSETS.pattern
@@ -437,3 +440,32 @@ OPTIONS: tuple[Option, ...] = (
         one_topic=True,
     ),
 )
+
+
+def run_requests(
+    catalog: Catalog,
+    topics: Sequence[str],
+    layers: Sequence[Layer],
+    asked: Mapping[str, Any] | None = None,
+) -> dict[str, RunRequest]:
+    """``lakehouse run``'s flags as each topic's run request (every topic when ``topics`` is
+    empty, every layer when ``layers`` is), checked as a triggered run's Params are
+    (:meth:`RunRequest.from_params`). A reprocess or a refresh names versions, offsets or tables
+    of one topic, so it needs one ``--topic``."""
+    asked = dict(asked or {})
+    given = [o.name for o in OPTIONS if o.one_topic and asked.get(o.name) not in (None, "", [], ())]
+    if given and len(topics) != 1:
+        flags = ", ".join("--" + k.replace("_", "-") for k in given)
+        if not topics:
+            raise ConfigError(f"{flags}: name the topic it is for with --topic")
+        raise ConfigError(
+            f"{flags}: name the one topic it is for with --topic (given {', '.join(topics)})"
+        )
+    params = {"layers": list(layers or LAYERS), **asked}
+    contracts = [catalog.topic(t) for t in topics] if topics else list(catalog)
+    return {c.topic: RunRequest.from_params(params, c, flags=True) for c in contracts}
+
+
+def flag_options() -> list[Option]:
+    """What a run can ask that ``lakehouse run`` has a flag for (the layers: ``--layer``)."""
+    return [o for o in OPTIONS if o.flag is not None]

@@ -537,8 +537,9 @@ def run(
     try:
         # Layer by layer across topics: a gold join then sees the other topic's stream as of
         # this run, not as of the previous one.
+        gold_order = _readers_last(settings, catalog, contracts)
         for layer in ordered:
-            for contract in contracts:
+            for contract in gold_order if layer == "gold" else contracts:
                 request = (requests or {}).get(contract.topic)
                 for line in run_layer(
                     spark,
@@ -553,6 +554,35 @@ def run(
                     echo(line)
     finally:
         ledger.flush()
+
+
+def _readers_last(
+    settings: Settings, catalog: Catalog, contracts: Sequence[Contract]
+) -> list[Contract]:
+    """The topics in catalog order, but a topic with a table that reads another topic's gold
+    table (a join with its history table) after that topic, so that it reads this run's
+    version of it; a cycle keeps catalog order."""
+    from lakehouse.tables import kind
+
+    owner = {f"gold.{t.name}": c.topic for c in contracts for t in c.tables}
+    needs = {
+        c.topic: {
+            owner[i.name]
+            for t in c.tables
+            for i in kind.of(t).inputs(settings, catalog, c, t)
+            if i.name in owner
+        }
+        - {c.topic}
+        for c in contracts
+    }
+    ordered: list[Contract] = []
+    placed: set[str] = set()
+    while len(ordered) < len(contracts):
+        waiting = [c for c in contracts if c.topic not in placed]
+        ready = [c for c in waiting if needs[c.topic] <= placed] or waiting[:1]
+        ordered += ready
+        placed |= {c.topic for c in ready}
+    return ordered
 
 
 def topic_tables(
@@ -648,3 +678,58 @@ def maintain_topics(
         echo(report.summary())
         reports.append(report)
     return reports
+
+
+def run_command(
+    settings: Settings,
+    catalog: Catalog,
+    topics: Sequence[str],
+    layers: Sequence[Layer],
+    asked: Mapping[str, Any] | None = None,
+) -> int:
+    """One micro-batch of the given layers and topics (each: all when empty), plus what the
+    flags ask (``asked``: the keys of a triggered run's Params). Every request is checked
+    before Spark starts."""
+    from lakehouse.pipeline.request import run_requests
+    from lakehouse.runtime import server
+
+    requests = run_requests(catalog, topics, layers, asked)
+    if any(v for v in (asked or {}).values()):
+        for name, request in requests.items():
+            for line in request.describe(catalog.topic(name)):
+                print(line)
+    # The requests above are checked before Spark is set up.
+    objectstore.check_reachable(settings.data_root)  # before a JVM starts, not after
+    spark = server.session(settings, "lakehouse-run")
+    run(spark, settings, catalog, topics=topics, layers=layers or LAYERS, requests=requests)
+    return 0
+
+
+def maintain_command(
+    settings: Settings,
+    catalog: Catalog,
+    topics: Sequence[str],
+    *,
+    retention_hours: float,
+    compact: bool,
+    dry_run: bool,
+    ledger: bool,
+) -> int:
+    """``lakehouse maintain``: an unknown topic is refused, and a lakehouse without tables
+    done, before Spark starts."""
+    from lakehouse.runtime import server
+
+    if not maintained_tables(settings, catalog, topics=topics, ledger=ledger):
+        print("no tables to maintain")
+        return 0
+    maintain_topics(
+        server.session(settings, "lakehouse-maintain"),
+        settings,
+        catalog,
+        topics=topics,
+        retention_hours=retention_hours,
+        compact=compact,
+        dry_run=dry_run,
+        ledger=ledger,
+    )
+    return 0

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lakehouse.errors import JarsError
+from lakehouse.runtime.arguments import Parser
 from lakehouse.runtime.config import REPO_ROOT
 
 MANIFEST = REPO_ROOT / "include" / "jvm" / "pom.xml"
@@ -289,7 +290,7 @@ _JAR_SETS = {
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="python -m lakehouse.runtime.jvm",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,

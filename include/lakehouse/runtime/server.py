@@ -686,7 +686,23 @@ def run(settings: Settings, *, only: str | None = None, poll: float = 1.0) -> in
     return 1
 
 
-def main(settings: Settings, action: str, *, only: str | None = None) -> int:
+def session(settings: Settings, app_name: str) -> SparkSession:
+    """A session for a command (``lakehouse run``, ``refresh``, ...): on this lakehouse's Spark
+    server when it runs (`lakehouse spark start`), with no JVM to start; otherwise a Spark of
+    this process's own, whose log goes to a file (:func:`lakehouse.runtime.spark.session_log`),
+    not to the terminal. Says on stderr which."""
+    from lakehouse.runtime.spark import get_session, session_log
+
+    now = status(settings)
+    if now.running:
+        print(f"on the Spark server at sc://localhost:{now.port}", file=sys.stderr)
+        return connect(settings)
+    log = session_log(settings.home)
+    print(f"in a Spark of its own (its log: {log})", file=sys.stderr)
+    return get_session(settings.spark_master, app_name=app_name, log=log)
+
+
+def main(settings: Settings, action: str, only: str | None = None) -> int:
     """``lakehouse spark start | run | stop | status | reader [--only pipeline|readers]``
     (status: exit code 1 when the pipeline's server is down; run: in the foreground, see
     :func:`run`; reader: what a reader needs, see :func:`reader`)."""
