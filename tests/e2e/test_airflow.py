@@ -175,9 +175,11 @@ def test_dag_folder_parses_without_heavy_imports(settings: Settings) -> None:
         "quarantine.silver.user_profile_changes",
     ]
     assert sorted(profiles["gate_gold"]["inlets"]) == [
+        "gold.user_city_history",
         "gold.user_profile_updates",
         "gold.user_profiles",
         "gold.users_per_city",
+        "late.user_city_history",
     ]
 
 
