@@ -204,8 +204,8 @@ demo: java ## Produce the sample events, run both sample pipeline DAGs once thro
 	@$(LAKEHOUSE) show checkins_with_profile
 	@echo; echo "gold table user_profiles (current profile per user; Avro topic, schema ids 1 and 2):"
 	@$(LAKEHOUSE) show user_profiles
-	@echo; echo "gold table user_city_history as of 2023-11-14T22:15:00Z (where each user lived then):"
-	@$(LAKEHOUSE) show user_city_history --as-of-event-time 2023-11-14T22:15:00Z
+	@echo; echo "gold table user_city_history as of 2023-11-14T22:16:00Z (where each user lived then):"
+	@$(LAKEHOUSE) show user_city_history --as-of-event-time 2023-11-14T22:16:00Z
 	@echo; echo "registered schema versions:"
 	@$(LAKEHOUSE) schemas
 	@echo; echo "data quality (lakehouse dq; Data Docs in $(LAKEHOUSE_HOME)/reports/data_docs/index.html):"

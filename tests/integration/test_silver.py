@@ -237,3 +237,20 @@ def test_shipped_avro_topic_through_silver_and_gold(spark: Any, settings: Settin
         ("Berlin", 1, 35.0),
         ("Lima", 1, 27.0),
     ]
+    # The README's question, as `make demo` asks it: where each user lived at 22:16.
+    from datetime import UTC, datetime
+
+    from lakehouse.tables.history import valid_at
+
+    history = read_arrow(settings.gold_path("user_city_history"))
+    then = valid_at(history, datetime(2023, 11, 14, 22, 16, tzinfo=UTC)).to_pylist()
+    assert sorted((r["username"], r["city"]) for r in then) == [
+        ("alice", "Paris"),
+        ("bob", "Sydney"),
+        ("carol", None),
+    ]
+    # A move starts a version; carol's tombstone ended hers at 22:18:20.
+    ends = {(r["username"], r["city"]): r["valid_to"] for r in history.to_pylist()}
+    assert ends[("alice", "Paris")] == datetime(2023, 11, 14, 22, 16, 20, tzinfo=UTC)
+    assert ends[("carol", None)] == datetime(2023, 11, 14, 22, 18, 20, tzinfo=UTC)
+    assert ends[("alice", "Berlin")] is None

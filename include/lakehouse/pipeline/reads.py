@@ -135,16 +135,16 @@ def show(
     t = lake.resolve(settings, catalog, name)
     if as_of_event_time is not None:
         contract, spec = _gold(t)
-        if spec.kind != "history":
+        from lakehouse.tables import history, kind
+
+        if kind.of(spec) is not history.KIND:
             raise LakehouseError(
                 f"--as-of-event-time: {t.name} is a {spec.kind} table, which keeps no versions; "
                 "it works on history tables (kind: history). --at-event-time rebuilds any gold "
                 "table as of an event time"
             )
-        from lakehouse.tables import history
-
         bound: datetime | int
-        if spec.sequence_by is not None and contract.field(spec.sequence_by).type == "long":
+        if history.numbered(contract, spec):
             if not as_of_event_time.lstrip("-").isdigit():
                 raise LakehouseError(
                     f"--as-of-event-time: {t.name}'s versions are numbered by "

@@ -88,15 +88,12 @@ def time_type(stream: Contract, spec: TableSpec) -> DataType:
     """The type of a version's bounds: a timestamp, or the ``sequence_by`` field's long."""
     from pyspark.sql import types as T
 
-    if spec.sequence_by is not None and stream.field(spec.sequence_by).type == "long":
-        return T.LongType()
-    return T.TimestampType()
+    return T.LongType() if numbered(stream, spec) else T.TimestampType()
 
 
-def _is_long(stream: Contract, spec: TableSpec) -> bool:
-    from pyspark.sql import types as T
-
-    return isinstance(time_type(stream, spec), T.LongType)
+def numbered(stream: Contract, spec: TableSpec) -> bool:
+    """Whether the versions are numbered by a long ``sequence_by`` (else they are times)."""
+    return spec.sequence_by is not None and stream.field(spec.sequence_by).type == "long"
 
 
 def table_schema(stream: Contract, spec: TableSpec) -> StructType:
@@ -199,7 +196,7 @@ def place(
         F.col("offset").alias("offset"),
     )
     timed = timed.withColumn(ARRIVED, arrived)
-    long = _is_long(stream, spec)
+    long = numbered(stream, spec)
     no_time = F.col(TIME).isNull()
     retention = spec.retention_ms
     too_old = F.lit(False) if retention is None else F.col(TIME) < F.col(_ST) - F.lit(retention)
@@ -261,7 +258,7 @@ def versions(timeline: DataFrame, stream: Contract, spec: TableSpec) -> DataFram
     from pyspark.sql import Window as W
     from pyspark.sql import functions as F
 
-    key, long = stream.key_name, _is_long(stream, spec)
+    key, long = stream.key_name, numbered(stream, spec)
     fields = [f.name for f in stream.fields]
     by_time = W.partitionBy(key).orderBy(TIME)
     if spec.track:
