@@ -644,6 +644,15 @@ def test_every_table_kind_equals_kafka_streams(
 # -- the deliberate differences, pinned -----------------------------------------------------------
 
 
+def _clicks_with(*tables: str) -> str:
+    """The clicks contract with only the ``tables`` named (a pinned difference needs one)."""
+    import yaml
+
+    doc = yaml.safe_load(CLICKS)
+    doc["tables"] = [t for t in doc["tables"] if t["name"] in tables]
+    return yaml.safe_dump(doc, sort_keys=False)
+
+
 def test_a_windowed_count_ignores_tombstones_where_kafka_streams_counts_them(
     spark: Any, streams_oracle: StreamsOracle, tmp_path: Path
 ) -> None:
@@ -651,7 +660,7 @@ def test_a_windowed_count_ignores_tombstones_where_kafka_streams_counts_them(
     (its ``count()`` counts it) and let it move stream time, although its documentation says
     such records are ignored. The platform ignores them, as its other aggregations and Kafka
     Streams' own non-windowed ones do: a tombstone is a deletion, not an event."""
-    lake = lake_with(tmp_path, CLICKS, PROFILES)
+    lake = lake_with(tmp_path, _clicks_with("tumbling"))
     clicks = _produce(
         lake, "clicks", 0, [("r0", _click("a", 0)), ("r1", _gone("a", 1)), ("r2", _click("a", 9))]
     )
@@ -677,7 +686,7 @@ def test_a_table_aggregate_deletes_a_group_its_last_member_left(
     """Kafka Streams' KGroupedTable keeps a group whose last member left, with a count of 0;
     the platform deletes it (as ksqlDB does), so the table equals one computed from the current
     keys alone, and its changelog shows the delete."""
-    lake = lake_with(tmp_path, CLICKS, PROFILES)
+    lake = lake_with(tmp_path, _clicks_with("page_now"))
     clicks = _produce(
         lake, "clicks", 0, [("r0", _click("a", 0, "p1", 5)), ("r1", _click("a", 1, "p2", 6))]
     )
@@ -696,7 +705,7 @@ def test_a_changelog_has_one_change_per_key_per_micro_batch(
     a Delta change data feed has one change per key per commit, so a table that reads the
     changelog sees a key changed twice in one micro-batch as one change (Kafka Streams with
     record caching on does much the same)."""
-    lake = lake_with(tmp_path, CLICKS, PROFILES)
+    lake = lake_with(tmp_path, _clicks_with("last_click", "moves"))
     clicks = _produce(lake, "clicks", 0, [("r0", _click("a", 0)), ("r1", _click("a", 1))])
     run_pipeline(spark, lake)
     table_changes = streams_oracle.compute({"kind": "latest"}, [r.fed() for r in clicks])
