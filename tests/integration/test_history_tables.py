@@ -278,3 +278,65 @@ def test_a_stream_table_join_takes_the_version_valid_at_each_event(
         ("paris", "Paris"),  # joined before: not rewritten
         ("rome", "Rome"),
     ]
+
+
+def test_the_pure_parts_on_a_few_rows(spark: Any, tmp_path: Path) -> None:
+    """``versions`` turns a key's timeline into intervals (a tombstone ends one and starts none;
+    with ``track``, a run of equal tracked fields is one version with its last record's other
+    fields), and ``changed_rows`` keeps only what the table must change."""
+    from lakehouse.tables import history
+
+    lake = lake_with(tmp_path, PROFILES)
+    contract = Catalog.load(lake.contracts_dir).topic("profiles")
+    every, by_city = contract.table("profile_history"), contract.table("city_history")
+
+    def entry(user: str, city: str | None, plan: str | None, t: int, dead: bool = False) -> tuple:
+        return (user, city, plan, None, None, dead, t, (0, 0, t))
+
+    timeline = spark.createDataFrame(
+        [
+            entry("alice", "Paris", "free", 10),
+            entry("alice", "Paris", "paid", 20),
+            entry("alice", None, None, 30, dead=True),
+            entry("alice", "Rome", "paid", 40),
+        ],
+        history.state_schema(contract),
+    )
+
+    def rows(df: Any) -> list[tuple[Any, ...]]:
+        return sorted(
+            (r["city"], r["plan"], r["valid_from"], r["valid_to"], r["is_current"])
+            for r in df.collect()
+        )
+
+    def at(ms: int | None) -> datetime | None:
+        return (
+            None if ms is None else datetime.fromtimestamp(ms / 1000, tz=UTC).replace(tzinfo=None)
+        )
+
+    versions = history.versions(timeline, contract, every)
+    assert rows(versions) == [
+        ("Paris", "free", at(10), at(20), False),
+        ("Paris", "paid", at(20), at(30), False),
+        ("Rome", "paid", at(40), None, True),
+    ]
+    assert rows(history.versions(timeline, contract, by_city)) == [
+        ("Paris", "paid", at(10), at(30), False),
+        ("Rome", "paid", at(40), None, True),
+    ]
+    # Against what is stored: an unchanged row is left out, a moved one is upserted, a new
+    # one too, and a stored version that is gone is deleted.
+    stored = spark.createDataFrame(
+        [
+            ("alice", "Rome", "paid", None, None, at(40), None, True),  # unchanged
+            ("alice", "Paris", "free", None, None, at(10), at(25), False),  # moved end
+            ("alice", "Lima", "free", None, None, at(5), at(10), False),  # gone
+        ],
+        history.table_schema(contract, every),
+    )
+    changes = history.changed_rows(versions, stored, "user")
+    assert sorted((r["city"], r["plan"], r["__op"]) for r in changes.collect()) == [
+        ("Lima", "free", "delete"),
+        ("Paris", "free", "upsert"),
+        ("Paris", "paid", "upsert"),
+    ]
