@@ -17,16 +17,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from lakehouse.contracts.catalog import Catalog
 from lakehouse.contracts.model import Contract, TableSpec
-from lakehouse.runtime.config import Settings
 from lakehouse.runtime.objectstore import Location
-from lakehouse.storage import DeltaStore, Txn, WriteResult, delta_spark
+from lakehouse.storage import Txn, WriteResult, delta_spark
 from lakehouse.storage.gates import PublishGate
 from lakehouse.tables.aggregations import aggregate_per_key, merge_rules, table_deltas, table_schema
 from lakehouse.tables.common import GoldResult, Outputs, input_meta, read_input
 from lakehouse.tables.keyed import catch_up_state, latest_per_key, merge_latest
-from lakehouse.tables.kind import Context, Input, SideTable, plan_stream, stream_input
+from lakehouse.tables.kind import Context, SideTable, StreamKind
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -72,13 +70,8 @@ def merge_aggregate(
     )
 
 
-class Aggregate:
+class Aggregate(StreamKind):
     name = "aggregate"
-
-    def inputs(
-        self, settings: Settings, catalog: Catalog, contract: Contract, spec: TableSpec
-    ) -> tuple[Input, ...]:
-        return (stream_input(contract, spec, settings),)
 
     def side_tables(self, spec: TableSpec, out: Outputs) -> tuple[SideTable, ...]:
         return (SideTable("state", f"state.{spec.name}", out.state),)
@@ -90,9 +83,6 @@ class Aggregate:
             # The state must stand where the gold table does (a run may have died between).
             consumed = ctx.store.transaction_version(ctx.out.gold, ctx.app)
             catch_up_state(ctx.store, ctx.settings, ctx.contract, ctx.spec, ctx.out, consumed)
-
-    def unfinished(self, ctx: Context) -> None:
-        return None
 
     def read(self, ctx: Context) -> Batch | None:
         todo = ctx.pending()
@@ -127,12 +117,6 @@ class Aggregate:
             result.committed,
             table_version=result.table_version,
         )
-
-    def needs_rebuild(self, store: DeltaStore, spec: TableSpec, out: Outputs) -> bool:
-        return False
-
-    def plan(self, ctx: Context) -> list[str]:
-        return plan_stream(ctx)
 
 
 KIND = Aggregate()

@@ -50,7 +50,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from lakehouse.contracts.catalog import Catalog
 from lakehouse.contracts.model import (
     IS_CURRENT,
     VALID_FROM,
@@ -58,12 +57,11 @@ from lakehouse.contracts.model import (
     Contract,
     TableSpec,
 )
-from lakehouse.runtime.config import Settings
-from lakehouse.storage import DeltaStore, Txn, delta_spark
+from lakehouse.storage import Txn, delta_spark
 from lakehouse.streams.schema import TOMBSTONE, key_spark_type, spark_type
 from lakehouse.tables import common
 from lakehouse.tables.common import GoldResult, Outputs, StreamTimes, format_duration
-from lakehouse.tables.kind import Context, Input, SideTable, plan_stream, stream_input
+from lakehouse.tables.kind import Context, SideTable, StreamKind
 
 if TYPE_CHECKING:
     from datetime import datetime
@@ -337,13 +335,8 @@ class Changes:
     cached: list[DataFrame]
 
 
-class History:
+class History(StreamKind):
     name = "history"
-
-    def inputs(
-        self, settings: Settings, catalog: Catalog, contract: Contract, spec: TableSpec
-    ) -> tuple[Input, ...]:
-        return (stream_input(contract, spec, settings),)
 
     def side_tables(self, spec: TableSpec, out: Outputs) -> tuple[SideTable, ...]:
         return (
@@ -458,12 +451,6 @@ class History:
             late=late,
             late_table=f"late.{ctx.spec.name}",
         )
-
-    def needs_rebuild(self, store: DeltaStore, spec: TableSpec, out: Outputs) -> bool:
-        return False
-
-    def plan(self, ctx: Context) -> list[str]:
-        return plan_stream(ctx)
 
 
 KIND = History()

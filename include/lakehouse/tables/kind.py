@@ -142,6 +142,29 @@ class TableKind(Protocol):
         ...
 
 
+class StreamKind:
+    """What the kinds that read one stream share unless they say otherwise: the stream is their
+    only input, no side tables, nothing left unfinished by a crash, never a rebuild, and a dry
+    run saying which of the stream's versions they would fold."""
+
+    def inputs(
+        self, settings: Settings, catalog: Catalog, contract: Contract, spec: TableSpec
+    ) -> tuple[Input, ...]:
+        return (stream_input(contract, spec, settings),)
+
+    def side_tables(self, spec: TableSpec, out: Outputs) -> tuple[SideTable, ...]:
+        return ()
+
+    def unfinished(self, ctx: Context) -> Any | None:
+        return None
+
+    def needs_rebuild(self, store: DeltaStore, spec: TableSpec, out: Outputs) -> bool:
+        return False
+
+    def plan(self, ctx: Context) -> list[str]:
+        return plan_stream(ctx)
+
+
 # The module of each kind (lakehouse.tables.<module>), whose ``KIND`` implements the protocol.
 KINDS: dict[Kind, str] = {
     "latest": "latest",

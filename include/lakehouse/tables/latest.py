@@ -12,13 +12,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from lakehouse.contracts.catalog import Catalog
-from lakehouse.contracts.model import Contract, TableSpec
-from lakehouse.runtime.config import Settings
-from lakehouse.storage import DeltaStore, Txn, delta_spark
-from lakehouse.tables.common import GoldResult, Outputs, input_meta, read_input
+from lakehouse.storage import Txn, delta_spark
+from lakehouse.tables.common import GoldResult, input_meta, read_input
 from lakehouse.tables.keyed import latest_per_key, latest_schema, merge_latest
-from lakehouse.tables.kind import Context, Input, SideTable, plan_stream, stream_input
+from lakehouse.tables.kind import Context, StreamKind
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -31,24 +28,13 @@ class Batch:
     events: DataFrame
 
 
-class Latest:
+class Latest(StreamKind):
     name = "latest"
-
-    def inputs(
-        self, settings: Settings, catalog: Catalog, contract: Contract, spec: TableSpec
-    ) -> tuple[Input, ...]:
-        return (stream_input(contract, spec, settings),)
-
-    def side_tables(self, spec: TableSpec, out: Outputs) -> tuple[SideTable, ...]:
-        return ()
 
     def create(self, ctx: Context) -> None:
         delta_spark.create_table(
             ctx.spark, ctx.out.gold, latest_schema(ctx.stream), gate=ctx.out.gate
         )
-
-    def unfinished(self, ctx: Context) -> None:
-        return None
 
     def read(self, ctx: Context) -> Batch | None:
         todo = ctx.pending()
@@ -70,12 +56,6 @@ class Latest:
             result.committed,
             table_version=result.table_version,
         )
-
-    def needs_rebuild(self, store: DeltaStore, spec: TableSpec, out: Outputs) -> bool:
-        return False
-
-    def plan(self, ctx: Context) -> list[str]:
-        return plan_stream(ctx)
 
 
 KIND = Latest()

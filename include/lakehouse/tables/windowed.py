@@ -94,7 +94,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from lakehouse.contracts.catalog import Catalog
 from lakehouse.contracts.model import (
     WINDOW_END,
     WINDOW_LATE_COLUMNS,
@@ -115,7 +114,7 @@ from lakehouse.streams.schema import (
 )
 from lakehouse.tables import aggregations, common
 from lakehouse.tables.common import StreamTimes, format_duration
-from lakehouse.tables.kind import Context, Input, SideTable, plan_stream, stream_input
+from lakehouse.tables.kind import Context, SideTable, StreamKind
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -446,13 +445,8 @@ class Changes:
     cached: list[DataFrame]
 
 
-class Windowed:
+class Windowed(StreamKind):
     name = "windowed"
-
-    def inputs(
-        self, settings: Settings, catalog: Catalog, contract: Contract, spec: TableSpec
-    ) -> tuple[Input, ...]:
-        return (stream_input(contract, spec, settings),)
 
     def side_tables(self, spec: TableSpec, out: common.Outputs) -> tuple[SideTable, ...]:
         return (
@@ -508,9 +502,6 @@ class Windowed:
 
     def needs_rebuild(self, store: DeltaStore, spec: TableSpec, out: common.Outputs) -> bool:
         return needs_rebuild(store, out.gold)
-
-    def plan(self, ctx: Context) -> list[str]:
-        return plan_stream(ctx)
 
 
 def _window(spec: TableSpec) -> Window:
