@@ -67,21 +67,15 @@ def inlets(
         return []
     if layer == "silver":
         return [table_asset(settings, "bronze", contract.topic)]
-    from lakehouse.tables import kind
-
-    own = {f"gold.{t.name}" for t in contract.tables}
-    read = {
-        i.name
-        for t in contract.tables
-        if t.name in names
-        for i in kind.of(t).inputs(settings, catalog, contract, t)
-        if i.name not in own and i.name != f"silver.{contract.stream}"
-    }
-    return [table_asset(settings, "silver", contract.stream)] + [
-        table_asset(settings, layer, name)  # type: ignore[arg-type]
-        for layer, _, name in sorted(
-            (i.partition(".") for i in read), key=lambda p: (p[0] != "silver", p[2])
-        )
+    # From the contract, not the tables' kinds: their modules import the storage layer, which
+    # DAG parsing must not load.
+    joins = [t.join for t in contract.tables if t.name in names and t.join is not None]
+    others = sorted({j.other for j in joins if j.table is None})
+    versions = sorted({j.table for j in joins if j.table is not None})
+    return [
+        table_asset(settings, "silver", contract.stream),
+        *(table_asset(settings, "silver", catalog.topic(o).stream) for o in others),
+        *(table_asset(settings, "gold", v) for v in versions),
     ]
 
 
