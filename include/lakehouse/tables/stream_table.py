@@ -233,12 +233,9 @@ def as_of_join(
     with nulls (Kafka Streams 3.7+, KIP-962)."""
     from pyspark.sql import functions as F
 
-    jk = join_key(contract, j)
-    mine = _mine(contract)
-    keyed = F.col(jk).isNotNull()
-    valid = events.filter(~F.col(TOMBSTONE) & (keyed if j.how == "inner" else F.lit(True)))
+    jk, mine, valid = _joinable(events, contract, j)
     if table is None:  # the other stream does not exist yet: no key has a value
-        return valid.select(*mine) if j.how == "left" else valid.limit(0).select(*mine)
+        return _unmatched(valid, mine, j)
     key_type = key_spark_type(other)
     left = valid.select(
         F.col(jk).cast(key_type).alias(KEY),
@@ -279,8 +276,20 @@ def as_of_join(
     )
 
 
-def _mine(contract: Contract) -> list[str]:
-    return list(dict.fromkeys([*contract.columns, "partition", "offset", "timestamp", EVENT_TIME]))
+def _joinable(events: DataFrame, contract: Contract, j: Join) -> tuple[str, list[str], DataFrame]:
+    """The event side of a stream-table join: its join key column, the columns it keeps, and
+    the events that can join (no tombstone; an inner join also needs a join key)."""
+    from pyspark.sql import functions as F
+
+    jk = join_key(contract, j)
+    mine = list(dict.fromkeys([*contract.columns, "partition", "offset", "timestamp", EVENT_TIME]))
+    keyed = F.col(jk).isNotNull()
+    return jk, mine, events.filter(~F.col(TOMBSTONE) & (keyed if j.how == "inner" else F.lit(True)))
+
+
+def _unmatched(valid: DataFrame, mine: list[str], j: Join) -> DataFrame:
+    """The result when the other side has no table yet: a left join keeps every event."""
+    return valid.select(*mine) if j.how == "left" else valid.limit(0).select(*mine)
 
 
 def versioned_join(
@@ -293,12 +302,9 @@ def versioned_join(
     nulls. Pure."""
     from pyspark.sql import functions as F
 
-    jk = join_key(contract, j)
-    mine = _mine(contract)
-    keyed = F.col(jk).isNotNull()
-    valid = events.filter(~F.col(TOMBSTONE) & (keyed if j.how == "inner" else F.lit(True)))
+    jk, mine, valid = _joinable(events, contract, j)
     if versions is None:  # the history table does not exist yet: no key has a value
-        return valid.select(*mine) if j.how == "left" else valid.limit(0).select(*mine)
+        return _unmatched(valid, mine, j)
     key_type = key_spark_type(other)
     left = valid.select(
         F.col(jk).cast(key_type).alias(KEY), F.col(TIME).alias("__et"), F.struct(*mine).alias("__e")
