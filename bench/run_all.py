@@ -85,6 +85,11 @@ BENCHES: dict[str, tuple[tuple[str, ...], dict[str, list[list[str]]]]] = {
         ("before_after",),
         {"small": [[]], "large": [["--batches", "5", "--trigger-repeats", "3", "--make-test"]]},
     ),
+    # What one warm batch of the shipped topic makes Spark do (its jobs, per layer and table).
+    "batch_jobs": (
+        ("batch_jobs",),
+        {"small": [[]], "large": [["--records", "10000"]]},
+    ),
     "airflow_trigger": (
         ("airflow_trigger",),
         {"small": [["--repeats", "1"]], "large": [["--repeats", "5"]]},

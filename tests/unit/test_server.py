@@ -5,6 +5,7 @@ tests/integration/test_readers.py)."""
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
@@ -82,3 +83,23 @@ def test_a_stopped_server_says_how_to_start_it(settings: Settings) -> None:
     assert readers.of(settings).status().describe() == (
         "Readers' server: not running; it starts with `lakehouse spark start`"
     )
+
+
+def test_the_event_log_is_the_pipelines_server_only(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """LAKEHOUSE_SPARK_EVENT_LOG turns on Spark's event log in the pipeline's server, in the folder
+    it names; unset, there is none. The readers' server, which writes no file outside its
+    warehouse, never gets one (it would refuse to start)."""
+    from lakehouse.runtime.spark import EVENT_LOG_ENV
+
+    monkeypatch.setenv("LAKEHOUSE_METASTORE", "none")
+    monkeypatch.delenv(EVENT_LOG_ENV, raising=False)
+    assert "spark.eventLog.enabled" not in server.server_conf(settings, 15002)
+    monkeypatch.setenv(EVENT_LOG_ENV, str(tmp_path / "events"))
+    conf = server.server_conf(settings, 15002)
+    assert conf["spark.eventLog.enabled"] == "true"
+    assert conf["spark.eventLog.dir"] == (tmp_path / "events").as_uri()
+    assert (tmp_path / "events").is_dir()
+    ports = {"port": 15003, "sql_port": 10000}
+    assert "spark.eventLog.enabled" not in readers.of(settings).conf(ports)

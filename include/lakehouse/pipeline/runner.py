@@ -27,7 +27,7 @@ from lakehouse.quality.verdict import Verdict
 from lakehouse.runtime import objectstore
 from lakehouse.runtime.config import LAYERS, Layer, Settings
 from lakehouse.runtime.objectstore import Location
-from lakehouse.runtime.spark import own_session
+from lakehouse.runtime.spark import own_session, tagged
 from lakehouse.storage import DeltaStore, is_table
 from lakehouse.storage.maintenance import Consumer, MaintenanceReport, maintain
 from lakehouse.streams import silver
@@ -69,8 +69,24 @@ def run_layer(
     (the run's, checked by its maker; :mod:`lakehouse.pipeline.request`) adds the layer's
     reprocess or full refresh, restricts gold to the DAG's tables, or makes it a dry run. The layer's ledger rows are written when it ends, in
     one commit, unless the caller passes the ``ledger`` it writes them with (:func:`run`: one
-    commit for all the layers it runs).
+    commit for all the layers it runs). Its Spark jobs carry the tag ``lakehouse:<layer>:<topic>``
+    (a gold table's, ``lakehouse:gold:<table>``).
     """
+    with tagged(spark, layer, contract.topic):
+        return _run_layer(spark, settings, contract, layer, catalog, run, echo, request, ledger)
+
+
+def _run_layer(
+    spark: SparkSession,
+    settings: Settings,
+    contract: Contract,
+    layer: Layer,
+    catalog: Catalog | None,
+    run: RunInfo | None,
+    echo: Callable[[str], None],
+    request: RunRequest | None,
+    ledger: LedgerBuffer | None,
+) -> list[str]:
     request = request or RunRequest()
     specs = _selected(contract, layer, request)
     objectstore.check_reachable(settings.data_root)
@@ -293,7 +309,7 @@ def _build_gold(
                 with made:
                     sessions[thread] = held.enter_context(own_session(spark))
             session = sessions[thread]
-        with batches.judged(gate):
+        with batches.judged(gate), tagged(session, "gold", spec.name):
             result = gold.build_table(session, settings, contract, spec, catalog, gate=gate)
         batches.add(result.batch())
         return result

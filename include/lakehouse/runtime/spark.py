@@ -138,6 +138,26 @@ def spark_conf(master: str, app_name: str) -> dict[str, str]:
     }
 
 
+EVENT_LOG_ENV = "LAKEHOUSE_SPARK_EVENT_LOG"
+
+
+def event_log_conf() -> dict[str, str]:
+    """The pipeline's Spark server's event log, written to the folder ``LAKEHOUSE_SPARK_EVENT_LOG``
+    names (none when it is unset; the readers' server writes no file outside its warehouse): what Spark's history server shows, and what ``bench/batch_jobs.py`` counts a
+    batch's jobs from. Each job carries the layer and table it was for as a job tag
+    (:func:`lakehouse.runtime.spark.tagged`)."""
+    folder = os.environ.get(EVENT_LOG_ENV, "").strip()
+    if not folder:
+        return {}
+    path = Path(folder).expanduser().resolve()
+    path.mkdir(parents=True, exist_ok=True)
+    return {
+        "spark.eventLog.enabled": "true",
+        "spark.eventLog.dir": path.as_uri(),
+        "spark.eventLog.compress": "false",
+    }
+
+
 def _partitions(name: str, default: int) -> str:
     return str(whole_number_setting(name, default, "partitions", least=1))
 
@@ -311,3 +331,27 @@ def own_session(spark: SparkSession) -> Iterator[SparkSession]:
 def is_remote(spark: SparkSession) -> bool:
     """Whether ``spark`` is a Spark Connect client."""
     return type(spark).__module__.startswith("pyspark.sql.connect")
+
+
+# The prefix of the job tag each layer's and each gold table's Spark jobs carry.
+JOB_TAG_PREFIX = "lakehouse"
+
+
+@contextmanager
+def tagged(spark: SparkSession, *parts: str) -> Iterator[None]:
+    """Tag the Spark jobs this thread runs on ``spark`` in the ``with`` block with
+    ``lakehouse:<part>:<part>...`` (a layer and topic, or ``gold`` and a table): Spark's UI, its
+    event log and its status API then say what each job was for. Spark Connect keeps a client's
+    tags per thread; a job tag may not hold a comma."""
+    tag = ":".join((JOB_TAG_PREFIX, *(p.replace(",", "_") for p in parts)))
+    try:
+        spark.addTag(tag)
+        added = True
+    except Exception:  # a session that cannot tag runs its jobs untagged
+        added = False
+    try:
+        yield
+    finally:
+        if added:
+            with contextlib.suppress(Exception):
+                spark.removeTag(tag)
