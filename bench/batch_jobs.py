@@ -29,6 +29,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -122,7 +123,9 @@ def main() -> None:
             env, log, "sample", "--topic", TOPIC, "--records", str(args.records), "--seed", "1"
         )
         since, before = eventlog.mark(events), eventlog.table_versions(home)
+        started = time.perf_counter()
         lakehouse(env, log, "run", "--topic", TOPIC)
+        took = time.perf_counter() - started
         used = eventlog.usage(events, since)
         made = eventlog.commits(before, eventlog.table_versions(home))
         since = eventlog.mark(events)
@@ -162,6 +165,7 @@ def main() -> None:
         print(f"{name:46s} {u.jobs:5d} {len(u.sql):5d} {u.seconds:12.1f} {made_here:8d}")
     total = sum(u.jobs for u in used.values())
     print(f"{'all':46s} {total:5d} {sum(len(u.sql) for u in used.values()):5d}")
+    print(f"the counted batch took {took:.1f} s (lakehouse run, wall time)")
     print("commits by table:", ", ".join(f"{t} {n}" for t, n in made.items()))
     gold = [u.jobs for t, u in used.items() if t.startswith("lakehouse:gold:")]
     figures = [
@@ -203,6 +207,7 @@ def main() -> None:
         "batch_jobs",
         {
             "records": args.records,
+            "seconds": round(took, 1),
             "by_tag": {
                 t: {"jobs": u.jobs, "sql": len(u.sql), "seconds": round(u.seconds, 2)}
                 for t, u in used.items()

@@ -103,3 +103,24 @@ def test_the_event_log_is_the_pipelines_server_only(
     assert (tmp_path / "events").is_dir()
     ports = {"port": 15003, "sql_port": 10000}
     assert "spark.eventLog.enabled" not in readers.of(settings).conf(ports)
+
+
+def test_adaptive_execution_can_be_turned_off_on_the_pipelines_server(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The pipeline's server plans with adaptive execution (Spark's default) unless
+    LAKEHOUSE_SPARK_ADAPTIVE=off (half the Spark jobs of a small batch); another value is
+    refused with the variable's name. The readers' server is never changed."""
+    from lakehouse.errors import ConfigError
+    from lakehouse.runtime.spark import ADAPTIVE_ENV
+
+    monkeypatch.setenv("LAKEHOUSE_METASTORE", "none")
+    monkeypatch.delenv(ADAPTIVE_ENV, raising=False)
+    assert server.server_conf(settings, 15002)["spark.sql.adaptive.enabled"] == "true"
+    monkeypatch.setenv(ADAPTIVE_ENV, "off")
+    assert server.server_conf(settings, 15002)["spark.sql.adaptive.enabled"] == "false"
+    readers_conf = readers.of(settings).conf({"port": 15003, "sql_port": 10000})
+    assert "spark.sql.adaptive.enabled" not in readers_conf
+    monkeypatch.setenv(ADAPTIVE_ENV, "yes")
+    with pytest.raises(ConfigError, match=ADAPTIVE_ENV):
+        server.server_conf(settings, 15002)

@@ -472,9 +472,10 @@ def server_conf(settings: Settings, at: int, catalog_at: int | None = None) -> d
     the loopback address, and the metastore's."""
     from lakehouse.runtime import jvm
     from lakehouse.runtime.config import whole_number_setting
-    from lakehouse.runtime.spark import event_log_conf, merged, spark_conf
+    from lakehouse.runtime.spark import adaptive_conf, event_log_conf, merged, spark_conf
 
-    conf = spark_conf(settings.spark_master, "lakehouse-spark-server") | event_log_conf()
+    conf = spark_conf(settings.spark_master, "lakehouse-spark-server")
+    conf |= adaptive_conf() | event_log_conf()
     idle = whole_number_setting(PYTHON_IDLE_ENV, DEFAULT_PYTHON_IDLE_S, "seconds", least=1)
     served = merged(
         conf,
