@@ -406,8 +406,11 @@ def test_data_docs_load_everything_from_the_platform_and_render_styled(
     screenshot(browser, "data_docs_offline_index.png")
     _served_from_here(server, browser, "gx-index.html")
 
-    # A validation result: clicking its row, which the index's script makes a link.
-    rows[0].find_element(By.TAG_NAME, "td").click()
+    # A validation result: clicking its row, which the index's script makes a link. The row is
+    # found again: bootstrap-table may have redrawn the table since (its elements go stale).
+    browser.find_element(
+        By.CSS_SELECTOR, ".ge-index-page-validation-results-table tbody tr.clickable-row td"
+    ).click()
     wait.until(ec.url_contains(f"{PREFIX}/validations/silver/demo_stream/"))
     status = wait.until(ec.presence_of_element_located((By.CSS_SELECTOR, "i.fas.fa-times")))
     assert "Status: Failed" in _text(browser)

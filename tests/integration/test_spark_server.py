@@ -18,10 +18,9 @@ from pathlib import Path
 import pytest
 from delta_log import checkpoints, operations
 
-from lakehouse.runtime import eventlog, launch, readers, server
+from lakehouse.runtime import launch, readers, server
 from lakehouse.runtime.config import REPO_ROOT, Settings
 from lakehouse.runtime.process import alive, free_port
-from lakehouse.runtime.spark import EVENT_LOG_ENV
 from lakehouse.storage import log, read_arrow
 from lakehouse.storage.log import load
 from lakes import DEMO_TABLES, shipped_topic
@@ -44,8 +43,6 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Settings]:
         mp.setenv(server.PORT_ENV, str(free_port()))
         # A Python daemon with no worker quits after a second (see test_idle_python_workers_go).
         mp.setenv(server.PYTHON_IDLE_ENV, "1")
-        # Spark's event log, which test_a_batch_is_counted_by_layer_and_table reads.
-        mp.setenv(EVENT_LOG_ENV, str(root / "events"))
         settings = Settings.from_env()
         subprocess.run(
             [sys.executable, "-m", "lakehouse.cli", "sample"], check=True, capture_output=True
@@ -184,43 +181,6 @@ def test_lakehouse_run_is_a_client_of_the_running_server(served: Settings) -> No
     ]
     counts = read_arrow(served.gold_path("user_location_counts")).to_pylist()
     assert sorted((r["username"], r["count"]) for r in counts) == [("alice", 3), ("bob", 2)]
-
-
-# The most Spark jobs one warm 20-record batch of a gold table may take: a ceiling that catches
-# a table's batch growing more jobs. Measured (bench/batch_jobs.py, the shipped settings): 21
-# and 19 for these two tables, up to 43 for the shipped topic's others; 11 and 10 without
-# adaptive execution. The goal (issue 72) is 8.
-JOBS_PER_GOLD_TABLE = 24
-
-
-def test_a_batch_is_counted_by_layer_and_table(served: Settings) -> None:
-    """A warm 20-record batch of the JSON topic, counted from the server's event log: every job
-    carries its layer's or its gold table's tag, each table's jobs stay under the ceiling, and
-    each table written gets exactly one commit (the ledger too: one for the whole run)."""
-    events = Path(os.environ[EVENT_LOG_ENV])
-    warm = _lakehouse(served, "run", "--topic", "user-locations")  # its tables exist, warm
-    assert warm.returncode == 0, warm.stderr[-3000:]
-    more = _lakehouse(served, "sample", "--topic", "user-locations", "--records", "20")
-    assert more.returncode == 0, more.stderr[-3000:]
-    since, before = eventlog.mark(events), eventlog.table_versions(served.home)
-    done = _lakehouse(served, "run", "--topic", "user-locations")
-    assert done.returncode == 0, done.stderr[-3000:]
-    used = eventlog.usage(events, since)
-    made = eventlog.commits(before, eventlog.table_versions(served.home))
-
-    gold = {f"lakehouse:gold:{t}" for t in DEMO_TABLES}
-    layers = {"lakehouse:bronze:user-locations", "lakehouse:silver:user-locations"}
-    assert set(used) <= gold | layers | {eventlog.UNTAGGED}, sorted(used)
-    assert gold | layers <= set(used), sorted(used)
-    for tag in gold:
-        assert 0 < used[tag].jobs <= JOBS_PER_GOLD_TABLE, (tag, used[tag].jobs)
-        assert len(used[tag].sql) <= used[tag].jobs
-    assert made == {
-        "tables/bronze/user-locations": 1,
-        "tables/silver/user_locations": 1,
-        **{f"tables/gold/{t}": 1 for t in DEMO_TABLES},
-        "quality/ledger": 1,
-    }, made
 
 
 def test_maintain_runs_on_the_server(served: Settings) -> None:
