@@ -29,12 +29,11 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import Figure, report
+from common import Figure, lakehouse_command, report
 
 REPO = Path(__file__).resolve().parents[1]
 TOPIC = "user-locations"
@@ -65,19 +64,8 @@ with tagged(spark, "peer", "merge"):
 """
 
 
-def lakehouse(env: dict[str, str], log: Path, *args: str) -> None:
-    with log.open("a") as out:
-        out.write(f"\n$ lakehouse {' '.join(args)}\n")
-        out.flush()
-        proc = subprocess.run(
-            [sys.executable, "-m", "lakehouse.cli", *args],
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            check=False,
-        )
-    if proc.returncode != 0:
-        raise RuntimeError(f"lakehouse {' '.join(args)} failed: see {log}")
+def lakehouse(env: dict[str, str], log: Path, *args: str) -> float:
+    return lakehouse_command(env, log, *args)
 
 
 def main() -> None:
@@ -123,9 +111,7 @@ def main() -> None:
             env, log, "sample", "--topic", TOPIC, "--records", str(args.records), "--seed", "1"
         )
         since, before = eventlog.mark(events), eventlog.table_versions(home)
-        started = time.perf_counter()
-        lakehouse(env, log, "run", "--topic", TOPIC)
-        took = time.perf_counter() - started
+        took = lakehouse(env, log, "run", "--topic", TOPIC)
         used = eventlog.usage(events, since)
         made = eventlog.commits(before, eventlog.table_versions(home))
         since = eventlog.mark(events)

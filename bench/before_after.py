@@ -45,7 +45,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import Figure, report
+from common import Figure, lakehouse_command, report
 
 REPO = Path(__file__).resolve().parents[1]
 # The last commit before the small-batch work (no process per commit, no empty commits, gold
@@ -75,21 +75,7 @@ class Side:
 
     def lakehouse(self, *args: str, log: Path) -> float:
         """Run ``lakehouse ARGS`` with this side's code; its wall time in seconds."""
-        started = time.perf_counter()
-        with log.open("a") as out:
-            out.write(f"\n$ lakehouse {' '.join(args)}\n")
-            out.flush()
-            proc = subprocess.run(
-                [sys.executable, "-m", "lakehouse.cli", *args],
-                env=self.env(),
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                check=False,
-            )
-        took = time.perf_counter() - started
-        if proc.returncode != 0:
-            raise RuntimeError(f"{self.name}: lakehouse {' '.join(args)} failed: see {log}")
-        return took
+        return lakehouse_command(self.env(), log, *args, who=self.name)
 
 
 def checkout(rev: str, where: Path) -> Path:

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -116,3 +117,25 @@ def run_worker(
     if proc.returncode != 0:
         raise RuntimeError(f"{script.name} {' '.join(args)} failed:\n{proc.stderr[-4000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def lakehouse_command(env: dict[str, str], log: Path, *args: str, who: str = "") -> float:
+    """Run ``lakehouse ARGS`` in a fresh interpreter with ``env``, its output appended to ``log``;
+    its wall time in seconds. A failure raises, naming the command (and ``who`` ran it)."""
+    started = time.perf_counter()
+    with log.open("a") as out:
+        out.write(f"\n$ lakehouse {' '.join(args)}\n")
+        out.flush()
+        proc = subprocess.run(
+            [sys.executable, "-m", "lakehouse.cli", *args],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            check=False,
+        )
+    took = time.perf_counter() - started
+    if proc.returncode != 0:
+        raise RuntimeError(
+            f"{who}{': ' if who else ''}lakehouse {' '.join(args)} failed: see {log}"
+        )
+    return took
