@@ -383,6 +383,7 @@ def test_data_docs_load_everything_from_the_platform_and_render_styled(
     """GX's index, a validation result and an expectation suite in Chromium, whose resolver
     knows no host but 127.0.0.1: every request goes to the lakehouse's server and succeeds,
     Bootstrap's styles and Font Awesome's font apply, and the index's scripts build its tables."""
+    from selenium.common.exceptions import StaleElementReferenceException
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support import expected_conditions as ec
     from selenium.webdriver.support.ui import WebDriverWait
@@ -407,10 +408,15 @@ def test_data_docs_load_everything_from_the_platform_and_render_styled(
     _served_from_here(server, browser, "gx-index.html")
 
     # A validation result: clicking its row, which the index's script makes a link. The row is
-    # found again: bootstrap-table may have redrawn the table since (its elements go stale).
-    browser.find_element(
-        By.CSS_SELECTOR, ".ge-index-page-validation-results-table tbody tr.clickable-row td"
-    ).click()
+    # found again at each try: bootstrap-table may redraw the table (while the fonts load, or
+    # the page settles), and an element of the table it replaced is stale.
+    def click_row(driver: Any) -> bool:
+        driver.find_element(
+            By.CSS_SELECTOR, ".ge-index-page-validation-results-table tbody tr.clickable-row td"
+        ).click()
+        return True
+
+    WebDriverWait(browser, 60, ignored_exceptions=[StaleElementReferenceException]).until(click_row)
     wait.until(ec.url_contains(f"{PREFIX}/validations/silver/demo_stream/"))
     status = wait.until(ec.presence_of_element_located((By.CSS_SELECTOR, "i.fas.fa-times")))
     assert "Status: Failed" in _text(browser)
