@@ -90,6 +90,11 @@ BENCHES: dict[str, tuple[tuple[str, ...], dict[str, list[list[str]]]]] = {
         ("batch_jobs",),
         {"small": [[]], "large": [["--records", "10000"]]},
     ),
+    # The first batch after a server start, with the warm-up and without (about 12 minutes).
+    "first_batch": (
+        ("first_batch",),
+        {"small": [[]], "large": [["--records", "10000"]]},
+    ),
     "airflow_trigger": (
         ("airflow_trigger",),
         {"small": [["--repeats", "1"]], "large": [["--repeats", "5"]]},

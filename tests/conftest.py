@@ -30,6 +30,9 @@ os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 # micro-batches, for this process and every job it starts (spark-submit, Airflow, the CLI).
 os.environ.setdefault("LAKEHOUSE_SHUFFLE_PARTITIONS", "1")
 os.environ.setdefault("LAKEHOUSE_SPARK_CODEGEN", "off")
+# The tests' servers live for a module or less: a warm-up of each would take the cores their
+# batches need (tests/integration/test_warmup.py runs it).
+os.environ.setdefault("LAKEHOUSE_SPARK_WARMUP", "off")
 # The Spark server's SQL endpoint on a port of this test process's own (its default, 10000, is
 # one port for the machine; a test that starts servers in parallel would find it taken). A test
 # of the endpoint sets its own.

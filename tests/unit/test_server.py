@@ -124,3 +124,22 @@ def test_adaptive_execution_can_be_turned_off_on_the_pipelines_server(
     monkeypatch.setenv(ADAPTIVE_ENV, "yes")
     with pytest.raises(ConfigError, match=ADAPTIVE_ENV):
         server.server_conf(settings, 15002)
+
+
+def test_a_warm_up_setting_it_cannot_follow_stops_the_start_before_anything_runs(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """LAKEHOUSE_SPARK_WARMUP is background (the default), wait or off, in any case; another
+    value is refused, naming the variable, before a server process or a record exists."""
+    from lakehouse.errors import ConfigError
+    from lakehouse.runtime import warmup
+
+    monkeypatch.delenv(warmup.WARMUP_ENV, raising=False)
+    assert warmup.mode() == "background"
+    monkeypatch.setenv(warmup.WARMUP_ENV, " Wait ")
+    assert warmup.mode() == "wait"
+    monkeypatch.setenv(warmup.WARMUP_ENV, "later")
+    with pytest.raises(ConfigError, match=warmup.WARMUP_ENV):
+        server.start(settings)
+    assert not (settings.home / "spark").exists()
+    assert warmup.state(settings) is None

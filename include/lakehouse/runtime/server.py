@@ -47,6 +47,9 @@ on the server (``MERGE INTO``, ``readChangeFeed``, ``txnAppId`` ...).
   (:mod:`lakehouse.runtime.metastore`; an embedded Derby under ``<home>/metastore``, which only
   one process may open), and every table it creates is named there
   (:mod:`lakehouse.storage.metastore`).
+* A server that ``start`` started warms itself (:mod:`lakehouse.runtime.warmup`): batches of the
+  shipped contracts on a scratch lake of its own, in the background by default, so the first
+  real batch does not pay for the JVM's compiling; ``status`` says how far it is, ``stop`` ends it.
 * ``LAKEHOUSE_SPARK_MASTER`` chooses local mode (``local[2]``, the default) or a standalone
   cluster (``spark://host:7077``).
 
@@ -70,7 +73,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from lakehouse.errors import ConfigError, LakehouseError
-from lakehouse.runtime import metastore, objectstore, readers
+from lakehouse.runtime import metastore, objectstore, readers, warmup
 from lakehouse.runtime.config import Settings
 from lakehouse.runtime.deployment import check_environment
 from lakehouse.runtime.launch import TOKEN_ENV, log_config, server_main_argv
@@ -231,6 +234,7 @@ class Status:
     log: str | None = None
     catalog_port: int | None = None
     readers: readers.Status | None = None
+    warmup: str | None = None  # how far its warm-up is (lakehouse.runtime.warmup)
 
     def describe(self, *, already: bool = False) -> str:
         if not self.running:
@@ -246,6 +250,8 @@ class Status:
             f"sc://localhost:{self.port}{catalog}, master {self.master}, since "
             f"{self.started_at} (log: {self.log})"
         )
+        if self.warmup:
+            line = f"{line}\n  {self.warmup}"
         return line if self.readers is None else f"{line}\n{self.readers.describe(already=already)}"
 
 
@@ -384,6 +390,7 @@ class SparkServer(LocalServer[Status]):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(member, signal.SIGKILL)
         self._service = None
+        warmup.stop(self.settings)
         self.state.unlink(missing_ok=True)
         validation_socket(self.settings).unlink(missing_ok=True)
         return running
@@ -398,8 +405,13 @@ def status(settings: Settings) -> Status:
     current = SparkServer(settings).status()
     if not current.running:
         return current
+    warming = warmup.state(settings)
     return Status(
-        **{**current.__dict__, "readers": readers.of(settings).status()},
+        **{
+            **current.__dict__,
+            "readers": readers.of(settings).status(),
+            "warmup": warming.describe(settings) if warming else None,
+        },
     )
 
 
@@ -414,10 +426,12 @@ def start(
     the two, ``pipeline`` or ``readers``); return once each accepts connections. Raises
     :class:`ServerError` (or the readers' server's error) with the end of its log if one exits
     or does not listen in time; a readers' server that cannot start stops the pipeline's server
-    that this call started. ``sql_check=False`` starts the readers' server without its SQL-level
+    that this call started. A pipeline's server this call started is then warmed as
+    ``LAKEHOUSE_SPARK_WARMUP`` says (:mod:`lakehouse.runtime.warmup`). ``sql_check=False`` starts the readers' server without its SQL-level
     check (for the tests that show the layers below it hold alone)."""
     if only not in (None, "pipeline", "readers"):
         raise ConfigError(f"lakehouse spark --only {only}: expected pipeline or readers")
+    warmup.mode()  # refused before anything starts
     pipeline = SparkServer(settings)
     started_here = False
     if only != "readers":
@@ -435,6 +449,9 @@ def start(
             if started_here:
                 pipeline.stop()
             raise
+    if started_here:
+        # Once both answer, so the warm-up does not slow the readers' start.
+        warmup.start(settings)
     return status(settings)
 
 
