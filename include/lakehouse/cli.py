@@ -4,7 +4,7 @@ Every command is ``lakehouse COMMAND ...`` (``lakehouse --help`` lists them, ``l
 COMMAND --help`` gives one's options): ``produce``, ``create-topic`` and ``sample`` write
 records; ``run`` runs a micro-batch without Airflow; ``tables``, ``show``, ``changes``, ``lag``,
 ``dq``, ``report`` and ``schemas`` read; ``refresh``, ``restore`` and ``maintain`` rebuild and
-maintain tables; ``spark``, ``postgres``, ``kafka`` and ``s3`` run the local servers;
+maintain tables; ``spark``, ``postgres``, ``kafka``, ``registry`` and ``s3`` run the local servers;
 ``catalog`` keeps the metastore's names; ``airflow`` is Airflow's CLI in the lakehouse's
 environment.
 
@@ -221,6 +221,7 @@ def build_parser() -> argparse.ArgumentParser:
     for name, what in (
         ("postgres", "the lakehouse's PostgreSQL (Airflow's metadata database)"),
         ("kafka", "the lakehouse's local Kafka broker (one KRaft node on 127.0.0.1)"),
+        ("registry", "the lakehouse's schema registry (Apicurio Registry, Confluent's API)"),
         ("s3", "a local S3 API (moto's server on 127.0.0.1, in memory)"),
     ):
         service = sub.add_parser(name, help=f"{what}: start, stop, status")
@@ -352,6 +353,7 @@ COMMANDS: dict[str, Handler] = {
     "spark": _module("runtime.server", "main", lambda a: a.action, lambda a: a.only),
     "postgres": _module("runtime.postgres", "main", lambda a: a.action),
     "kafka": _module("runtime.broker", "main", lambda a: a.action),
+    "registry": _module("runtime.registry", "main", lambda a: a.action),
     "s3": _module("runtime.s3server", "main", lambda a: a.action),
     "catalog": _module(
         "pipeline.names", "catalog_command", lambda a: a.action, lambda a: a.name, catalog=True

@@ -163,6 +163,31 @@ def test_the_kafka_brokers_jars_are_locked_and_kept_off_sparks_class_path() -> N
     assert jvm.main(["kafka"]) == 0
 
 
+def test_the_schema_registrys_archive_is_locked_and_unpacked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The registry's archive (include/jvm/registry/pom.xml) is checked against its own lock,
+    which names archives, not jars; `make install` unpacked it into .venv/registry. A changed
+    archive is refused with both checksums."""
+    locked = jvm.read_lock(jvm.REGISTRY_LOCK, "*.tar.gz")
+    assert list(locked) == ["apicurio-registry-app-3.3.3-all.tar.gz"]
+    installed = jvm.check(
+        jvm.registry_dist_dir(), jvm.REGISTRY_LOCK, beside_pyspark=False, pattern="*.tar.gz"
+    )
+    assert [p.name for p in installed] == list(locked)
+    assert (jvm.registry_dir() / "quarkus-run.jar").is_file()
+    assert jvm.main(["registry"]) == 0
+    with pytest.raises(JarsError, match=r"not `<sha256>  <\*\.jar>`"):
+        jvm.read_lock(jvm.REGISTRY_LOCK)  # a jar lock's reader refuses it
+
+    fake = tmp_path / next(iter(locked))
+    fake.write_bytes(b"not the archive")
+    monkeypatch.setattr(jvm, "registry_dist_dir", lambda: tmp_path)
+    assert jvm.main(["registry"]) == 1
+    with pytest.raises(JarsError, match=rf"{fake}: sha256 {jvm.sha256(fake)}, the lock says"):
+        jvm.check(tmp_path, jvm.REGISTRY_LOCK, beside_pyspark=False, pattern="*.tar.gz")
+
+
 def test_a_missing_broker_jar_names_the_brokers_pom(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -9,6 +9,9 @@
 * The Spark server's own code (``include/jvm/server``), compiled from source by ``make install``
   with the JDK's javac against pyspark's jars into ``.venv/lakehouse-server.jar``
   (:func:`server_jar`): nothing to resolve, so nothing to lock.
+* The schema registry's (:mod:`lakehouse.runtime.registry`): Apicurio Registry's application,
+  one archive (``include/jvm/registry/pom.xml``) that ``make install`` copies into
+  ``.venv/registry-dist``, checks, and unpacks into ``.venv/registry`` (:func:`registry_dir`).
 * The tests' Kafka Streams oracle's (``tests/oracle/StreamsOracle.java``, real Kafka Streams in a
   TopologyTestDriver, which the property tests compare the platform's tables with):
   ``tests/oracle/pom.xml`` names them; ``make install`` copies them into ``.venv/oracle-jars``.
@@ -27,6 +30,7 @@ change of a pom).
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import hashlib
 import importlib.util
 import os
@@ -43,6 +47,7 @@ MANIFEST = REPO_ROOT / "include" / "jvm" / "pom.xml"
 LOCK = REPO_ROOT / "include" / "jvm" / "jars.sha256"
 KAFKA_MANIFEST = REPO_ROOT / "include" / "jvm" / "kafka" / "pom.xml"
 KAFKA_LOCK = REPO_ROOT / "include" / "jvm" / "kafka" / "jars.sha256"
+REGISTRY_LOCK = REPO_ROOT / "include" / "jvm" / "registry" / "jars.sha256"
 ORACLE_MANIFEST = REPO_ROOT / "tests" / "oracle" / "pom.xml"
 ORACLE_LOCK = REPO_ROOT / "tests" / "oracle" / "jars.sha256"
 
@@ -68,6 +73,17 @@ def jars_dir() -> Path:
 def kafka_jars_dir() -> Path:
     """Where ``make install`` puts the Kafka broker's jars (``.venv/kafka-jars``)."""
     return Path(sys.prefix) / "kafka-jars"
+
+
+def registry_dist_dir() -> Path:
+    """Where ``make install`` copies the schema registry's archive (``.venv/registry-dist``)."""
+    return Path(sys.prefix) / "registry-dist"
+
+
+def registry_dir() -> Path:
+    """Where ``make install`` unpacks it (``.venv/registry``: ``quarkus-run.jar`` and its
+    ``lib/``)."""
+    return Path(sys.prefix) / "registry"
 
 
 def oracle_jars_dir() -> Path:
@@ -99,8 +115,8 @@ def pyspark_jars_dir() -> Path:
     return Path(next(iter(spec.submodule_search_locations))) / "jars"
 
 
-def read_lock(lock: Path | None = None) -> dict[str, str]:
-    """``{jar file name: sha256}`` from the lock, in its order."""
+def read_lock(lock: Path | None = None, pattern: str = "*.jar") -> dict[str, str]:
+    """``{jar file name: sha256}`` from the lock, in its order (each name matches ``pattern``)."""
     lock = lock or LOCK
     try:
         text = lock.read_text()
@@ -111,9 +127,9 @@ def read_lock(lock: Path | None = None) -> dict[str, str]:
         if not line.strip() or line.startswith("#"):
             continue
         digest, sep, name = line.partition("  ")
-        if not sep or len(digest) != 64 or "/" in name or not name.endswith(".jar"):
+        if not sep or len(digest) != 64 or "/" in name or not fnmatch.fnmatch(name, pattern):
             raise JarsError(
-                [f"{lock}:{number}: not `<sha256>  <file>.jar`: {line!r}"], _relock(lock)
+                [f"{lock}:{number}: not `<sha256>  <{pattern}>`: {line!r}"], _relock(lock)
             )
         locked[name] = digest.lower()
     if not locked:
@@ -206,6 +222,7 @@ def check(
     pyspark_jars: Path | None = None,
     *,
     beside_pyspark: bool = True,
+    pattern: str = "*.jar",
 ) -> list[Path]:
     """Check the installed jars (by default Spark's); return them (in the lock's order) or raise
     :class:`JarsError` naming every problem: a locked jar missing or with another checksum, a jar
@@ -213,8 +230,8 @@ def check(
     artifact pyspark ships too."""
     directory = directory or jars_dir()
     lock = lock or LOCK
-    locked = read_lock(lock)
-    present = {path.name: path for path in sorted(directory.glob("*.jar"))}
+    locked = read_lock(lock, pattern)
+    present = {path.name: path for path in sorted(directory.glob(pattern))}
     problems: list[str] = []
     remedies: list[str] = []
     missing = [name for name in locked if name not in present]
@@ -254,11 +271,13 @@ def _duplicates_of_pysparks(
     ]
 
 
-def write_lock(directory: Path | None = None, lock: Path | None = None) -> dict[str, str]:
+def write_lock(
+    directory: Path | None = None, lock: Path | None = None, pattern: str = "*.jar"
+) -> dict[str, str]:
     """Rewrite the lock from the jars in ``directory`` (after a deliberate change of the pom)."""
     directory = directory or jars_dir()
     lock = lock or LOCK
-    jars = sorted(directory.glob("*.jar"))
+    jars = sorted(directory.glob(pattern))
     if not jars:
         raise JarsError([f"no jars in {directory} to lock"], "run `make jars-lock`")
     locked = {path.name: sha256(path) for path in jars}
@@ -275,6 +294,7 @@ class _JarSet:
     directory: Callable[[], Path]
     lock: Path
     beside_pyspark: bool
+    pattern: str = "*.jar"
 
 
 # The folders are looked up when a set is checked (by name: a test may replace the function).
@@ -282,6 +302,13 @@ _JAR_SETS = {
     "spark": _JarSet("JVM jars", lambda: jars_dir(), LOCK, beside_pyspark=True),
     "kafka": _JarSet(
         "Kafka broker jars", lambda: kafka_jars_dir(), KAFKA_LOCK, beside_pyspark=False
+    ),
+    "registry": _JarSet(
+        "Schema registry archive",
+        lambda: registry_dist_dir(),
+        REGISTRY_LOCK,
+        beside_pyspark=False,
+        pattern="*.tar.gz",
     ),
     "oracle": _JarSet(
         "Kafka Streams oracle jars", lambda: oracle_jars_dir(), ORACLE_LOCK, beside_pyspark=False
@@ -300,7 +327,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         nargs="?",
         choices=tuple(_JAR_SETS),
         default="spark",
-        help="Spark's jars (the default), the Kafka broker's or the tests' Kafka Streams oracle's",
+        help="Spark's jars (the default), the Kafka broker's, the schema registry's archive or "
+        "the tests' Kafka Streams oracle's",
     )
     parser.add_argument("--lock", action="store_true", help="first rewrite their jars.sha256")
     args = parser.parse_args(argv)
@@ -308,9 +336,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     directory, lock = jar_set.directory(), jar_set.lock
     try:
         if args.lock:
-            write_lock(directory, lock)
+            write_lock(directory, lock, jar_set.pattern)
             print(f"wrote {lock}")
-        jars = check(directory, lock, beside_pyspark=jar_set.beside_pyspark)
+        jars = check(
+            directory, lock, beside_pyspark=jar_set.beside_pyspark, pattern=jar_set.pattern
+        )
     except JarsError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
