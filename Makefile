@@ -263,14 +263,16 @@ postgres: $(STAMP) postgres-server ## Start the lakehouse's PostgreSQL for Airfl
 	$(LAKEHOUSE) postgres start
 
 .PHONY: airflow
-airflow: java postgres ## Start Airflow 3 locally on PostgreSQL, on 127.0.0.1 (login required; the admin's password is printed once the UI is ready; Ctrl-C stops it)
+airflow: java postgres ## Start Airflow 3 locally on PostgreSQL, on 127.0.0.1, with the Spark server and the schema registry (login required; the admin's password is printed once the UI is ready; Ctrl-C stops it)
 	@echo "Metadata database: PostgreSQL (stop it with: $(LAKEHOUSE) postgres stop); \`lakehouse airflow ...\` uses it from now on"
 	@# The layer tasks are clients of the Spark server; it stops when Airflow does. It keeps the
 	@# tables' names in the metastore on the same PostgreSQL (README: The catalog), and serves the
 	@# SQL endpoint for tools (docs/sql.md; `lakehouse spark reader` prints the login).
 	LAKEHOUSE_METASTORE=postgres $(LAKEHOUSE) spark start
 	@echo "SQL endpoint for tools: user reader, password from: $(LAKEHOUSE) spark reader"
-	trap '$(LAKEHOUSE) spark stop' EXIT; LAKEHOUSE_AIRFLOW_DB=postgres $(LAKEHOUSE) airflow standalone
+	@# The schema registry for producers that write through one (Confluent's API; docs/deploy.md).
+	$(LAKEHOUSE) registry start
+	trap '$(LAKEHOUSE) spark stop; $(LAKEHOUSE) registry stop' EXIT; LAKEHOUSE_AIRFLOW_DB=postgres $(LAKEHOUSE) airflow standalone
 
 # The browser tests (Data Docs in the Airflow UI) drive Debian's headless Chromium.
 BROWSER_PACKAGES := chromium chromium-driver
