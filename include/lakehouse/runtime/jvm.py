@@ -129,7 +129,8 @@ def read_lock(lock: Path | None = None, pattern: str = "*.jar") -> dict[str, str
         digest, sep, name = line.partition("  ")
         if not sep or len(digest) != 64 or "/" in name or not fnmatch.fnmatch(name, pattern):
             raise JarsError(
-                [f"{lock}:{number}: not `<sha256>  <{pattern}>`: {line!r}"], _relock(lock)
+                [f"{lock}:{number}: not `<sha256>  <file>{pattern.lstrip('*')}`: {line!r}"],
+                _relock(lock),
             )
         locked[name] = digest.lower()
     if not locked:
