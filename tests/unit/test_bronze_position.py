@@ -2,7 +2,16 @@
 
 from __future__ import annotations
 
-from lakehouse.topics.bronze_table import Position
+from types import SimpleNamespace
+from typing import cast
+
+import pytest
+
+from lakehouse.contracts.model import Contract
+from lakehouse.pipeline import runner
+from lakehouse.quality.ledger import BLOCKED, BatchOutcome, RunInfo
+from lakehouse.runtime.config import Settings
+from lakehouse.topics.bronze_table import BronzeResult, Position
 from lakehouse.topics.from_kafka import kafka_plan
 from lakehouse.topics.from_landing import advance, offset_gaps
 
@@ -41,3 +50,47 @@ def test_kafka_plan_reads_from_the_position_to_the_end_and_names_what_retention_
 
 def test_kafka_plan_of_a_partition_emptied_by_retention_only_loses() -> None:
     assert kafka_plan(Position(next={0: 3}), {0: (8, 8)}) == ({}, {0: (3, 8)}, {0: 8})
+
+
+def test_a_batch_knows_its_lag_from_the_end_offsets_it_planned_with() -> None:
+    result = BronzeResult(
+        "t",
+        3,
+        records=5,
+        next_offsets={0: 15, 1: 6},
+        committed=True,
+        end_offsets={0: 15, 1: 9, 2: 0},  # partition 1 had 3 records past what was read
+    )
+    outcome = result.batch()
+    assert outcome is not None
+    assert (outcome.lag, outcome.lag_unit) == (3, "records")
+    unplanned = BronzeResult("t", 3, records=5, next_offsets={0: 15}, committed=True).batch()
+    assert unplanned is not None and (unplanned.lag, unplanned.lag_unit) == (None, None)
+
+
+def test_the_ledger_rows_keep_a_known_lag_and_measure_only_the_others(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Bronze's published batch keeps the lag it planned with (the topic is not asked again);
+    a blocked one, which knows none, has its lag read once for the layer."""
+    asked: list[set[str]] = []
+
+    def measured(settings: object, contract: object, catalog: object, layer: str, tables: set[str]):
+        asked.append(set(tables))
+        return dict.fromkeys(tables, 4)
+
+    monkeypatch.setattr(runner, "_lags", measured)
+    batches = runner._Batches("bronze")
+    batches.add(
+        BronzeResult("t", 3, 5, next_offsets={0: 5}, committed=True, end_offsets={0: 5}).batch()
+    )
+    said: list[str] = []
+    topic = cast(Contract, SimpleNamespace(topic="t"))
+    rows = batches.rows(cast(Settings, None), topic, None, RunInfo(), said.append)
+    assert [(r["lag"], r["lag_unit"]) for r in rows] == [(0, "records")]
+    assert asked == [] and said == []
+
+    batches.add(BatchOutcome("bronze", "u", BLOCKED, 5))
+    rows = batches.rows(cast(Settings, None), topic, None, RunInfo(), said.append)
+    assert [(r["table"], r["lag"]) for r in rows] == [("t", 0), ("u", 4)]
+    assert asked == [{"u"}]

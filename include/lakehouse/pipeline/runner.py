@@ -243,17 +243,25 @@ class _Batches:
     ) -> list[dict[str, Any]]:
         if not self.found:
             return []
-        try:
-            lags = _lags(settings, contract, catalog, self.layer, {o.table for o in self.found})
-        except Exception as exc:  # the batches' rows still go in, without their lag
-            echo(f"{self.layer} {contract.topic}: lag not measured: {type(exc).__name__}: {exc}")
-            lags = {}
+        # A batch that knows its lag (bronze's, from the offsets it planned with) keeps it; the
+        # others' is read from the logs, once for the layer.
+        unknown = {o.table for o in self.found if o.lag is None}
+        lags: dict[str, int] = {}
+        if unknown:
+            try:
+                lags = _lags(settings, contract, catalog, self.layer, unknown)
+            except Exception as exc:  # the batches' rows still go in, without their lag
+                echo(
+                    f"{self.layer} {contract.topic}: lag not measured: {type(exc).__name__}: {exc}"
+                )
         unit = "records" if self.layer == "bronze" else "versions"
         now = datetime.now(UTC)
         return [
-            replace(o, lag=lags.get(o.table), lag_unit=unit if o.table in lags else None).row(
-                run, now
-            )
+            (
+                o
+                if o.lag is not None
+                else replace(o, lag=lags.get(o.table), lag_unit=unit if o.table in lags else None)
+            ).row(run, now)
             for o in self.found
         ]
 

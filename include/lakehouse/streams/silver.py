@@ -71,8 +71,16 @@ class SilverResult:
         """The batch's outcome for the ledger (None: no batch, or one committed before)."""
         if not self.committed:
             return None
+        # It read bronze up to the head it planned with: as planned, it is not behind.
         return BatchOutcome(
-            "silver", self.stream, PUBLISHED, self.records, self.table_version, self.reasons
+            "silver",
+            self.stream,
+            PUBLISHED,
+            self.records,
+            self.table_version,
+            self.reasons,
+            lag=0,
+            lag_unit="versions",
         )
 
     def summary(self) -> str:

@@ -77,6 +77,9 @@ class BronzeResult:
     ignored: list[str] = field(default_factory=list)  # landing files that are not segments
     table_version: int | None = None  # the version the batch committed
     reasons: dict[str, int] = field(default_factory=dict)  # quarantined, by reason kind
+    # The topic's end offset per partition when the batch was planned (the broker's, or the
+    # landing files' listed): with next_offsets, the batch's lag without asking the topic again.
+    end_offsets: dict[int, int] | None = None
 
     def batch(self) -> BatchOutcome | None:
         """The batch's outcome for the ledger (None: no batch, or one committed before)."""
@@ -91,7 +94,15 @@ class BronzeResult:
             self.table_version,
             reasons=self.reasons,
             gaps=missing,
+            lag=self.lag(),
+            lag_unit=None if self.end_offsets is None else "records",
         )
+
+    def lag(self) -> int | None:
+        """Records the topic held at planning that bronze has still to read (None: not known)."""
+        if self.end_offsets is None:
+            return None
+        return sum(max(0, end - self.next_offsets.get(p, 0)) for p, end in self.end_offsets.items())
 
     def summary(self) -> str:
         ignored = ""

@@ -162,7 +162,8 @@ def ingest(
     pos = position(store, settings, topic)
     last_batch = store.transaction_version(path, BRONZE_APP)
     batch_id = 0 if last_batch is None else last_batch + 1
-    read, lost, after = kafka_plan(pos, kafka.offsets(c, contract.partitions))
+    marks = kafka.offsets(c, contract.partitions)
+    read, lost, after = kafka_plan(pos, marks)
     assert contract.kafka is not None
     if lost and contract.kafka.on_data_loss == "fail":
         raise DataLossError(c.topic, lost)
@@ -221,6 +222,7 @@ def ingest(
         kafka_topic=c.topic,
         lost=lost,
         table_version=result.table_version,
+        end_offsets={p: end for p, (_, end) in marks.items()},
     )
 
 

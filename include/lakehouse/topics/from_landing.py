@@ -343,4 +343,6 @@ def ingest(
         ignored=ignored,
         table_version=result.table_version,
         reasons=count_reasons((b["reason"], 1) for b in bad),
+        # Every segment listed is read: the landing's end, as listed, is where bronze now is.
+        end_offsets=dict(new_pos.next),
     )
