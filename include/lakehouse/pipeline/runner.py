@@ -243,7 +243,7 @@ class _Batches:
     ) -> list[dict[str, Any]]:
         if not self.found:
             return []
-        # A batch that knows its lag (bronze's, from the offsets it planned with) keeps it; the
+        # A batch that knows its lag (bronze's, silver's: from what it planned with) keeps it; the
         # others' is read from the logs, once for the layer.
         unknown = {o.table for o in self.found if o.lag is None}
         lags: dict[str, int] = {}
