@@ -199,3 +199,23 @@ def test_a_driver_per_task_may_commit_to_a_bucket_only_under_the_multi_driver_lo
     objectstore.check_commit_safety(
         bucket, {"spark.delta.logStore.s3a.impl": objectstore.MULTI_DRIVER_LOG_STORE}
     )
+
+
+def test_another_environment_in_the_same_process_gets_its_own_store(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A store's settings and client follow the environment they were read from: a second
+    endpoint or key set in the same process is used as it is, not the first one cached."""
+    monkeypatch.setenv("LAKEHOUSE_S3_ENDPOINT", "http://127.0.0.1:9001")
+    first = objectstore.storage_options("s3://lake/t")
+    client = objectstore._filesystem()
+    assert first is not None and first["AWS_ENDPOINT_URL"] == "http://127.0.0.1:9001"
+    assert objectstore._filesystem() is client  # the same environment: the same client
+
+    monkeypatch.setenv("LAKEHOUSE_S3_ENDPOINT", "http://127.0.0.1:9002")
+    second = objectstore.storage_options("s3://lake/t")
+    assert second is not None and second["AWS_ENDPOINT_URL"] == "http://127.0.0.1:9002"
+    assert objectstore._filesystem() is not client
+    moved = objectstore._filesystem()
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIAOTHERDEPLOYMENT")
+    assert objectstore._filesystem() is not moved

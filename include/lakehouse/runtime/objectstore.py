@@ -220,8 +220,31 @@ class S3Settings:
         return options
 
 
-@cache
+# What the store's settings and pyarrow's client are read from: a change to any of these (another
+# deployment's environment in the same process) gives new ones, not the first ones cached.
+_ENVIRONMENT = (
+    "LAKEHOUSE_S3_ENDPOINT",
+    "LAKEHOUSE_S3_PATH_STYLE",
+    "LAKEHOUSE_S3_REGION",
+    "AWS_REGION",
+    "AWS_DEFAULT_REGION",
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "AWS_PROFILE",
+)
+
+
+def _environment() -> tuple[str | None, ...]:
+    return tuple(os.environ.get(name) for name in _ENVIRONMENT)
+
+
 def _s3_settings() -> S3Settings:
+    return _settings_for(_environment())
+
+
+@cache
+def _settings_for(environment: tuple[str | None, ...]) -> S3Settings:
     return S3Settings.from_env()
 
 
@@ -233,8 +256,12 @@ def storage_options(path: Location | str) -> dict[str, str] | None:
     return None
 
 
-@cache
 def _filesystem() -> pafs.S3FileSystem:
+    return _filesystem_for(_environment())
+
+
+@cache
+def _filesystem_for(environment: tuple[str | None, ...]) -> pafs.S3FileSystem:
     from pyarrow import fs as pafs
 
     s3 = _s3_settings()
@@ -414,5 +441,5 @@ def check_commit_safety(root: Location, conf: dict[str, str]) -> None:
 
 def reset() -> None:
     """Forget the settings and the filesystem read from the environment (tests change it)."""
-    _s3_settings.cache_clear()
-    _filesystem.cache_clear()
+    _settings_for.cache_clear()
+    _filesystem_for.cache_clear()

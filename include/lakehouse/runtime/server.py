@@ -370,7 +370,9 @@ class SparkServer(LocalServer[Status]):
     def stop(self, *, timeout: float | None = None) -> bool:
         """Stop the server, its Python workers and its validation service; False if no server
         was running. A service whose JVM died alone (kill -9, out of memory) is ended too:
-        otherwise it outlives every server, and a new start spawns another beside it."""
+        otherwise it outlives every server, and a new start spawns another beside it. A warm-up
+        still running is ended first: a client that saw its server die would say it failed."""
+        warmup.stop(self.settings)
         rec = self.record()
         pid, service = rec.get("pid"), rec.get("validation_pid")
         if self._service is not None and self._service.poll() is None:
@@ -390,7 +392,6 @@ class SparkServer(LocalServer[Status]):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(member, signal.SIGKILL)
         self._service = None
-        warmup.stop(self.settings)
         self.state.unlink(missing_ok=True)
         validation_socket(self.settings).unlink(missing_ok=True)
         return running
