@@ -439,6 +439,38 @@ def test_avro_contract_reads_schema_files_beside_it(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
+    ("strategy", "subject"),
+    [
+        ("topic", "t-value"),
+        ("record", "example.T"),
+        ("topic-record", "t-example.T"),
+    ],
+)
+def test_a_value_written_through_a_registry_lists_no_id_and_names_its_subject(
+    tmp_path: Path, strategy: str, subject: str
+) -> None:
+    """The reader schema gives the stream's columns; the subject follows the producers'
+    naming strategy (Confluent's TopicNameStrategy by default)."""
+    path = _avro_dir(tmp_path, {**V1, "namespace": "example"})
+    path.write_text(
+        AVRO.replace(
+            "  schemas:\n    - id: 1\n      file: t/v1.avsc",
+            f"  registry: {{subject: {strategy}, url: 'https://registry.example:8081/api'}}\n"
+            "  reader: {file: t/v1.avsc}",
+        )
+    )
+    c = load_contract(path)
+    assert [f.name for f in c.fields] == ["name", "at"]
+    assert c.value_registry is not None
+    assert (c.value_registry.subject, c.value_registry.url) == (
+        subject,
+        "https://registry.example:8081/api",
+    )
+    assert c.value_writers == {}  # the registry's, looked up by the jobs that decode
+    assert [v.id for v in c.value_schemas] == [None]
+
+
+@pytest.mark.parametrize(
     ("old", "new", "where", "problem"),
     [
         ("file: t/v1.avsc", "file: t/v9.avsc", "value.schemas[0].file", "cannot read"),
@@ -492,6 +524,49 @@ def test_avro_contract_reads_schema_files_beside_it(tmp_path: Path) -> None:
             "expect 'between' needs 'min' or 'max'",
         ),
         ("severity: warn", "severity: panic", "expectations.silver[1].severity", "is not one of"),
+        # Written through a schema registry: a reader schema, no ids, a URL without secrets.
+        (
+            "  schemas:\n    - id: 1\n      file: t/v1.avsc",
+            "  registry: {subject: topic}",
+            "value",
+            "'reader' is a required property with 'registry'",
+        ),
+        (
+            "  schemas:\n    - id: 1\n      file: t/v1.avsc",
+            "  schemas: [{id: 1, file: t/v1.avsc}]\n  registry: {}\n  reader: {file: t/v1.avsc}",
+            "value",
+            "either 'schemas' (the ids listed) or 'registry'",
+        ),
+        (
+            "      file: t/v1.avsc",
+            "      file: t/v1.avsc\n  reader: {file: t/v1.avsc}",
+            "value",
+            "'reader' is only allowed with 'registry'",
+        ),
+        (
+            "  schemas:\n    - id: 1\n      file: t/v1.avsc",
+            "  registry: {subject: value}\n  reader: {file: t/v1.avsc}",
+            "value.registry.subject",
+            "is not one of",
+        ),
+        (
+            "  schemas:\n    - id: 1\n      file: t/v1.avsc",
+            "  registry: {url: 'http://me:secret@registry:8081'}\n  reader: {file: t/v1.avsc}",
+            "value.registry.url",
+            "does not match",
+        ),
+        (
+            "  schemas:\n    - id: 1\n      file: t/v1.avsc",
+            "  registry: {}\n  reader: {file: t/v9.avsc}",
+            "value.reader.file",
+            "cannot read",
+        ),
+        (
+            "  schemas:\n    - id: 1\n      file: t/v1.avsc",
+            "  registry: {}",
+            "value",
+            "'reader' is a required property with 'registry'",
+        ),
     ],
 )
 def test_broken_avro_contract_names_file_path_and_problem(

@@ -13,6 +13,7 @@ import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from textwrap import dedent
 from typing import Any
@@ -21,8 +22,8 @@ import pytest
 import yaml
 
 from lakehouse.contracts.catalog import parse_contract
-from lakehouse.contracts.model import Contract
-from lakehouse.errors import ContractError, LakehouseError, SchemaEvolutionError
+from lakehouse.contracts.model import Contract, SchemaVersion
+from lakehouse.errors import ConfigError, ContractError, LakehouseError, SchemaEvolutionError
 from lakehouse.runtime.config import Settings
 from lakehouse.streams.registry import (
     SUBJECTS,
@@ -32,6 +33,7 @@ from lakehouse.streams.registry import (
     check_contract,
     contract_text,
     new_version,
+    subject_change,
 )
 
 
@@ -403,3 +405,66 @@ def test_a_number_recorded_as_taken_without_its_row_is_an_error_not_a_loop(
         LakehouseError, match="version 1 of the value schema of topic 't' is recorded"
     ):
         registry.register(_json_contract([{"name": "b", "type": "long"}]), spark)
+
+
+# -- values written through a Confluent-compatible registry -----------------------------------
+THROUGH_A_REGISTRY = {
+    "topic": "t",
+    "key": {"format": "string", "name": "id"},
+    "value": {
+        "format": "avro",
+        "registry": {"subject": "topic"},
+        "reader": {
+            "schema": {"type": "record", "name": "T", "fields": [{"name": "a", "type": "long"}]}
+        },
+    },
+    "stream": {"name": "t_stream"},
+}
+
+
+def test_where_a_registry_topics_ids_are_looked_up_is_said_or_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The contract's URL, else the deployment's, else this lakehouse's running registry; a
+    URL carrying credentials is refused, and with none given or running the error says how."""
+    from lakehouse.contracts import confluent
+
+    settings = Settings.from_env(home=tmp_path / "home")
+    contract = parse_contract(THROUGH_A_REGISTRY, "t.yaml")
+    monkeypatch.delenv(confluent.URL_ENV, raising=False)
+    with pytest.raises(confluent.SchemaRegistryUnavailableError) as none:
+        confluent.resolve(contract, settings)
+    assert confluent.URL_ENV in str(none.value) and "lakehouse registry start" in str(none.value)
+
+    monkeypatch.setenv(confluent.URL_ENV, "http://user:pw@127.0.0.1:8081")
+    with pytest.raises(ConfigError, match="no credentials"):
+        confluent.registry_url(contract, settings)
+    monkeypatch.setenv(confluent.URL_ENV, "http://127.0.0.1:8081/apis/ccompat/v7/")
+    assert confluent.registry_url(contract, settings) == "http://127.0.0.1:8081/apis/ccompat/v7"
+    given = {**THROUGH_A_REGISTRY["value"], "registry": {"url": "http://registry:8081"}}
+    mine = parse_contract({**THROUGH_A_REGISTRY, "value": given}, "t.yaml")
+    assert confluent.registry_url(mine, settings) == "http://registry:8081"
+
+
+def test_a_registry_topics_known_ids_only_grow_in_the_schema_history() -> None:
+    """A job that looked no id up (bronze, gold) registers nothing new after one that did;
+    a new registered id is a new version; an id that changed its schema is refused."""
+    contract = parse_contract(THROUGH_A_REGISTRY, "t.yaml")
+    reader = contract.value_schemas[-1]
+    resolved = replace(contract, value_schemas=(SchemaVersion(7, reader.schema), reader))
+    history: list[RegisteredVersion] = []
+    for step in (contract, resolved):
+        state = subject_change(step, "value", history)
+        assert state is not None
+        history.append(new_version(step, "value", state, history, ""))
+    assert [set(v.state.ids) for v in history] == [set(), {"7"}]
+    assert subject_change(contract, "value", history) is None
+    assert subject_change(resolved, "value", history) is None
+    grown = replace(
+        resolved, value_schemas=(SchemaVersion(8, reader.schema), *resolved.value_schemas)
+    )
+    assert subject_change(grown, "value", history) is not None
+    other = {"type": "record", "name": "T", "fields": [{"name": "b", "type": "long"}]}
+    changed = replace(resolved, value_schemas=(SchemaVersion(7, other), reader))
+    with pytest.raises(SchemaEvolutionError, match="schema id 7 was registered"):
+        subject_change(changed, "value", history)

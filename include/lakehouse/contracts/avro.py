@@ -3,6 +3,8 @@
 A Confluent-framed value is one magic byte 0, the writer's schema id as a 4-byte big-endian int,
 then the Avro binary record. Contracts list a topic's schemas by id, oldest first; the last one
 is the *reader* schema, so every record decodes into the latest shape by Avro's resolution rules.
+A contract whose value is written through a schema registry names its reader schema alone; the
+writers' schemas by id come from the registry (:mod:`lakehouse.contracts.confluent`).
 
 This module runs at contract load time and inside Spark Python workers (``mapInArrow``), so it
 must stay free of Spark, Delta and GX imports. Apache's ``avro`` package is only needed to check
@@ -559,8 +561,9 @@ def _ran_out(raw: bytes, failed_at: int, writer: ParsedSchema, reader: ParsedSch
 class WireDecoder:
     """Decodes Confluent-framed Avro values of one topic into Arrow, a batch at a time.
 
-    ``writers`` maps each schema id the contract knows to its schema JSON; ``reader`` is the
-    latest schema, whose shape every record takes. With ``fields`` (the reader's silver
+    ``writers`` maps each schema id the contract knows (or its registry's subject has: ``known``
+    says which in an unknown id's reason) to its schema JSON; ``reader`` is the latest schema,
+    whose shape every record takes. With ``fields`` (the reader's silver
     columns) it decodes record values with ``decode``; with ``fields=()`` the reader must be a
     scalar and it decodes keys with ``decode_key``.
 
@@ -571,11 +574,16 @@ class WireDecoder:
 
     _SOURCE = "<Avro wire decoder>"
 
-    def __init__(self, writers: Mapping[int, Any], reader: Any, fields: Sequence[Field]) -> None:
+    def __init__(
+        self,
+        writers: Mapping[int, Any],
+        reader: Any,
+        fields: Sequence[Field],
+        *,
+        known: str = "the contract knows",
+    ) -> None:
         import pyarrow as pa
 
-        if not writers:
-            raise ValueError("a WireDecoder needs at least one writer schema")
         self.fields = tuple(fields)
         self.scalar: FieldType | None = None
         if self.fields:
@@ -615,7 +623,7 @@ class WireDecoder:
             for f in self.fields
             if f.type == "decimal"
         }
-        self._known_ids = ", ".join(str(i) for i in sorted(writers))
+        self._known_ids = f"{known} " + (", ".join(str(i) for i in sorted(writers)) or "none")
         self._arrow_fields = [
             pa.field(f.name, _arrow_type(f), nullable=f.nullable) for f in self.fields
         ]
@@ -720,7 +728,7 @@ class WireDecoder:
         if raw[0] != MAGIC:
             return f"value does not start with the Avro wire-format magic byte 0 (found 0x{raw[0]:02x})"
         schema_id = _HEADER.unpack_from(raw)[1]
-        return f"unknown Avro schema id {schema_id} (the contract knows {self._known_ids})"
+        return f"unknown Avro schema id {schema_id} ({self._known_ids})"
 
     def _read_decimals(self, decoded: list[Any], reasons: list[str | None], ids: list[int]) -> None:
         """Turn decimal columns' bytes (a big-endian two's-complement unscaled number, Avro's

@@ -34,6 +34,7 @@ from lakehouse.contracts.document import (
     ExpectationsDoc,
     JoinDoc,
     LandingDoc,
+    SchemaDoc,
     SchemaVersionDoc,
     TableDoc,
     ValueDoc,
@@ -50,10 +51,12 @@ from lakehouse.contracts.model import (
     KafkaOrigin,
     Kind,
     QualityChecks,
+    RegistrySource,
     SchemaVersion,
     TableSpec,
     Window,
     duration_ms,
+    subject_name,
 )
 from lakehouse.errors import ConfigError, ContractError, UnknownTableError, UnknownTopicError
 from lakehouse.runtime.config import LAYERS
@@ -68,6 +71,14 @@ def parse_contract(document: Any, file: str = "<memory>", base: Path | None = No
     doc = validate_document(document, file)
     key_schemas = _schema_versions(doc.key.schemas or [], file, "key.schemas", base)
     value_schemas = _schema_versions(doc.value.schemas or [], file, "value.schemas", base)
+    value_registry = None
+    if doc.value.registry is not None and doc.value.reader is not None:  # (the document's rule)
+        reader = _schema(doc.value.reader, file, "value.reader", base)
+        value_schemas = (SchemaVersion(id=None, schema=reader, file=doc.value.reader.file),)
+        where = doc.value.registry
+        value_registry = RegistrySource(
+            subject_name(doc.topic, where.subject, reader), where.subject, where.url
+        )
     key_type: FieldType = doc.key.type or "string"
     if doc.key.format == "avro":
         from lakehouse.contracts import avro
@@ -84,6 +95,7 @@ def parse_contract(document: Any, file: str = "<memory>", base: Path | None = No
         key_schemas=key_schemas,
         value_format=doc.value.format,
         value_schemas=value_schemas,
+        value_registry=value_registry,
         fields=_value_fields(doc.value, value_schemas, file),
         stream=doc.stream.name,
         tables=tuple(_table(t) for t in doc.tables),
@@ -199,10 +211,6 @@ def _schema_versions(
     items: list[SchemaVersionDoc], file: str, where: str, base: Path | None
 ) -> tuple[SchemaVersion, ...]:
     """Load each listed Avro schema (file beside the contract, or inline) and validate it."""
-    if not items:
-        return ()
-    from lakehouse.contracts import avro
-
     out: list[SchemaVersion] = []
     seen: set[int] = set()
     for i, item in enumerate(items):
@@ -210,33 +218,42 @@ def _schema_versions(
         if item.id in seen:
             raise ContractError(file, f"{path}.id", f"schema id {item.id} is listed twice")
         seen.add(item.id)
-        schema = item.schema_
-        if item.file is not None:
-            if base is None:
-                raise ContractError(file, f"{path}.file", "schema files need a contract file")
-            schema_file = base / item.file
-            if not schema_file.resolve().is_relative_to(base.resolve()):  # e.g. through a symlink
-                raise ContractError(
-                    file, f"{path}.file", f"{item.file!r} is outside the contract's folder"
-                )
-            try:
-                schema = json.loads(schema_file.read_text(encoding="utf-8"))
-            except OSError as exc:
-                raise ContractError(
-                    file, f"{path}.file", f"cannot read {schema_file}: {exc.strerror}"
-                ) from None
-            except json.JSONDecodeError as exc:
-                raise ContractError(
-                    file,
-                    f"{path}.file",
-                    f"{schema_file} is not JSON: {exc.msg} (line {exc.lineno})",
-                ) from None
-        elif isinstance(schema, str):
-            with contextlib.suppress(json.JSONDecodeError):  # else a bare name such as "string"
-                schema = json.loads(schema)
-        avro.parse(schema, file, path)
-        out.append(SchemaVersion(id=item.id, schema=schema, file=item.file))
+        out.append(
+            SchemaVersion(id=item.id, schema=_schema(item, file, path, base), file=item.file)
+        )
     return tuple(out)
+
+
+def _schema(item: SchemaDoc, file: str, path: str, base: Path | None) -> Any:
+    """One Avro schema (a file beside the contract, or inline), read and validated."""
+    from lakehouse.contracts import avro
+
+    schema = item.schema_
+    if item.file is not None:
+        if base is None:
+            raise ContractError(file, f"{path}.file", "schema files need a contract file")
+        schema_file = base / item.file
+        if not schema_file.resolve().is_relative_to(base.resolve()):  # e.g. through a symlink
+            raise ContractError(
+                file, f"{path}.file", f"{item.file!r} is outside the contract's folder"
+            )
+        try:
+            schema = json.loads(schema_file.read_text(encoding="utf-8"))
+        except OSError as exc:
+            raise ContractError(
+                file, f"{path}.file", f"cannot read {schema_file}: {exc.strerror}"
+            ) from None
+        except json.JSONDecodeError as exc:
+            raise ContractError(
+                file,
+                f"{path}.file",
+                f"{schema_file} is not JSON: {exc.msg} (line {exc.lineno})",
+            ) from None
+    elif isinstance(schema, str):
+        with contextlib.suppress(json.JSONDecodeError):  # else a bare name such as "string"
+            schema = json.loads(schema)
+    avro.parse(schema, file, path)
+    return schema
 
 
 def _value_fields(
@@ -248,7 +265,7 @@ def _value_fields(
     if value.format == "avro":
         from lakehouse.contracts import avro
 
-        latest = f"value.schemas[{len(schemas) - 1}]"
+        latest = "value.reader" if value.registry else f"value.schemas[{len(schemas) - 1}]"
         return avro.fields_of(schemas[-1].schema, file, latest)
     # A decimal's scale is 0 when left out, as in Avro.
     return tuple(

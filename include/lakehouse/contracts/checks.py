@@ -37,7 +37,10 @@ def check_contract(c: Contract) -> None:
         if c.value_format == "string" and i == 1:
             where = "value.name"
         elif c.value_format == "avro" and i > 0:
-            where = f"value.schemas[{len(c.value_schemas) - 1}].fields[{i - 1}].name"
+            latest = (
+                "value.reader" if c.value_registry else f"value.schemas[{len(c.value_schemas) - 1}]"
+            )
+            where = f"{latest}.fields[{i - 1}].name"
         if not IDENTIFIER.fullmatch(name):  # Avro field names reach here unchecked
             raise ContractError(c.file, where, f"invalid column name {name!r}: {IDENTIFIER_RULE}")
         if name in SQL_LITERAL_WORDS:

@@ -199,14 +199,12 @@ class _Doc(BaseModel):
         return self
 
 
-class SchemaVersionDoc(_Doc):
-    """An Avro schema by its Confluent schema id: a file beside the contract, or inline. Listed
-    oldest first; the last one is the latest (the reader schema)."""
+class SchemaDoc(_Doc):
+    """An Avro schema: a file beside the contract, or inline."""
 
     model_config = ConfigDict(
         json_schema_extra={"oneOf": [{"required": ["file"]}, {"required": ["schema"]}]}
     )
-    id: Annotated[int, pydantic.Field(ge=0, le=2**31 - 1)]
     file: AvroFile | None = None
     schema_: Annotated[Any, _of_type(dict, list, str)] = pydantic.Field(None, alias="schema")
 
@@ -215,6 +213,13 @@ class SchemaVersionDoc(_Doc):
         if (self.file is None) == (self.schema_ is None):
             raise _problem("give either 'file' or 'schema' (one of the two)")
         return self
+
+
+class SchemaVersionDoc(SchemaDoc):
+    """An Avro schema by its Confluent schema id: a file beside the contract, or inline. Listed
+    oldest first; the last one is the latest (the reader schema)."""
+
+    id: Annotated[int, pydantic.Field(ge=0, le=2**31 - 1)]
 
 
 SchemaVersions = Annotated[list[SchemaVersionDoc], pydantic.Field(min_length=1)]
@@ -264,24 +269,59 @@ class FieldDoc(_Doc):
         return self
 
 
+class RegistryDoc(_Doc):
+    """Values written through a Confluent-compatible schema registry: each record carries its
+    writer schema's id, looked up in the registry (no id is listed in the contract)."""
+
+    subject: Literal["topic", "record", "topic-record"] = "topic"
+    """The subject naming strategy of the producers' serializers: ``topic`` (``<topic>-value``,
+    Confluent's default), ``record`` (the reader schema's full name) or ``topic-record``
+    (``<topic>-<full name>``)."""
+    url: Annotated[str, StringConstraints(pattern=r"^https?://[^/?#@\s]+(/[^?#@\s]*)?$")] | None = (
+        None
+    )
+    """The registry's URL (Confluent's API). Left out: ``LAKEHOUSE_SCHEMA_REGISTRY_URL``, else
+    the registry ``lakehouse registry start`` runs. Credentials never go here: the deployment
+    sets ``LAKEHOUSE_SCHEMA_REGISTRY_USER_INFO`` (``user:password``)."""
+
+
 class ValueDoc(_Doc):
-    """The record value: JSON with the fields listed here, Avro with its schemas, or text."""
+    """The record value: JSON with the fields listed here, Avro with its schemas (listed by id,
+    or a reader schema and the registry the ids are looked up in), or text."""
 
     rules = KeyRules(
         "format",
-        requires={"json": ("fields",), "avro": ("schemas",), "string": ("name",)},
+        requires={"json": ("fields",), "string": ("name",)},
         refuses={
-            "json": ("schemas", "name"),
+            "json": ("schemas", "name", "registry", "reader"),
             "avro": ("fields", "name"),
-            "string": ("fields", "schemas"),
+            "string": ("fields", "schemas", "registry", "reader"),
         },
+        needs_one_of={"avro": ("schemas", "registry")},
     )
     format: ValueFormat
     fields: Annotated[list[FieldDoc], pydantic.Field(min_length=1)] | None = None
     schemas: SchemaVersions | None = None
+    registry: RegistryDoc | None = None
+    """Avro values written through a schema registry (instead of ``schemas``)."""
+    reader: SchemaDoc | None = None
+    """With ``registry``: the schema the stream is read with, whose fields are its columns;
+    each record's writer schema resolves into it (Avro's schema resolution)."""
     name: Identifier | None = None
     """The column holding the whole value when format is string."""
     description: str = ""
+
+    @pydantic.model_validator(mode="after")
+    def _registry_or_ids(self) -> Self:
+        if self.registry is not None and self.schemas is not None:
+            raise _problem(
+                "give either 'schemas' (the ids listed) or 'registry' (the ids looked up), not both"
+            )
+        if self.registry is not None and self.reader is None:
+            raise _problem("'reader' is a required property with 'registry'")
+        if self.reader is not None and self.registry is None:
+            raise _problem("'reader' is only allowed with 'registry'")
+        return self
 
 
 class StreamDoc(_Doc):

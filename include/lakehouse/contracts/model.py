@@ -9,7 +9,9 @@ are read from a file by :mod:`lakehouse.contracts.catalog` (through the document
 :mod:`lakehouse.contracts.checks`.
 
 Avro schemas live beside the contract (``.avsc`` files, or inline), listed by their Confluent
-schema id, oldest first; the last one is the latest and is the shape of the silver stream.
+schema id, oldest first; the last one is the latest and is the shape of the silver stream. A
+value written through a schema registry lists its reader schema alone; the writers' schemas are
+the registry's versions of its subject, looked up by each job that decodes it.
 
 This module is imported at DAG parse time: it must stay free of Spark, Delta and GX imports.
 """
@@ -101,15 +103,41 @@ def canonical_json(schema: Any) -> str:
 
 @dataclass(frozen=True)
 class SchemaVersion:
-    """One Avro schema of a key or value, by its Confluent schema id."""
+    """One Avro schema of a key or value, by its Confluent schema id; a registry-backed value's
+    reader schema has none (:class:`RegistrySource`)."""
 
-    id: int
+    id: int | None
     schema: Any = field(compare=False)
     file: str | None = None
 
     @property
     def canonical(self) -> str:
         return canonical_json(self.schema)
+
+
+SubjectStrategy = Literal["topic", "record", "topic-record"]
+
+
+@dataclass(frozen=True)
+class RegistrySource:
+    """Values written through a Confluent-compatible schema registry: each record's schema id is
+    one of the versions of ``subject`` there (at ``url``; None: the deployment's registry, see
+    :mod:`lakehouse.contracts.confluent`)."""
+
+    subject: str
+    strategy: SubjectStrategy = "topic"
+    url: str | None = None
+
+
+def subject_name(topic: str, strategy: SubjectStrategy, reader: Any) -> str:
+    """The subject a Confluent serializer registers a topic's value schema under, by its
+    subject naming strategy (TopicNameStrategy, RecordNameStrategy, TopicRecordNameStrategy)."""
+    if strategy == "topic":
+        return f"{topic}-value"
+    name = reader.get("name", "") if isinstance(reader, dict) else ""
+    namespace = reader.get("namespace") if isinstance(reader, dict) else None
+    full = name if "." in name or not namespace else f"{namespace}.{name}"
+    return full if strategy == "record" else f"{topic}-{full}"
 
 
 @dataclass(frozen=True)
@@ -285,6 +313,9 @@ class Contract:
     key_type: FieldType = "string"
     key_schemas: tuple[SchemaVersion, ...] = ()
     value_schemas: tuple[SchemaVersion, ...] = ()
+    # Written through a schema registry: ``value_schemas`` is the reader schema alone (no id)
+    # until the registry's versions are looked up (lakehouse.contracts.confluent.resolve).
+    value_registry: RegistrySource | None = None
     event_time: str | None = None
     compatibility: str = "BACKWARD"
     expectations: tuple[Expectation, ...] = ()
@@ -305,6 +336,12 @@ class Contract:
     def columns(self) -> tuple[str, ...]:
         """The stream's own columns: the key, then the value's fields."""
         return (self.key_name, *(f.name for f in self.fields))
+
+    @property
+    def value_writers(self) -> dict[int, Any]:
+        """The value's writer schemas by Confluent id (Avro values): those the contract lists,
+        or the registry's once looked up."""
+        return {v.id: v.schema for v in self.value_schemas if v.id is not None}
 
     def value_avro_schema(self) -> Any:
         """The value's latest schema in Avro's terms, as the schema registry compares it."""

@@ -35,6 +35,7 @@ import difflib
 import json
 import math
 import re
+from collections.abc import Callable
 from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
@@ -219,6 +220,12 @@ class Serializer:
         self._key = None
         self._fields = contract.fields
         self._defaults: frozenset[str] = frozenset()  # Avro fields a writer may leave out
+        self._registered: Callable[[dict[str, Any]], bytes] | None = None
+        if contract.value_registry is not None and value_schema_id is not None:
+            raise BadRecordError(
+                f"topic {contract.topic}",
+                "its values are written through a schema registry, which gives the id",
+            )
         if contract.value_format == "avro":
             version = _pick(contract.value_schemas, value_schema_id, f"topic {contract.topic}")
             self._value = (version.id, avro.parse(version.schema, contract.file, "value"))
@@ -250,7 +257,7 @@ class Serializer:
             return checked.encode("utf-8")
         if fmt == "json":
             return json_text(checked).encode("utf-8")
-        assert self._key is not None
+        assert self._key is not None and self._key[0] is not None
         try:
             return avro.encode(self._key[0], self._key[1], checked)
         except (ValueError, TypeError) as exc:
@@ -272,13 +279,35 @@ class Serializer:
         record = self._checked(value, origin, avro=fmt == "avro")
         if fmt == "json":
             return json_text(record).encode("utf-8")
-        assert self._value is not None
+        if self.contract.value_registry is not None:
+            return self._through_registry(record, origin)
+        assert self._value is not None and self._value[0] is not None
         try:
             return avro.encode(self._value[0], self._value[1], record)
         except (ValueError, TypeError, KeyError) as exc:
             raise BadRecordError(
                 origin, f"value does not fit Avro schema id {self._value[0]}: {exc}"
             ) from None
+
+    def _through_registry(self, record: dict[str, Any], origin: str) -> bytes:
+        """A value as Confluent's own ``AvroSerializer`` frames it: the reader schema registered
+        under the topic's subject (the registry refuses one its compatibility mode breaks), its
+        id in the header."""
+        from confluent_kafka.schema_registry.error import SchemaRegistryError
+        from confluent_kafka.serialization import SerializationError
+
+        if self._registered is None:
+            from lakehouse.contracts import confluent
+
+            self._registered = confluent.serializer(self.contract)
+        try:
+            return self._registered(record)
+        except SchemaRegistryError as exc:
+            raise BadRecordError(
+                origin, f"the schema registry refused the value's schema: {exc}"
+            ) from None
+        except (SerializationError, ValueError, TypeError, KeyError) as exc:
+            raise BadRecordError(origin, f"value does not fit its Avro schema: {exc}") from None
 
     def _checked(self, value: dict[str, Any], origin: str, *, avro: bool) -> dict[str, Any]:
         """The value with each field checked and stored as its type stores it."""

@@ -33,7 +33,12 @@ def schemas(settings: Settings, catalog: Catalog, topics: Sequence[str], check: 
 
     registry = SchemaRegistry(settings)
     contracts = [catalog.topic(t) for t in topics] if topics else list(catalog)
+    breaks = 0
     for contract in contracts:
+        if check and contract.value_registry is not None:
+            said, broken = _against_the_registry(settings, contract)
+            print(said)
+            breaks += broken
         pending = registry.check(contract) if check else {}
         for subject in SUBJECTS:
             versions = registry.versions(contract.topic, subject)
@@ -47,7 +52,34 @@ def schemas(settings: Settings, catalog: Catalog, topics: Sequence[str], check: 
                 f"{contract.topic} {subject} [{contract.compatibility}]: "
                 f"{listing or 'no versions yet'}{state}"
             )
-    return 0
+    return 1 if breaks else 0
+
+
+def _against_the_registry(settings: Settings, contract: Contract) -> tuple[str, int]:
+    """Whether the contract's reader schema reads every version of its registry subject (Avro's
+    resolution rules): the line to print, and how many versions it cannot read."""
+    from lakehouse.contracts import avro, confluent
+
+    source = contract.value_registry
+    assert source is not None
+    writers = confluent.resolve(contract, settings).value_writers
+    reader = contract.value_schemas[-1].schema
+    where = f"{contract.topic} value: subject {source.subject!r} at {confluent.registry_url(contract, settings)}"
+    if not writers:
+        return f"{where}: no version registered yet", 0
+    problems = [
+        f"schema id {schema_id}: " + "; ".join(found)
+        for schema_id, schema in writers.items()
+        if (found := avro.check_compatibility("BACKWARD", reader, [schema]))
+    ]
+    ids = ", ".join(str(i) for i in writers)
+    if not problems:
+        return f"{where}: the reader schema reads every version (ids {ids})", 0
+    return (
+        f"{where}: the reader schema cannot read {len(problems)} of its versions (ids {ids}); "
+        "their records would go to quarantine: " + " | ".join(problems),
+        len(problems),
+    )
 
 
 def _plain(value: Any) -> Any:

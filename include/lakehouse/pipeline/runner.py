@@ -9,6 +9,7 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from lakehouse.contracts import confluent
 from lakehouse.contracts.catalog import Catalog
 from lakehouse.contracts.model import Contract, TableSpec
 from lakehouse.errors import QualityGateError, TablesFailedError
@@ -93,6 +94,10 @@ def _run_layer(
     waiting = nothing_landed(settings, contract, layer, specs, request)
     if waiting is not None:
         return waiting
+    if layer == "silver":
+        # Values written through a schema registry: the writers' schemas, looked up now (a
+        # registry that does not answer fails the batch here, before anything is written).
+        contract = confluent.resolve(contract, settings)
     registry = SchemaRegistry(settings)
     if request.dry_run:
         registry.check(contract)

@@ -278,7 +278,9 @@ def _decode_avro(df: DataFrame, contract: Contract) -> DataFrame:
     """Avro keys and values (Confluent wire format) decode in Python workers with fastavro.
 
     Records written with an older schema id resolve into the latest schema (Avro's schema
-    resolution), so the stream always has the latest shape.
+    resolution), so the stream always has the latest shape. A value written through a schema
+    registry needs its contract's writers looked up first
+    (:func:`lakehouse.contracts.confluent.resolve`): the ids its subject had then.
     """
     from pyspark.sql import types as T
 
@@ -295,13 +297,23 @@ def _decode_avro(df: DataFrame, contract: Contract) -> DataFrame:
             T.StructField(_K, kind_spark_type(contract.key_type), True),
             T.StructField(_KEY_ERROR, T.StringType(), True),
         ]
-    value_args = (
-        ({v.id: v.schema for v in contract.value_schemas}, contract.value_schemas[-1].schema)
-        if value_avro
-        else None
-    )
+    value_args = None
+    if value_avro:
+        known = "the contract knows"
+        if contract.value_registry is not None:
+            if len(contract.value_schemas) < 2 and contract.value_schemas[-1].id is None:
+                raise ValueError(
+                    f"topic {contract.topic!r}: look its value's writer schemas up first "
+                    "(lakehouse.contracts.confluent.resolve)"
+                )
+            known = f"subject {contract.value_registry.subject!r} has"
+        value_args = (contract.value_writers, contract.value_schemas[-1].schema, known)
     key_args = (
-        ({v.id: v.schema for v in contract.key_schemas}, contract.key_schemas[-1].schema)
+        (
+            {v.id: v.schema for v in contract.key_schemas if v.id is not None},
+            contract.key_schemas[-1].schema,
+            "the contract knows",
+        )
         if key_avro
         else None
     )
@@ -311,8 +323,8 @@ def _decode_avro(df: DataFrame, contract: Contract) -> DataFrame:
 
 
 def _avro_batches(
-    value_args: tuple[dict[int, Any], Any] | None,
-    key_args: tuple[dict[int, Any], Any] | None,
+    value_args: tuple[dict[int, Any], Any, str] | None,
+    key_args: tuple[dict[int, Any], Any, str] | None,
     fields: tuple[Field, ...],
 ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -320,8 +332,10 @@ def _avro_batches(
 
         from lakehouse.contracts import avro
 
-        values = avro.WireDecoder(value_args[0], value_args[1], fields) if value_args else None
-        keys = avro.WireDecoder(key_args[0], key_args[1], ()) if key_args else None
+        values = (
+            avro.WireDecoder(*value_args[:2], fields, known=value_args[2]) if value_args else None
+        )
+        keys = avro.WireDecoder(*key_args[:2], (), known=key_args[2]) if key_args else None
         for batch in batches:
             columns = list(batch.columns)
             names = list(batch.schema.names)

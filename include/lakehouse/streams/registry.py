@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -67,13 +67,13 @@ class SchemaState:
             return cls(
                 format=contract.key_format,
                 schema=contract.key_avro_schema(),
-                ids={str(v.id): v.canonical for v in contract.key_schemas},
+                ids={str(v.id): v.canonical for v in contract.key_schemas if v.id is not None},
                 columns={contract.key_name: contract.key_type},
             )
         return cls(
             format=contract.value_format,
             schema=contract.value_avro_schema(),
-            ids={str(v.id): v.canonical for v in contract.value_schemas},
+            ids={str(v.id): v.canonical for v in contract.value_schemas if v.id is not None},
             columns={f.name: f.type_name for f in contract.fields},
         )
 
@@ -210,6 +210,12 @@ def subject_change(
     state = SchemaState.of(contract, subject)
     if history and state.same_as(history[-1].state):
         return None
+    if history and subject == "value" and contract.value_registry is not None:
+        # A registry's subject only gains ids: a job that did not look them up (bronze, gold),
+        # or saw fewer, changes nothing; one that found a new version records it.
+        latest = history[-1].state
+        if replace(state, ids={**latest.ids, **state.ids}).same_as(latest):
+            return None
     problems = evolution_problems(contract.compatibility, state, list(history))
     if problems:
         raise SchemaEvolutionError(

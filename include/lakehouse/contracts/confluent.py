@@ -1,0 +1,196 @@
+"""Writers' schemas from a Confluent-compatible schema registry, for values written through one.
+
+A producer's serializer (Confluent's ``AvroSerializer``) registers its schema under the topic's
+subject and frames each record with the id the registry gave it. A contract whose value says
+``registry:`` lists no id: the job that decodes the topic (silver) asks the registry for every
+version of the subject when it starts, and decodes each record by its id into the contract's
+reader schema (:mod:`lakehouse.contracts.avro`). A record whose id is not a version of the
+subject goes to quarantine with that reason; a registry that does not answer fails the batch
+before anything is written.
+
+Where the registry is: the contract's ``value.registry.url``, else ``LAKEHOUSE_SCHEMA_REGISTRY_URL``,
+else the registry ``lakehouse registry start`` runs (:mod:`lakehouse.runtime.registry`). Its
+credentials are the deployment's, never the contract's: ``LAKEHOUSE_SCHEMA_REGISTRY_USER_INFO``
+(``user:password``, as Confluent's clients take ``basic.auth.user.info``).
+
+Requests go out from the driver only: one for the subject's version list per batch, one per
+version never seen before by this process (a version's schema never changes, so it is kept).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import re
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+from lakehouse.contracts.model import Contract, SchemaVersion
+from lakehouse.errors import ConfigError, LakehouseError
+from lakehouse.runtime.config import Settings
+
+URL_ENV = "LAKEHOUSE_SCHEMA_REGISTRY_URL"
+USER_INFO_ENV = "LAKEHOUSE_SCHEMA_REGISTRY_USER_INFO"
+TIMEOUT_S = 10.0
+_URL = re.compile(r"https?://[^/?#@\s]+(/[^?#@\s]*)?")
+_MEDIA = "application/vnd.schemaregistry.v1+json"
+
+# (registry URL, subject, version) -> (schema id, schema type, schema text): versions are
+# immutable in a Confluent registry, so each is asked for once per process.
+_versions: dict[tuple[str, str, int], tuple[int, str, str]] = {}
+
+
+class SchemaRegistryUnavailableError(LakehouseError):
+    """The schema registry did not answer as Confluent's API does; nothing was written."""
+
+
+def registry_url(contract: Contract, settings: Settings) -> str:
+    """Where the registry of ``contract``'s value is (see the module's docstring)."""
+    source = contract.value_registry
+    if source is None:
+        raise ValueError(f"topic {contract.topic!r} does not read its value through a registry")
+    if source.url:
+        return source.url.rstrip("/")
+    given = os.environ.get(URL_ENV, "").strip()
+    if given:
+        if not _URL.fullmatch(given):
+            raise ConfigError(
+                f"{URL_ENV}={given!r}: give the registry's URL, http(s)://host[:port][/path], "
+                "with no credentials (set them in " + USER_INFO_ENV + ")"
+            )
+        return given.rstrip("/")
+    from lakehouse.runtime import registry
+
+    try:
+        return registry.url(settings)
+    except registry.RegistryError as exc:
+        raise SchemaRegistryUnavailableError(
+            f"{contract.file}: topic {contract.topic!r} reads its values through a schema "
+            f"registry, and none is given (value.registry.url, or {URL_ENV}) or running here: "
+            f"{exc}"
+        ) from None
+
+
+def _get(url: str, path: str) -> Any:
+    """One GET of Confluent's API; None for a 404 (no such subject or version)."""
+    request = urllib.request.Request(f"{url}{path}", headers={"Accept": _MEDIA})
+    user_info = os.environ.get(USER_INFO_ENV, "")
+    if user_info:
+        token = base64.b64encode(user_info.encode()).decode("ascii")
+        request.add_header("Authorization", f"Basic {token}")
+    try:
+        with urllib.request.urlopen(request, timeout=TIMEOUT_S) as response:
+            return json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        if exc.code == 404:
+            return None
+        hint = f" (check {USER_INFO_ENV})" if exc.code in {401, 403} else ""
+        raise SchemaRegistryUnavailableError(
+            f"the schema registry at {url} answered GET {path} with HTTP {exc.code}{hint}; "
+            "nothing was written"
+        ) from None
+    except (OSError, ValueError) as exc:  # refused, timed out, not JSON
+        raise SchemaRegistryUnavailableError(
+            f"the schema registry at {url} cannot be reached (GET {path}: {exc}); nothing was "
+            "written"
+        ) from None
+
+
+def subject_versions(url: str, subject: str) -> list[tuple[int, int, str, str]]:
+    """Every version of ``subject``: (version, schema id, schema type, schema text), oldest
+    first; empty when the subject has none yet."""
+    quoted = urllib.parse.quote(subject, safe="")
+    numbers = _get(url, f"/subjects/{quoted}/versions")
+    if numbers is None:
+        return []
+    if not isinstance(numbers, list) or not all(isinstance(n, int) for n in numbers):
+        raise SchemaRegistryUnavailableError(
+            f"the schema registry at {url} listed the versions of {subject!r} as {numbers!r}, "
+            "not as numbers"
+        )
+    out = []
+    for number in sorted(numbers):
+        key = (url, subject, number)
+        if key not in _versions:
+            found = _get(url, f"/subjects/{quoted}/versions/{number}")
+            if found is None:  # deleted between the two requests
+                continue
+            _versions[key] = (
+                int(found["id"]),
+                str(found.get("schemaType") or "AVRO"),
+                str(found["schema"]),
+            )
+        out.append((number, *_versions[key]))
+    return out
+
+
+def resolve(contract: Contract, settings: Settings) -> Contract:
+    """``contract`` with its value's writer schemas looked up in the registry (the Avro
+    versions of its subject, oldest first, then the reader schema without an id); a contract
+    that lists its ids is returned as it is. Raises SchemaRegistryUnavailableError when the
+    registry cannot say."""
+    source = contract.value_registry
+    if source is None:
+        return contract
+    url = registry_url(contract, settings)
+    from lakehouse.contracts import avro
+
+    writers: dict[int, Any] = {}
+    for number, schema_id, kind, text in subject_versions(url, source.subject):
+        if kind.upper() != "AVRO" or schema_id in writers:
+            continue  # not Avro: its records are quarantined as of an unknown id
+        try:
+            schema = json.loads(text)
+        except ValueError:
+            schema = text  # a bare name such as "string"
+        try:
+            avro.parse(schema, f"{url} subject {source.subject!r}", f"version {number}")
+        except (LakehouseError, ValueError, TypeError, KeyError):
+            continue  # one this platform cannot parse (a schema reference): as unknown
+        writers[schema_id] = schema
+    reader = contract.value_schemas[-1]
+    return replace(
+        contract,
+        value_schemas=(
+            *(SchemaVersion(id=i, schema=s) for i, s in writers.items()),
+            replace(reader, id=None),
+        ),
+    )
+
+
+def serializer(contract: Contract) -> Callable[[dict[str, Any]], bytes]:
+    """Confluent's own ``AvroSerializer`` for ``contract``'s values, against the registry its
+    jobs read the ids from, registering the reader schema under the contract's subject naming
+    strategy (the registry refuses one its compatibility mode breaks)."""
+    from confluent_kafka.schema_registry import (
+        SchemaRegistryClient,
+        record_subject_name_strategy,
+        topic_record_subject_name_strategy,
+        topic_subject_name_strategy,
+    )
+    from confluent_kafka.schema_registry.avro import AvroSerializer
+    from confluent_kafka.serialization import MessageField, SerializationContext
+
+    source = contract.value_registry
+    assert source is not None
+    conf: dict[str, Any] = {"url": registry_url(contract, Settings.from_env())}
+    user_info = os.environ.get(USER_INFO_ENV, "")
+    if user_info:
+        conf["basic.auth.user.info"] = user_info
+    strategy = {
+        "topic": topic_subject_name_strategy,
+        "record": record_subject_name_strategy,
+        "topic-record": topic_record_subject_name_strategy,
+    }[source.strategy]
+    serializer = AvroSerializer(
+        SchemaRegistryClient(conf),
+        json.dumps(contract.value_schemas[-1].schema),
+        conf={"auto.register.schemas": True, "subject.name.strategy": strategy},
+    )
+    context = SerializationContext(contract.topic, MessageField.VALUE)
+    return lambda record: serializer(record, context)

@@ -1,0 +1,268 @@
+"""A topic written through a schema registry, end to end: records serialized by
+``confluent-kafka``'s own ``AvroSerializer`` against the project's registry (Apicurio Registry,
+``lakehouse registry start``) reach gold with no schema id in the contract; a compatible second
+version registered by the producer is read on the next batch with no contract change and
+recorded in ``schemas.registry``; unknown ids and unframed values are quarantined with their
+reason; a registry that does not answer fails silver before anything is written. The oracle for
+the tables is the same records through a contract that lists the registry's ids by hand."""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lakehouse.contracts.catalog import Catalog
+from lakehouse.contracts.confluent import URL_ENV, SchemaRegistryUnavailableError
+from lakehouse.contracts.serde import Serializer
+from lakehouse.pipeline import reads
+from lakehouse.runtime import registry
+from lakehouse.runtime.config import Settings
+from lakehouse.runtime.process import free_port
+from lakehouse.streams.registry import SchemaRegistry
+from lakehouse.topics.landing import Record
+from lakes import lake_with, produce, rows, run_layers, run_pipeline
+
+pytestmark = pytest.mark.integration
+
+TOPIC = "profiles"
+V1 = {
+    "type": "record",
+    "name": "Profile",
+    "namespace": "example.accounts",
+    "fields": [
+        {"name": "city", "type": "string"},
+        {"name": "age", "type": ["null", "int"], "default": None},
+    ],
+}
+# A field with a default: BACKWARD, a v2 reader reads what v1 wrote.
+V2 = {
+    **V1,
+    "fields": [*V1["fields"], {"name": "email", "type": ["null", "string"], "default": None}],
+}
+# A field without a default: a reader with it cannot read what v2 wrote.
+BREAKS = {**V2, "fields": [*V2["fields"], {"name": "score", "type": "double"}]}
+
+TABLES = """
+stream: {name: profile_changes}
+tables:
+  - {name: profiles_now, kind: latest}
+  - name: profile_counts
+    kind: aggregate
+    aggregations:
+      - {name: updates, fn: count}
+      - {name: oldest, fn: max, field: age}
+"""
+
+
+def _contract(value: str) -> str:
+    return (
+        f"topic: {TOPIC}\npartitions: 2\nkey: {{format: string, name: username}}\n{value}{TABLES}"
+    )
+
+
+THROUGH_REGISTRY = _contract(
+    f"value:\n  format: avro\n  registry: {{subject: topic}}\n  reader: {{schema: {json.dumps(V2)}}}\n"
+)
+
+
+def _listing(ids: dict[int, Any]) -> str:
+    """The oracle's contract: the registry's ids written in by hand."""
+    entries = "".join(f"    - {{id: {i}, schema: {json.dumps(s)}}}\n" for i, s in ids.items())
+    return _contract(f"value:\n  format: avro\n  schemas:\n{entries}")
+
+
+def _lakehouse(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "lakehouse.cli", *args],
+        env={**os.environ, "LAKEHOUSE_HOME": str(home)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+
+
+@pytest.fixture(scope="module")
+def registry_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The project's registry, started by its own command, for this module."""
+    home = tmp_path_factory.mktemp("registry-topics") / "lakehouse"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv(registry.PORT_ENV, str(free_port()))
+        try:
+            started = _lakehouse(home, "registry", "start")
+            assert started.returncode == 0, started.stderr[-3000:]
+            yield registry.url(Settings.from_env(home=home))
+        finally:
+            _lakehouse(home, "registry", "stop")
+
+
+def _serializer(url: str, schema: dict[str, Any]) -> Any:
+    """A producer's value serializer, as Confluent documents it: auto-registering under
+    ``<topic>-value``."""
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+    from confluent_kafka.schema_registry.avro import AvroSerializer
+    from confluent_kafka.serialization import MessageField, SerializationContext
+
+    serializer = AvroSerializer(SchemaRegistryClient({"url": url}), json.dumps(schema))
+    context = SerializationContext(TOPIC, MessageField.VALUE)
+    return lambda value: serializer(value, context)
+
+
+def _framed(schema_id: int) -> bytes:
+    return struct.pack(">bI", 0, schema_id) + b"\x02x\x00"
+
+
+def _ids(value: bytes) -> int:
+    return int(struct.unpack_from(">bI", value)[1])
+
+
+def test_a_confluent_producers_topic_reaches_gold_and_evolves_through_the_registry(
+    spark: Any,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    registry_url: str,
+) -> None:
+    from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+    from confluent_kafka.schema_registry.error import SchemaRegistryError
+
+    monkeypatch.setenv(URL_ENV, registry_url)
+    lake = lake_with(tmp_path / "registry", THROUGH_REGISTRY)
+    v1 = _serializer(registry_url, V1)
+    first = [
+        Record(b"ann", v1({"city": "Oslo", "age": 31}), partition=0),
+        Record(b"bob", v1({"city": "Rome", "age": None}), partition=1),
+        Record(b"ann", v1({"city": "Bergen", "age": 32}), partition=0),
+        Record(None, v1({"city": "Nowhere", "age": 1}), partition=1),  # a null key
+        Record(b"cid", v1({"city": "Lima", "age": 40}), partition=1),
+        Record(b"cid", None, partition=1),  # a tombstone
+        Record(b"eve", _framed(999_999), partition=0),  # an id the registry never gave
+        Record(b"eve", b"\x07not framed", partition=0),  # no magic byte
+    ]
+    id1 = _ids(first[0].value or b"")
+    produce(lake, TOPIC, first)
+    run_pipeline(spark, lake)
+
+    contract = Catalog.load(lake.contracts_dir).topic(TOPIC)
+    assert contract.value_writers == {}  # no id in the contract: the registry's
+    silver = rows(lake.silver_path("profile_changes"), "username", "city", "age", "email")
+    assert ("ann", "Bergen", 32, None) in silver and ("bob", "Rome", None, None) in silver
+    reasons = sorted(
+        r for (r,) in rows(lake.quarantine_path("silver", "profile_changes"), "reason")
+    )
+    assert len(reasons) == 2, reasons
+    assert f"unknown Avro schema id 999999 (subject '{TOPIC}-value' has {id1})" in reasons
+    assert any("magic byte 0" in r for r in reasons), reasons
+    registered = SchemaRegistry(lake).versions(TOPIC, "value")
+    assert registered[-1].state.ids == {
+        str(id1): json.dumps(V1, sort_keys=True, separators=(",", ":"))
+    }
+
+    # The producer evolves its schema the normal way: a second version, registered by its own
+    # serializer; the next batch reads it, the contract untouched.
+    v2 = _serializer(registry_url, V2)
+    second = [
+        Record(b"bob", v2({"city": "Milan", "age": 50, "email": "bob@example.com"}), partition=1),
+        Record(b"dan", v2({"city": "Oslo", "age": None, "email": None}), partition=0),
+        Record(b"ann", v1({"city": "Tromsø", "age": 33}), partition=0),  # an old producer
+    ]
+    id2 = _ids(second[0].value or b"")
+    assert id2 != id1
+    # `lakehouse produce` of a registry topic writes through the same registry: the reader
+    # schema, already registered by the producer as v2, gets its id.
+    ours = Serializer(contract).value({"city": "Quito", "age": 20, "email": None}, "test")
+    assert ours is not None and _ids(ours) == id2
+    second.append(Record(b"fay", ours, partition=1))
+    produce(lake, TOPIC, second)
+    run_pipeline(spark, lake)
+    silver = rows(lake.silver_path("profile_changes"), "username", "city", "email")
+    assert ("bob", "Milan", "bob@example.com") in silver and ("fay", "Quito", None) in silver
+    assert ("ann", "Tromsø", None) in silver
+    registered = SchemaRegistry(lake).versions(TOPIC, "value")
+    assert set(registered[-1].state.ids) == {str(id1), str(id2)}
+    # The reader schema, by the topic's first job (bronze: it looks no id up); the ids silver
+    # found in the first batch; the version the producer added.
+    assert [set(v.state.ids) for v in registered] == [set(), {str(id1)}, {str(id1), str(id2)}]
+
+    # An incompatible version is the registry's to refuse (BACKWARD, set at its start).
+    client = SchemaRegistryClient({"url": registry_url})
+    with pytest.raises(SchemaRegistryError) as refused:
+        client.register_schema(f"{TOPIC}-value", Schema(json.dumps(BREAKS), "AVRO"))
+    assert refused.value.http_status_code == 409
+
+    # `lakehouse schemas --check`: the reader against every registered version, and a reader
+    # that would break (a field the writers never had, with no default) named with the ids.
+    assert reads.schemas(lake, Catalog.load(lake.contracts_dir), [TOPIC], check=True) == 0
+    assert f"reads every version (ids {id1}, {id2})" in capsys.readouterr().out
+    stricter = lake_with(
+        tmp_path / "stricter", THROUGH_REGISTRY.replace(json.dumps(V2), json.dumps(BREAKS))
+    )
+    assert reads.schemas(stricter, Catalog.load(stricter.contracts_dir), [TOPIC], check=True) == 1
+    said = capsys.readouterr().out
+    assert "cannot read 2 of its versions" in said and "score" in said, said
+
+    # The oracle: the same bytes, in the same batches, through a contract listing the ids.
+    oracle = lake_with(tmp_path / "listed", _listing({id1: V1, id2: V2}))
+    for batch in (first, second):
+        produce(oracle, TOPIC, batch)
+        run_pipeline(spark, oracle)
+    for table, columns in {
+        "profiles_now": ("username", "city", "age", "email"),
+        "profile_counts": ("username", "updates", "oldest"),
+    }.items():
+        ours_rows = rows(lake.gold_path(table), *columns)
+        assert ours_rows and ours_rows == rows(oracle.gold_path(table), *columns), table
+    assert rows(lake.silver_path("profile_changes"), "partition", "offset", "city") == rows(
+        oracle.silver_path("profile_changes"), "partition", "offset", "city"
+    )
+
+
+def test_a_registry_that_does_not_answer_fails_silver_before_anything_is_written(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, registry_url: str
+) -> None:
+    from deltalake import DeltaTable
+
+    monkeypatch.setenv(URL_ENV, registry_url)
+    lake = lake_with(tmp_path / "down", THROUGH_REGISTRY)
+    # `lakehouse produce` writes through the registry (Confluent's serializer, in its process).
+    line = {"key": "ann", "value": {"city": "Oslo", "age": 1, "email": None}, "partition": 0}
+    produced = subprocess.run(
+        [sys.executable, "-m", "lakehouse.cli", "produce", TOPIC],
+        input=json.dumps(line) + "\n",
+        env={
+            **os.environ,
+            "LAKEHOUSE_HOME": str(lake.home),
+            "LAKEHOUSE_CONTRACTS": str(lake.contracts_dir),
+        },
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert produced.returncode == 0, produced.stderr[-2000:]
+    run_pipeline(spark, lake)
+    silver = lake.silver_path("profile_changes")
+    assert rows(silver, "username", "city") == [("ann", "Oslo")]
+    before = DeltaTable(str(silver)).version()
+    v2 = _serializer(registry_url, V2)
+
+    produce(lake, TOPIC, [Record(b"bob", v2({"city": "Rome", "age": 2, "email": None}))])
+    nobody = f"http://127.0.0.1:{free_port()}/apis/ccompat/v7"
+    monkeypatch.setenv(URL_ENV, nobody)
+    run_layers(spark, lake, TOPIC, "bronze")
+    with pytest.raises(SchemaRegistryUnavailableError, match=f"{nobody}.*cannot be reached"):
+        run_layers(spark, lake, TOPIC, "silver")
+    assert DeltaTable(str(silver)).version() == before
+    assert not rows(lake.quarantine_path("silver", "profile_changes"), "reason")
+
+    monkeypatch.setenv(URL_ENV, registry_url)  # back: the batch that failed is read now
+    run_layers(spark, lake, TOPIC, "silver")
+    assert ("bob", "Rome") in rows(silver, "username", "city")
