@@ -266,3 +266,102 @@ def test_a_registry_that_does_not_answer_fails_silver_before_anything_is_written
     monkeypatch.setenv(URL_ENV, registry_url)  # back: the batch that failed is read now
     run_layers(spark, lake, TOPIC, "silver")
     assert ("bob", "Rome") in rows(silver, "username", "city")
+
+
+JSON_TOPIC = "visits"
+THROUGH_REGISTRY_JSON = f"""\
+topic: {JSON_TOPIC}
+partitions: 2
+key: {{format: string, name: username}}
+value:
+  format: json
+  registry: {{subject: topic}}
+  fields:
+    - {{name: city, type: string, nullable: false}}
+    - {{name: age, type: long}}
+stream: {{name: visit_events}}
+tables:
+  - {{name: visits_now, kind: latest}}
+  - name: visit_counts
+    kind: aggregate
+    aggregations:
+      - {{name: visits, fn: count}}
+      - {{name: oldest, fn: max, field: age}}
+"""
+# The oracle: the same JSON, not framed, through a contract of plain JSON.
+PLAIN_JSON = THROUGH_REGISTRY_JSON.replace("  registry: {subject: topic}\n", "")
+JSON_V2 = {
+    "$schema": "http://json-schema.org/draft-07/schema#",
+    "title": "Visit",
+    "type": "object",
+    "properties": {
+        "city": {"type": "string"},
+        "age": {"type": ["integer", "null"]},
+        "email": {"type": ["string", "null"]},
+    },
+    "required": ["city"],
+    "additionalProperties": False,
+}
+
+
+def test_json_schema_values_through_the_registry_are_validated_by_their_writers_schema(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, registry_url: str
+) -> None:
+    """`lakehouse produce` registers the contract's JSON Schema and frames with Confluent's
+    JSONSerializer; a producer's own second version (a new optional property) is read with no
+    contract change; a value its writer's schema refuses, an unknown id and an unframed value
+    are quarantined with their reasons; gold equals the same JSON through a plain JSON
+    contract."""
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+    from confluent_kafka.schema_registry.json_schema import JSONSerializer
+    from confluent_kafka.serialization import MessageField, SerializationContext
+
+    monkeypatch.setenv(URL_ENV, registry_url)
+    lake = lake_with(tmp_path / "json", THROUGH_REGISTRY_JSON)
+    ours = Serializer(Catalog.load(lake.contracts_dir).topic(JSON_TOPIC))
+    theirs = JSONSerializer(json.dumps(JSON_V2), SchemaRegistryClient({"url": registry_url}))
+    context = SerializationContext(JSON_TOPIC, MessageField.VALUE)
+    good = [
+        (b"ann", ours.value({"city": "Oslo", "age": 31}, "test"), 0),
+        (b"bob", ours.value({"city": "Rome", "age": None}, "test"), 1),
+        (b"ann", theirs({"city": "Bergen", "age": 32, "email": "a@example.com"}, context), 0),
+        (b"cid", theirs({"city": "Lima"}, context), 1),
+        (b"cid", None, 1),  # a tombstone
+    ]
+    id_ours, id_theirs = (_ids(good[0][1] or b""), _ids(good[2][1] or b""))
+    assert id_ours != id_theirs
+    bad = [
+        (b"eve", struct.pack(">bI", 0, id_theirs) + b'{"city": "Oslo", "age": "old"}', 0),
+        (b"eve", struct.pack(">bI", 0, 888_888) + b'{"city": "Oslo"}', 1),
+        (b"eve", b'{"city": "Oslo"}', 0),  # JSON, but not framed
+    ]
+    produce(lake, JSON_TOPIC, [Record(k, v, partition=p) for k, v, p in good + bad])
+    run_pipeline(spark, lake)
+
+    reasons = sorted(r for (r,) in rows(lake.quarantine_path("silver", "visit_events"), "reason"))
+    assert len(reasons) == 3, reasons
+    assert any(
+        f"does not match JSON Schema id {id_theirs} at $.age: 'old' is not of type" in r
+        for r in reasons
+    ), reasons
+    assert (
+        f"unknown JSON Schema id 888888 (subject '{JSON_TOPIC}-value' has {id_ours}, {id_theirs})"
+        in reasons
+    )
+    assert any("magic byte 0" in r for r in reasons), reasons
+    registered = SchemaRegistry(lake).versions(JSON_TOPIC, "value")
+    assert set(registered[-1].state.ids) == {str(id_ours), str(id_theirs)}
+
+    oracle = lake_with(tmp_path / "plain", PLAIN_JSON)
+    produce(
+        oracle,
+        JSON_TOPIC,
+        [Record(k, None if v is None else v[5:], partition=p) for k, v, p in good],
+    )
+    run_pipeline(spark, oracle)
+    for table, columns in {
+        "visits_now": ("username", "city", "age"),
+        "visit_counts": ("username", "visits", "oldest"),
+    }.items():
+        mine = rows(lake.gold_path(table), *columns)
+        assert mine and mine == rows(oracle.gold_path(table), *columns), table

@@ -468,3 +468,30 @@ def test_a_registry_topics_known_ids_only_grow_in_the_schema_history() -> None:
     changed = replace(resolved, value_schemas=(SchemaVersion(7, other), reader))
     with pytest.raises(SchemaEvolutionError, match="schema id 7 was registered"):
         subject_change(changed, "value", history)
+
+
+def test_a_json_value_through_a_registry_keeps_its_fields_and_the_topics_subject() -> None:
+    json_value = {
+        "format": "json",
+        "registry": {},
+        "fields": [
+            {"name": "a", "type": "long", "nullable": False},
+            {"name": "b", "type": "string"},
+        ],
+    }
+    contract = parse_contract({**THROUGH_A_REGISTRY, "value": json_value}, "t.yaml")
+    assert contract.value_registry is not None and contract.value_registry.subject == "t-value"
+    assert contract.value_schemas == () and [f.name for f in contract.fields] == ["a", "b"]
+    from lakehouse.contracts import confluent
+
+    schema = confluent.json_schema(contract)
+    assert schema["required"] == ["a"] and schema["additionalProperties"] is False
+    assert schema["properties"]["b"] == {"type": ["string", "null"]}
+
+    for wrong, says in (
+        ({"registry": {"subject": "record"}}, "with format 'json' the subject is the topic's"),
+        ({"reader": {"schema": "long"}}, "'reader' is not allowed with format 'json'"),
+    ):
+        with pytest.raises(ContractError) as refused:
+            parse_contract({**THROUGH_A_REGISTRY, "value": {**json_value, **wrong}}, "t.yaml")
+        assert says in str(refused.value)

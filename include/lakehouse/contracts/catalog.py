@@ -72,10 +72,11 @@ def parse_contract(document: Any, file: str = "<memory>", base: Path | None = No
     key_schemas = _schema_versions(doc.key.schemas or [], file, "key.schemas", base)
     value_schemas = _schema_versions(doc.value.schemas or [], file, "value.schemas", base)
     value_registry = None
-    if doc.value.registry is not None and doc.value.reader is not None:  # (the document's rule)
-        reader = _schema(doc.value.reader, file, "value.reader", base)
-        value_schemas = (SchemaVersion(id=None, schema=reader, file=doc.value.reader.file),)
-        where = doc.value.registry
+    if (where := doc.value.registry) is not None:
+        reader = None  # JSON: the fields are the reader's shape
+        if doc.value.reader is not None:  # Avro (the document's rule)
+            reader = _schema(doc.value.reader, file, "value.reader", base)
+            value_schemas = (SchemaVersion(id=None, schema=reader, file=doc.value.reader.file),)
         value_registry = RegistrySource(
             subject_name(doc.topic, where.subject, reader), where.subject, where.url
         )

@@ -130,43 +130,89 @@ def subject_versions(url: str, subject: str) -> list[tuple[int, int, str, str]]:
 
 
 def resolve(contract: Contract, settings: Settings) -> Contract:
-    """``contract`` with its value's writer schemas looked up in the registry (the Avro
-    versions of its subject, oldest first, then the reader schema without an id); a contract
-    that lists its ids is returned as it is. Raises SchemaRegistryUnavailableError when the
-    registry cannot say."""
+    """``contract`` with its value's writer schemas looked up in the registry: the versions of
+    its subject in the value's format (Avro or JSON Schema), oldest first, then an Avro value's
+    reader schema without an id. A contract that lists its ids is returned as it is. Raises
+    SchemaRegistryUnavailableError when the registry cannot say."""
     source = contract.value_registry
     if source is None:
         return contract
     url = registry_url(contract, settings)
-    from lakehouse.contracts import avro
-
+    kind_wanted = "AVRO" if contract.value_format == "avro" else "JSON"
     writers: dict[int, Any] = {}
     for number, schema_id, kind, text in subject_versions(url, source.subject):
-        if kind.upper() != "AVRO" or schema_id in writers:
-            continue  # not Avro: its records are quarantined as of an unknown id
+        if kind.upper() != kind_wanted or schema_id in writers:
+            continue  # another format: its records are quarantined as of an unknown id
         try:
             schema = json.loads(text)
         except ValueError:
             schema = text  # a bare name such as "string"
+        if _readable(schema, kind_wanted, f"{url} subject {source.subject!r} version {number}"):
+            writers[schema_id] = schema
+    versions = tuple(SchemaVersion(id=i, schema=s) for i, s in writers.items())
+    if contract.value_format == "avro":
+        versions += (replace(contract.value_schemas[-1], id=None),)
+    return replace(contract, value_schemas=versions, value_registry=replace(source, looked_up=True))
+
+
+def _readable(schema: Any, kind: str, where: str) -> bool:
+    """Whether this platform can read with ``schema`` (not one with references to others, say);
+    a version it cannot is left out, and its records are quarantined as of an unknown id."""
+    if kind == "JSON":
+        from jsonschema import SchemaError, validators
+
         try:
-            avro.parse(schema, f"{url} subject {source.subject!r}", f"version {number}")
-        except (LakehouseError, ValueError, TypeError, KeyError):
-            continue  # one this platform cannot parse (a schema reference): as unknown
-        writers[schema_id] = schema
-    reader = contract.value_schemas[-1]
-    return replace(
-        contract,
-        value_schemas=(
-            *(SchemaVersion(id=i, schema=s) for i, s in writers.items()),
-            replace(reader, id=None),
-        ),
-    )
+            validators.validator_for(schema).check_schema(schema)
+        except (SchemaError, TypeError, AttributeError):
+            return False
+        return isinstance(schema, dict)
+    from lakehouse.contracts import avro
+
+    try:
+        avro.parse(schema, where, "schema")
+    except (LakehouseError, ValueError, TypeError, KeyError):
+        return False
+    return True
 
 
-def serializer(contract: Contract) -> Callable[[dict[str, Any]], bytes]:
-    """Confluent's own ``AvroSerializer`` for ``contract``'s values, against the registry its
-    jobs read the ids from, registering the reader schema under the contract's subject naming
-    strategy (the registry refuses one its compatibility mode breaks)."""
+def json_schema(contract: Contract) -> dict[str, Any]:
+    """The JSON Schema a producer of ``contract``'s JSON values registers: an object with the
+    contract's fields as properties (a nullable one may be null or left out) and no others."""
+    kinds: dict[str, dict[str, Any]] = {
+        "string": {"type": "string"},
+        "long": {"type": "integer"},
+        "int": {"type": "integer", "minimum": -(2**31), "maximum": 2**31 - 1},
+        "double": {"type": "number"},
+        "boolean": {"type": "boolean"},
+        "timestamp": {"type": "string", "format": "date-time"},
+        "decimal": {"type": ["number", "string"]},
+    }
+    properties: dict[str, Any] = {}
+    for f in contract.fields:
+        kind = dict(kinds[f.type])
+        if f.nullable:
+            kind["type"] = [
+                *(kind["type"] if isinstance(kind["type"], list) else [kind["type"]]),
+                "null",
+            ]
+        properties[f.name] = kind
+    return {
+        "$schema": "http://json-schema.org/draft-07/schema#",
+        "title": contract.stream,
+        "type": "object",
+        "properties": properties,
+        "required": [f.name for f in contract.fields if not f.nullable],
+        "additionalProperties": False,
+    }
+
+
+def serializer(
+    contract: Contract, json_encode: Callable[[Any], str] = json.dumps
+) -> Callable[[dict[str, Any]], bytes]:
+    """Confluent's own serializer for ``contract``'s values (``AvroSerializer`` with the reader
+    schema, ``JSONSerializer`` with :func:`json_schema`), against the registry its jobs read the
+    ids from, registering under the contract's subject naming strategy (the registry refuses a
+    schema its compatibility mode breaks). ``json_encode`` writes a JSON value's text."""
     from confluent_kafka.schema_registry import (
         SchemaRegistryClient,
         record_subject_name_strategy,
@@ -174,6 +220,7 @@ def serializer(contract: Contract) -> Callable[[dict[str, Any]], bytes]:
         topic_subject_name_strategy,
     )
     from confluent_kafka.schema_registry.avro import AvroSerializer
+    from confluent_kafka.schema_registry.json_schema import JSONSerializer
     from confluent_kafka.serialization import MessageField, SerializationContext
 
     source = contract.value_registry
@@ -187,10 +234,16 @@ def serializer(contract: Contract) -> Callable[[dict[str, Any]], bytes]:
         "record": record_subject_name_strategy,
         "topic-record": topic_record_subject_name_strategy,
     }[source.strategy]
-    serializer = AvroSerializer(
-        SchemaRegistryClient(conf),
-        json.dumps(contract.value_schemas[-1].schema),
-        conf={"auto.register.schemas": True, "subject.name.strategy": strategy},
-    )
+    settings = {"auto.register.schemas": True, "subject.name.strategy": strategy}
+    client = SchemaRegistryClient(conf)
+    serialize: Any
+    if contract.value_format == "json":
+        serialize = JSONSerializer(
+            json.dumps(json_schema(contract)), client, conf=settings, json_encode=json_encode
+        )
+    else:
+        serialize = AvroSerializer(
+            client, json.dumps(contract.value_schemas[-1].schema), conf=settings
+        )
     context = SerializationContext(contract.topic, MessageField.VALUE)
-    return lambda record: serializer(record, context)
+    return lambda record: serialize(record, context)

@@ -287,13 +287,14 @@ class RegistryDoc(_Doc):
 
 class ValueDoc(_Doc):
     """The record value: JSON with the fields listed here, Avro with its schemas (listed by id,
-    or a reader schema and the registry the ids are looked up in), or text."""
+    or a reader schema and the registry the ids are looked up in), or text. JSON or Avro may be
+    written through a schema registry."""
 
     rules = KeyRules(
         "format",
         requires={"json": ("fields",), "string": ("name",)},
         refuses={
-            "json": ("schemas", "name", "registry", "reader"),
+            "json": ("schemas", "name", "reader"),
             "avro": ("fields", "name"),
             "string": ("fields", "schemas", "registry", "reader"),
         },
@@ -303,7 +304,8 @@ class ValueDoc(_Doc):
     fields: Annotated[list[FieldDoc], pydantic.Field(min_length=1)] | None = None
     schemas: SchemaVersions | None = None
     registry: RegistryDoc | None = None
-    """Avro values written through a schema registry (instead of ``schemas``)."""
+    """Values written through a schema registry: Avro (instead of ``schemas``), or JSON Schema
+    (JSON whose ``fields`` are the stream's columns)."""
     reader: SchemaDoc | None = None
     """With ``registry``: the schema the stream is read with, whose fields are its columns;
     each record's writer schema resolves into it (Avro's schema resolution)."""
@@ -317,7 +319,12 @@ class ValueDoc(_Doc):
             raise _problem(
                 "give either 'schemas' (the ids listed) or 'registry' (the ids looked up), not both"
             )
-        if self.registry is not None and self.reader is None:
+        if self.registry is not None and self.format == "json" and self.registry.subject != "topic":
+            raise _problem(
+                f"subject naming {self.registry.subject!r} takes the reader schema's record "
+                "name: with format 'json' the subject is the topic's ('topic')"
+            )
+        if self.registry is not None and self.format == "avro" and self.reader is None:
             raise _problem("'reader' is a required property with 'registry'")
         if self.reader is not None and self.registry is None:
             raise _problem("'reader' is only allowed with 'registry'")

@@ -127,6 +127,7 @@ class RegistrySource:
     subject: str
     strategy: SubjectStrategy = "topic"
     url: str | None = None
+    looked_up: bool = False  # the contract's value_schemas hold the registry's versions
 
 
 def subject_name(topic: str, strategy: SubjectStrategy, reader: Any) -> str:
@@ -313,8 +314,9 @@ class Contract:
     key_type: FieldType = "string"
     key_schemas: tuple[SchemaVersion, ...] = ()
     value_schemas: tuple[SchemaVersion, ...] = ()
-    # Written through a schema registry: ``value_schemas`` is the reader schema alone (no id)
-    # until the registry's versions are looked up (lakehouse.contracts.confluent.resolve).
+    # Written through a schema registry: ``value_schemas`` is an Avro value's reader schema
+    # alone (no id; a JSON value's is empty) until the registry's versions are looked up
+    # (lakehouse.contracts.confluent.resolve): then theirs by id, the reader last.
     value_registry: RegistrySource | None = None
     event_time: str | None = None
     compatibility: str = "BACKWARD"
@@ -339,8 +341,8 @@ class Contract:
 
     @property
     def value_writers(self) -> dict[int, Any]:
-        """The value's writer schemas by Confluent id (Avro values): those the contract lists,
-        or the registry's once looked up."""
+        """The value's writer schemas by Confluent id (Avro, or JSON Schema through a registry):
+        those the contract lists, or the registry's once looked up."""
         return {v.id: v.schema for v in self.value_schemas if v.id is not None}
 
     def value_avro_schema(self) -> Any:

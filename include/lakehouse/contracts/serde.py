@@ -277,10 +277,10 @@ class Serializer:
             what = "an Avro record" if fmt == "avro" else f"the fields of {self.contract.topic}"
             raise BadRecordError(origin, f"value must be a JSON object ({what}) or null")
         record = self._checked(value, origin, avro=fmt == "avro")
-        if fmt == "json":
-            return json_text(record).encode("utf-8")
         if self.contract.value_registry is not None:
             return self._through_registry(record, origin)
+        if fmt == "json":
+            return json_text(record).encode("utf-8")
         assert self._value is not None and self._value[0] is not None
         try:
             return avro.encode(self._value[0], self._value[1], record)
@@ -290,16 +290,17 @@ class Serializer:
             ) from None
 
     def _through_registry(self, record: dict[str, Any], origin: str) -> bytes:
-        """A value as Confluent's own ``AvroSerializer`` frames it: the reader schema registered
-        under the topic's subject (the registry refuses one its compatibility mode breaks), its
-        id in the header."""
+        """A value as Confluent's own serializer frames it: its schema registered under the
+        topic's subject (the registry refuses one its compatibility mode breaks), its id in the
+        header (:func:`lakehouse.contracts.confluent.serializer`)."""
         from confluent_kafka.schema_registry.error import SchemaRegistryError
         from confluent_kafka.serialization import SerializationError
 
         if self._registered is None:
             from lakehouse.contracts import confluent
 
-            self._registered = confluent.serializer(self.contract)
+            # Decimals written as the exact numbers they are (Python's json writes no Decimal).
+            self._registered = confluent.serializer(self.contract, json_encode=json_text)
         try:
             return self._registered(record)
         except SchemaRegistryError as exc:
@@ -307,7 +308,7 @@ class Serializer:
                 origin, f"the schema registry refused the value's schema: {exc}"
             ) from None
         except (SerializationError, ValueError, TypeError, KeyError) as exc:
-            raise BadRecordError(origin, f"value does not fit its Avro schema: {exc}") from None
+            raise BadRecordError(origin, f"value does not fit its schema: {exc}") from None
 
     def _checked(self, value: dict[str, Any], origin: str, *, avro: bool) -> dict[str, Any]:
         """The value with each field checked and stored as its type stores it."""

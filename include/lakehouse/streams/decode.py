@@ -37,6 +37,10 @@ if TYPE_CHECKING:
 # Decoded values and the first decoding problem of each record, before the checks that follow.
 _V, _VALUE_ERROR, _K, _KEY_ERROR = "_v", "_value_error", "_k", "_key_error"
 _VARIANT = "_variant"  # a JSON value parsed, when its decimal fields need it
+# A JSON value written through a schema registry: its bytes as they came, and what is wrong
+# with its framing or with it against its writer's JSON Schema (the JSON after the header is
+# read by the JSON steps as any JSON value is).
+_RAW, _FRAME_ERROR = "_raw_value", "_frame_error"
 _BRONZE_INPUT = ("key", "value", "topic", "partition", "offset", "timestamp")
 # A string field of a JSON value: Spark's from_json hands back the raw text of a number, object,
 # array or boolean; only values that look like one are re-checked (by JSON type) for strictness.
@@ -301,7 +305,7 @@ def _decode_avro(df: DataFrame, contract: Contract) -> DataFrame:
     if value_avro:
         known = "the contract knows"
         if contract.value_registry is not None:
-            if len(contract.value_schemas) < 2 and contract.value_schemas[-1].id is None:
+            if not contract.value_registry.looked_up:
                 raise ValueError(
                     f"topic {contract.topic!r}: look its value's writer schemas up first "
                     "(lakehouse.contracts.confluent.resolve)"
@@ -352,6 +356,93 @@ def _avro_batches(
     return run
 
 
+def _framed_json(contract: Contract) -> bool:
+    return contract.value_format == "json" and contract.value_registry is not None
+
+
+def _unframe_json(df: DataFrame, contract: Contract) -> DataFrame:
+    """JSON values in Confluent's JSON Schema wire format (magic byte 0, the writer schema's id,
+    the JSON text): ``value`` becomes the JSON text, and each record is validated against its
+    writer's schema, as Confluent's JSONDeserializer does, in Python workers."""
+    from pyspark.sql import types as T
+
+    source = contract.value_registry
+    assert source is not None
+    if not source.looked_up:
+        raise ValueError(
+            f"topic {contract.topic!r}: look its value's writer schemas up first "
+            "(lakehouse.contracts.confluent.resolve)"
+        )
+    fields = [
+        *df.schema.fields,
+        T.StructField(_RAW, T.BinaryType(), True),
+        T.StructField(_FRAME_ERROR, T.StringType(), True),
+    ]
+    known = f"subject {source.subject!r} has " + (
+        ", ".join(str(i) for i in sorted(contract.value_writers)) or "none"
+    )
+    return df.mapInArrow(_json_frames(contract.value_writers, known), T.StructType(fields))
+
+
+def _json_frames(
+    writers: dict[int, Any], known: str
+) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        import json
+
+        import pyarrow as pa
+        from jsonschema import validators
+        from jsonschema.exceptions import best_match
+
+        checks = {i: validators.validator_for(s)(s) for i, s in writers.items()}
+        for batch in batches:
+            payloads: list[bytes | None] = []
+            problems: list[str | None] = []
+            for raw in batch.column("value").to_pylist():
+                payload, problem = raw, None
+                if raw is None:
+                    pass  # a tombstone
+                elif len(raw) < 5:
+                    problem = (
+                        f"value is too short for the Confluent JSON Schema wire format "
+                        f"({len(raw)} bytes)"
+                    )
+                elif raw[0] != 0:
+                    problem = (
+                        "value does not start with the JSON Schema wire-format magic byte 0 "
+                        f"(found 0x{raw[0]:02x})"
+                    )
+                elif (schema_id := int.from_bytes(raw[1:5], "big")) not in checks:
+                    problem = f"unknown JSON Schema id {schema_id} ({known})"
+                else:
+                    payload = raw[5:]
+                    try:
+                        instance = json.loads(payload)
+                    except ValueError:
+                        instance = None  # the JSON steps say what is wrong with it
+                    else:
+                        found = best_match(checks[schema_id].iter_errors(instance))
+                        if found is not None:
+                            problem = (
+                                f"value does not match JSON Schema id {schema_id} at "
+                                f"{found.json_path}: {found.message}"
+                            )
+                if problem is not None:
+                    payload = b""
+                payloads.append(payload)
+                problems.append(problem)
+            columns = [
+                pa.array(payloads, pa.binary()) if name == "value" else batch.column(name)
+                for name in batch.schema.names
+            ]
+            columns += [batch.column("value"), pa.array(problems, pa.string())]
+            yield pa.RecordBatch.from_arrays(
+                columns, names=[*batch.schema.names, _RAW, _FRAME_ERROR]
+            )
+
+    return run
+
+
 def decode(bronze: DataFrame, contract: Contract) -> DataFrame:
     """Bronze rows -> typed rows plus a ``_reason`` column (null when the record is good). Pure.
 
@@ -362,6 +453,8 @@ def decode(bronze: DataFrame, contract: Contract) -> DataFrame:
     df = bronze.select(*_BRONZE_INPUT)
     if "avro" in (contract.key_format, contract.value_format):
         df = _decode_avro(df, contract)
+    if _framed_json(contract):
+        df = _unframe_json(df, contract)
     for step in _decode_steps(contract):
         df = df.withColumns(step) if isinstance(step, dict) else df.select(*step)
     return df
@@ -398,14 +491,17 @@ def _build_decode_steps(contract: Contract) -> list[Step]:
     from pyspark.sql import functions as F
 
     steps: list[Step] = []
+    raw_value = F.col(_RAW) if _framed_json(contract) else F.col("value")
     if contract.value_format == "json":
         steps += _json_value_steps(contract)
+        if _framed_json(contract):  # the framing's problem first, then the JSON's
+            steps.append({_VALUE_ERROR: F.coalesce(F.col(_FRAME_ERROR), F.col(_VALUE_ERROR))})
     elif contract.value_format == "string":
         steps += _string_value_steps(contract)
     if contract.key_format != "avro":
         steps += _text_key_steps(contract)
 
-    is_tombstone = F.col("value").isNull()
+    is_tombstone = raw_value.isNull()
     checks: list[tuple[Column, Column | str]] = [
         (F.col(_KEY_ERROR).isNotNull(), F.col(_KEY_ERROR)),
         (F.col(_VALUE_ERROR).isNotNull(), F.col(_VALUE_ERROR)),
@@ -441,7 +537,7 @@ def _build_decode_steps(contract: Contract) -> list[Step]:
     if not event_time_is_a_field(contract):
         columns.append(_event_time(contract, is_tombstone).alias(EVENT_TIME))
     reason = _first(checks).alias("_reason")
-    return [*steps, [*columns, reason, F.col("key"), F.col("value"), F.col("topic")]]
+    return [*steps, [*columns, reason, F.col("key"), raw_value.alias("value"), F.col("topic")]]
 
 
 def _event_time(contract: Contract, is_tombstone: Column) -> Column:
