@@ -365,3 +365,55 @@ def test_json_schema_values_through_the_registry_are_validated_by_their_writers_
     }.items():
         mine = rows(lake.gold_path(table), *columns)
         assert mine and mine == rows(oracle.gold_path(table), *columns), table
+
+
+def test_a_broker_topic_written_by_a_confluent_producer_is_read_by_the_kafka_topics_subject(
+    spark: Any,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    registry_url: str,
+    kafka_broker: Any,
+) -> None:
+    """From a broker: a Kafka producer with Confluent's AvroSerializer writes to a Kafka topic
+    named unlike the contract; its subject is the Kafka topic's (TopicNameStrategy), which is
+    where silver looks the ids up."""
+    import io
+    import uuid
+
+    from confluent_kafka import Producer
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+    from confluent_kafka.schema_registry.avro import AvroSerializer
+    from confluent_kafka.serialization import MessageField, SerializationContext
+
+    from lakehouse.topics import produce as producing
+
+    monkeypatch.setenv(URL_ENV, registry_url)
+    kafka_topic = f"accounts-{uuid.uuid4().hex[:8]}"
+    text = THROUGH_REGISTRY + (
+        f"kafka: {{topic: {kafka_topic}, bootstrap_servers: '{kafka_broker.bootstrap_servers}'}}\n"
+    )
+    lake = lake_with(tmp_path / "broker", text)
+    contract = Catalog.load(lake.contracts_dir).topic(TOPIC)
+    assert contract.value_registry is not None
+    assert contract.value_registry.subject == f"{kafka_topic}-value"
+    assert producing.create_topic(lake, contract, io.StringIO()) == 0
+
+    serializer = AvroSerializer(SchemaRegistryClient({"url": registry_url}), json.dumps(V2))
+    context = SerializationContext(kafka_topic, MessageField.VALUE)
+    producer = Producer({"bootstrap.servers": kafka_broker.bootstrap_servers})
+    sent = {
+        "ann": {"city": "Oslo", "age": 31, "email": None},
+        "bob": {"city": "Rome", "age": 40, "email": "bob@example.com"},
+    }
+    for key, value in sent.items():
+        producer.produce(kafka_topic, key=key.encode(), value=serializer(value, context))
+    producer.produce(
+        kafka_topic, key=b"ann", value=serializer({**sent["ann"], "city": "Bergen"}, context)
+    )
+    assert producer.flush(30) == 0
+    run_pipeline(spark, lake)
+    assert rows(lake.gold_path("profiles_now"), "username", "city", "email") == [
+        ("ann", "Bergen", None),
+        ("bob", "Rome", "bob@example.com"),
+    ]
+    assert rows(lake.gold_path("profile_counts"), "username", "updates") == [("ann", 2), ("bob", 1)]

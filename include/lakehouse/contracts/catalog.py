@@ -77,8 +77,10 @@ def parse_contract(document: Any, file: str = "<memory>", base: Path | None = No
         if doc.value.reader is not None:  # Avro (the document's rule)
             reader = _schema(doc.value.reader, file, "value.reader", base)
             value_schemas = (SchemaVersion(id=None, schema=reader, file=doc.value.reader.file),)
+        # The serializers name the subject after the Kafka topic they write to.
+        kafka_topic = doc.kafka.topic if doc.kafka is not None and doc.kafka.topic else doc.topic
         value_registry = RegistrySource(
-            subject_name(doc.topic, where.subject, reader), where.subject, where.url
+            subject_name(kafka_topic, where.subject, reader), where.subject, where.url
         )
     key_type: FieldType = doc.key.type or "string"
     if doc.key.format == "avro":

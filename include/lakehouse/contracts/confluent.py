@@ -245,5 +245,6 @@ def serializer(
         serialize = AvroSerializer(
             client, json.dumps(contract.value_schemas[-1].schema), conf=settings
         )
-    context = SerializationContext(contract.topic, MessageField.VALUE)
+    topic = contract.kafka.topic if contract.kafka is not None else contract.topic
+    context = SerializationContext(topic, MessageField.VALUE)
     return lambda record: serialize(record, context)
