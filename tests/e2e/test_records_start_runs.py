@@ -215,6 +215,8 @@ def this_machine(
             ),
             # The Spark server's metastore (LAKEHOUSE_METASTORE_URL), on the same service.
             "postgres:5432/metastore": _postgres_service(postgres, db, "metastore"),
+            # The schema registry's, which airflow-init creates (the registry's image is not run).
+            "postgres:5432/registry": _postgres_service(postgres, db, "registry"),
             "minio:9000": _minio_service(store, dotenv),
             "kafka:9092": broker.bootstrap_servers,
             "airflow-apiserver:8080": f"127.0.0.1:{api_port}",

@@ -65,6 +65,7 @@ SERVICES = {
     "config-check",
     "spark-server",
     "spark-readers",
+    "schema-registry",
 }
 SECRET_WORDS = ("PASSWORD", "SECRET", "FERNET", "KEY")
 # `${NAME}`, `${NAME:-default}`, `${NAME:?error}` ... (after `$$` escapes are removed)
@@ -78,7 +79,9 @@ PUBLISHER_IMAGES = {
     "quay.io/minio/minio": MINIO_RELEASE,
     "quay.io/minio/mc": MINIO_RELEASE,
     "apache/kafka": re.compile(r"4\.\d+\.\d+"),
+    "apicurio/apicurio-registry": re.compile(r"3\.\d+\.\d+"),
 }
+REGISTRY_POM = ROOT / "include" / "jvm" / "registry" / "pom.xml"
 # Where the data lives and how to reach it: the same in every service that runs lakehouse code.
 STORE_SETTINGS = (
     "LAKEHOUSE_DATA",
@@ -682,6 +685,8 @@ def test_every_published_port_leads_to_a_port_its_service_listens_on(
         "kafka": {str(port) for _, port in listeners(kafka_env["KAFKA_LISTENERS"] or "").values()},
         "airflow-apiserver": {str(ui_address(api)[1])},
         "spark-server": {spark["spark.hadoop.hive.server2.thrift.port"]},
+        # Quarkus's HTTP port, which the service sets.
+        "schema-registry": {environment(services()["schema-registry"])["QUARKUS_HTTP_PORT"]},
     }
     targets = {
         name: {target for _, target in published(svc).values()}
@@ -691,8 +696,49 @@ def test_every_published_port_leads_to_a_port_its_service_listens_on(
     assert set(targets) == set(listening)
     for name, ports in targets.items():
         assert ports and ports <= listening[name], (name, ports, listening[name])
-    for name in ("minio", "kafka", "spark-server"):
+    for name in ("minio", "kafka", "spark-server", "schema-registry"):
         assert {address for address, _ in published(services()[name]).values()} == {"127.0.0.1"}
+
+
+def test_the_compose_registry_is_the_local_ones_release_where_the_services_look_for_it() -> None:
+    """The compose registry and `lakehouse registry start`'s (include/jvm/registry/pom.xml) are
+    the same Apicurio release with the same default compatibility; every service that runs
+    lakehouse code finds it at the service's port and Confluent's API path, as the registry's
+    own module names it; it keeps its state in the postgres service's database that
+    airflow-init creates, with the database's credentials from .env."""
+    from urllib.parse import urlsplit
+
+    from lakehouse.runtime import registry
+
+    found = re.search(r"<apicurio\.version>([^<]+)</apicurio\.version>", REGISTRY_POM.read_text())
+    assert found
+    svc = services()["schema-registry"]
+    assert svc["image"] == f"apicurio/apicurio-registry:{found[1]}"
+    env = environment(svc)
+    assert env["APICURIO_RULES_GLOBAL_COMPATIBILITY"] == registry.COMPATIBILITY
+    assert (env["APICURIO_STORAGE_KIND"], env["APICURIO_STORAGE_SQL_KIND"]) == ("sql", "postgresql")
+    database = urlsplit(env["APICURIO_DATASOURCE_URL"].removeprefix("jdbc:"))
+    assert (database.hostname, database.port, database.path) == ("postgres", 5432, "/registry")
+    assert REQUIRED_SUBSTITUTION.fullmatch(env["APICURIO_DATASOURCE_PASSWORD"])
+    dotenv = filled_env()
+    made = urlsplit(container_env("airflow-init", dotenv)["LAKEHOUSE_REGISTRY_DATABASE"])
+    assert (made.hostname, made.port, made.path) == (database.hostname, database.port, "/registry")
+    assert (made.username, made.password) == (
+        container_env("schema-registry", dotenv)["APICURIO_DATASOURCE_USERNAME"],
+        dotenv["POSTGRES_PASSWORD"],
+    )
+    assert "create_database(" in " ".join(command(services()["airflow-init"]))
+    assert dependencies(svc) == {
+        "postgres": "service_healthy",
+        "airflow-init": "service_completed_successfully",
+    }
+    for name, service in project_services().items():
+        url = urlsplit(environment(service)["LAKEHOUSE_SCHEMA_REGISTRY_URL"] or "")
+        assert (url.hostname, str(url.port), url.path) == (
+            "schema-registry",
+            env["QUARKUS_HTTP_PORT"],
+            registry.API,
+        ), name
 
 
 def test_a_placeholder_left_in_env_stops_every_service_before_it_starts(
