@@ -22,6 +22,7 @@ import pytest
 from lakehouse.contracts.catalog import Catalog
 from lakehouse.contracts.confluent import URL_ENV, SchemaRegistryUnavailableError
 from lakehouse.contracts.serde import Serializer
+from lakehouse.errors import SchemaEvolutionError
 from lakehouse.pipeline import reads
 from lakehouse.runtime import registry
 from lakehouse.runtime.config import Settings
@@ -188,9 +189,9 @@ def test_a_confluent_producers_topic_reaches_gold_and_evolves_through_the_regist
     assert ("ann", "Tromsø", None) in silver
     registered = SchemaRegistry(lake).versions(TOPIC, "value")
     assert set(registered[-1].state.ids) == {str(id1), str(id2)}
-    # The reader schema, by the topic's first job (bronze: it looks no id up); the ids silver
-    # found in the first batch; the version the producer added.
-    assert [set(v.state.ids) for v in registered] == [set(), {str(id1)}, {str(id1), str(id2)}]
+    # The ids the topic's first job found (it looks them up: its reader is new), then the
+    # version the producer added.
+    assert [set(v.state.ids) for v in registered] == [{str(id1)}, {str(id1), str(id2)}]
 
     # An incompatible version is the registry's to refuse (BACKWARD, set at its start).
     client = SchemaRegistryClient({"url": registry_url})
@@ -223,6 +224,25 @@ def test_a_confluent_producers_topic_reaches_gold_and_evolves_through_the_regist
     assert rows(lake.silver_path("profile_changes"), "partition", "offset", "city") == rows(
         oracle.silver_path("profile_changes"), "partition", "offset", "city"
     )
+
+    # A contract change the registry's subject would refuse (a field its writers lack, with no
+    # default: BACKWARD) is refused before any data moves, even where the contract's own mode
+    # (NONE) allows it.
+    from deltalake import DeltaTable
+
+    breaking = THROUGH_REGISTRY.replace(json.dumps(V2), json.dumps(BREAKS)).replace(
+        "partitions: 2\n", "partitions: 2\ncompatibility: NONE\n"
+    )
+    (lake.contracts_dir / f"{TOPIC}.yaml").write_text(breaking)
+    produce(lake, TOPIC, [Record(b"zed", v2({"city": "Kyiv", "age": 9, "email": None}))])
+    bronze_version = DeltaTable(str(lake.bronze_path(TOPIC))).version()
+    with pytest.raises(SchemaEvolutionError) as refused_change:
+        run_layers(spark, lake, TOPIC, "bronze")
+    assert f"the registry's subject '{TOPIC}-value' (BACKWARD) would refuse it" in str(
+        refused_change.value
+    )
+    assert "score" in str(refused_change.value)
+    assert DeltaTable(str(lake.bronze_path(TOPIC))).version() == bronze_version
 
 
 def test_a_registry_that_does_not_answer_fails_silver_before_anything_is_written(

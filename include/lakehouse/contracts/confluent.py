@@ -152,7 +152,22 @@ def resolve(contract: Contract, settings: Settings) -> Contract:
     versions = tuple(SchemaVersion(id=i, schema=s) for i, s in writers.items())
     if contract.value_format == "avro":
         versions += (replace(contract.value_schemas[-1], id=None),)
-    return replace(contract, value_schemas=versions, value_registry=replace(source, looked_up=True))
+    mode = subject_compatibility(url, source.subject)
+    looked_up = replace(source, looked_up=True, compatibility=mode)
+    return replace(contract, value_schemas=versions, value_registry=looked_up)
+
+
+def subject_compatibility(url: str, subject: str) -> str:
+    """The compatibility mode the registry applies to ``subject``: its own, else the global
+    one (Confluent's default, BACKWARD, when neither says)."""
+    quoted = urllib.parse.quote(subject, safe="")
+    for path in (f"/config/{quoted}", "/config"):
+        said = _get(url, path)
+        if isinstance(said, dict):
+            level = said.get("compatibilityLevel") or said.get("compatibility")
+            if isinstance(level, str) and level:
+                return level.upper()
+    return "BACKWARD"
 
 
 def _readable(schema: Any, kind: str, where: str) -> bool:

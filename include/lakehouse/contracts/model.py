@@ -128,6 +128,7 @@ class RegistrySource:
     strategy: SubjectStrategy = "topic"
     url: str | None = None
     looked_up: bool = False  # the contract's value_schemas hold the registry's versions
+    compatibility: str | None = None  # the subject's mode in the registry, once looked up
 
 
 def subject_name(topic: str, strategy: SubjectStrategy, reader: Any) -> str:

@@ -94,11 +94,13 @@ def _run_layer(
     waiting = nothing_landed(settings, contract, layer, specs, request)
     if waiting is not None:
         return waiting
-    if layer == "silver":
+    registry = SchemaRegistry(settings)
+    if layer == "silver" or registry.reader_changed(contract):
         # Values written through a schema registry: the writers' schemas, looked up now (a
         # registry that does not answer fails the batch here, before anything is written).
+        # Any layer looks them up when the contract's reader schema changed: the registry's
+        # subject judges it before the first job registers it.
         contract = confluent.resolve(contract, settings)
-    registry = SchemaRegistry(settings)
     if request.dry_run:
         registry.check(contract)
         return plan_layer(spark, settings, contract, layer, catalog, request)

@@ -201,6 +201,29 @@ def evolution_problems(mode: str, new: SchemaState, history: list[RegisteredVers
     return list(dict.fromkeys(problems))
 
 
+def subject_problems(contract: Contract, history: Sequence[RegisteredVersion]) -> list[str]:
+    """Why a changed reader schema of a value written through a schema registry would be
+    refused by the registry's subject, were it registered after the subject's versions (its
+    mode, Avro's rules); empty when the reader is unchanged or the versions were not looked
+    up."""
+    from lakehouse.contracts import avro
+
+    source = contract.value_registry
+    if source is None or not source.looked_up or contract.value_format != "avro":
+        return []
+    reader = contract.value_schemas[-1].schema
+    if history and canonical_json(reader) == canonical_json(history[-1].state.schema):
+        return []
+    mode = source.compatibility or "BACKWARD"
+    try:
+        found = avro.check_compatibility(mode, reader, list(contract.value_writers.values()))
+    except ValueError as exc:
+        found = [str(exc)]
+    return [
+        f"the registry's subject {source.subject!r} ({mode}) would refuse it: {p}" for p in found
+    ]
+
+
 def subject_change(
     contract: Contract, subject: Subject, history: Sequence[RegisteredVersion]
 ) -> SchemaState | None:
@@ -217,13 +240,15 @@ def subject_change(
         if replace(state, ids={**latest.ids, **state.ids}).same_as(latest):
             return None
     problems = evolution_problems(contract.compatibility, state, list(history))
+    if subject == "value":
+        problems += subject_problems(contract, history)
     if problems:
+        after = f"version {history[-1].version}" if history else "the registry's versions"
         raise SchemaEvolutionError(
             contract.file,
             subject,
             f"the {subject} schema of topic {contract.topic!r} cannot be registered after "
-            f"version {history[-1].version} under compatibility {contract.compatibility}: "
-            + "; ".join(problems),
+            f"{after} under compatibility {contract.compatibility}: " + "; ".join(problems),
         )
     return state
 
@@ -297,6 +322,15 @@ class SchemaRegistry:
 
     def versions(self, topic: str, subject: Subject) -> list[RegisteredVersion]:
         return self.history(topic)[subject]
+
+    def reader_changed(self, contract: Contract) -> bool:
+        """Whether ``contract``'s value is written through a schema registry and its reader
+        schema is not the latest registered (a contract change, or the topic's first job)."""
+        if contract.value_registry is None or contract.value_format != "avro":
+            return False
+        versions = self.versions(contract.topic, "value")
+        reader = canonical_json(contract.value_schemas[-1].schema)
+        return not versions or canonical_json(versions[-1].state.schema) != reader
 
     def check(self, contract: Contract) -> dict[Subject, SchemaState]:
         """The subjects whose schema would be registered as a new version; raises
