@@ -1,20 +1,24 @@
 """Writers' schemas from a Confluent-compatible schema registry, for values written through one.
 
-A producer's serializer (Confluent's ``AvroSerializer``) registers its schema under the topic's
-subject and frames each record with the id the registry gave it. A contract whose value says
-``registry:`` lists no id: the job that decodes the topic (silver) asks the registry for every
-version of the subject when it starts, and decodes each record by its id into the contract's
-reader schema (:mod:`lakehouse.contracts.avro`). A record whose id is not a version of the
-subject goes to quarantine with that reason; a registry that does not answer fails the batch
-before anything is written.
+A producer's serializer (Confluent's ``AvroSerializer`` or ``JSONSerializer``) registers its
+schema under the topic's subject and frames each record with the id the registry gave it. A
+contract whose value says ``registry:`` lists no id: the job that decodes the topic (silver)
+asks the registry for every version of the subject, in the value's format, when it starts, and
+decodes each record by its id: Avro into the contract's reader schema
+(:mod:`lakehouse.contracts.avro`), JSON validated against its writer's JSON Schema
+(:mod:`lakehouse.streams.decode`). A record whose id is not a version of the subject goes to
+quarantine with that reason; a registry that does not answer fails the batch before anything
+is written. The subject's compatibility mode is looked up with its versions: a changed reader
+schema it would refuse is refused before any data moves (:mod:`lakehouse.streams.registry`).
 
 Where the registry is: the contract's ``value.registry.url``, else ``LAKEHOUSE_SCHEMA_REGISTRY_URL``,
 else the registry ``lakehouse registry start`` runs (:mod:`lakehouse.runtime.registry`). Its
 credentials are the deployment's, never the contract's: ``LAKEHOUSE_SCHEMA_REGISTRY_USER_INFO``
 (``user:password``, as Confluent's clients take ``basic.auth.user.info``).
 
-Requests go out from the driver only: one for the subject's version list per batch, one per
-version never seen before by this process (a version's schema never changes, so it is kept).
+Requests go out from the driver only: the subject's version list and its compatibility (one
+or two) per batch, and one per version never seen before by this process (a version's schema
+never changes, so it is kept).
 """
 
 from __future__ import annotations
