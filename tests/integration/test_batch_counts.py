@@ -8,9 +8,11 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator
+from datetime import UTC, datetime
 
 import pytest
 
+from lakehouse.quality.ledger import read_ledger
 from lakehouse.runtime import eventlog, server
 from lakehouse.runtime.config import Settings
 from lakehouse.runtime.process import free_port
@@ -65,13 +67,15 @@ JOBS_PER_GOLD_TABLE = 24
 def test_a_batch_is_counted_by_layer_and_table(counted: Settings) -> None:
     """A warm 20-record batch of the JSON topic, counted from the server's event log: every job
     carries its layer's or its gold table's tag, each table's jobs stay under the ceiling, and
-    each table written gets exactly one commit (the ledger too: one for the whole run)."""
+    each table written gets exactly one commit (the ledger too: one for the whole run). Every
+    batch row of the ledger carries the lag its batch knew from its plan."""
     events = counted.home.parent / "events"
     warm = _lakehouse(counted, "run", "--topic", "user-locations")  # its tables exist, warm
     assert warm.returncode == 0, warm.stderr[-3000:]
     more = _lakehouse(counted, "sample", "--topic", "user-locations", "--records", "20")
     assert more.returncode == 0, more.stderr[-3000:]
     since, before = eventlog.mark(events), eventlog.table_versions(counted.home)
+    started = datetime.now(UTC)
     done = _lakehouse(counted, "run", "--topic", "user-locations")
     assert done.returncode == 0, done.stderr[-3000:]
     used = eventlog.usage(events, since)
@@ -90,3 +94,15 @@ def test_a_batch_is_counted_by_layer_and_table(counted: Settings) -> None:
         **{f"tables/gold/{t}": 1 for t in DEMO_TABLES},
         "quality/ledger": 1,
     }, made
+
+    batch = {  # this run's batch rows
+        (r["layer"], r["table"]): r
+        for r in read_ledger(counted).to_pylist()
+        if r["kind"] == "batch" and r["validated_at"] >= started
+    }
+    assert {t for (layer, t) in batch if layer == "gold"} == set(DEMO_TABLES), sorted(batch)
+    assert {k: (r["lag"], r["lag_unit"]) for k, r in batch.items()} == {
+        ("bronze", "user-locations"): (0, "records"),
+        ("silver", "user_locations"): (0, "versions"),
+        **{("gold", t): (0, "versions") for t in DEMO_TABLES},
+    }

@@ -11,6 +11,7 @@ from lakehouse.contracts.model import Contract
 from lakehouse.pipeline import runner
 from lakehouse.quality.ledger import BLOCKED, BatchOutcome, RunInfo
 from lakehouse.runtime.config import Settings
+from lakehouse.tables.common import GoldResult
 from lakehouse.topics.bronze_table import BronzeResult, Position
 from lakehouse.topics.from_kafka import kafka_plan
 from lakehouse.topics.from_landing import advance, offset_gaps
@@ -94,3 +95,29 @@ def test_the_ledger_rows_keep_a_known_lag_and_measure_only_the_others(
     rows = batches.rows(cast(Settings, None), topic, None, RunInfo(), said.append)
     assert [(r["table"], r["lag"]) for r in rows] == [("t", 0), ("u", 4)]
     assert asked == [{"u"}]
+
+
+def test_a_gold_batch_knows_its_lag_and_the_logs_are_not_read_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A gold batch read each input to the head it planned with: its row says 0 versions behind
+    and the layer's logs are not read again; a result that does not know (a capped rebuild)
+    is measured."""
+    asked: list[set[str]] = []
+
+    def measured(settings: object, contract: object, catalog: object, layer: str, tables: set[str]):
+        asked.append(set(tables))
+        return dict.fromkeys(tables, 2)
+
+    monkeypatch.setattr(runner, "_lags", measured)
+    batches = runner._Batches("gold")
+    batches.add(GoldResult("moves", (3, 4), 6, committed=True, table_version=9, lag=0).batch())
+    topic = cast(Contract, SimpleNamespace(topic="t"))
+    rows = batches.rows(cast(Settings, None), topic, None, RunInfo(), [].append)
+    assert [(r["table"], r["lag"], r["lag_unit"]) for r in rows] == [("moves", 0, "versions")]
+    assert asked == []
+
+    batches.add(GoldResult("counts", (0, 4), 2, committed=True, table_version=1).batch())
+    rows = batches.rows(cast(Settings, None), topic, None, RunInfo(), [].append)
+    assert [(r["table"], r["lag"]) for r in rows] == [("moves", 0), ("counts", 2)]
+    assert asked == [{"counts"}]

@@ -203,6 +203,8 @@ class GoldResult:
     table_version: int | None = None  # the version the batch committed
     late: int | None = None  # records the batch sent to ``late_table`` (a windowed table)
     late_table: str | None = None
+    # Input versions still to read after the batch, as planned (None: not known; measured).
+    lag: int | None = None
 
     def batch(self) -> BatchOutcome | None:
         """The batch's outcome for the ledger (None: no batch, or one committed before)."""
@@ -216,6 +218,8 @@ class GoldResult:
             self.table_version,
             late=self.late,
             late_table=self.late_table,
+            lag=self.lag,
+            lag_unit=None if self.lag is None else "versions",
         )
 
     def summary(self) -> str:
