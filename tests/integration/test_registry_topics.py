@@ -437,3 +437,99 @@ def test_a_broker_topic_written_by_a_confluent_producer_is_read_by_the_kafka_top
         ("bob", "Rome", "bob@example.com"),
     ]
     assert rows(lake.gold_path("profile_counts"), "username", "updates") == [("ann", 2), ("bob", 1)]
+
+
+PROTO_TOPIC = "checkins"
+THROUGH_REGISTRY_PROTOBUF = (
+    THROUGH_REGISTRY_JSON.replace(f"topic: {JSON_TOPIC}", f"topic: {PROTO_TOPIC}")
+    .replace("format: json", "format: protobuf")
+    .replace("visit_events", "checkin_events")
+)
+PLAIN_PROTO_ORACLE = THROUGH_REGISTRY_PROTOBUF.replace(
+    "  registry: {subject: topic}\n", ""
+).replace("format: protobuf", "format: json")
+# The producer's own second version, as .proto text: the message `lakehouse produce` registers
+# (the contract's fields, numbered in order) with a new optional field, which BACKWARD allows.
+PROTO_V2 = """\
+syntax = "proto3";
+package lakehouse.checkin_events;
+message CheckinEvents {
+  string city = 1;
+  optional int64 age = 2;
+  optional string email = 3;
+}
+"""
+
+
+def test_protobuf_values_through_the_registry_reach_gold_by_their_writers_descriptors(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, registry_url: str
+) -> None:
+    """`lakehouse produce` registers the contract's fields as a proto3 message and frames with
+    Confluent's ProtobufSerializer; a producer's own second version (compiled from .proto text,
+    one more optional field) is read with no contract change; an unknown id, an unframed value
+    and a message that does not parse are quarantined with their reasons; gold equals the same
+    records as plain JSON."""
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+    from confluent_kafka.schema_registry.protobuf import ProtobufSerializer
+    from confluent_kafka.serialization import MessageField, SerializationContext
+    from google.protobuf import message_factory
+
+    from lakehouse.contracts import protobuf
+
+    monkeypatch.setenv(URL_ENV, registry_url)
+    lake = lake_with(tmp_path / "protobuf", THROUGH_REGISTRY_PROTOBUF)
+    ours = Serializer(Catalog.load(lake.contracts_dir).topic(PROTO_TOPIC))
+    first = [
+        (b"ann", {"city": "Oslo", "age": 31}, 0),
+        (b"bob", {"city": "Rome", "age": None}, 1),
+    ]
+    sent = [(k, ours.value(v, "test"), p) for k, v, p in first]
+
+    v2_file = protobuf._pool_file(protobuf.descriptor_set(protobuf.file_proto("c.proto", PROTO_V2)))
+    v2 = message_factory.GetMessageClass(v2_file.message_types_by_name["CheckinEvents"])
+    theirs = ProtobufSerializer(
+        v2, SchemaRegistryClient({"url": registry_url}), {"use.deprecated.format": False}
+    )
+    context = SerializationContext(PROTO_TOPIC, MessageField.VALUE)
+    second = [
+        (b"ann", {"city": "Bergen", "age": 32, "email": "a@example.com"}, 0),
+        (b"cid", {"city": "Lima"}, 1),
+    ]
+    sent += [(k, theirs(v2(**v), context), p) for k, v, p in second]
+    sent.append((b"cid", None, 1))  # a tombstone
+    id_ours, id_theirs = _ids(sent[0][1] or b""), _ids(sent[2][1] or b"")
+    assert id_ours != id_theirs
+    bad = [
+        (b"eve", struct.pack(">bI", 0, 777_777) + b"\x00\x0a\x02xy", 0),
+        (b"eve", b'{"city": "Oslo"}', 1),  # not framed
+        (b"eve", struct.pack(">bI", 0, id_theirs) + b"\x00\x0a\x09Os", 0),  # cut short
+    ]
+    produce(lake, PROTO_TOPIC, [Record(k, v, partition=p) for k, v, p in sent + bad])
+    run_pipeline(spark, lake)
+
+    reasons = sorted(r for (r,) in rows(lake.quarantine_path("silver", "checkin_events"), "reason"))
+    assert len(reasons) == 3, reasons
+    assert (
+        f"unknown Protobuf schema id 777777 (subject '{PROTO_TOPIC}-value' has "
+        f"{id_ours}, {id_theirs})" in reasons
+    ), reasons
+    assert any("magic byte 0" in r for r in reasons), reasons
+    assert any(f"does not parse as Protobuf schema id {id_theirs}" in r for r in reasons), reasons
+    registered = SchemaRegistry(lake).versions(PROTO_TOPIC, "value")
+    assert set(registered[-1].state.ids) == {str(id_ours), str(id_theirs)}
+
+    oracle = lake_with(tmp_path / "plain", PLAIN_PROTO_ORACLE)
+    plain = [(k, {"city": v["city"], "age": v.get("age")}, p) for k, v, p in first + second]
+    produce(
+        oracle,
+        PROTO_TOPIC,
+        [Record(k, json.dumps(v).encode(), partition=p) for k, v, p in plain]
+        + [Record(b"cid", None, partition=1)],
+    )
+    run_pipeline(spark, oracle)
+    for table, columns in {
+        "visits_now": ("username", "city", "age"),
+        "visit_counts": ("username", "visits", "oldest"),
+    }.items():
+        mine = rows(lake.gold_path(table), *columns)
+        assert mine and mine == rows(oracle.gold_path(table), *columns), table

@@ -1,12 +1,13 @@
 """Writers' schemas from a Confluent-compatible schema registry, for values written through one.
 
-A producer's serializer (Confluent's ``AvroSerializer`` or ``JSONSerializer``) registers its
-schema under the topic's subject and frames each record with the id the registry gave it. A
-contract whose value says ``registry:`` lists no id: the job that decodes the topic (silver)
-asks the registry for every version of the subject, in the value's format, when it starts, and
-decodes each record by its id: Avro into the contract's reader schema
-(:mod:`lakehouse.contracts.avro`), JSON validated against its writer's JSON Schema
-(:mod:`lakehouse.streams.decode`). A record whose id is not a version of the subject goes to
+A producer's serializer (Confluent's ``AvroSerializer``, ``JSONSerializer`` or
+``ProtobufSerializer``) registers its schema under the topic's subject and frames each record
+with the id the registry gave it. A contract whose value says ``registry:`` lists no id: the job
+that decodes the topic (silver) asks the registry for every version of the subject, in the
+value's format, when it starts, and decodes each record by its id: Avro into the contract's
+reader schema (:mod:`lakehouse.contracts.avro`), JSON validated against its writer's JSON
+Schema (:mod:`lakehouse.streams.decode`), Protobuf parsed with its writer's descriptors
+(:mod:`lakehouse.contracts.protobuf`; a version's imports come from its references). A record whose id is not a version of the subject goes to
 quarantine with that reason; a registry that does not answer fails the batch before anything
 is written. The subject's compatibility mode is looked up with its versions: a changed reader
 schema it would refuse is refused before any data moves (:mod:`lakehouse.streams.registry`).
@@ -44,9 +45,11 @@ TIMEOUT_S = 10.0
 _URL = re.compile(r"https?://[^/?#@\s]+(/[^?#@\s]*)?")
 _MEDIA = "application/vnd.schemaregistry.v1+json"
 
-# (registry URL, subject, version) -> (schema id, schema type, schema text): versions are
-# immutable in a Confluent registry, so each is asked for once per process.
-_versions: dict[tuple[str, str, int], tuple[int, str, str]] = {}
+# (registry URL, subject, version) -> (schema id, schema type, schema text, references: the
+# (import name, subject, version) of each schema it imports): versions are immutable in a
+# Confluent registry, so each is asked for once per process.
+Reference = tuple[str, str, int]
+_versions: dict[tuple[str, str, int], tuple[int, str, str, tuple[Reference, ...]]] = {}
 
 
 class SchemaRegistryUnavailableError(LakehouseError):
@@ -105,9 +108,11 @@ def _get(url: str, path: str) -> Any:
         ) from None
 
 
-def subject_versions(url: str, subject: str) -> list[tuple[int, int, str, str]]:
-    """Every version of ``subject``: (version, schema id, schema type, schema text), oldest
-    first; empty when the subject has none yet."""
+def subject_versions(
+    url: str, subject: str
+) -> list[tuple[int, int, str, str, tuple[Reference, ...]]]:
+    """Every version of ``subject``: (version, schema id, schema type, schema text, references),
+    oldest first; empty when the subject has none yet."""
     quoted = urllib.parse.quote(subject, safe="")
     numbers = _get(url, f"/subjects/{quoted}/versions")
     if numbers is None:
@@ -119,17 +124,47 @@ def subject_versions(url: str, subject: str) -> list[tuple[int, int, str, str]]:
         )
     out = []
     for number in sorted(numbers):
-        key = (url, subject, number)
-        if key not in _versions:
-            found = _get(url, f"/subjects/{quoted}/versions/{number}")
-            if found is None:  # deleted between the two requests
-                continue
-            _versions[key] = (
-                int(found["id"]),
-                str(found.get("schemaType") or "AVRO"),
-                str(found["schema"]),
+        found = _version(url, subject, number)
+        if found is not None:  # else deleted between the two requests
+            out.append((number, *found))
+    return out
+
+
+def _version(
+    url: str, subject: str, number: int
+) -> tuple[int, str, str, tuple[Reference, ...]] | None:
+    key = (url, subject, number)
+    if key not in _versions:
+        quoted = urllib.parse.quote(subject, safe="")
+        found = _get(url, f"/subjects/{quoted}/versions/{number}")
+        if found is None:
+            return None
+        references = tuple(
+            (str(r["name"]), str(r["subject"]), int(r["version"]))
+            for r in found.get("references") or ()
+        )
+        _versions[key] = (
+            int(found["id"]),
+            str(found.get("schemaType") or "AVRO"),
+            str(found["schema"]),
+            references,
+        )
+    return _versions[key]
+
+
+def _imports(url: str, references: tuple[Reference, ...], depth: int = 0) -> dict[str, str]:
+    """The schemas a version imports, and theirs, by import name (each first seen wins)."""
+    out: dict[str, str] = {}
+    for name, subject, number in references:
+        found = _version(url, subject, number)
+        if found is None or depth > 20:
+            raise SchemaRegistryUnavailableError(
+                f"the schema registry at {url} has no version {number} of {subject!r}, which "
+                f"a registered schema imports as {name!r}"
             )
-        out.append((number, *_versions[key]))
+        for deeper, text in _imports(url, found[3], depth + 1).items():
+            out.setdefault(deeper, text)
+        out.setdefault(name, found[2])
     return out
 
 
@@ -142,16 +177,22 @@ def resolve(contract: Contract, settings: Settings) -> Contract:
     if source is None:
         return contract
     url = registry_url(contract, settings)
-    kind_wanted = "AVRO" if contract.value_format == "avro" else "JSON"
+    kind_wanted = _KINDS[contract.value_format]
     writers: dict[int, Any] = {}
-    for number, schema_id, kind, text in subject_versions(url, source.subject):
+    for number, schema_id, kind, text, references in subject_versions(url, source.subject):
         if kind.upper() != kind_wanted or schema_id in writers:
             continue  # another format: its records are quarantined as of an unknown id
+        where = f"{url} subject {source.subject!r} version {number}"
+        if kind_wanted == "PROTOBUF":
+            descriptors = _protobuf_writer(text, _imports(url, references), where)
+            if descriptors is not None:
+                writers[schema_id] = descriptors
+            continue
         try:
             schema = json.loads(text)
         except ValueError:
             schema = text  # a bare name such as "string"
-        if _readable(schema, kind_wanted, f"{url} subject {source.subject!r} version {number}"):
+        if _readable(schema, kind_wanted, where):
             writers[schema_id] = schema
     versions = tuple(SchemaVersion(id=i, schema=s) for i, s in writers.items())
     if contract.value_format == "avro":
@@ -172,6 +213,24 @@ def subject_compatibility(url: str, subject: str) -> str:
             if isinstance(level, str) and level:
                 return level.upper()
     return "BACKWARD"
+
+
+_KINDS = {"avro": "AVRO", "json": "JSON", "protobuf": "PROTOBUF"}
+
+
+def _protobuf_writer(text: str, imports: dict[str, str], where: str) -> str | None:
+    """A Protobuf version's descriptor set (what the workers decode its records with, in
+    base64), or None when it cannot be made: that version is left out, and its records are
+    quarantined as of an unknown id."""
+    from lakehouse.contracts import protobuf
+
+    try:
+        return protobuf.descriptor_set(protobuf.file_proto("writer.proto", text, imports))
+    except protobuf.ProtobufSchemaError as exc:
+        import sys
+
+        print(f"{where}: not readable as Protobuf: {exc}", file=sys.stderr)
+        return None
 
 
 def _readable(schema: Any, kind: str, where: str) -> bool:
@@ -240,6 +299,7 @@ def serializer(
     )
     from confluent_kafka.schema_registry.avro import AvroSerializer
     from confluent_kafka.schema_registry.json_schema import JSONSerializer
+    from confluent_kafka.schema_registry.protobuf import ProtobufSerializer
     from confluent_kafka.serialization import MessageField, SerializationContext
 
     source = contract.value_registry
@@ -260,6 +320,14 @@ def serializer(
         serialize = JSONSerializer(
             json.dumps(json_schema(contract)), client, conf=settings, json_encode=json_encode
         )
+    elif contract.value_format == "protobuf":
+        from lakehouse.contracts import protobuf
+
+        message = protobuf.contract_message(contract)
+        framing = ProtobufSerializer(
+            message, client, conf={**settings, "use.deprecated.format": False}
+        )
+        serialize = lambda record, ctx: framing(protobuf.message_of(message, record), ctx)  # noqa: E731
     else:
         serialize = AvroSerializer(
             client, json.dumps(contract.value_schemas[-1].schema), conf=settings

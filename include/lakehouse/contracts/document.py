@@ -45,7 +45,7 @@ AggFn = Literal[
     "count", "sum", "min", "max", "avg", "count_distinct", "earliest", "latest", "collect"
 ]
 KeyFormat = Literal["string", "json", "avro"]
-ValueFormat = Literal["json", "avro", "string"]
+ValueFormat = Literal["json", "avro", "string", "protobuf"]
 Severity = Literal["warn", "quarantine", "fail"]
 TableKind = Literal["latest", "aggregate", "join", "history"]
 WindowType = Literal["tumbling", "hopping", "session"]
@@ -287,16 +287,18 @@ class RegistryDoc(_Doc):
 
 class ValueDoc(_Doc):
     """The record value: JSON with the fields listed here, Avro with its schemas (listed by id,
-    or a reader schema and the registry the ids are looked up in), or text. JSON or Avro may be
-    written through a schema registry."""
+    or a reader schema and the registry the ids are looked up in), Protobuf written through a
+    schema registry and read into the fields listed here, or text. JSON or Avro may be written
+    through a schema registry too."""
 
     rules = KeyRules(
         "format",
-        requires={"json": ("fields",), "string": ("name",)},
+        requires={"json": ("fields",), "string": ("name",), "protobuf": ("fields", "registry")},
         refuses={
             "json": ("schemas", "name", "reader"),
             "avro": ("fields", "name"),
             "string": ("fields", "schemas", "registry", "reader"),
+            "protobuf": ("schemas", "name", "reader"),
         },
         needs_one_of={"avro": ("schemas", "registry")},
     )
@@ -304,8 +306,9 @@ class ValueDoc(_Doc):
     fields: Annotated[list[FieldDoc], pydantic.Field(min_length=1)] | None = None
     schemas: SchemaVersions | None = None
     registry: RegistryDoc | None = None
-    """Values written through a schema registry: Avro (instead of ``schemas``), or JSON Schema
-    (JSON whose ``fields`` are the stream's columns)."""
+    """Values written through a schema registry: Avro (instead of ``schemas``), JSON Schema
+    (JSON whose ``fields`` are the stream's columns) or Protobuf (required; its messages' fields
+    read by name into ``fields``)."""
     reader: SchemaDoc | None = None
     """With ``registry``: the schema the stream is read with, whose fields are its columns;
     each record's writer schema resolves into it (Avro's schema resolution)."""
@@ -319,10 +322,14 @@ class ValueDoc(_Doc):
             raise _problem(
                 "give either 'schemas' (the ids listed) or 'registry' (the ids looked up), not both"
             )
-        if self.registry is not None and self.format == "json" and self.registry.subject != "topic":
+        if (
+            self.registry is not None
+            and self.format in ("json", "protobuf")
+            and self.registry.subject != "topic"
+        ):
             raise _problem(
                 f"subject naming {self.registry.subject!r} takes the reader schema's record "
-                "name: with format 'json' the subject is the topic's ('topic')"
+                f"name: with format {self.format!r} the subject is the topic's ('topic')"
             )
         if self.registry is not None and self.format == "avro" and self.reader is None:
             raise _problem("'reader' is a required property with 'registry'")

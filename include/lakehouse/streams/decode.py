@@ -356,14 +356,17 @@ def _avro_batches(
     return run
 
 
-def _framed_json(contract: Contract) -> bool:
-    return contract.value_format == "json" and contract.value_registry is not None
+def _framed(contract: Contract) -> bool:
+    """Whether the value is unframed into JSON text before the JSON steps: JSON Schema or
+    Protobuf values written through a registry."""
+    return contract.value_format in ("json", "protobuf") and contract.value_registry is not None
 
 
-def _unframe_json(df: DataFrame, contract: Contract) -> DataFrame:
-    """JSON values in Confluent's JSON Schema wire format (magic byte 0, the writer schema's id,
-    the JSON text): ``value`` becomes the JSON text, and each record is validated against its
-    writer's schema, as Confluent's JSONDeserializer does, in Python workers."""
+def _unframe(df: DataFrame, contract: Contract) -> DataFrame:
+    """Values in Confluent's wire format (magic byte 0, the writer schema's id, the payload)
+    become JSON text in ``value``, in Python workers: a JSON Schema value's text, validated
+    against its writer's schema as Confluent's JSONDeserializer does; a Protobuf value's
+    message, parsed with its writer's descriptors, as the JSON of its fields."""
     from pyspark.sql import types as T
 
     source = contract.value_registry
@@ -381,7 +384,40 @@ def _unframe_json(df: DataFrame, contract: Contract) -> DataFrame:
     known = f"subject {source.subject!r} has " + (
         ", ".join(str(i) for i in sorted(contract.value_writers)) or "none"
     )
-    return df.mapInArrow(_json_frames(contract.value_writers, known), T.StructType(fields))
+    frames = _protobuf_frames if contract.value_format == "protobuf" else _json_frames
+    return df.mapInArrow(frames(contract.value_writers, known), T.StructType(fields))
+
+
+def _protobuf_frames(
+    writers: dict[int, Any], known: str
+) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """Protobuf values (Confluent's wire format) as the JSON text of their messages' fields
+    (:class:`lakehouse.contracts.protobuf.WireDecoder`), the reason beside those that cannot
+    be read."""
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        import pyarrow as pa
+
+        from lakehouse.contracts.protobuf import WireDecoder
+
+        decoder = WireDecoder(writers, known)
+        for batch in batches:
+            payloads: list[bytes | None] = []
+            problems: list[str | None] = []
+            for raw in batch.column("value").to_pylist():
+                payload, problem = (None, None) if raw is None else decoder.decode(raw)
+                payloads.append(b"" if problem is not None else payload)
+                problems.append(problem)
+            columns = [
+                pa.array(payloads, pa.binary()) if name == "value" else batch.column(name)
+                for name in batch.schema.names
+            ]
+            columns += [batch.column("value"), pa.array(problems, pa.string())]
+            yield pa.RecordBatch.from_arrays(
+                columns, names=[*batch.schema.names, _RAW, _FRAME_ERROR]
+            )
+
+    return run
 
 
 def _json_frames(
@@ -453,8 +489,8 @@ def decode(bronze: DataFrame, contract: Contract) -> DataFrame:
     df = bronze.select(*_BRONZE_INPUT)
     if "avro" in (contract.key_format, contract.value_format):
         df = _decode_avro(df, contract)
-    if _framed_json(contract):
-        df = _unframe_json(df, contract)
+    if _framed(contract):
+        df = _unframe(df, contract)
     for step in _decode_steps(contract):
         df = df.withColumns(step) if isinstance(step, dict) else df.select(*step)
     return df
@@ -491,10 +527,10 @@ def _build_decode_steps(contract: Contract) -> list[Step]:
     from pyspark.sql import functions as F
 
     steps: list[Step] = []
-    raw_value = F.col(_RAW) if _framed_json(contract) else F.col("value")
-    if contract.value_format == "json":
+    raw_value = F.col(_RAW) if _framed(contract) else F.col("value")
+    if contract.value_format in ("json", "protobuf"):  # Protobuf: unframed into JSON text
         steps += _json_value_steps(contract)
-        if _framed_json(contract):  # the framing's problem first, then the JSON's
+        if _framed(contract):  # the framing's problem first, then the JSON's
             steps.append({_VALUE_ERROR: F.coalesce(F.col(_FRAME_ERROR), F.col(_VALUE_ERROR))})
     elif contract.value_format == "string":
         steps += _string_value_steps(contract)
