@@ -24,6 +24,7 @@ from lakehouse.contracts.confluent import URL_ENV, SchemaRegistryUnavailableErro
 from lakehouse.contracts.serde import Serializer
 from lakehouse.errors import SchemaEvolutionError
 from lakehouse.pipeline import reads
+from lakehouse.quality.ledger import read_ledger
 from lakehouse.runtime import registry
 from lakehouse.runtime.config import Settings
 from lakehouse.runtime.process import free_port
@@ -192,6 +193,15 @@ def test_a_confluent_producers_topic_reaches_gold_and_evolves_through_the_regist
     # The ids the topic's first job found (it looks them up: its reader is new), then the
     # version the producer added.
     assert [set(v.state.ids) for v in registered] == [{str(id1)}, {str(id1), str(id2)}]
+    # The ledger says, for each silver batch, which writer schemas it was decoded with.
+    batches = sorted(
+        (r for r in read_ledger(lake, layer="silver").to_pylist() if r["kind"] == "batch"),
+        key=lambda r: r["validated_at"],
+    )
+    assert [json.loads(r["source"])["schemas"] for r in batches] == [
+        {"subject": f"{TOPIC}-value", "ids": [id1]},
+        {"subject": f"{TOPIC}-value", "ids": sorted([id1, id2])},
+    ]
 
     # An incompatible version is the registry's to refuse (BACKWARD, set at its start).
     client = SchemaRegistryClient({"url": registry_url})

@@ -137,6 +137,43 @@ def test_store_credentials_come_from_the_airflow_connection_when_there_is_one(
         store_credentials()
 
 
+def test_the_schema_registry_comes_from_the_airflow_connection_when_there_is_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The connection's host, port and path make the URL the jobs look writer schemas up at;
+    its login and password, the basic-auth credentials (never a contract's)."""
+    from lakehouse.contracts.confluent import URL_ENV, USER_INFO_ENV
+    from lakehouse.errors import ConfigError
+    from lakehouse.orchestration.operators import REGISTRY_CONN_ID, registry_settings
+
+    variable = "AIRFLOW_CONN_LAKEHOUSE_SCHEMA_REGISTRY"
+    monkeypatch.delenv(variable, raising=False)
+    assert registry_settings() == {}  # none: the environment's, else `lakehouse registry`
+    connection: dict[str, Any] = {
+        "conn_type": "http",
+        "host": "registry.example",
+        "schema": "https",
+        "port": 8443,
+        "login": "reader",
+        "password": "s3cret",
+        "extra": {"path": "/apis/ccompat/v7"},
+    }
+    monkeypatch.setenv(variable, json.dumps(connection))
+    assert registry_settings() == {
+        URL_ENV: "https://registry.example:8443/apis/ccompat/v7",
+        USER_INFO_ENV: "reader:s3cret",
+    }
+    plain = {"conn_type": "http", "host": "http://127.0.0.1:18081/apis/ccompat/v7/"}
+    monkeypatch.setenv(variable, json.dumps(plain))
+    assert registry_settings() == {URL_ENV: "http://127.0.0.1:18081/apis/ccompat/v7"}
+    monkeypatch.setenv(variable, json.dumps({**connection, "password": None}))
+    with pytest.raises(ConfigError, match=f"{REGISTRY_CONN_ID!r}: give both the registry's user"):
+        registry_settings()
+    monkeypatch.setenv(variable, json.dumps({**plain, "host": "http://h/x?token=1"}))
+    with pytest.raises(ConfigError, match="is not a registry URL"):
+        registry_settings()
+
+
 # -- a contract that does not load is its own problem ---------------------------------------------
 
 JOINING = {

@@ -56,6 +56,12 @@ class SchemaRegistryUnavailableError(LakehouseError):
     """The schema registry did not answer as Confluent's API does; nothing was written."""
 
 
+def valid_url(url: str) -> bool:
+    """Whether ``url`` is a registry's URL as this module takes it: http(s), a host, a path,
+    no credentials, query or fragment."""
+    return _URL.fullmatch(url) is not None
+
+
 def registry_url(contract: Contract, settings: Settings) -> str:
     """Where the registry of ``contract``'s value is (see the module's docstring)."""
     source = contract.value_registry
@@ -65,7 +71,7 @@ def registry_url(contract: Contract, settings: Settings) -> str:
         return source.url.rstrip("/")
     given = os.environ.get(URL_ENV, "").strip()
     if given:
-        if not _URL.fullmatch(given):
+        if not valid_url(given):
             raise ConfigError(
                 f"{URL_ENV}={given!r}: give the registry's URL, http(s)://host[:port][/path], "
                 "with no credentials (set them in " + USER_INFO_ENV + ")"

@@ -87,11 +87,12 @@ class LayerJobOperator(SparkSubmitOperator):
             # The contracts as they are now (the DAG may have been parsed long ago).
             catalog, contract = load_topic(self.settings, self.contract.topic)
             request = RunRequest.from_params(context["params"], contract, self.tables)
-            aws = store_credentials()
+            aws = {**store_credentials(), **registry_settings()}
             preflight(connection.conn_type, self.settings, self.base_conf)
         except LakehouseError as exc:  # before anything runs; every try would fail alike
             raise AirflowFailException(str(exc)) from None
-        # This process reads the logs and landing files itself (delta-rs, pyarrow).
+        # This process reads the logs and landing files itself (delta-rs, pyarrow), and asks
+        # the schema registry for a topic's writer schemas when it runs the layer.
         os.environ.update(aws)
         objectstore.reset()
         if connection.conn_type == SparkConnectHook.conn_type:
@@ -230,6 +231,50 @@ def store_credentials(conn_id: str = S3_CONN_ID) -> dict[str, str]:
     except AirflowNotFoundException:
         return {}
     return aws_variables(conn_id, connection.login, connection.password, connection.extra_dejson)
+
+
+# The Airflow connection of the schema registry the topics written through one are read with
+# (any type; `http` as Airflow's HTTP connections are): host (with or without its scheme), port,
+# the API's path in the extra's ``path`` (Apicurio's: ``/apis/ccompat/v7``), and basic-auth
+# credentials as login and password. A contract's own ``value.registry.url`` still wins.
+REGISTRY_CONN_ID = "lakehouse_schema_registry"
+
+
+def registry_settings(conn_id: str = REGISTRY_CONN_ID) -> dict[str, str]:
+    """``LAKEHOUSE_SCHEMA_REGISTRY_URL`` (and ``..._USER_INFO``) from the Airflow connection
+    ``conn_id``; nothing when there is no such connection (the environment's own, else the
+    registry `lakehouse registry start` runs)."""
+    from airflow.sdk import BaseHook
+    from airflow.sdk.exceptions import AirflowNotFoundException
+
+    from lakehouse.contracts.confluent import URL_ENV, USER_INFO_ENV, valid_url
+
+    try:
+        connection = BaseHook.get_connection(conn_id)
+    except AirflowNotFoundException:
+        return {}
+    host = (connection.host or "").strip().rstrip("/")
+    if not host:
+        raise ConfigError(f"Airflow connection {conn_id!r}: give the schema registry's host")
+    if "://" not in host:
+        host = f"{connection.schema or 'http'}://{host}"
+    if connection.port:
+        host = f"{host}:{connection.port}"
+    path = str(connection.extra_dejson.get("path") or "").strip()
+    found = {URL_ENV: host + ("/" + path.lstrip("/") if path else "")}
+    if not valid_url(found[URL_ENV]):
+        raise ConfigError(
+            f"Airflow connection {conn_id!r}: {found[URL_ENV]!r} is not a registry URL "
+            "(http(s)://host[:port][/path], with the credentials as login and password)"
+        )
+    if connection.login or connection.password:
+        if not connection.login or not connection.password:
+            raise ConfigError(
+                f"Airflow connection {conn_id!r}: give both the registry's user (login) and "
+                "its password, or neither"
+            )
+        found[USER_INFO_ENV] = f"{connection.login}:{connection.password}"
+    return found
 
 
 def aws_variables(

@@ -66,6 +66,7 @@ class SilverResult:
     committed: bool = False
     table_version: int | None = None  # the version the batch committed
     reasons: dict[str, int] = field(default_factory=dict)  # quarantined, by reason kind
+    lineage: dict[str, Any] | None = None  # what it read: bronze's versions, writer schemas
 
     def batch(self) -> BatchOutcome | None:
         """The batch's outcome for the ledger (None: no batch, or one committed before)."""
@@ -81,6 +82,7 @@ class SilverResult:
             self.reasons,
             lag=0,
             lag_unit="versions",
+            lineage=self.lineage,
         )
 
     def summary(self) -> str:
@@ -132,7 +134,11 @@ def _build(
     changes = store.changes(bronze_path, start, head).filter(F.col("_change_type") == "insert")
     decoded = _decoded(changes, contract)
     txn = Txn(input_app(contract), head)
-    lineage = {"table": f"bronze.{contract.topic}", "versions": [start, head]}
+    lineage: dict[str, Any] = {"table": f"bronze.{contract.topic}", "versions": [start, head]}
+    source = contract.value_registry
+    if source is not None and source.looked_up:
+        # The writer schemas the batch was decoded with, as the registry gave them.
+        lineage["schemas"] = {"subject": source.subject, "ids": sorted(contract.value_writers)}
     meta: dict[str, Any] = {"lakehouse.source": lineage}
     n_good, reasons = _split_counts(decoded)
     decoded, verdict = _judge(decoded, contract, gate, lineage, at_most=n_good)
@@ -174,6 +180,7 @@ def _build(
         result.committed,
         result.table_version,
         reasons,
+        lineage,
     )
 
 
