@@ -527,6 +527,19 @@ def test_protobuf_values_through_the_registry_reach_gold_by_their_writers_descri
     assert any(f"does not parse as Protobuf schema id {id_theirs}" in r for r in reasons), reasons
     registered = SchemaRegistry(lake).versions(PROTO_TOPIC, "value")
     assert set(registered[-1].state.ids) == {str(id_ours), str(id_theirs)}
+    # The contract's fields read both versions; a field the writers lack, required, breaks.
+    assert reads.schemas(lake, Catalog.load(lake.contracts_dir), [PROTO_TOPIC], check=True) == 0
+    stricter = lake_with(
+        tmp_path / "stricter",
+        THROUGH_REGISTRY_PROTOBUF.replace(
+            "    - {name: age, type: long}\n",
+            "    - {name: age, type: long}\n    - {name: phone, type: string, nullable: false}\n",
+        ),
+    )
+    assert (
+        reads.schemas(stricter, Catalog.load(stricter.contracts_dir), [PROTO_TOPIC], check=True)
+        == 1
+    )
 
     oracle = lake_with(tmp_path / "plain", PLAIN_PROTO_ORACLE)
     plain = [(k, {"city": v["city"], "age": v.get("age")}, p) for k, v, p in first + second]
@@ -543,3 +556,91 @@ def test_protobuf_values_through_the_registry_reach_gold_by_their_writers_descri
     }.items():
         mine = rows(lake.gold_path(table), *columns)
         assert mine and mine == rows(oracle.gold_path(table), *columns), table
+
+
+def test_json_schema_and_protobuf_producers_to_the_broker_reach_gold(
+    spark: Any,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    registry_url: str,
+    kafka_broker: Any,
+) -> None:
+    """Kafka producers with Confluent's JSONSerializer and ProtobufSerializer write two broker
+    topics; bronze keeps their bytes as they came, and gold has their latest values and counts
+    with no id in either contract."""
+    import io
+    import uuid
+
+    from confluent_kafka import Producer
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+    from confluent_kafka.schema_registry.json_schema import JSONSerializer
+    from confluent_kafka.schema_registry.protobuf import ProtobufSerializer
+    from confluent_kafka.serialization import MessageField, SerializationContext
+    from google.protobuf import message_factory
+
+    from lakehouse.contracts import protobuf
+    from lakehouse.topics import produce as producing
+
+    monkeypatch.setenv(URL_ENV, registry_url)
+    run = uuid.uuid4().hex[:8]
+    json_topic, proto_topic = f"visits-{run}", f"checkins-{run}"
+    servers = kafka_broker.bootstrap_servers
+
+    def on_broker(text: str, kafka_topic: str, prefix: str) -> str:
+        return text.replace("visits_now", f"{prefix}_now").replace(
+            "visit_counts", f"{prefix}_counts"
+        ) + (f"kafka: {{topic: {kafka_topic}, bootstrap_servers: '{servers}'}}\n")
+
+    lake = lake_with(
+        tmp_path / "broker",
+        on_broker(THROUGH_REGISTRY_JSON, json_topic, "visit"),
+        on_broker(THROUGH_REGISTRY_PROTOBUF, proto_topic, "checkin"),
+    )
+    catalog = Catalog.load(lake.contracts_dir)
+    for topic in (JSON_TOPIC, PROTO_TOPIC):
+        assert producing.create_topic(lake, catalog.topic(topic), io.StringIO()) == 0
+
+    client = SchemaRegistryClient({"url": registry_url})
+    as_json = JSONSerializer(json.dumps(JSON_V2), client)
+    v2_file = protobuf._pool_file(protobuf.descriptor_set(protobuf.file_proto("c.proto", PROTO_V2)))
+    checkin = message_factory.GetMessageClass(v2_file.message_types_by_name["CheckinEvents"])
+    as_proto = ProtobufSerializer(checkin, client, {"use.deprecated.format": False})
+    sent = [
+        ("ann", {"city": "Oslo", "age": 31, "email": None}),
+        ("bob", {"city": "Rome", "age": 40, "email": "bob@example.com"}),
+        ("ann", {"city": "Bergen", "age": 32, "email": None}),
+    ]
+    producer = Producer({"bootstrap.servers": servers})
+    bytes_sent: dict[str, list[bytes]] = {json_topic: [], proto_topic: []}
+    for key, value in sent:
+        for kafka_topic, framed in (
+            (json_topic, as_json(value, SerializationContext(json_topic, MessageField.VALUE))),
+            (
+                proto_topic,
+                as_proto(
+                    checkin(**{k: v for k, v in value.items() if v is not None}),
+                    SerializationContext(proto_topic, MessageField.VALUE),
+                ),
+            ),
+        ):
+            assert framed is not None
+            bytes_sent[kafka_topic].append(framed)
+            producer.produce(kafka_topic, key=key.encode(), value=framed)
+    assert producer.flush(30) == 0
+    run_pipeline(spark, lake)
+
+    for topic, kafka_topic, prefix in (
+        (JSON_TOPIC, json_topic, "visit"),
+        (PROTO_TOPIC, proto_topic, "checkin"),
+    ):
+        assert sorted(v for (v,) in rows(lake.bronze_path(topic), "value")) == sorted(
+            bytes_sent[kafka_topic]
+        )
+        assert rows(lake.gold_path(f"{prefix}_now"), "username", "city", "age") == [
+            ("ann", "Bergen", 32),
+            ("bob", "Rome", 40),
+        ], topic
+        assert rows(lake.gold_path(f"{prefix}_counts"), "username", "visits", "oldest") == [
+            ("ann", 2, 32),
+            ("bob", 1, 40),
+        ], topic

@@ -208,3 +208,36 @@ def test_a_protobuf_value_needs_the_registry_its_fields_and_the_topics_subject(
     )
     with pytest.raises(ContractError, match=problem):
         parse_contract(yaml.safe_load(text), "visits.yaml")
+
+
+def test_schemas_check_says_what_a_reader_of_fields_cannot_read() -> None:
+    """`lakehouse schemas --check` for values read into fields: a required field a writer
+    lacks, or one it writes as a kind the field's type does not read, is a break; an optional
+    one left out is not."""
+    from lakehouse.contracts.confluent import reader_problems
+
+    contract = parse_contract(yaml.safe_load(CONTRACT), "visits.yaml")
+    same = protobuf.descriptor_set([protobuf.contract_file(contract)])
+    assert reader_problems(contract, same) == []
+    other = dedent(
+        """
+        syntax = "proto3";
+        import "google/protobuf/timestamp.proto";
+        message Visit { int64 age = 2; string seen = 3; optional bool price = 4; string x = 5; }
+        """
+    )
+    writer = protobuf.descriptor_set(protobuf.file_proto("v.proto", other))
+    assert reader_problems(contract, writer) == [
+        "the writer has no field 'city', which is required",
+        "field 'price' is written as boolean, which a decimal cannot read",
+    ]
+    as_json = {
+        "type": "object",
+        "properties": {"city": {"type": ["integer", "null"]}, "age": {"type": "integer"}},
+    }
+    json_contract = parse_contract(
+        yaml.safe_load(CONTRACT.replace("format: protobuf", "format: json")), "visits.yaml"
+    )
+    assert reader_problems(json_contract, as_json) == [
+        "field 'city' is written as integer, which a string cannot read"
+    ]

@@ -259,6 +259,50 @@ def _readable(schema: Any, kind: str, where: str) -> bool:
     return True
 
 
+# The JSON kinds a value of each field type may be written as (what the JSON steps read).
+_READS = {
+    "string": {"string"},
+    "timestamp": {"string"},
+    "long": {"integer"},
+    "int": {"integer"},
+    "double": {"number", "integer"},
+    "boolean": {"boolean"},
+    "decimal": {"number", "integer", "string"},
+}
+
+
+def reader_problems(contract: Contract, writer: Any) -> list[str]:
+    """What the contract's reader cannot read of one writer schema of its subject: Avro's
+    schema resolution for an Avro value; for JSON Schema or Protobuf, a required field the
+    writer lacks or a field the writer gives a kind the field's type does not read (each such
+    record would go to quarantine)."""
+    from lakehouse.contracts import avro
+
+    if contract.value_format == "avro":
+        return avro.check_compatibility("BACKWARD", contract.value_schemas[-1].schema, [writer])
+    if contract.value_format == "protobuf":
+        from lakehouse.contracts import protobuf
+
+        given = protobuf.field_kinds(writer)
+    else:
+        properties = writer.get("properties", {}) if isinstance(writer, dict) else {}
+        given = {}
+        for name, spec in properties.items():
+            kinds = spec.get("type") if isinstance(spec, dict) else None
+            kinds = [kinds] if isinstance(kinds, str) else kinds or []
+            given[name] = "|".join(sorted(k for k in kinds if k != "null")) or "any"
+    problems = []
+    for f in contract.fields:
+        kind = given.get(f.name)
+        if kind is None:
+            if not f.nullable:
+                problems.append(f"the writer has no field {f.name!r}, which is required")
+            continue
+        if kind != "any" and not set(kind.split("|")) <= _READS[f.type]:
+            problems.append(f"field {f.name!r} is written as {kind}, which a {f.type} cannot read")
+    return problems
+
+
 def json_schema(contract: Contract) -> dict[str, Any]:
     """The JSON Schema a producer of ``contract``'s JSON values registers: an object with the
     contract's fields as properties (a nullable one may be null or left out) and no others."""

@@ -300,6 +300,50 @@ def _one(field: Any, value: Any) -> Any:
     return value
 
 
+# What a scalar of each Protobuf type reads as in JSON (any other, an integer type: "integer").
+_KIND_OF_TYPE = {
+    "TYPE_STRING": "string",
+    "TYPE_BYTES": "string",
+    "TYPE_ENUM": "string",
+    "TYPE_BOOL": "boolean",
+    "TYPE_DOUBLE": "number",
+    "TYPE_FLOAT": "number",
+}
+
+
+def field_kinds(writer: str) -> dict[str, str]:
+    """The JSON kind each field of a writer's first message reads as (``string``, ``integer``,
+    ``number``, ``boolean``, ``object`` or ``array``; see :func:`plain`), by name."""
+    found = _pool_file(writer)
+    if not found.message_types_by_name:
+        return {}
+    message = next(iter(found.message_types_by_name.values()))
+    out = {}
+    for field in message.fields:
+        if _repeated(field):
+            is_map = field.message_type is not None and field.message_type.GetOptions().map_entry
+            out[field.name] = "object" if is_map else "array"
+        else:
+            out[field.name] = _kind(field)
+    return out
+
+
+def _kind(field: Any) -> str:
+    if field.message_type is not None:
+        name = field.message_type.full_name
+        if name == "google.protobuf.Timestamp":
+            return "string"
+        if name in _WRAPPERS:
+            return _kind(field.message_type.fields_by_name["value"])
+        return "object"
+    from google.protobuf.descriptor import FieldDescriptor
+
+    for name, kind in _KIND_OF_TYPE.items():
+        if field.type == getattr(FieldDescriptor, name):
+            return kind
+    return "integer"
+
+
 # The contract's field types as proto3 fields (a timestamp as google.protobuf.Timestamp, a
 # decimal as its text).
 _TYPES = {

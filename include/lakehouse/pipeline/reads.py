@@ -56,27 +56,27 @@ def schemas(settings: Settings, catalog: Catalog, topics: Sequence[str], check: 
 
 
 def _against_the_registry(settings: Settings, contract: Contract) -> tuple[str, int]:
-    """Whether the contract's reader schema reads every version of its registry subject (Avro's
-    resolution rules): the line to print, and how many versions it cannot read."""
-    from lakehouse.contracts import avro, confluent
+    """Whether the contract's reader (an Avro value's reader schema, else its fields) reads
+    every version of its registry subject (:func:`lakehouse.contracts.confluent.
+    reader_problems`): the line to print, and how many versions it cannot read."""
+    from lakehouse.contracts import confluent
 
     source = contract.value_registry
     assert source is not None
     writers = confluent.resolve(contract, settings).value_writers
-    reader = contract.value_schemas[-1].schema
     where = f"{contract.topic} value: subject {source.subject!r} at {confluent.registry_url(contract, settings)}"
     if not writers:
         return f"{where}: no version registered yet", 0
     problems = [
         f"schema id {schema_id}: " + "; ".join(found)
         for schema_id, schema in writers.items()
-        if (found := avro.check_compatibility("BACKWARD", reader, [schema]))
+        if (found := confluent.reader_problems(contract, schema))
     ]
     ids = ", ".join(str(i) for i in writers)
     if not problems:
-        return f"{where}: the reader schema reads every version (ids {ids})", 0
+        return f"{where}: the reader reads every version (ids {ids})", 0
     return (
-        f"{where}: the reader schema cannot read {len(problems)} of its versions (ids {ids}); "
+        f"{where}: the reader cannot read {len(problems)} of its versions (ids {ids}); "
         "their records would go to quarantine: " + " | ".join(problems),
         len(problems),
     )
