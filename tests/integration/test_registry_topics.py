@@ -644,3 +644,89 @@ def test_json_schema_and_protobuf_producers_to_the_broker_reach_gold(
             ("ann", 2, 32),
             ("bob", 1, 40),
         ], topic
+
+
+KEYED = "keyed"
+
+
+def _keyed(key: str, value: str) -> str:
+    return _contract(f"{key}{value}").replace(
+        f"topic: {TOPIC}\npartitions: 2\nkey: {{format: string, name: username}}\n",
+        f"topic: {KEYED}\npartitions: 2\n",
+    )
+
+
+def test_avro_keys_written_through_the_registry_are_read_by_their_subjects_ids(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, registry_url: str
+) -> None:
+    """Keys serialized by Confluent's AvroSerializer register under `<topic>-key`; silver reads
+    them by the ids it looks up there (none in the contract), an unknown key id is quarantined
+    naming the subject, `lakehouse produce` frames keys through the same registry, and gold
+    equals the same bytes through a contract listing the key's and value's ids by hand."""
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+    from confluent_kafka.schema_registry.avro import AvroSerializer
+    from confluent_kafka.serialization import MessageField, SerializationContext
+
+    monkeypatch.setenv(URL_ENV, registry_url)
+    key_reader = (
+        "key:\n  format: avro\n  name: username\n  registry: {}\n  reader: {schema: string}\n"
+    )
+    value_reader = (
+        f"value:\n  format: avro\n  registry: {{subject: topic}}\n"
+        f"  reader: {{schema: {json.dumps(V2)}}}\n"
+    )
+    lake = lake_with(tmp_path / "keyed", _keyed(key_reader, value_reader))
+    contract = Catalog.load(lake.contracts_dir).topic(KEYED)
+    assert contract.key_registry is not None and contract.key_registry.subject == f"{KEYED}-key"
+
+    client = SchemaRegistryClient({"url": registry_url})
+    keys = AvroSerializer(client, json.dumps("string"))
+    values = AvroSerializer(client, json.dumps(V2))
+    key_context = SerializationContext(KEYED, MessageField.KEY)
+    value_context = SerializationContext(KEYED, MessageField.VALUE)
+
+    def sent(key: str, value: dict[str, Any], partition: int) -> Record:
+        return Record(keys(key, key_context), values(value, value_context), partition=partition)
+
+    good = [
+        sent("ann", {"city": "Oslo", "age": 31, "email": None}, 0),
+        sent("bob", {"city": "Rome", "age": None, "email": "b@example.com"}, 1),
+        sent("ann", {"city": "Bergen", "age": 32, "email": None}, 0),
+    ]
+    ours = Serializer(contract)
+    good.append(
+        Record(
+            ours.key("cid", "test"),
+            ours.value({"city": "Lima", "age": 40, "email": None}, "test"),
+            partition=1,
+        )
+    )
+    key_id = _ids(good[0].key or b"")
+    assert _ids(good[3].key or b"") == key_id  # the same schema: the same id
+    bad = [Record(_framed(888_888), good[0].value, partition=0)]
+    produce(lake, KEYED, good + bad)
+    run_pipeline(spark, lake)
+
+    reasons = [r for (r,) in rows(lake.quarantine_path("silver", "profile_changes"), "reason")]
+    assert len(reasons) == 1 and (
+        f"unknown Avro schema id 888888 (subject '{KEYED}-key' has {key_id})" in reasons[0]
+    ), reasons
+    keyed = SchemaRegistry(lake).versions(KEYED, "key")
+    assert set(keyed[-1].state.ids) == {str(key_id)}
+
+    value_id = _ids(good[0].value or b"")
+    listed = _keyed(
+        f"key:\n  format: avro\n  name: username\n  schemas:\n    - {{id: {key_id}, schema: string}}\n",
+        f"value:\n  format: avro\n  schemas:\n    - {{id: {value_id}, schema: {json.dumps(V2)}}}\n",
+    )
+    oracle = lake_with(tmp_path / "listed", listed)
+    produce(oracle, KEYED, good)
+    run_pipeline(spark, oracle)
+    for table, columns in {
+        "profiles_now": ("username", "city", "age", "email"),
+        "profile_counts": ("username", "updates", "oldest"),
+    }.items():
+        mine = rows(lake.gold_path(table), *columns)
+        assert mine and mine == rows(oracle.gold_path(table), *columns), table
+    now = rows(lake.gold_path("profiles_now"), "username", "city", "age", "email")
+    assert ("cid", "Lima", 40, None) in now and ("ann", "Bergen", 32, None) in now

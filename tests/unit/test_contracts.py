@@ -470,6 +470,51 @@ def test_a_value_written_through_a_registry_lists_no_id_and_names_its_subject(
     assert [v.id for v in c.value_schemas] == [None]
 
 
+def test_an_avro_key_written_through_a_registry_reads_its_subject_topic_key(
+    tmp_path: Path,
+) -> None:
+    """A key's reader is a primitive; its subject is `<topic>-key` (of the Kafka topic the
+    producers write to), and it lists no id."""
+    path = _avro_dir(tmp_path)
+    key = "key:\n  format: avro\n  name: id\n  registry: {}\n  reader: {schema: long}\n"
+    path.write_text(AVRO.replace("key: {format: string, name: id}\n", key))
+    c = load_contract(path)
+    assert c.key_registry is not None and c.key_registry.subject == "t-key"
+    assert (c.key_type, c.key_writers, [v.id for v in c.key_schemas]) == ("long", {}, [None])
+    path.write_text(
+        AVRO.replace("key: {format: string, name: id}\n", key)
+        + "kafka: {topic: accounts.v1, bootstrap_servers: 'localhost:9092'}\n"
+    )
+    on_broker = load_contract(path).key_registry
+    assert on_broker is not None and on_broker.subject == "accounts.v1-key"
+
+
+@pytest.mark.parametrize(
+    ("key", "problem"),
+    [
+        ("registry: {}", "'reader' is a required property with 'registry'"),
+        ("reader: {schema: long}", "'schemas' or 'registry'"),
+        (
+            "registry: {subject: record}\n  reader: {schema: long}",
+            "a key's subject is the topic's",
+        ),
+        (
+            "schemas: [{id: 1, schema: long}]\n  registry: {}\n  reader: {schema: long}",
+            "either 'schemas' (the ids listed) or 'registry'",
+        ),
+    ],
+)
+def test_a_registry_key_needs_a_reader_and_the_topics_subject(
+    tmp_path: Path, key: str, problem: str
+) -> None:
+    path = _avro_dir(tmp_path)
+    text = f"key:\n  format: avro\n  name: id\n  {key}\n"
+    path.write_text(AVRO.replace("key: {format: string, name: id}\n", text))
+    with pytest.raises(ContractError) as info:
+        load_contract(path)
+    assert problem in info.value.problem, info.value.problem
+
+
 @pytest.mark.parametrize(
     ("old", "new", "where", "problem"),
     [

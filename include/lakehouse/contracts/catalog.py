@@ -71,23 +71,30 @@ def parse_contract(document: Any, file: str = "<memory>", base: Path | None = No
     doc = validate_document(document, file)
     key_schemas = _schema_versions(doc.key.schemas or [], file, "key.schemas", base)
     value_schemas = _schema_versions(doc.value.schemas or [], file, "value.schemas", base)
+    # The serializers name the subjects after the Kafka topic they write to.
+    kafka_topic = doc.kafka.topic if doc.kafka is not None and doc.kafka.topic else doc.topic
     value_registry = None
     if (where := doc.value.registry) is not None:
         reader = None  # JSON: the fields are the reader's shape
         if doc.value.reader is not None:  # Avro (the document's rule)
             reader = _schema(doc.value.reader, file, "value.reader", base)
             value_schemas = (SchemaVersion(id=None, schema=reader, file=doc.value.reader.file),)
-        # The serializers name the subject after the Kafka topic they write to.
-        kafka_topic = doc.kafka.topic if doc.kafka is not None and doc.kafka.topic else doc.topic
         value_registry = RegistrySource(
             subject_name(kafka_topic, where.subject, reader), where.subject, where.url
+        )
+    key_registry = None
+    if (where := doc.key.registry) is not None and doc.key.reader is not None:
+        reader = _schema(doc.key.reader, file, "key.reader", base)
+        key_schemas = (SchemaVersion(id=None, schema=reader, file=doc.key.reader.file),)
+        key_registry = RegistrySource(
+            subject_name(kafka_topic, "topic", reader, "key"), "topic", where.url
         )
     key_type: FieldType = doc.key.type or "string"
     if doc.key.format == "avro":
         from lakehouse.contracts import avro
 
-        latest = len(key_schemas) - 1
-        key_type = avro.primitive_of(key_schemas[-1].schema, file, f"key.schemas[{latest}]")
+        latest = "key.reader" if key_registry else f"key.schemas[{len(key_schemas) - 1}]"
+        key_type = avro.primitive_of(key_schemas[-1].schema, file, latest)
     landing = doc.landing or LandingDoc()
     contract = Contract(
         topic=doc.topic,
@@ -98,6 +105,7 @@ def parse_contract(document: Any, file: str = "<memory>", base: Path | None = No
         key_schemas=key_schemas,
         value_format=doc.value.format,
         value_schemas=value_schemas,
+        key_registry=key_registry,
         value_registry=value_registry,
         fields=_value_fields(doc.value, value_schemas, file),
         stream=doc.stream.name,

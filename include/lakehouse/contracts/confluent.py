@@ -35,7 +35,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from lakehouse.contracts.model import Contract, SchemaVersion
+from lakehouse.contracts.model import Contract, RegistrySource, SchemaVersion
 from lakehouse.errors import ConfigError, LakehouseError
 from lakehouse.runtime.config import Settings
 
@@ -62,11 +62,14 @@ def valid_url(url: str) -> bool:
     return _URL.fullmatch(url) is not None
 
 
-def registry_url(contract: Contract, settings: Settings) -> str:
-    """Where the registry of ``contract``'s value is (see the module's docstring)."""
-    source = contract.value_registry
+def registry_url(
+    contract: Contract, settings: Settings, source: RegistrySource | None = None
+) -> str:
+    """Where the registry of ``contract``'s value (or of ``source``: its key's) is (see the
+    module's docstring)."""
+    source = source or contract.value_registry or contract.key_registry
     if source is None:
-        raise ValueError(f"topic {contract.topic!r} does not read its value through a registry")
+        raise ValueError(f"topic {contract.topic!r} does not read through a registry")
     if source.url:
         return source.url.rstrip("/")
     given = os.environ.get(URL_ENV, "").strip()
@@ -175,15 +178,32 @@ def _imports(url: str, references: tuple[Reference, ...], depth: int = 0) -> dic
 
 
 def resolve(contract: Contract, settings: Settings) -> Contract:
-    """``contract`` with its value's writer schemas looked up in the registry: the versions of
-    its subject in the value's format (Avro or JSON Schema), oldest first, then an Avro value's
-    reader schema without an id. A contract that lists its ids is returned as it is. Raises
-    SchemaRegistryUnavailableError when the registry cannot say."""
-    source = contract.value_registry
-    if source is None:
-        return contract
-    url = registry_url(contract, settings)
-    kind_wanted = _KINDS[contract.value_format]
+    """``contract`` with its writer schemas looked up in the registry, for its value and its
+    key where they are written through one: the versions of each subject in its format (Avro,
+    JSON Schema or Protobuf), oldest first, then an Avro reader schema without an id. A contract
+    that lists its ids is returned as it is. Raises SchemaRegistryUnavailableError when the
+    registry cannot say."""
+    if (source := contract.value_registry) is not None:
+        writers, looked_up = _looked_up(contract, settings, source, contract.value_format)
+        versions = tuple(SchemaVersion(id=i, schema=s) for i, s in writers.items())
+        if contract.value_format == "avro":
+            versions += (replace(contract.value_schemas[-1], id=None),)
+        contract = replace(contract, value_schemas=versions, value_registry=looked_up)
+    if (source := contract.key_registry) is not None:
+        writers, looked_up = _looked_up(contract, settings, source, "avro")
+        versions = tuple(SchemaVersion(id=i, schema=s) for i, s in writers.items())
+        versions += (replace(contract.key_schemas[-1], id=None),)
+        contract = replace(contract, key_schemas=versions, key_registry=looked_up)
+    return contract
+
+
+def _looked_up(
+    contract: Contract, settings: Settings, source: RegistrySource, fmt: str
+) -> tuple[dict[int, Any], RegistrySource]:
+    """The writer schemas of ``source``'s subject in format ``fmt`` by id, and ``source`` as
+    looked up (with the subject's compatibility mode)."""
+    url = registry_url(contract, settings, source)
+    kind_wanted = _KINDS[fmt]
     writers: dict[int, Any] = {}
     for number, schema_id, kind, text, references in subject_versions(url, source.subject):
         if kind.upper() != kind_wanted or schema_id in writers:
@@ -200,12 +220,8 @@ def resolve(contract: Contract, settings: Settings) -> Contract:
             schema = text  # a bare name such as "string"
         if _readable(schema, kind_wanted, where):
             writers[schema_id] = schema
-    versions = tuple(SchemaVersion(id=i, schema=s) for i, s in writers.items())
-    if contract.value_format == "avro":
-        versions += (replace(contract.value_schemas[-1], id=None),)
     mode = subject_compatibility(url, source.subject)
-    looked_up = replace(source, looked_up=True, compatibility=mode)
-    return replace(contract, value_schemas=versions, value_registry=looked_up)
+    return writers, replace(source, looked_up=True, compatibility=mode)
 
 
 def subject_compatibility(url: str, subject: str) -> str:
@@ -342,7 +358,6 @@ def serializer(
     ids from, registering under the contract's subject naming strategy (the registry refuses a
     schema its compatibility mode breaks). ``json_encode`` writes a JSON value's text."""
     from confluent_kafka.schema_registry import (
-        SchemaRegistryClient,
         record_subject_name_strategy,
         topic_record_subject_name_strategy,
         topic_subject_name_strategy,
@@ -354,17 +369,13 @@ def serializer(
 
     source = contract.value_registry
     assert source is not None
-    conf: dict[str, Any] = {"url": registry_url(contract, Settings.from_env())}
-    user_info = os.environ.get(USER_INFO_ENV, "")
-    if user_info:
-        conf["basic.auth.user.info"] = user_info
     strategy = {
         "topic": topic_subject_name_strategy,
         "record": record_subject_name_strategy,
         "topic-record": topic_record_subject_name_strategy,
     }[source.strategy]
     settings = {"auto.register.schemas": True, "subject.name.strategy": strategy}
-    client = SchemaRegistryClient(conf)
+    client = _client(contract, source)
     serialize: Any
     if contract.value_format == "json":
         serialize = JSONSerializer(
@@ -382,6 +393,37 @@ def serializer(
         serialize = AvroSerializer(
             client, json.dumps(contract.value_schemas[-1].schema), conf=settings
         )
-    topic = contract.kafka.topic if contract.kafka is not None else contract.topic
-    context = SerializationContext(topic, MessageField.VALUE)
+    context = SerializationContext(_kafka_topic(contract), MessageField.VALUE)
     return lambda record: serialize(record, context)
+
+
+def key_serializer(contract: Contract) -> Callable[[Any], bytes]:
+    """Confluent's ``AvroSerializer`` for ``contract``'s keys, with the key's reader schema,
+    registering under ``<topic>-key``."""
+    from confluent_kafka.schema_registry.avro import AvroSerializer
+    from confluent_kafka.serialization import MessageField, SerializationContext
+
+    source = contract.key_registry
+    assert source is not None
+    serialize = AvroSerializer(
+        _client(contract, source),
+        json.dumps(contract.key_schemas[-1].schema),
+        conf={"auto.register.schemas": True},
+    )
+    context = SerializationContext(_kafka_topic(contract), MessageField.KEY)
+    return lambda key: serialize(key, context)
+
+
+def _kafka_topic(contract: Contract) -> str:
+    return contract.kafka.topic if contract.kafka is not None else contract.topic
+
+
+def _client(contract: Contract, source: RegistrySource) -> Any:
+    """Confluent's registry client for ``source``, with the deployment's credentials."""
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+
+    conf: dict[str, Any] = {"url": registry_url(contract, Settings.from_env(), source)}
+    user_info = os.environ.get(USER_INFO_ENV, "")
+    if user_info:
+        conf["basic.auth.user.info"] = user_info
+    return SchemaRegistryClient(conf)

@@ -225,13 +225,36 @@ class SchemaVersionDoc(SchemaDoc):
 SchemaVersions = Annotated[list[SchemaVersionDoc], pydantic.Field(min_length=1)]
 
 
+class RegistryDoc(_Doc):
+    """Keys or values written through a Confluent-compatible schema registry: each record
+    carries its writer schema's id, looked up in the registry (no id is listed in the
+    contract)."""
+
+    subject: Literal["topic", "record", "topic-record"] = "topic"
+    """The subject naming strategy of the producers' serializers: ``topic`` (``<topic>-value``,
+    Confluent's default), ``record`` (the reader schema's full name) or ``topic-record``
+    (``<topic>-<full name>``)."""
+    url: Annotated[str, StringConstraints(pattern=r"^https?://[^/?#@\s]+(/[^?#@\s]*)?$")] | None = (
+        None
+    )
+    """The registry's URL (Confluent's API). Left out: ``LAKEHOUSE_SCHEMA_REGISTRY_URL``, else
+    the registry ``lakehouse registry start`` runs. Credentials never go here: the deployment
+    sets ``LAKEHOUSE_SCHEMA_REGISTRY_USER_INFO`` (``user:password``)."""
+
+
 class KeyDoc(_Doc):
-    """The record key: text, a JSON scalar, or Avro."""
+    """The record key: text, a JSON scalar, or Avro (its schemas listed by id, or a reader
+    schema and the registry the ids are looked up in)."""
 
     rules = KeyRules(
         "format",
-        requires={"avro": ("schemas",), "json": ("type",)},
-        refuses={"avro": ("type",), "json": ("schemas",), "string": ("type", "schemas")},
+        requires={"json": ("type",)},
+        refuses={
+            "avro": ("type",),
+            "json": ("schemas", "registry", "reader"),
+            "string": ("type", "schemas", "registry", "reader"),
+        },
+        needs_one_of={"avro": ("schemas", "registry")},
     )
     format: KeyFormat
     name: Identifier
@@ -239,7 +262,29 @@ class KeyDoc(_Doc):
     type: Literal["string", "long", "int", "double", "boolean"] | None = None
     """The key's type when format is json (a JSON scalar)."""
     schemas: SchemaVersions | None = None
+    registry: RegistryDoc | None = None
+    """Avro keys written through a schema registry (instead of ``schemas``), under the subject
+    ``<topic>-key``."""
+    reader: SchemaDoc | None = None
+    """With ``registry``: the key's schema the stream is read with (a primitive)."""
     description: str = ""
+
+    @pydantic.model_validator(mode="after")
+    def _registry_or_ids(self) -> Self:
+        if self.registry is not None and self.schemas is not None:
+            raise _problem(
+                "give either 'schemas' (the ids listed) or 'registry' (the ids looked up), not both"
+            )
+        if self.registry is not None and self.registry.subject != "topic":
+            raise _problem(
+                f"subject naming {self.registry.subject!r} takes a record's name, and a key's "
+                "schema is a primitive: a key's subject is the topic's ('topic')"
+            )
+        if self.registry is not None and self.reader is None:
+            raise _problem("'reader' is a required property with 'registry'")
+        if self.reader is not None and self.registry is None:
+            raise _problem("'reader' is only allowed with 'registry'")
+        return self
 
 
 class FieldDoc(_Doc):
@@ -267,22 +312,6 @@ class FieldDoc(_Doc):
         if self.precision is not None and (self.scale or 0) > self.precision:
             raise _problem(f"scale {self.scale} is greater than the precision {self.precision}")
         return self
-
-
-class RegistryDoc(_Doc):
-    """Values written through a Confluent-compatible schema registry: each record carries its
-    writer schema's id, looked up in the registry (no id is listed in the contract)."""
-
-    subject: Literal["topic", "record", "topic-record"] = "topic"
-    """The subject naming strategy of the producers' serializers: ``topic`` (``<topic>-value``,
-    Confluent's default), ``record`` (the reader schema's full name) or ``topic-record``
-    (``<topic>-<full name>``)."""
-    url: Annotated[str, StringConstraints(pattern=r"^https?://[^/?#@\s]+(/[^?#@\s]*)?$")] | None = (
-        None
-    )
-    """The registry's URL (Confluent's API). Left out: ``LAKEHOUSE_SCHEMA_REGISTRY_URL``, else
-    the registry ``lakehouse registry start`` runs. Credentials never go here: the deployment
-    sets ``LAKEHOUSE_SCHEMA_REGISTRY_USER_INFO`` (``user:password``)."""
 
 
 class ValueDoc(_Doc):

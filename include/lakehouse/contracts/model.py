@@ -131,11 +131,14 @@ class RegistrySource:
     compatibility: str | None = None  # the subject's mode in the registry, once looked up
 
 
-def subject_name(topic: str, strategy: SubjectStrategy, reader: Any) -> str:
-    """The subject a Confluent serializer registers a topic's value schema under, by its
-    subject naming strategy (TopicNameStrategy, RecordNameStrategy, TopicRecordNameStrategy)."""
+def subject_name(
+    topic: str, strategy: SubjectStrategy, reader: Any, part: Literal["key", "value"] = "value"
+) -> str:
+    """The subject a Confluent serializer registers a topic's key or value schema under, by
+    its subject naming strategy (TopicNameStrategy, RecordNameStrategy,
+    TopicRecordNameStrategy)."""
     if strategy == "topic":
-        return f"{topic}-value"
+        return f"{topic}-{part}"
     name = reader.get("name", "") if isinstance(reader, dict) else ""
     namespace = reader.get("namespace") if isinstance(reader, dict) else None
     full = name if "." in name or not namespace else f"{namespace}.{name}"
@@ -319,6 +322,8 @@ class Contract:
     # alone (no id; a JSON value's is empty) until the registry's versions are looked up
     # (lakehouse.contracts.confluent.resolve): then theirs by id, the reader last.
     value_registry: RegistrySource | None = None
+    # Avro keys written through a schema registry: ``key_schemas`` as ``value_schemas`` above.
+    key_registry: RegistrySource | None = None
     event_time: str | None = None
     compatibility: str = "BACKWARD"
     expectations: tuple[Expectation, ...] = ()
@@ -339,6 +344,12 @@ class Contract:
     def columns(self) -> tuple[str, ...]:
         """The stream's own columns: the key, then the value's fields."""
         return (self.key_name, *(f.name for f in self.fields))
+
+    @property
+    def key_writers(self) -> dict[int, Any]:
+        """The key's Avro writer schemas by Confluent id: listed, or the registry's once
+        looked up."""
+        return {v.id: v.schema for v in self.key_schemas if v.id is not None}
 
     @property
     def value_writers(self) -> dict[int, Any]:

@@ -221,6 +221,7 @@ class Serializer:
         self._fields = contract.fields
         self._defaults: frozenset[str] = frozenset()  # Avro fields a writer may leave out
         self._registered: Callable[[dict[str, Any]], bytes] | None = None
+        self._registered_key: Callable[[Any], bytes] | None = None
         if contract.value_registry is not None and value_schema_id is not None:
             raise BadRecordError(
                 f"topic {contract.topic}",
@@ -257,6 +258,8 @@ class Serializer:
             return checked.encode("utf-8")
         if fmt == "json":
             return json_text(checked).encode("utf-8")
+        if self.contract.key_registry is not None:
+            return self._key_through_registry(checked, origin)
         assert self._key is not None and self._key[0] is not None
         try:
             return avro.encode(self._key[0], self._key[1], checked)
@@ -288,6 +291,24 @@ class Serializer:
             raise BadRecordError(
                 origin, f"value does not fit Avro schema id {self._value[0]}: {exc}"
             ) from None
+
+    def _key_through_registry(self, key: Any, origin: str) -> bytes:
+        """A key as Confluent's AvroSerializer frames it, under ``<topic>-key``."""
+        from confluent_kafka.schema_registry.error import SchemaRegistryError
+        from confluent_kafka.serialization import SerializationError
+
+        if self._registered_key is None:
+            from lakehouse.contracts import confluent
+
+            self._registered_key = confluent.key_serializer(self.contract)
+        try:
+            return self._registered_key(key)
+        except SchemaRegistryError as exc:
+            raise BadRecordError(
+                origin, f"the schema registry refused the key's schema: {exc}"
+            ) from None
+        except (SerializationError, ValueError, TypeError) as exc:
+            raise BadRecordError(origin, f"key does not fit its schema: {exc}") from None
 
     def _through_registry(self, record: dict[str, Any], origin: str) -> bytes:
         """A value as Confluent's own serializer frames it: its schema registered under the

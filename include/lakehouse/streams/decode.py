@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from lakehouse.contracts.fields import DECIMAL_TEXT, Field
-from lakehouse.contracts.model import Contract
+from lakehouse.contracts.model import Contract, RegistrySource
 from lakehouse.streams.schema import (
     EVENT_TIME,
     TOMBSTONE,
@@ -282,8 +282,8 @@ def _decode_avro(df: DataFrame, contract: Contract) -> DataFrame:
     """Avro keys and values (Confluent wire format) decode in Python workers with fastavro.
 
     Records written with an older schema id resolve into the latest schema (Avro's schema
-    resolution), so the stream always has the latest shape. A value written through a schema
-    registry needs its contract's writers looked up first
+    resolution), so the stream always has the latest shape. A key or value written through a
+    schema registry needs its contract's writers looked up first
     (:func:`lakehouse.contracts.confluent.resolve`): the ids its subject had then.
     """
     from pyspark.sql import types as T
@@ -303,27 +303,27 @@ def _decode_avro(df: DataFrame, contract: Contract) -> DataFrame:
         ]
     value_args = None
     if value_avro:
-        known = "the contract knows"
-        if contract.value_registry is not None:
-            if not contract.value_registry.looked_up:
-                raise ValueError(
-                    f"topic {contract.topic!r}: look its value's writer schemas up first "
-                    "(lakehouse.contracts.confluent.resolve)"
-                )
-            known = f"subject {contract.value_registry.subject!r} has"
+        known = _known(contract, contract.value_registry, "value")
         value_args = (contract.value_writers, contract.value_schemas[-1].schema, known)
-    key_args = (
-        (
-            {v.id: v.schema for v in contract.key_schemas if v.id is not None},
-            contract.key_schemas[-1].schema,
-            "the contract knows",
-        )
-        if key_avro
-        else None
-    )
+    key_args = None
+    if key_avro:
+        known = _known(contract, contract.key_registry, "key")
+        key_args = (contract.key_writers, contract.key_schemas[-1].schema, known)
     return df.mapInArrow(
         _avro_batches(value_args, key_args, contract.fields), T.StructType(out_fields)
     )
+
+
+def _known(contract: Contract, source: RegistrySource | None, part: str) -> str:
+    """Whose ids an Avro key's or value's are (for the reason of an unknown one)."""
+    if source is None:
+        return "the contract knows"
+    if not source.looked_up:
+        raise ValueError(
+            f"topic {contract.topic!r}: look its {part}'s writer schemas up first "
+            "(lakehouse.contracts.confluent.resolve)"
+        )
+    return f"subject {source.subject!r} has"
 
 
 def _avro_batches(

@@ -233,7 +233,8 @@ def subject_change(
     state = SchemaState.of(contract, subject)
     if history and state.same_as(history[-1].state):
         return None
-    if history and subject == "value" and contract.value_registry is not None:
+    through = contract.value_registry if subject == "value" else contract.key_registry
+    if history and through is not None:
         # A registry's subject only gains ids: a job that did not look them up (bronze, gold),
         # or saw fewer, changes nothing; one that found a new version records it.
         latest = history[-1].state
