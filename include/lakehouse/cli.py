@@ -3,7 +3,7 @@
 Every command is ``lakehouse COMMAND ...`` (``lakehouse --help`` lists them, ``lakehouse
 COMMAND --help`` gives one's options): ``produce``, ``create-topic`` and ``sample`` write
 records; ``run`` runs a micro-batch without Airflow; ``tables``, ``show``, ``changes``, ``lag``,
-``dq``, ``report`` and ``schemas`` read; ``refresh``, ``restore`` and ``maintain`` rebuild and
+``dq``, ``report``, ``schemas`` and ``lineage`` read; ``refresh``, ``restore`` and ``maintain`` rebuild and
 maintain tables; ``spark``, ``postgres``, ``kafka``, ``registry`` and ``s3`` run the local servers;
 ``catalog`` keeps the metastore's names; ``airflow`` is Airflow's CLI in the lakehouse's
 environment.
@@ -27,7 +27,7 @@ from typing import Any
 
 from lakehouse.contracts.catalog import Catalog
 from lakehouse.errors import LakehouseError
-from lakehouse.pipeline import reads
+from lakehouse.pipeline import lineage, reads
 from lakehouse.pipeline.request import flag_options
 from lakehouse.runtime import arguments
 from lakehouse.runtime.config import LAYERS, Layer, Settings
@@ -200,6 +200,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sq.add_argument("--format", choices=("table", "json"), default="table")
     sub.add_parser("report", help="rebuild the Data Docs (HTML) from the saved validations")
+    sg = sub.add_parser(
+        "lineage",
+        help="where tables come from and what reads them (topics, bronze, silver, gold, the dbt "
+        "models), each edge with the DAG task that moves data along it; no TABLE: every edge",
+    )
+    sg.add_argument("table", nargs="?", help="a topic, table, stream or dbt model")
+    way = sg.add_mutually_exclusive_group()
+    way.add_argument("--upstream", action="store_true", help="only what TABLE is made from")
+    way.add_argument("--downstream", action="store_true", help="only what is made from TABLE")
+    sg.add_argument("--format", choices=("table", "json"), default="table")
     sk = sub.add_parser(
         "spark",
         help="the long-lived Spark server that jobs run on, and the readers' server beside it "
@@ -350,6 +360,12 @@ COMMANDS: dict[str, Handler] = {
     ),
     "dq": lambda a, c: reads.data_quality(c.settings, a.table, a.last, a.format, a.days),
     "report": _report,
+    "lineage": lambda a, c: lineage.print_lineage(
+        c.catalog,
+        a.table,
+        "upstream" if a.upstream else "downstream" if a.downstream else "both",
+        a.format,
+    ),
     "spark": _module("runtime.server", "main", lambda a: a.action, lambda a: a.only),
     "postgres": _module("runtime.postgres", "main", lambda a: a.action),
     "kafka": _module("runtime.broker", "main", lambda a: a.action),

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from airflow.providers.standard.operators.python import PythonOperator
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from lakehouse.contracts.catalog import Catalog
@@ -86,12 +87,19 @@ def yielded(dag_run: Any, ti: Any, what: str) -> str | None:
 
 
 def check_gate(
-    topic: str, layer: Layer, tables: list[str], dag_run_id: str, params: dict[str, Any]
+    topic: str,
+    layer: Layer,
+    tables: list[str],
+    dag_run_id: str,
+    params: dict[str, Any],
+    ti: Any = None,
 ) -> None:
     """A gate task: the verdicts the layer's job recorded in this run. The job's gate decides
     before it publishes (so a failed batch is never visible); this task shows the verdict in
     the DAG and holds the next layer to it, even if the job's task was marked successful by
-    hand."""
+    hand. It runs when its layer's task is done, succeeded or failed (a `fail` check fails
+    the job at once): a failed one fails the gate too, with the checks that stopped it, so that
+    the gate's own run (and its OpenLineage event) says what the batch was judged by."""
     if params.get("dry_run"):
         raise AirflowSkipException("dry run: nothing was validated")
     skip_if_left_out(params, topic, layer)
@@ -104,6 +112,59 @@ def check_gate(
         raise AirflowFailException(
             f"{layer} gate: {len(failed)} `fail` expectation(s) failed: " + "; ".join(failed)
         )
+    if _upstream_failed(ti):
+        raise AirflowFailException(
+            f"the {layer} job failed before its gate judged a batch (see its log); nothing of "
+            "its batch was published"
+        )
+
+
+def _upstream_failed(ti: Any) -> bool:
+    """Whether the task before ``ti`` (its layer's job) failed in this DAG run."""
+    if ti is None or not getattr(ti, "task", None):
+        return False
+    upstream = sorted(ti.task.upstream_task_ids)
+    states = ti.get_task_states(dag_id=ti.dag_id, task_ids=upstream, run_ids=[ti.run_id])
+    return any(s == "failed" for s in states.get(ti.run_id, {}).values())
+
+
+class GateOperator(PythonOperator):
+    """A layer's gate task (:func:`check_gate`), reporting to OpenLineage the tables it judged
+    as its inputs with the assertions their batches were judged by
+    (:mod:`lakehouse.orchestration.lineage`)."""
+
+    def __init__(self, *, topic: str, layer: Layer, tables: list[str], **kwargs: Any) -> None:
+        super().__init__(
+            python_callable=check_gate,
+            op_kwargs={
+                "topic": topic,
+                "layer": layer,
+                "tables": list(tables),
+                "dag_run_id": "{{ run_id }}",
+            },
+            **kwargs,
+        )
+        self.topic, self.layer, self.tables = topic, layer, list(tables)
+
+    def get_openlineage_facets_on_start(self) -> Any:
+        from lakehouse.orchestration.lineage import of_task
+
+        return of_task(Settings.from_env(), self.topic, self.layer, self.tables, None, gate=True)
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
+        from lakehouse.orchestration.lineage import of_task
+
+        return of_task(
+            Settings.from_env(),
+            self.topic,
+            self.layer,
+            self.tables,
+            task_instance.run_id,
+            gate=True,
+        )
+
+    def get_openlineage_facets_on_failure(self, task_instance: Any) -> Any:
+        return self.get_openlineage_facets_on_complete(task_instance)
 
 
 def build_report(topic: str, dag_run_id: str, params: dict[str, Any]) -> None:

@@ -35,20 +35,16 @@ from lakehouse.orchestration.assets import (
     pipeline_schedule,
     schedule_words,
 )
-from lakehouse.orchestration.callables import build_report, check_gate, fail_run, plan_run
+from lakehouse.orchestration.callables import GateOperator, build_report, fail_run, plan_run
 from lakehouse.orchestration.notify import QualityNotifier
 from lakehouse.orchestration.operators import SPARK_CONN_ID, LayerJobOperator
-from lakehouse.pipeline.request import OFFSETS_PATTERN, joined, own
+from lakehouse.pipeline.request import OFFSETS_PATTERN, dag_id, join_dag_id, joined, own
 from lakehouse.runtime.config import LAYERS, REPO_ROOT, Layer, Settings
 
 log = logging.getLogger(__name__)
 
 JOB = str(REPO_ROOT / "jobs" / "run_layer.py")
 START = datetime(2026, 1, 1)
-
-
-def dag_id(topic: str) -> str:
-    return f"pipeline__{topic}"
 
 
 def _multi_select(choices: Sequence[str], **schema: Any) -> Param:
@@ -170,25 +166,33 @@ def _gate_task(
     layer: Layer,
     tables: Sequence[str],
     task_id: str | None = None,
-) -> PythonOperator:
+) -> GateOperator:
     """A layer's gate: it reads the ledger's verdicts on the layer's tables, which are its
     inlets (so the tables are Assets of the DAG from its first parse, with their group and
-    location, though the layer task declares only its alias)."""
-    return PythonOperator(
+    location, though the layer task declares only its alias). It runs once its layer's task
+    is done, whether it succeeded or failed (one a `fail` check stopped fails with its checks);
+    a skipped or never-run layer skips it, and the next layer waits on both (:func:`_chain`)."""
+    return GateOperator(
+        topic=contract.topic,
+        layer=layer,
+        tables=list(tables),
         inlets=outlets(settings, contract, layer, tables),
         task_id=task_id or f"gate_{layer}",
-        python_callable=check_gate,
-        op_kwargs={
-            "topic": contract.topic,
-            "layer": layer,
-            "tables": list(tables),
-            "dag_run_id": "{{ run_id }}",
-        },
-        trigger_rule=TriggerRule.NONE_FAILED,
+        trigger_rule=TriggerRule.ONE_DONE,
         retries=0,
         doc_md=f"The {layer} gate's verdict in this run, from the data-quality ledger: a failed "
         "`fail` expectation stops the layers after it.",
     )
+
+
+def _chain(steps: Sequence[Any]) -> None:
+    """plan -> job -> gate -> job -> gate ...: each job also waits on the job before its gate
+    (a gate is skipped when its job did not run, and a job after a skipped gate would run)."""
+    for upstream, downstream in itertools.pairwise(steps):
+        upstream >> downstream
+    jobs = [s for s in steps if isinstance(s, LayerJobOperator)]
+    for before, after in itertools.pairwise(jobs):
+        before >> after
 
 
 def _finish(dag_tasks: list[Any], topic: str, last: list[Any] | None = None) -> None:
@@ -275,14 +279,9 @@ def pipeline_dag(contract: Contract, settings: Settings, catalog: Catalog | None
                 )
             )
             steps.append(_gate_task(settings, contract, layer, names))
-        for upstream, downstream in itertools.pairwise(steps):
-            upstream >> downstream
+        _chain(steps)
         _finish(steps, topic)
     return dag
-
-
-def join_dag_id(topic: str) -> str:
-    return f"joins__{topic}"
 
 
 def join_dag(contract: Contract, settings: Settings, catalog: Catalog) -> DAG:
@@ -326,8 +325,7 @@ def join_dag(contract: Contract, settings: Settings, catalog: Catalog) -> DAG:
             ),
             _gate_task(settings, contract, "gold", names),
         ]
-        for upstream, downstream in itertools.pairwise(steps):
-            upstream >> downstream
+        _chain(steps)
         _finish(steps, topic)
     return dag
 
@@ -403,7 +401,7 @@ def run_dag(
                 gate = _gate_task(settings, c, layer, names, task_id=f"gate_{layer}__{c.topic}")
                 before >> job >> gate
                 tasks += [job, gate]
-                gates.append(gate)
+                gates += [job, gate]  # the next layer waits on both (see _chain)
             before = gates
         _finish(tasks, "all", last=before)
     return dag

@@ -103,6 +103,23 @@ class LayerJobOperator(SparkSubmitOperator):
             self._submit(context, request)
         self._emit_changes(context)
 
+    # OpenLineage (Airflow's provider calls these when a transport is configured): the datasets
+    # the batch reads and writes, from the contracts and this run's ledger rows.
+    def get_openlineage_facets_on_start(self) -> Any:
+        from lakehouse.orchestration.lineage import of_task
+
+        return of_task(self.settings, self.contract.topic, self.layer, self.tables, None)
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
+        from lakehouse.orchestration.lineage import of_task
+
+        return of_task(
+            self.settings, self.contract.topic, self.layer, self.tables, task_instance.run_id
+        )
+
+    def get_openlineage_facets_on_failure(self, task_instance: Any) -> Any:
+        return self.get_openlineage_facets_on_complete(task_instance)
+
     def _emit_changes(self, context: Any) -> None:
         """An asset event for each table this run's batches changed, through the task's alias,
         with what the ledger says of the batch (:func:`~lakehouse.orchestration.assets.

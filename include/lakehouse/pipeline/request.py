@@ -250,6 +250,16 @@ def reprocessable(contract: Contract, tables: Sequence[str] | None = None) -> li
     ]
 
 
+def dag_id(topic: str) -> str:
+    """The DAG of a topic's pipeline: bronze, silver and the gold tables of its own stream."""
+    return f"pipeline__{topic}"
+
+
+def join_dag_id(topic: str) -> str:
+    """The DAG of a topic's joins (:func:`joined`)."""
+    return f"joins__{topic}"
+
+
 def joined(contract: Contract) -> list[str]:
     """The gold tables that need another topic's stream: the joins, and the tables reading a
     join's changelog (directly or through others). They live in the topic's join DAG, which is

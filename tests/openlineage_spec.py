@@ -1,0 +1,93 @@
+"""OpenLineage events checked against OpenLineage's published JSON schemas (tests/openlineage/),
+and the lineage graph read back from them.
+
+An event is valid when the whole of it validates against ``OpenLineage.json`` and each of its
+facets against the schema its ``_schemaURL`` names: a core facet's from the spec, an Airflow
+facet's also against the schema Airflow's OpenLineage provider ships beside its facets. A facet whose
+schema is neither is an error: nothing passes unchecked.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import airflow.providers.openlineage.facets as provider_facets
+import jsonschema
+from referencing import Registry, Resource
+
+SPEC = Path(__file__).parent / "openlineage" / "spec"
+ROOT = "https://openlineage.io/spec/2-0-2/OpenLineage.json"
+
+
+# Airflow's facets name the spec's base facet as their schema; their own schemas, which the
+# provider ships without an $id, are found by the facet's name (and part: run or job).
+PROVIDER = Path(provider_facets.__file__).parent
+AIRFLOW_FACETS = {
+    ("run", "airflow"): "AirflowRunFacet",
+    ("run", "airflowDagRun"): "AirflowDagRunFacet",
+    ("run", "airflowState"): "AirflowStateRunFacet",
+    ("run", "debug"): "AirflowDebugRunFacet",
+    ("job", "airflow"): "AirflowJobFacet",
+}
+
+
+def _provider_url(facet: str) -> str:
+    return f"urn:airflow-openlineage-provider:{facet}.json"
+
+
+def _registry() -> Registry:
+    documents = [json.loads((SPEC / "OpenLineage.json").read_text())]
+    documents += [json.loads(p.read_text()) for p in sorted((SPEC / "facets").glob("*.json"))]
+    resources = [(d["$id"], Resource.from_contents(d)) for d in documents]
+    for facet in AIRFLOW_FACETS.values():
+        document = json.loads((PROVIDER / f"{facet}.json").read_text())
+        resources.append((_provider_url(facet), Resource.from_contents(document)))
+    return Registry().with_resources(resources)
+
+
+REGISTRY = _registry()
+
+
+def _facets(event: Mapping[str, Any]) -> Iterator[tuple[str, Mapping[str, Any]]]:
+    """Every facet of an event, with where it is."""
+    for part in ("run", "job"):
+        for name, facet in (event.get(part, {}).get("facets") or {}).items():
+            yield f"{part}.{name}", facet
+    for side, extra in (("inputs", "inputFacets"), ("outputs", "outputFacets")):
+        for dataset in event.get(side) or []:
+            for key in ("facets", extra):
+                for name, facet in (dataset.get(key) or {}).items():
+                    yield f"{side}[{dataset['name']}].{key}.{name}", facet
+
+
+def validate(event: Mapping[str, Any]) -> None:
+    """Raise jsonschema's ValidationError (or an AssertionError for a facet whose schema is not
+    known) unless ``event`` is a valid OpenLineage event with valid facets."""
+    jsonschema.Draft202012Validator({"$ref": ROOT}, registry=REGISTRY).validate(event)
+    for where, facet in _facets(event):
+        url = facet.get("_schemaURL", "")
+        base = url.partition("#")[0]
+        assert base in REGISTRY, f"{where}: no published schema for {url!r}"
+        jsonschema.Draft202012Validator({"$ref": url}, registry=REGISTRY).validate(facet)
+        part, _, name = where.partition(".")
+        airflow = AIRFLOW_FACETS.get((part, name))
+        if airflow is not None:
+            own = f"{_provider_url(airflow)}#/$defs/{airflow}"
+            jsonschema.Draft202012Validator({"$ref": own}, registry=REGISTRY).validate(facet)
+
+
+def edges(events: list[Mapping[str, Any]]) -> set[tuple[str, str]]:
+    """The dataset-to-dataset edges the events' column lineage says: (input, output), each a
+    ``namespace/name``."""
+    found = set()
+    for event in events:
+        for output in event.get("outputs") or []:
+            target = f"{output['namespace']}/{output['name']}"
+            fields = (output.get("facets") or {}).get("columnLineage", {}).get("fields", {})
+            for column in fields.values():
+                for source in column["inputFields"]:
+                    found.add((f"{source['namespace']}/{source['name']}", target))
+    return found
