@@ -9,7 +9,9 @@ schema is neither is an error: nothing passes unchecked.
 
 from __future__ import annotations
 
+import http.server
 import json
+import threading
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -91,3 +93,49 @@ def edges(events: list[Mapping[str, Any]]) -> set[tuple[str, str]]:
                 for source in column["inputFields"]:
                     found.add((f"{source['namespace']}/{source['name']}", target))
     return found
+
+
+class Receiver:
+    """An OpenLineage HTTP backend on 127.0.0.1 for a test: every event POSTed to it, in the
+    order received (as Marquez's ``/api/v1/lineage`` takes them)."""
+
+    def __init__(self) -> None:
+        self.events: list[dict[str, Any]] = []
+        received = self.events
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                received.append(json.loads(self.rfile.read(length)))
+                self.send_response(201)
+                self.end_headers()
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    @property
+    def transport(self) -> str:
+        """The provider's ``[openlineage] transport`` setting that sends events here."""
+        port = self.server.server_address[1]
+        return json.dumps(
+            {"type": "http", "url": f"http://127.0.0.1:{port}", "endpoint": "api/v1/lineage"}
+        )
+
+    def __enter__(self) -> Receiver:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+    def of(self, job: str, state: str | None = None) -> list[dict[str, Any]]:
+        """The events of one job (``<dag>.<task>``), of one type if given."""
+        return [
+            e
+            for e in self.events
+            if e.get("job", {}).get("name") == job and state in (None, e.get("eventType"))
+        ]

@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+import openlineage_spec
 from lakehouse.orchestration.airflow_env import SPARK_CONN_ENV, airflow_environment, airflow_secrets
 from lakehouse.runtime import server
 from lakehouse.runtime.config import REPO_ROOT, Settings
@@ -209,7 +210,10 @@ def test_pipeline_dag_runs_through_airflow_with_its_data_in_a_bucket(
     objectstore.reset()
     settings = Settings.from_env()
     port, token = shared_spark_server.port, shared_spark_server.token
+    lineage = openlineage_spec.Receiver()
+    monkeypatch.setenv("AIRFLOW__OPENLINEAGE__TRANSPORT", lineage.transport)
     try:
+        lineage.__enter__()
         assert _lakehouse(settings, "sample").returncode == 0
         migrated(settings)
         run = _lakehouse(
@@ -281,8 +285,44 @@ def test_pipeline_dag_runs_through_airflow_with_its_data_in_a_bucket(
         assert secret not in server_log
         docs = [p for p in settings.data_docs_root.rglob("*") if p.is_file()]
         assert docs and not [p for p in docs if secret.encode() in p.read_bytes()]
+
+        # OpenLineage: the provider sent each task's events to the transport the deployment
+        # configured, each valid by OpenLineage's published schemas, and the layer tasks'
+        # column lineage draws the contracts' edges of these two DAGs: every one, no other.
+        _check_lineage(settings, lineage, ("pipeline__user-locations", "joins__user-locations"))
+        assert secret not in json.dumps(lineage.events)
+        (silver_gate,) = lineage.of("pipeline__user-locations.gate_silver", "COMPLETE")
+        (judged,) = silver_gate["inputs"]
+        assert judged["namespace"] == f"s3://{s3_server.bucket}"
+        checks = judged["inputFacets"]["dataQualityAssertions"]["assertions"]
+        # As the job's summary says: 3/3 checks met, the contract's two among them.
+        assert {"username_present", "location_length"} <= {a["name"] for a in checks}
+        assert len(checks) == 3 and all(a["success"] for a in checks), checks
     finally:
+        lineage.__exit__()
         objectstore.reset()
+
+
+def _check_lineage(
+    settings: Settings, lineage: openlineage_spec.Receiver, dags: tuple[str, ...]
+) -> None:
+    """Every event is valid OpenLineage; each layer and gate task of ``dags`` sent a START and a
+    COMPLETE; the layer tasks' column lineage gives exactly the contracts' edges of ``dags``."""
+    from lakehouse.contracts.catalog import Catalog
+    from lakehouse.orchestration.lineage import LayerLineage
+
+    assert lineage.events, "no OpenLineage event was received"
+    for event in lineage.events:
+        openlineage_spec.validate(event)
+    found = LayerLineage(settings, Catalog.load(settings.contracts_dir))
+    tasks = {(e.dag, e.task) for e in found.graph.edges if e.dag in dags}
+    for dag, task in tasks:
+        for job in (f"{dag}.{task}", f"{dag}.gate_{task}"):
+            assert {e["eventType"] for e in lineage.of(job)} >= {"START", "COMPLETE"}, job
+    named = {n: "/".join(found.naming.of(n)) for n in found.graph.nodes}
+    want = {(named[e.source], named[e.target]) for e in found.graph.edges if e.dag in dags}
+    completes = [e for dag, task in tasks for e in lineage.of(f"{dag}.{task}", "COMPLETE")]
+    assert openlineage_spec.edges(completes) == want
 
 
 def test_params_dry_run_changes_nothing_and_layers_skip(
@@ -326,7 +366,7 @@ def test_params_dry_run_changes_nothing_and_layers_skip(
     skipped = re.findall(
         r"Skipping task\..*reason=\"the run's Param layers leaves out (\w+)\"", log
     )
-    assert skipped == ["silver", "silver", "gold", "gold"]  # each layer's job and gate
+    assert skipped == ["silver", "gold"]  # each layer's job (and its gate with it)
 
     # Airflow checks each Param against its schema before the run exists ...
     log = test({"full_refresh": ["no_such_table"]})
@@ -389,10 +429,11 @@ def test_failed_gate_fails_the_dag_run_publishes_nothing_and_notifies(
     settings = Settings.from_env(settings.home, contracts)
     assert _lakehouse(settings, "sample").returncode == 0
     migrated(settings)
-    with smtp_server() as mail:
+    with smtp_server() as mail, openlineage_spec.Receiver() as lineage:
         monkeypatch.setenv(
             "AIRFLOW_CONN_LAKEHOUSE_NOTIFY", mail.connection("data@example.com, oncall@example.com")
         )
+        monkeypatch.setenv("AIRFLOW__OPENLINEAGE__TRANSPORT", lineage.transport)
         run = _lakehouse(
             settings, "airflow", "dags", "test", "pipeline__user-locations", timeout=900
         )
@@ -433,6 +474,27 @@ def test_failed_gate_fails_the_dag_run_publishes_nothing_and_notifies(
         "e.g. Paris, Sydney, Rome</td>"
     ) in silver.html
     assert "Nothing of the batch was published." in silver.html
+
+    # OpenLineage: the silver job and its gate each sent a FAIL event; the gate's names the
+    # table it judged and the failed assertion; gold never started.
+    for event in lineage.events:
+        openlineage_spec.validate(event)
+    assert lineage.of("pipeline__user-locations.silver", "FAIL")
+    (failed,) = lineage.of("pipeline__user-locations.gate_silver", "FAIL")
+    (judged,) = failed["inputs"]
+    assert judged["name"] == str(settings.silver_path("user_locations"))
+    checks = judged["inputFacets"]["dataQualityAssertions"]["assertions"]
+    assert {
+        "assertion": "in_set",
+        "success": False,
+        "column": "location",
+        "severity": "error",
+        "name": "berlin_only",
+        "actual": "4 of 5 rows unexpected, e.g. Paris, Sydney, Rome",
+        "params": {},
+    } in checks, checks
+    assert not lineage.of("pipeline__user-locations.gold")
+    assert "silver gate: 1 `fail` expectation(s) failed" in log
     for mail_ in (bronze, silver):
         assert f"DAG run <code>{html.escape(run_id)}</code>" in mail_.html
         assert (
