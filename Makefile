@@ -13,6 +13,7 @@ JARS_STAMP := $(VENV)/.installed-jars
 KAFKA_JARS_STAMP := $(VENV)/.installed-kafka-jars
 ORACLE_JARS_STAMP := $(VENV)/.installed-oracle-jars
 REGISTRY_STAMP := $(VENV)/.installed-registry
+OPENLINEAGE_JARS_STAMP := $(VENV)/.installed-openlineage-jars
 
 export LAKEHOUSE_HOME ?= $(CURDIR)/.lakehouse
 LAKEHOUSE := $(BIN)/lakehouse
@@ -68,6 +69,19 @@ KAFKA_JARS_LOCK := include/jvm/kafka/jars.sha256
 $(KAFKA_JARS_STAMP): $(PY_STAMP) $(KAFKA_POM) $(KAFKA_JARS_LOCK) include/jvm/copy-jars.sh
 	include/jvm/copy-jars.sh $(KAFKA_JARS) $(KAFKA_POM)
 	$(BIN)/python -m lakehouse.runtime.jvm kafka
+	@touch $@
+
+# OpenLineage's Spark listener (include/jvm/openlineage/pom.xml: one shaded jar), which a deployment
+# may turn on with LAKEHOUSE_SPARK_OPENLINEAGE_URL (lakehouse.runtime.spark): copied the same way
+# into $(OPENLINEAGE_JARS) and checked against include/jvm/openlineage/jars.sha256; on Spark's
+# class path only when turned on.
+OPENLINEAGE_JARS := $(VENV)/openlineage-jars
+OPENLINEAGE_POM := include/jvm/openlineage/pom.xml
+OPENLINEAGE_JARS_LOCK := include/jvm/openlineage/jars.sha256
+
+$(OPENLINEAGE_JARS_STAMP): $(PY_STAMP) $(OPENLINEAGE_POM) $(OPENLINEAGE_JARS_LOCK) include/jvm/copy-jars.sh
+	include/jvm/copy-jars.sh $(OPENLINEAGE_JARS) $(OPENLINEAGE_POM)
+	$(BIN)/python -m lakehouse.runtime.jvm openlineage
 	@touch $@
 
 # The tests' Kafka Streams oracle's jars (tests/oracle/StreamsOracle.java, run by tests/oracle.py:
@@ -155,7 +169,7 @@ $(DBT_VENV)/bin/python:
 
 $(DBT_STAMP): $(DBT_VENV)/bin/python $(DBT_LOCK) $(PY_STAMP)
 	$(BIN)/uv pip install --quiet --compile-bytecode --python $(DBT_VENV)/bin/python -r $(DBT_LOCK)
-	$(DBT_VENV)/bin/python -c "from importlib.metadata import version as v; import dbt.adapters.spark, pyhive.hive; print('installed: dbt-core', v('dbt-core'), '| dbt-spark', v('dbt-spark'), '| PyHive', v('pyhive'))"
+	$(DBT_VENV)/bin/python -c "from importlib.metadata import version as v; import dbt.adapters.spark, pyhive.hive; print('installed: dbt-core', v('dbt-core'), '| dbt-spark', v('dbt-spark'), '| PyHive', v('pyhive'), '| openlineage-dbt', v('openlineage-dbt'))"
 	@touch $@
 
 .PHONY: dbt
@@ -165,11 +179,11 @@ dbt: $(DBT_STAMP) ## Install the dbt project's environment (.venv-dbt: dbt-core,
 dbt-lock: $(PY_STAMP) ## Re-resolve analytics/requirements.lock from analytics/requirements.in
 	$(BIN)/uv pip compile $(DBT_REQUIREMENTS) --universal --python-version 3.11 -o $(DBT_LOCK)
 
-$(STAMP): $(PY_STAMP) $(JARS_STAMP) $(KAFKA_JARS_STAMP) $(ORACLE_JARS_STAMP) $(REGISTRY_STAMP) $(SERVER_JAR) $(WEB_STAMP) $(DBT_STAMP)
+$(STAMP): $(PY_STAMP) $(JARS_STAMP) $(KAFKA_JARS_STAMP) $(ORACLE_JARS_STAMP) $(REGISTRY_STAMP) $(OPENLINEAGE_JARS_STAMP) $(SERVER_JAR) $(WEB_STAMP) $(DBT_STAMP)
 	@touch $@
 
 .PHONY: install
-install: $(STAMP) ## Create .venv and install the pinned stack (requirements.lock, include/jvm/**/jars.sha256 (Spark's, Kafka's, the schema registry's), tests/oracle/jars.sha256, include/web/package-lock.json, analytics/requirements.lock)
+install: $(STAMP) ## Create .venv and install the pinned stack (requirements.lock, include/jvm/**/jars.sha256 (Spark's, Kafka's, the schema registry's, OpenLineage's Spark listener), tests/oracle/jars.sha256, include/web/package-lock.json, analytics/requirements.lock)
 
 .PHONY: jars-lock
 jars-lock: $(PY_STAMP) ## After a change to a pom (include/jvm/**, tests/oracle): copy the jars of each, rewrite each jars.sha256
@@ -184,6 +198,9 @@ jars-lock: $(PY_STAMP) ## After a change to a pom (include/jvm/**, tests/oracle)
 	@touch $(ORACLE_JARS_STAMP)
 	include/jvm/copy-jars.sh $(REGISTRY_DIST) $(REGISTRY_POM)
 	$(BIN)/python -m lakehouse.runtime.jvm registry --lock
+	include/jvm/copy-jars.sh $(OPENLINEAGE_JARS) $(OPENLINEAGE_POM)
+	$(BIN)/python -m lakehouse.runtime.jvm openlineage --lock
+	@touch $(OPENLINEAGE_JARS_STAMP)
 
 .PHONY: java
 java: $(STAMP) ## Check for Java 17+ (Spark needs it)

@@ -363,6 +363,101 @@ def test_browser_reads_the_ledgers_numbers_in_each_chart(
     assert _left_the_machine(asked) == []
 
 
+LINEAGE = "/lineage/"
+
+_READ_GRAPH = """
+return {
+  nodes: Array.from(document.querySelectorAll('svg.graph g.node')).map(g => ({
+    node: g.dataset.node, cls: g.getAttribute('class'),
+    stats: g.querySelector('text.stats').textContent})),
+  edges: Array.from(document.querySelectorAll('svg.graph path.edge')).map(p => ({
+    source: p.dataset.source, target: p.dataset.target, cls: p.getAttribute('class')})),
+};
+"""
+
+
+def test_the_lineage_page_draws_the_graph_with_each_tables_state_behind_the_login(
+    server: Server, pipeline_runs: Runs, chrome: Browser
+) -> None:
+    """Browse -> Lineage: the contract's graph (every node and edge of `lakehouse lineage
+    --format json`), each table with the version delta-rs reads from its log and the verdict
+    `lakehouse dq` gives its latest run; selecting a node lights its upstream and downstream
+    only. Behind Airflow's login, and nothing requested beyond 127.0.0.1."""
+    from deltalake import DeltaTable
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as ec
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    assert server.get(LINEAGE).status == 401
+    assert server.get(f"{LINEAGE}?node=nope", cookie=server.token("viewer")).status == 404
+    settings = server.settings
+    out = io.StringIO()
+    with redirect_stdout(out):
+        assert (
+            cli.main(
+                [
+                    "--home",
+                    str(settings.home),
+                    "--contracts",
+                    str(settings.contracts_dir),
+                    "lineage",
+                    "--format",
+                    "json",
+                ]
+            )
+            == 0
+        )
+    printed = json.loads(out.getvalue())
+    latest = {}
+    for row in _dq_json(settings):
+        latest[row["layer"] + "." + row["table"]] = row  # oldest first: the last is the latest
+
+    driver = chrome.driver
+    requested_urls(driver)
+    _log_in(driver, server)
+    wait = WebDriverWait(driver, 60)
+    open_from_menu(driver, "Browse", "Lineage")
+    frame = wait.until(ec.presence_of_element_located((By.CSS_SELECTOR, "iframe[title='Lineage']")))
+    assert frame.get_attribute("src") == f"{server.base}{LINEAGE}"
+    driver.switch_to.frame(frame)
+    try:
+        wait.until(ec.presence_of_element_located((By.CSS_SELECTOR, "svg.graph g.node")))
+        drawn = driver.execute_script(_READ_GRAPH)
+        driver.find_element(By.CSS_SELECTOR, "g.node[data-node='silver.visits_stream']").click()
+        wait.until(ec.presence_of_element_located((By.ID, "selected")))
+        picked = driver.execute_script(_READ_GRAPH)
+        text = driver.find_element(By.TAG_NAME, "body").text
+    finally:
+        driver.switch_to.default_content()
+    screenshot(driver, "airflow_ui_lineage_page.png")
+
+    assert sorted(n["node"] for n in drawn["nodes"]) == sorted(n["name"] for n in printed["nodes"])
+    assert sorted((e["source"], e["target"]) for e in drawn["edges"]) == sorted(
+        (e["source"], e["target"]) for e in printed["edges"]
+    )
+    assert len(drawn["nodes"]) == 4  # topic, bronze, silver, the windowed table
+    stats = {n["node"]: n["stats"] for n in drawn["nodes"]}
+    for name, path in (
+        ("bronze.visits", settings.bronze_path("visits")),
+        ("silver.visits_stream", settings.silver_path("visits_stream")),
+        ("visits_per_minute", settings.gold_path("visits_per_minute")),
+    ):
+        assert stats[name].startswith(f"v{DeltaTable(str(path)).version()} · "), stats
+        run = latest[name if "." in name else f"gold.{name}"]
+        verdict = "ok" if not run["failed"] else "failed"
+        assert verdict in stats[name], (name, stats[name], run)
+    # Selected: the stream, what it is made from and what is made from it, all lit (a straight
+    # line here: nothing is dimmed), and its columns listed with their sources.
+    assert [n["node"] for n in picked["nodes"] if "selected" in n["cls"]] == [
+        "silver.visits_stream"
+    ]
+    assert not [n for n in picked["nodes"] if " dim" in n["cls"]]
+    assert "page bronze.visits.value (transformation: decoded from the json value)" in text
+    asked = requested_urls(driver)
+    assert any(u.startswith(f"{server.base}{LINEAGE}") for u in asked), asked
+    assert _left_the_machine(asked) == []
+
+
 def test_the_page_links_each_latest_verdict_to_its_run_and_data_docs_page(
     server: Server, pipeline_runs: Runs, chrome: Browser
 ) -> None:

@@ -23,10 +23,12 @@ from typing import Any
 
 import pytest
 
+import openlineage_spec
 from lakehouse.runtime import readers, server
 from lakehouse.runtime.config import REPO_ROOT, Settings
 from lakehouse.runtime.metastore import PIPELINE_SCHEMAS
 from lakehouse.runtime.process import free_port
+from lakehouse.runtime.spark import OPENLINEAGE_URL_ENV
 from lakes import lakehouse, row_order, rows, shipped_topic
 
 pytestmark = pytest.mark.integration
@@ -34,6 +36,7 @@ pytestmark = pytest.mark.integration
 PROJECT = REPO_ROOT / "analytics"
 DBT_VENV = REPO_ROOT / ".venv-dbt"
 DBT = DBT_VENV / "bin" / "dbt"
+DBT_OL = DBT_VENV / "bin" / "dbt-ol"  # openlineage-dbt: dbt, then its OpenLineage events
 # The gold tables the project's models read.
 GOLD = ("user_latest_location", "user_location_counts", "user_places")
 SCHEMA = "analytics"
@@ -80,10 +83,15 @@ class Build:
 
 
 def dbt(
-    endpoint: Endpoint, target: Path, *args: str, env: Mapping[str, str] | None = None
+    endpoint: Endpoint,
+    target: Path,
+    *args: str,
+    env: Mapping[str, str] | None = None,
+    command: Path = DBT,
 ) -> Build:
-    """Run the real dbt CLI on the project against ``endpoint``, its artifacts and logs under
-    ``target``, and read what its run_results.json says of every node."""
+    """Run the real dbt CLI (or ``command``, e.g. dbt-ol) on the project against ``endpoint``,
+    its artifacts and logs under ``target``, and read what its run_results.json says of every
+    node."""
     target.mkdir(parents=True, exist_ok=True)
     run_results = target / "target" / "run_results.json"
     run_results.unlink(missing_ok=True)
@@ -98,7 +106,7 @@ def dbt(
     }
     done = subprocess.run(
         [
-            str(DBT),
+            str(command),
             *args,
             "--project-dir",
             str(PROJECT),
@@ -165,10 +173,44 @@ def lake(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Settings]:
         mp.setenv(readers.PORT_ENV, str(free_port()))
         mp.setenv(readers.SQL_PORT_ENV, str(free_port()))
         settings = Settings.from_env()
-        for args in (("sample",), ("run", "--topic", "user-locations"), ("catalog", "sync")):
-            done = _lakehouse(settings, *args)
+        assert _lakehouse(settings, "sample").returncode == 0
+        # The batch with OpenLineage's Spark listener turned on, as a deployment may.
+        with openlineage_spec.Receiver() as spark_lineage:
+            mp.setenv(OPENLINEAGE_URL_ENV, spark_lineage.url)
+            done = _lakehouse(settings, "run", "--topic", "user-locations")
             assert done.returncode == 0, done.stderr[-3000:]
+            mp.delenv(OPENLINEAGE_URL_ENV)
+        SPARK_EVENTS[:] = spark_lineage.events
+        done = _lakehouse(settings, "catalog", "sync")
+        assert done.returncode == 0, done.stderr[-3000:]
         yield settings
+
+
+# What OpenLineage's Spark listener sent during the lake's batch.
+SPARK_EVENTS: list[dict[str, Any]] = []
+
+
+def test_sparks_own_listener_reports_each_write_by_location_but_not_by_task(
+    lake: Settings,
+) -> None:
+    """The option docs/airflow.md describes: with LAKEHOUSE_SPARK_OPENLINEAGE_URL, every Spark
+    action of the batch is an OpenLineage run (valid by the published schemas), whose outputs
+    name the tables by location as the layer tasks' events do; its jobs are named after the
+    Spark application and the operation, not after any DAG task (a Spark session has no task
+    identity), and the ledger and state tables show up beside the contract's."""
+    from lakehouse.contracts.catalog import Catalog
+    from lakehouse.orchestration.lineage import LayerLineage
+
+    assert SPARK_EVENTS, "the listener sent nothing"
+    for event in SPARK_EVENTS:
+        openlineage_spec.validate(event, known_only=False)
+    written = {(o["namespace"], o["name"]) for e in SPARK_EVENTS for o in e.get("outputs") or []}
+    found = LayerLineage(lake, Catalog.load(lake.contracts_dir))
+    tables = {found.naming.of(n) for n in ("silver.user_locations", *GOLD)}
+    assert tables <= written, (tables - written, written)
+    assert ("file", str(lake.ledger_path)) in written  # what the contracts' graph leaves out
+    jobs = {e["job"]["name"] for e in SPARK_EVENTS}
+    assert not [j for j in jobs if j.startswith(("pipeline__", "joins__"))], jobs
 
 
 def _lakehouse(settings: Settings, *args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
@@ -219,12 +261,47 @@ SUMMARY = (
 )
 
 
+def _check_dbt_lineage(
+    lake: Settings, endpoint: Endpoint, lineage: openlineage_spec.Receiver
+) -> None:
+    """dbt-ol's events are valid OpenLineage; each model's run reads the gold tables and models
+    its SQL names, named as the pipeline's own events name those tables in their symlinks, so
+    that a backend joins the two graphs at the gold tables."""
+    from lakehouse.contracts.catalog import Catalog
+    from lakehouse.orchestration.lineage import LayerLineage
+
+    for event in lineage.events:
+        openlineage_spec.validate(event, known_only=False)
+    found = LayerLineage(lake, Catalog.load(lake.contracts_dir))
+    where = f"spark://{endpoint.host}:{endpoint.port}"
+    read: dict[str, set[tuple[str, str]]] = {}
+    for event in lineage.events:
+        if event["eventType"] != "COMPLETE":
+            continue
+        for output in event.get("outputs") or []:
+            ins = {(i["namespace"], i["name"]) for i in event.get("inputs") or []}
+            read.setdefault(output["name"], set()).update(ins)
+    summary = next(v for k, v in read.items() if k.endswith("user_summary"))
+    assert summary == {found.naming.symlink(t) for t in GOLD}, summary
+    assert {n for n, _ in summary} == {where}
+    by_location = next(v for k, v in read.items() if k.endswith("users_by_location"))
+    assert by_location == {(where, f"{SCHEMA}.user_summary")}, by_location
+
+
 def test_dbt_builds_and_tests_its_models_on_gold_then_fails_on_bad_data(
     lake: Settings, tmp_path: Path
 ) -> None:
-    with sql_endpoint(lake) as endpoint:
-        built = dbt(endpoint, tmp_path / "dbt", "build")
+    with sql_endpoint(lake) as endpoint, openlineage_spec.Receiver() as lineage:
+        # Through openlineage-dbt's wrapper, as a deployment that reports lineage runs it.
+        built = dbt(
+            endpoint,
+            tmp_path / "dbt",
+            "build",
+            env={"OPENLINEAGE_URL": lineage.url, "OPENLINEAGE_NAMESPACE": "analytics"},
+            command=DBT_OL,
+        )
         assert built.returncode == 0, built.output[-5000:]
+        _check_dbt_lineage(lake, endpoint, lineage)
         # Every model built and every test passed.
         assert _named(built.statuses()) == {
             **dict.fromkeys(MODELS, "success"),

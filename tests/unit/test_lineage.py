@@ -327,3 +327,72 @@ def test_the_spec_check_refuses_what_the_spec_refuses() -> None:
     event["run"]["facets"] = {"mine": {"_producer": "x", "_schemaURL": "https://example.com/x"}}
     with pytest.raises(AssertionError, match="no published schema"):
         openlineage_spec.validate(event)
+
+
+def test_the_lineage_page_draws_every_node_and_edge_and_a_selection(tmp_path: Path) -> None:
+    import re
+
+    from lakehouse.pipeline.lineage_page import NodeState, render_page
+
+    g = lineage.graph(SHIPPED)
+    found = {
+        "silver.user_locations": NodeState(7, "0 versions", "ok"),
+        "user_latest_location": NodeState(4, "1 versions", "failed: fail one_row_per_user"),
+    }
+    page = render_page(g, found, None, "http://airflow/")
+    drawn = re.findall(r"<g class='node [^']*' data-node='([^']+)'", page)
+    assert sorted(drawn) == sorted(g.nodes)
+    assert page.count("<path class='edge'") == len(g.edges)
+    assert "v7 · lag 0 versions · ok" in page
+    assert "<g class='node gold bad' data-node='user_latest_location'>" in page
+    assert "href='http://airflow/dags/joins__user-locations' target='_top'" in page
+    assert "<script" not in page and "http" not in page.split("<body>")[0]
+
+    picked = render_page(g, found, "user_latest_location", "http://airflow/")
+    lit = set(re.findall(r"<g class='node [a-z]+ [a-z]+' data-node='([^']+)'", picked))
+    dim = set(re.findall(r"<g class='node [a-z]+ [a-z]+ dim' data-node='([^']+)'", picked))
+    assert lit == {
+        "topic.user-locations",
+        "bronze.user-locations",
+        "silver.user_locations",
+        "user_moves",
+        "dbt.user_summary",
+        "dbt.users_by_location",
+    }
+    assert "user_latest_location" not in dim and "user_places" in dim
+    assert "<tr><td>username</td><td>silver.user_locations.username (identity)</td></tr>" in picked
+
+
+def test_the_lineage_page_is_served_with_the_lakes_state_and_names_bad_requests(
+    tmp_path: Path,
+) -> None:
+    from fastapi import FastAPI
+    from fastapi.testclient import TestClient
+
+    from lakehouse.pipeline.lineage_page import create_router
+
+    settings = Settings.from_env(tmp_path / "home", REPO_ROOT / "contracts")
+    app = FastAPI()
+    app.include_router(create_router(lambda: settings))
+    client = TestClient(app)
+    page = client.get("/")
+    assert page.status_code == 200 and page.headers["cache-control"] == "no-store"
+    assert "no table yet" in page.text and "dbt.users_by_location" in page.text
+    picked = client.get("/", params={"node": "gold.user_moves"})
+    assert picked.status_code == 200 and "<h2 id='selected'>user_moves" in picked.text
+    assert client.get("/", params={"node": "nope"}).status_code == 404
+    assert client.get("/", params={"table": "x"}).status_code == 400
+
+
+def test_a_dbt_model_on_another_lakes_tables_is_left_out(tmp_path: Path) -> None:
+    project = tmp_path / "dbt"
+    (project / "models").mkdir(parents=True)
+    (project / "models" / "mine.sql").write_text(
+        "select * from {{ source('gold', 'user_places') }} join {{ ref('theirs') }}"
+    )
+    (project / "models" / "theirs.sql").write_text("select * from {{ source('gold', 'orders') }}")
+    (project / "models" / "on_mine.sql").write_text("select * from {{ ref('mine') }}")
+    g = lineage.graph(SHIPPED, project)
+    dbt = {(e.source, e.target) for e in g.edges if e.dag is None}
+    assert dbt == {("user_places", "dbt.mine"), ("dbt.mine", "dbt.on_mine")}
+    assert "dbt.theirs" not in g.nodes

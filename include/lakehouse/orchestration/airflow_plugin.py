@@ -1,5 +1,5 @@
-"""Airflow plugin: the data-quality page (charts of the results ledger) and the Great
-Expectations Data Docs inside the Airflow UI.
+"""Airflow plugin: the data-quality page (charts of the results ledger), the Great
+Expectations Data Docs and the lineage page inside the Airflow UI.
 
 Registered through the ``airflow.plugins`` entry point in ``pyproject.toml``, so any Airflow
 that has this package installed loads it (``airflow plugins`` lists it). It adds:
@@ -17,7 +17,9 @@ that has this package installed loads it (``airflow plugins`` lists it). It adds
   ``/plugin/<url_route>`` followed by the frame's own path, ``/plugin/lakehouse/data-quality/``
   (and ``/plugin/lakehouse/data-quality/docs/...`` in the Data Docs): the route names the
   plugin, the path the page, nothing twice. ``href`` has no leading slash: the UI resolves it
-  against its ``<base href>``, so the link also works when Airflow is served under a sub-path.
+  against its ``<base href>``, so the link also works when Airflow is served under a sub-path;
+* the same for the lineage page (:mod:`lakehouse.pipeline.lineage_page`): an app at
+  ``/lineage`` and Browse -> Lineage, at ``/plugin/lakehouse-lineage/lineage/`` in the UI.
 
 The keys are those of Airflow 3.3's plugin interface: ``fastapi_apps`` entries are
 ``{"app", "url_prefix", "name"}`` (``airflow.api_fastapi.app.init_plugins`` mounts ``app`` at
@@ -76,12 +78,23 @@ PLUGIN_NAME = "lakehouse"
 URL_PREFIX = "/data-quality"  # the page (lakehouse.quality.page) at its root
 URL_ROUTE = "lakehouse"  # the UI's route for the view: /plugin/lakehouse/data-quality/
 DATA_DOCS = "/docs"  # the Data Docs, under the page
+LINEAGE_PREFIX = "/lineage"  # the lineage page (lakehouse.pipeline.lineage_page)
+LINEAGE_ROUTE = "lakehouse-lineage"  # the UI's route: /plugin/lakehouse-lineage/lineage/
 
 DATA_QUALITY_VIEW: dict[str, Any] = {
     "name": "Data quality",
     "href": URL_PREFIX.lstrip("/") + "/",
     "destination": "nav",
     "url_route": URL_ROUTE,
+    "category": "browse",
+}
+
+
+LINEAGE_VIEW: dict[str, Any] = {
+    "name": "Lineage",
+    "href": LINEAGE_PREFIX.lstrip("/") + "/",
+    "destination": "nav",
+    "url_route": LINEAGE_ROUTE,
     "category": "browse",
 }
 
@@ -120,11 +133,31 @@ def create_reports_app() -> Any:
     return app
 
 
+def create_lineage_app() -> Any:
+    """The FastAPI app serving the lineage page at its root, behind the same login."""
+    from airflow.api_fastapi.auth.managers.models.resource_details import AccessView
+    from airflow.api_fastapi.core_api.security import requires_access_view
+    from fastapi import Depends, FastAPI
+
+    from lakehouse.pipeline.lineage_page import create_router
+
+    app = FastAPI(
+        title="Lakehouse lineage",
+        dependencies=[Depends(requires_access_view(AccessView.WEBSITE))],
+        docs_url=None,
+        redoc_url=None,
+        openapi_url=None,
+    )
+    app.include_router(create_router(Settings.from_env, airflow="../"))
+    return app
+
+
 class LakehousePlugin(AirflowPlugin):
-    """The lakehouse's additions to Airflow: the data-quality page and reports in the UI."""
+    """The lakehouse's additions to Airflow: the data-quality page and reports, and the lineage
+    page, in the UI."""
 
     name = PLUGIN_NAME
-    external_views = [DATA_QUALITY_VIEW]  # noqa: RUF012 (Airflow's own declaration style)
+    external_views = [DATA_QUALITY_VIEW, LINEAGE_VIEW]  # noqa: RUF012 (Airflow's own style)
 
     @cached_property
     def fastapi_apps(self) -> list[Any]:  # type: ignore[override]
@@ -133,5 +166,10 @@ class LakehousePlugin(AirflowPlugin):
                 "app": create_reports_app(),
                 "url_prefix": URL_PREFIX,
                 "name": "Lakehouse data-quality reports",
-            }
+            },
+            {
+                "app": create_lineage_app(),
+                "url_prefix": LINEAGE_PREFIX,
+                "name": "Lakehouse lineage",
+            },
         ]

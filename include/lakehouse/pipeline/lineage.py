@@ -146,11 +146,17 @@ def graph(catalog: Catalog, dbt_project: Path | None = DBT_PROJECT) -> Graph:
                 edges.append(edge)
                 for column, source in sources.items():
                     columns[node.name][column] = (*columns[node.name].get(column, ()), *source)
-    if dbt_project is not None:
-        for model, reads in _dbt_models(dbt_project):
+    # A dbt model is in the graph when it reads something that is (a contract's gold table,
+    # or a model that is): the project's models on another lake's tables are not.
+    models = dict(_dbt_models(dbt_project)) if dbt_project is not None else {}
+    kept: dict[str, list[str]] = {}
+    while added := [m for m, reads in models.items() if any(r in nodes for r in reads)]:
+        for model in added:
+            kept[model] = models.pop(model)
             nodes[f"dbt.{model}"] = Node(f"dbt.{model}", "dbt", None)
             columns[f"dbt.{model}"] = {}
-            edges.extend(Edge(r, f"dbt.{model}", None, None) for r in reads if r in nodes)
+    for model, reads in kept.items():
+        edges.extend(Edge(r, f"dbt.{model}", None, None) for r in reads if r in nodes)
     return Graph(nodes, tuple(edges), columns)
 
 

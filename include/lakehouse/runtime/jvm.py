@@ -12,6 +12,9 @@
 * The schema registry's (:mod:`lakehouse.runtime.registry`): Apicurio Registry's application,
   one archive (``include/jvm/registry/pom.xml``) that ``make install`` copies into
   ``.venv/registry-dist``, checks, and unpacks into ``.venv/registry`` (:func:`registry_dir`).
+* OpenLineage's Spark listener, which a deployment may turn on
+  (:func:`lakehouse.runtime.spark.openlineage_conf`): ``include/jvm/openlineage/pom.xml`` names
+  its one shaded jar; ``make install`` copies it into ``.venv/openlineage-jars``.
 * The tests' Kafka Streams oracle's (``tests/oracle/StreamsOracle.java``, real Kafka Streams in a
   TopologyTestDriver, which the property tests compare the platform's tables with):
   ``tests/oracle/pom.xml`` names them; ``make install`` copies them into ``.venv/oracle-jars``.
@@ -20,7 +23,7 @@
 Nothing is resolved when a job or the broker starts. The ``jars.sha256`` beside each pom locks its
 jars: one ``sha256  file`` line per jar (the format of ``sha256sum``).
 
-``python -m lakehouse.runtime.jvm [spark|kafka|oracle]`` checks the installed jars against their
+``python -m lakehouse.runtime.jvm [spark|kafka|registry|openlineage|oracle]`` checks the installed jars against their
 lock: every locked jar there with its checksum, no other jar, and, for Spark's, none with the
 artifact of a jar in pyspark's own ``jars`` folder (a second copy of a library on the class path).
 ``--lock`` first rewrites the lock from the jars there (``make jars-lock``, after a deliberate
@@ -48,6 +51,7 @@ LOCK = REPO_ROOT / "include" / "jvm" / "jars.sha256"
 KAFKA_MANIFEST = REPO_ROOT / "include" / "jvm" / "kafka" / "pom.xml"
 KAFKA_LOCK = REPO_ROOT / "include" / "jvm" / "kafka" / "jars.sha256"
 REGISTRY_LOCK = REPO_ROOT / "include" / "jvm" / "registry" / "jars.sha256"
+OPENLINEAGE_LOCK = REPO_ROOT / "include" / "jvm" / "openlineage" / "jars.sha256"
 ORACLE_MANIFEST = REPO_ROOT / "tests" / "oracle" / "pom.xml"
 ORACLE_LOCK = REPO_ROOT / "tests" / "oracle" / "jars.sha256"
 
@@ -68,6 +72,16 @@ def jars_dir() -> Path:
     """Where ``make install`` puts the jars: inside the virtualenv, beside the pyspark they
     extend (``.venv/jars``; ``/usr/local/jars`` in the image)."""
     return Path(sys.prefix) / "jars"
+
+
+def openlineage_jars_dir() -> Path:
+    """Where ``make install`` puts OpenLineage's Spark listener (``.venv/openlineage-jars``)."""
+    return Path(sys.prefix) / "openlineage-jars"
+
+
+def openlineage_jars() -> list[Path]:
+    """OpenLineage's Spark listener jar, as locked (for ``spark.jars`` when it is turned on)."""
+    return installed(openlineage_jars_dir(), OPENLINEAGE_LOCK)
 
 
 def kafka_jars_dir() -> Path:
@@ -313,6 +327,12 @@ _JAR_SETS = {
     ),
     "oracle": _JarSet(
         "Kafka Streams oracle jars", lambda: oracle_jars_dir(), ORACLE_LOCK, beside_pyspark=False
+    ),
+    "openlineage": _JarSet(
+        "OpenLineage Spark listener jars",
+        lambda: openlineage_jars_dir(),
+        OPENLINEAGE_LOCK,
+        beside_pyspark=True,
     ),
 }
 

@@ -98,8 +98,43 @@ def conf_args(conf: dict[str, str]) -> list[str]:
     return [arg for key, value in conf.items() for arg in ("--conf", f"{key}={value}")]
 
 
+OPENLINEAGE_URL_ENV = "LAKEHOUSE_SPARK_OPENLINEAGE_URL"
+OPENLINEAGE_NAMESPACE_ENV = "LAKEHOUSE_SPARK_OPENLINEAGE_NAMESPACE"
+OPENLINEAGE_LISTENER = "io.openlineage.spark.agent.OpenLineageSparkListener"
+
+
+def openlineage_conf(conf: Mapping[str, str]) -> dict[str, str]:
+    """``conf`` with OpenLineage's Spark listener when the deployment turns it on:
+    ``LAKEHOUSE_SPARK_OPENLINEAGE_URL`` is the OpenLineage backend's HTTP address (events go to
+    its ``/api/v1/lineage``), ``LAKEHOUSE_SPARK_OPENLINEAGE_NAMESPACE`` the jobs' namespace
+    (default ``lakehouse-spark``). Unset: ``conf`` as it is, and the jar is not loaded."""
+    url = os.environ.get(OPENLINEAGE_URL_ENV, "").strip()
+    if not url:
+        return dict(conf)
+    if not url.startswith(("http://", "https://")):
+        raise ConfigError(f"{OPENLINEAGE_URL_ENV}={url!r}: give the backend's http(s):// address")
+    jars = [str(p.absolute()) for p in jvm.openlineage_jars()]
+    # On the class path the JVM starts with, beside Delta's: the listener finds the connectors'
+    # lineage extensions through the class loader that loaded them.
+    launched = merged(conf, {"spark.driver.extraClassPath": os.pathsep.join(jars)})
+    return {
+        **launched,
+        "spark.jars": ",".join(j for j in (conf.get("spark.jars", ""), *jars) if j),
+        "spark.extraListeners": OPENLINEAGE_LISTENER,
+        "spark.openlineage.transport.type": "http",
+        "spark.openlineage.transport.url": url,
+        "spark.openlineage.namespace": os.environ.get(OPENLINEAGE_NAMESPACE_ENV)
+        or "lakehouse-spark",
+    }
+
+
 def spark_conf(master: str, app_name: str) -> dict[str, str]:
-    """Settings every job runs with, whatever the master."""
+    """Settings every job runs with, whatever the master (with OpenLineage's listener when
+    the deployment turns it on: :func:`openlineage_conf`)."""
+    return openlineage_conf(_spark_conf(master, app_name))
+
+
+def _spark_conf(master: str, app_name: str) -> dict[str, str]:
     return {
         "spark.master": master,
         "spark.app.name": app_name,
