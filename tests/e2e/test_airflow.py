@@ -511,7 +511,13 @@ def test_avro_pipeline_dag_runs_through_airflow(
     monkeypatch.setenv(SPARK_CONN_ENV, json.dumps({"conn_type": "spark", "host": "local[2]"}))
     assert _lakehouse(settings, "sample", "--topic", "user-profiles").returncode == 0
     migrated(settings)
-    run = _lakehouse(settings, "airflow", "dags", "test", "pipeline__user-profiles", timeout=900)
+    with openlineage_spec.Receiver() as lineage:
+        monkeypatch.setenv("AIRFLOW__OPENLINEAGE__TRANSPORT", lineage.transport)
+        run = _lakehouse(
+            settings, "airflow", "dags", "test", "pipeline__user-profiles", timeout=900
+        )
+    # The spark-submit path reports the same lineage as the Spark Connect one.
+    _check_lineage(settings, lineage, ("pipeline__user-profiles",))
     log = run.stdout + run.stderr
     (settings.home / "dags-test.log").write_text(log)  # the whole log, for a failing assert
     assert run.returncode == 0, log[-5000:]

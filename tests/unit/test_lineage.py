@@ -396,3 +396,32 @@ def test_a_dbt_model_on_another_lakes_tables_is_left_out(tmp_path: Path) -> None
     dbt = {(e.source, e.target) for e in g.edges if e.dag is None}
     assert dbt == {("user_places", "dbt.mine"), ("dbt.mine", "dbt.on_mine")}
     assert "dbt.theirs" not in g.nodes
+
+
+def test_without_a_transport_the_provider_is_off(tmp_path: Path) -> None:
+    """Airflow's environment as `lakehouse airflow` makes it configures no OpenLineage transport:
+    the provider is disabled (its listener sends nothing and calls no task's lineage methods);
+    a deployment's transport setting turns it on."""
+    import subprocess
+    import sys
+
+    from lakehouse.orchestration.airflow_env import airflow_environment
+
+    settings = Settings.from_env(tmp_path / "home", REPO_ROOT / "contracts")
+    base = {k: v for k, v in os.environ.items() if "OPENLINEAGE" not in k}
+    probe = "from airflow.providers.openlineage import conf; print(conf.is_disabled())"
+
+    def disabled(env: dict[str, str]) -> str:
+        done = subprocess.run(
+            [sys.executable, "-c", probe],
+            env=airflow_environment(settings, env),
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=True,
+        )
+        return done.stdout.strip()
+
+    assert disabled(base) == "True"
+    transport = '{"type": "http", "url": "http://127.0.0.1:9"}'
+    assert disabled({**base, "AIRFLOW__OPENLINEAGE__TRANSPORT": transport}) == "False"
