@@ -345,3 +345,45 @@ def test_a_runs_params_are_the_requests_options_under_their_names(tmp_path: Path
     shipped = pipeline_dags(Settings.from_env(tmp_path / "home", REPO_ROOT / "contracts"))
     for built in shipped.values():
         assert set(built.params) <= {o.name for o in OPTIONS} | {"topics"}, built.dag_id
+
+
+def test_a_gate_runs_once_its_job_is_done_and_fails_when_the_job_did(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each gate waits for its job to be done, succeeded or failed (a job a `fail` check
+    stopped fails its gate with the checks); the next job waits on the job too, so a gate
+    skipped with its job never lets the next layer run after a failure. A job that failed
+    with no verdict fails its gate saying so; one that succeeded with none passes it."""
+    from airflow.sdk import TriggerRule
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from lakehouse.orchestration.callables import check_gate
+
+    dag = pipeline_dag(_contract(), _settings(tmp_path))
+    tasks = dag.task_dict
+    for layer in ("bronze", "silver", "gold"):
+        assert tasks[f"gate_{layer}"].trigger_rule == TriggerRule.ONE_DONE
+        assert tasks[f"gate_{layer}"].upstream_task_ids == {layer}
+    assert tasks["silver"].upstream_task_ids == {"gate_bronze", "bronze"}
+    assert tasks["gold"].upstream_task_ids == {"gate_silver", "silver"}
+
+    monkeypatch.setenv("LAKEHOUSE_HOME", str(tmp_path / "home"))
+
+    class Ti:
+        dag_id, run_id, task = "pipeline__payments", "manual__1", tasks["gate_silver"]
+
+        def __init__(self, state: str) -> None:
+            self.state = state
+
+        def get_task_states(self, **asked: Any) -> dict[str, dict[str, str]]:
+            assert asked == {
+                "dag_id": self.dag_id,
+                "task_ids": ["silver"],
+                "run_ids": ["manual__1"],
+            }
+            return {self.run_id: {"silver": self.state}}
+
+    gate = {"topic": "payments", "layer": "silver", "tables": ["payments_stream"]}
+    check_gate(**gate, dag_run_id="manual__1", params={}, ti=Ti("success"))  # no new data
+    with pytest.raises(AirflowFailException, match="the silver job failed before its gate"):
+        check_gate(**gate, dag_run_id="manual__1", params={}, ti=Ti("failed"))
