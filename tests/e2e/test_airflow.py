@@ -323,6 +323,13 @@ def _check_lineage(
     want = {(named[e.source], named[e.target]) for e in found.graph.edges if e.dag in dags}
     completes = [e for dag, task in tasks for e in lineage.of(f"{dag}.{task}", "COMPLETE")]
     assert openlineage_spec.edges(completes) == want
+    # And their datasets are exactly those the edges join: nothing more is read or written.
+    datasets = {
+        f"{d['namespace']}/{d['name']}"
+        for e in completes
+        for d in (*(e.get("inputs") or []), *(e.get("outputs") or []))
+    }
+    assert datasets == {name for edge in want for name in edge}
 
 
 def test_params_dry_run_changes_nothing_and_layers_skip(
