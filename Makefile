@@ -324,11 +324,11 @@ browser: ## Install headless Chromium and its WebDriver if missing (Debian packa
 TEST_PROCESSES ?= 2
 TEST_MARKERS ?= not reliability and not heavy
 test: java lint browser postgres-server ## Run the test suite (unit, integration, Airflow end to end; no fault injection)
-	$(BIN)/pytest -n $(TEST_PROCESSES) --dist loadfile --durations=30 -m "$(TEST_MARKERS)"
+	$(BIN)/pytest -n $(TEST_PROCESSES) --dist loadfile --no-loadscope-reorder --durations=30 -m "$(TEST_MARKERS)"
 
 .PHONY: test-s3
 test-s3: java $(STAMP) ## Run the tests marked s3 alone: the pipeline end to end on the local S3 API (moto's server)
-	$(BIN)/pytest -n $(TEST_PROCESSES) --dist loadfile -m s3
+	$(BIN)/pytest -n $(TEST_PROCESSES) --dist loadfile --no-loadscope-reorder -m s3
 
 .PHONY: unit
 unit: $(STAMP) ## Run the fast unit tests only
@@ -345,7 +345,7 @@ RELIABILITY_TESTS ?= reliability or heavy or property
 reliability: java ## Fault injection at full size (kill -9 of each layer job, of the Spark server under the layers, of a writer 20 times, of a Kafka ingest and of its broker 10 times each; outages, reruns, maintenance during writes) and the gold property tests on new random histories
 	LAKEHOUSE_RELIABILITY_KILLS=$${LAKEHOUSE_RELIABILITY_KILLS:-20} \
 	LAKEHOUSE_PROPERTY_DRAWS=$${LAKEHOUSE_PROPERTY_DRAWS:-8} \
-	$(BIN)/pytest -n $(TEST_PROCESSES) --dist loadfile --durations=10 --hypothesis-profile=random \
+	$(BIN)/pytest -n $(TEST_PROCESSES) --dist loadfile --no-loadscope-reorder --durations=10 --hypothesis-profile=random \
 		-m "$(RELIABILITY_TESTS)"
 
 BENCH_SIZE ?= small

@@ -177,3 +177,36 @@ def layer_job() -> ModuleType:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+# The files whose tests take minutes (their sum, in `make test`'s durations on this machine),
+# longest first. `make test` runs `pytest -n 2 --dist loadfile --no-loadscope-reorder`, which
+# hands files out in collection order (xdist's default orders them by their number of tests,
+# which put these last), one to each worker and then one at a time to the first one free: the
+# long files first keep one worker from running the last of them alone while the other has
+# nothing left to do.
+LONGEST_FIRST = (
+    "tests/e2e/test_airflow.py",
+    "tests/integration/test_catalog.py",
+    "tests/integration/test_readers.py",
+    "tests/e2e/test_records_start_runs.py",
+    "tests/integration/test_dbt.py",
+    "tests/e2e/test_airflow_on_postgres.py",
+    "tests/integration/test_semantics.py",
+    "tests/integration/test_warmup.py",
+    "tests/integration/test_history_tables.py",
+    "tests/integration/test_readers_s3.py",
+    "tests/e2e/test_data_quality_page.py",
+    "tests/integration/test_registry_topics.py",
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+
+    def order(item: pytest.Item) -> int:
+        path = Path(str(item.path)).resolve()
+        name = path.relative_to(REPO_ROOT).as_posix() if path.is_relative_to(REPO_ROOT) else ""
+        return rank.get(name, len(rank))
+
+    items.sort(key=order)  # stable: each file's tests, and the other files, keep their order
