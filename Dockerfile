@@ -43,10 +43,13 @@ RUN pip install --no-cache-dir -r requirements.lock
 # their locks below, once the package is installed. Rebuilt only when include/jvm/
 # changes; Maven's download cache is not kept.
 # The local Kafka broker's jars (`lakehouse kafka start`: include/jvm/kafka/pom.xml, never on
-# Spark's class path) go to /usr/local/kafka-jars the same way.
+# Spark's class path) go to /usr/local/kafka-jars the same way, and OpenLineage's Spark listener
+# (include/jvm/openlineage/pom.xml, on Spark's class path only when LAKEHOUSE_SPARK_OPENLINEAGE_URL
+# turns it on) to /usr/local/openlineage-jars.
 COPY include/jvm/ include/jvm/
 RUN include/jvm/copy-jars.sh /usr/local/jars \
     && include/jvm/copy-jars.sh /usr/local/kafka-jars include/jvm/kafka/pom.xml \
+    && include/jvm/copy-jars.sh /usr/local/openlineage-jars include/jvm/openlineage/pom.xml \
     && rm -rf /root/.m2
 
 COPY include/ include/
@@ -81,6 +84,7 @@ RUN test -x "$SPARK_HOME/bin/spark-class" \
     && python -c "import pyspark, pyspark.sql.datasource, deltalake, delta, airflow, psycopg2, lakehouse" \
     && python -m lakehouse.runtime.jvm \
     && python -m lakehouse.runtime.jvm kafka \
+    && python -m lakehouse.runtime.jvm openlineage \
     && python -m lakehouse.quality.web_assets
 
 # A non-root user with the uid of the official Airflow image (group 0, as there). The folders

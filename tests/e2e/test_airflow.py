@@ -80,13 +80,20 @@ def test_dag_folder_parses_without_heavy_imports(settings: Settings) -> None:
     assert dag["doc"]
     tasks = dag["tasks"]
     chain = ["plan", "bronze", "gate_bronze", "silver", "gate_silver", "gold", "gate_gold"]
+    # Each job also leads to the next job: a gate is skipped with its job, and the next job
+    # must not run after a skipped gate whose job never ran because of a failure.
+    nexts = {"bronze": ["silver"], "silver": ["gold"]}
     for task, after in itertools.pairwise([*chain, "report"]):
-        assert tasks[task]["downstream"] == sorted([after, "watcher"])
+        assert tasks[task]["downstream"] == sorted([after, "watcher", *nexts.get(task, [])])
     assert tasks["report"]["downstream"] == ["watcher"]
     assert tasks["watcher"]["downstream"] == []
     jobs = [tasks[layer] for layer in ("bronze", "silver", "gold")]
     assert all(t["retries"] >= 1 and "SparkSubmitOperator" in t["bases"] for t in jobs)
-    assert all(tasks[t]["trigger_rule"] == "none_failed" for t in chain[1:])
+    assert all(tasks[t]["trigger_rule"] == "none_failed" for t in ("bronze", "silver", "gold"))
+    # A gate runs once its job is done, succeeded or failed.
+    assert all(
+        tasks[f"gate_{t}"]["trigger_rule"] == "one_done" for t in ("bronze", "silver", "gold")
+    )
     assert tasks["report"]["type"] == tasks["watcher"]["type"] == "PythonOperator"
     assert tasks["report"]["trigger_rule"] == "all_done"
     assert tasks["watcher"]["trigger_rule"] == "one_failed"
@@ -157,6 +164,12 @@ def test_dag_folder_parses_without_heavy_imports(settings: Settings) -> None:
     ]
     assert manual["params"]["topics"]["default"] == ["user-locations", "user-profiles"]
     assert manual["tasks"]["gate_bronze__user-profiles"]["downstream"] == [
+        "silver__user-locations",
+        "silver__user-profiles",
+        "watcher",
+    ]
+    assert manual["tasks"]["bronze__user-profiles"]["downstream"] == [
+        "gate_bronze__user-profiles",
         "silver__user-locations",
         "silver__user-profiles",
         "watcher",

@@ -452,7 +452,7 @@ def test_the_lineage_page_draws_the_graph_with_each_tables_state_behind_the_logi
         "silver.visits_stream"
     ]
     assert not [n for n in picked["nodes"] if " dim" in n["cls"]]
-    assert "page bronze.visits.value (transformation: decoded from the json value)" in text
+    assert "page bronze.visits.value (transformation: field page of the json value)" in text
     asked = requested_urls(driver)
     assert any(u.startswith(f"{server.base}{LINEAGE}") for u in asked), asked
     assert _left_the_machine(asked) == []

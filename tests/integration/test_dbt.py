@@ -96,7 +96,8 @@ def dbt(
     run_results = target / "target" / "run_results.json"
     run_results.unlink(missing_ok=True)
     environment = {
-        "PATH": os.environ.get("PATH", ""),
+        # dbt's environment first, as after `source .venv-dbt/bin/activate` (dbt-ol runs `dbt`).
+        "PATH": os.pathsep.join((str(DBT_VENV / "bin"), os.environ.get("PATH", ""))),
         "HOME": str(target),
         "LAKEHOUSE_SQL_HOST": endpoint.host,
         "LAKEHOUSE_SQL_PORT": str(endpoint.port),
@@ -215,7 +216,7 @@ def test_sparks_own_listener_reports_each_write_by_location_but_not_by_task(
 
 def _lakehouse(settings: Settings, *args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
     env = {"LAKEHOUSE_CONTRACTS": str(settings.contracts_dir)}
-    for name in ("LAKEHOUSE_SHUFFLE_PARTITIONS", "LAKEHOUSE_SPARK_CODEGEN"):
+    for name in ("LAKEHOUSE_SHUFFLE_PARTITIONS", "LAKEHOUSE_SPARK_CODEGEN", OPENLINEAGE_URL_ENV):
         if name in os.environ:
             env[name] = os.environ[name]
     if not stdin:

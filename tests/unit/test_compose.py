@@ -914,7 +914,7 @@ def test_the_compose_schedulers_hand_off_tasks_as_soon_as_the_local_airflow(
 def test_the_image_copies_the_jvm_jars_where_jobs_look_for_them(monkeypatch: Any) -> None:
     """`lakehouse.runtime.jvm` looks for the jars under the interpreter's prefix: /usr/local in
     the image (the official Python image's). The image runs `make install`'s own step for the
-    Spark and broker jars (the same script and poms, into the image's folders), with Maven
+    Spark, broker and OpenLineage listener jars (the same script and poms, into the image's folders), with Maven
     installed, before it switches to its non-root user, and the same checks once the package
     is in."""
     from lakehouse.runtime import jvm
@@ -924,6 +924,7 @@ def test_the_image_copies_the_jvm_jars_where_jobs_look_for_them(monkeypatch: Any
     folders = {
         jvm.jars_dir().resolve(): jvm.jars_dir,
         jvm.kafka_jars_dir().resolve(): jvm.kafka_jars_dir,
+        jvm.openlineage_jars_dir().resolve(): jvm.openlineage_jars_dir,
     }
     copies = [args for args in made if args[0] == COPY_JARS]
     local = {(ROOT / args[1]).resolve(): args[2:] for args in copies}

@@ -119,7 +119,7 @@ def test_column_lineage_says_which_fields_a_column_is_made_of() -> None:
     assert [s.column for s in window["window_start"]] == ["event_time"]
     location = g.columns["silver.user_locations"]["location"]
     assert [(s.node, s.column, s.description) for s in location] == [
-        ("bronze.user-locations", "value", "decoded from the json value")
+        ("bronze.user-locations", "value", "field location of the json value")
     ]
     # Every column of every table has its sources, each a column its input has.
     for name, node in g.nodes.items():

@@ -213,10 +213,10 @@ def _of_topic(catalog: Catalog, c: Contract) -> Made:
 def _silver_sources(c: Contract, bronze: str) -> Sources:
     """Each column of the stream from the raw record: the key and value decoded with the
     contract's formats, the record's position and time as they came."""
-    value = f"decoded from the {c.value_format} value"
     found: Sources = {c.key_name: _one(bronze, "key", "TRANSFORMATION", f"the {c.key_format} key")}
     for f in c.fields:
-        found[f.name] = _one(bronze, "value", "TRANSFORMATION", value)
+        described = f"field {f.name} of the {c.value_format} value"
+        found[f.name] = _one(bronze, "value", "TRANSFORMATION", described)
     for col in ("partition", "offset", "timestamp"):
         found[col] = _one(bronze, col, "IDENTITY")
     found["tombstone"] = _one(bronze, "value", "TRANSFORMATION", "the value is null")
