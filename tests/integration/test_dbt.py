@@ -198,7 +198,7 @@ def test_sparks_own_listener_reports_each_write_by_location_but_not_by_task(
     action of the batch is an OpenLineage run (valid by the published schemas), whose outputs
     name the tables by location as the layer tasks' events do; its jobs are named after the
     Spark application and the operation, not after any DAG task (a Spark session has no task
-    identity), and the ledger and state tables show up beside the contract's."""
+    identity), and the ledger shows up beside the contract's tables."""
     from lakehouse.contracts.catalog import Catalog
     from lakehouse.orchestration.lineage import LayerLineage
 
@@ -207,9 +207,17 @@ def test_sparks_own_listener_reports_each_write_by_location_but_not_by_task(
         openlineage_spec.validate(event, known_only=False)
     written = {(o["namespace"], o["name"]) for e in SPARK_EVENTS for o in e.get("outputs") or []}
     found = LayerLineage(lake, Catalog.load(lake.contracts_dir))
-    tables = {found.naming.of(n) for n in ("silver.user_locations", *GOLD)}
-    assert tables <= written, (tables - written, written)
-    assert ("file", str(lake.ledger_path)) in written  # what the contracts' graph leaves out
+    # Appends are named by location (bronze and silver, the ledger the contracts' graph leaves
+    # out); a Delta MERGE is a run without datasets (seen here: openlineage-spark 1.53 on Spark
+    # 4.2 and Delta 4.4), so the gold tables, written by MERGE, are missing from its graph, and
+    # nothing it names is named otherwise than the layer tasks name it.
+    appended = {found.naming.of(n) for n in ("bronze.user-locations", "silver.user_locations")}
+    assert appended <= written, (appended - written, written)
+    assert ("file", str(lake.ledger_path)) in written
+    merges = [e for e in SPARK_EVENTS if ".execute_merge_into_command" in e["job"]["name"]]
+    assert merges and not [e for e in merges if e.get("outputs")], merges
+    gold = {found.naming.of(t) for t in found.graph.nodes if found.graph.nodes[t].kind == "gold"}
+    assert not {w for w in written if "/tables/gold/" in w[1]} - gold
     jobs = {e["job"]["name"] for e in SPARK_EVENTS}
     assert not [j for j in jobs if j.startswith(("pipeline__", "joins__"))], jobs
 

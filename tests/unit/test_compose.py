@@ -1028,3 +1028,17 @@ def test_the_image_builds_the_spark_servers_code_where_the_server_looks_for_it()
     assert editable and editable[0] < build[0]
     assert any("openjdk-17-jdk-headless" in instructions[k][1] for k in runs)
     assert "include/jvm/server/build.sh" in (ROOT / "Makefile").read_text()
+
+
+def test_the_compose_tasks_emit_lineage_from_a_thread_as_the_local_airflow(
+    tmp_path: Path,
+) -> None:
+    """OpenLineage's events of the layer and gate tasks read the ledger with delta-rs, which a
+    forked child cannot: the compose stack emits them from a thread, as `make airflow` does."""
+    from lakehouse.orchestration.airflow_env import airflow_environment
+    from lakehouse.runtime.config import Settings
+
+    key = "AIRFLOW__OPENLINEAGE__EXECUTE_IN_THREAD"
+    local = airflow_environment(Settings.from_env(tmp_path, ROOT / "contracts"), {})
+    for service in ("airflow-scheduler", "airflow-apiserver"):
+        assert environment(services()[service])[key] == local[key] == "True"

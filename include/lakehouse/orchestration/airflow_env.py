@@ -78,6 +78,11 @@ def airflow_environment(
         "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": (
             f"http://127.0.0.1:{env.get('AIRFLOW__API__PORT') or '8080'}/execution/"
         ),
+        # OpenLineage (when a transport is configured): the provider emits a task's events from
+        # a fork of the task's process by default, and the layer and gate tasks' lineage reads
+        # the ledger with delta-rs, whose runtime panics in a forked child. In a thread instead
+        # (the provider's own option), bounded by [openlineage] execution_timeout.
+        "AIRFLOW__OPENLINEAGE__EXECUTE_IN_THREAD": "True",
         # Executors and the driver run the project's interpreter.
         "PYSPARK_PYTHON": sys.executable,
         "PYSPARK_DRIVER_PYTHON": sys.executable,
