@@ -20,6 +20,7 @@ import pytest
 
 import openlineage_spec
 from lakehouse.orchestration.airflow_env import SPARK_CONN_ENV, airflow_environment, airflow_secrets
+from lakehouse.quality.ledger import read_ledger
 from lakehouse.runtime import server
 from lakehouse.runtime.config import REPO_ROOT, Settings
 from lakehouse.runtime.process import free_port
@@ -308,9 +309,13 @@ def test_pipeline_dag_runs_through_airflow_with_its_data_in_a_bucket(
         (judged,) = silver_gate["inputs"]
         assert judged["namespace"] == f"s3://{s3_server.bucket}"
         checks = judged["inputFacets"]["dataQualityAssertions"]["assertions"]
-        # As the job's summary says: 3/3 checks met, the contract's two among them.
-        assert {"username_present", "location_length"} <= {a["name"] for a in checks}
-        assert len(checks) == 3 and all(a["success"] for a in checks), checks
+        # The contract's two checks and the volume and freshness checks, all met, as the ledger
+        # recorded them for this run.
+        ledger = read_ledger(settings, dag_run_id=_run_id(log), layer="silver").to_pylist()
+        recorded = {r["expectation"]: r["success"] for r in ledger if r["kind"] != "batch"}
+        assert {a["name"]: a["success"] for a in checks} == recorded, (checks, recorded)
+        assert set(recorded) == {"username_present", "location_length", "volume", "freshness"}
+        assert all(recorded.values())
     finally:
         lineage.__exit__()
         objectstore.reset()
@@ -504,15 +509,16 @@ def test_failed_gate_fails_the_dag_run_publishes_nothing_and_notifies(
     (judged,) = failed["inputs"]
     assert judged["name"] == str(settings.silver_path("user_locations"))
     checks = judged["inputFacets"]["dataQualityAssertions"]["assertions"]
-    assert {
+    (berlin,) = [a for a in checks if a["name"] == "berlin_only"]
+    assert {k: berlin.get(k) for k in ("assertion", "success", "column", "severity")} == {
         "assertion": "in_set",
         "success": False,
         "column": "location",
         "severity": "error",
-        "name": "berlin_only",
-        "actual": "4 of 5 rows unexpected, e.g. Paris, Sydney, Rome",
-        "params": {},
-    } in checks, checks
+    }, berlin
+    ledger = read_ledger(settings, dag_run_id=run_id, layer="silver").to_pylist()
+    (recorded,) = [r for r in ledger if r["expectation"] == "berlin_only"]
+    assert berlin.get("actual") == recorded["observed_value"], (berlin, recorded)
     assert not lineage.of("pipeline__user-locations.gold")
     assert "silver gate: 1 `fail` expectation(s) failed" in log
     for mail_ in (bronze, silver):

@@ -49,7 +49,12 @@ from compose_file import (
 DOCKERIGNORE = ROOT / ".dockerignore"
 KAFKA_POM = ROOT / "include" / "jvm" / "kafka" / "pom.xml"
 # What `make install` installs besides Python packages, each named by the file that locks it.
-MAKE_INPUTS = ("include/jvm/pom.xml", "include/jvm/kafka/pom.xml", "include/web/package-lock.json")
+MAKE_INPUTS = (
+    "include/jvm/pom.xml",
+    "include/jvm/kafka/pom.xml",
+    "include/jvm/openlineage/pom.xml",
+    "include/web/package-lock.json",
+)
 COPY_JARS = "include/jvm/copy-jars.sh"
 
 SERVICES = {
