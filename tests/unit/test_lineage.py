@@ -231,6 +231,10 @@ def test_the_layer_tasks_events_are_valid_openlineage_and_draw_the_contracts_gra
         "username": "string",
         "count": "long",
     }
+    joins = next(e for e in events if e["job"]["name"] == f"{J}.gold")
+    profile = next(o for o in joins["outputs"] if o["name"].endswith("/checkins_with_profile"))
+    typed = {f["name"]: f.get("type") for f in profile["facets"]["schema"]["fields"]}
+    assert typed["profile_city"] == "string" and typed["offset"] == "long", typed
     # The changelog a table reads is an input of the task that writes both.
     assert any(i["name"].endswith("/gold/user_latest_location") for i in gold["inputs"])
 

@@ -137,7 +137,7 @@ def column_types(catalog: Catalog, graph: lineage.Graph) -> dict[str, dict[str, 
         mine: dict[str, str] = {}
         for column, sources in graph.columns.get(node.name, {}).items():
             first = next((s for s in sources if s.subtype == "IDENTITY"), None)
-            if first is not None and column in types.get(first.node, {}):
+            if first is not None and first.column in types.get(first.node, {}):
                 mine[column] = types[first.node][first.column]
         for a in spec.aggregations:
             if a.fn != "collect":
