@@ -5,6 +5,7 @@ layer and gate tasks report, validated against OpenLineage's published JSON sche
 from __future__ import annotations
 
 import os
+import shutil
 import uuid
 from datetime import UTC, datetime
 from pathlib import Path
@@ -429,3 +430,29 @@ def test_without_a_transport_the_provider_is_off(tmp_path: Path) -> None:
     assert disabled(base) == "True"
     transport = '{"type": "http", "url": "http://127.0.0.1:9"}'
     assert disabled({**base, "AIRFLOW__OPENLINEAGE__TRANSPORT": transport}) == "False"
+
+
+def test_a_join_with_a_history_table_reads_it_and_takes_its_types(tmp_path: Path) -> None:
+    """A stream-table join may read the other topic's history table instead of its stream: the
+    edge comes from that gold table, and the taken columns have its columns' types, though the
+    other contract comes later in the catalog."""
+    contracts = tmp_path / "contracts"
+    contracts.mkdir()
+    for name in ("user-locations.yaml", "user-profiles.yaml"):
+        (contracts / name).write_text((REPO_ROOT / "contracts" / name).read_text())
+    shutil.copytree(REPO_ROOT / "contracts" / "user-profiles", contracts / "user-profiles")
+    doc = (contracts / "user-locations.yaml").read_text()
+    doc = doc.replace(
+        "      with: user-profiles\n      how: left\n      fields: [name, city]\n",
+        "      with: user-profiles\n      how: left\n      table: user_city_history\n"
+        "      fields: [city]\n",
+        1,
+    )
+    (contracts / "user-locations.yaml").write_text(doc)
+    catalog = Catalog.load(contracts)
+    g = lineage.graph(catalog, None)
+    assert ("user_city_history", "checkins_with_profile") in {(e.source, e.target) for e in g.edges}
+    settings = Settings.from_env(tmp_path / "home", contracts)
+    types = LayerLineage(settings, catalog).types
+    assert types["checkins_with_profile"]["profile_city"] == types["user_city_history"]["city"]
+    assert types["user_city_history"]["valid_from"] == "timestamp"

@@ -128,24 +128,36 @@ def column_types(catalog: Catalog, graph: lineage.Graph) -> dict[str, dict[str, 
             c = catalog.topic(node.topic)
             fields = {f.name: f.type for f in c.fields}
             types[node.name] = {c.key_name: c.key_type, **fields, **_STREAM_TYPES}
-    for node in graph.nodes.values():  # in pipeline order: a table's inputs come first
-        if node.kind != "gold":
-            continue
+
+    def gold(name: str) -> dict[str, str]:
+        """A gold table's types, its inputs' first (another topic's table may come later)."""
+        if name in types:
+            return types[name]
+        node = graph.nodes[name]
         assert node.topic is not None
         c = catalog.topic(node.topic)
-        spec = c.table(node.name)
+        spec = c.table(name)
         mine: dict[str, str] = {}
-        for column, sources in graph.columns.get(node.name, {}).items():
+        for column, sources in graph.columns.get(name, {}).items():
             first = next((s for s in sources if s.subtype == "IDENTITY"), None)
-            if first is not None and first.column in types.get(first.node, {}):
-                mine[column] = types[first.node][first.column]
+            if first is None:
+                continue
+            of = types.get(first.node) if graph.nodes[first.node].kind != "gold" else None
+            found = of if of is not None else gold(first.node)
+            if first.column in found:
+                mine[column] = found[first.column]
         for a in spec.aggregations:
             if a.fn != "collect":
                 mine[a.name] = aggregate_field(c.input(spec), a).type
         mine.update(
             {k: v for k, v in {**_HISTORY_TYPES, **_WINDOW_TYPES}.items() if k in node.columns}
         )
-        types[node.name] = mine
+        types[name] = mine
+        return mine
+
+    for name, node in graph.nodes.items():
+        if node.kind == "gold":
+            gold(name)
     return types
 
 
