@@ -199,7 +199,12 @@ def test_airflow_loads_the_plugin_from_its_entry_point(server: Server) -> None:
             "app": "fastapi.applications.FastAPI",
             "url_prefix": APP,
             "name": "Lakehouse data-quality reports",
-        }
+        },
+        {
+            "app": "fastapi.applications.FastAPI",
+            "url_prefix": "/lineage",
+            "name": "Lakehouse lineage",
+        },
     ]
     view = {
         "name": "Data quality",
@@ -208,14 +213,22 @@ def test_airflow_loads_the_plugin_from_its_entry_point(server: Server) -> None:
         "url_route": "lakehouse",
         "category": "browse",
     }
-    assert plugin["external_views"] == [view]
+    lineage_view = {
+        "name": "Lineage",
+        "href": "lineage/",
+        "destination": "nav",
+        "url_route": "lakehouse-lineage",
+        "category": "browse",
+    }
+    assert plugin["external_views"] == [view, lineage_view]
     # What the UI reads to build its navigation.
     reply = server.get("/api/v2/plugins", bearer=server.token("admin"))
     assert reply.status == 200, reply.body
     listed = {p["name"]: p for p in json.loads(reply.body)["plugins"]}
-    [served_view] = listed["lakehouse"]["external_views"]
+    served_view, served_lineage = listed["lakehouse"]["external_views"]
     assert view.items() <= served_view.items()
-    assert listed["lakehouse"]["fastapi_apps"][0]["url_prefix"] == APP
+    assert lineage_view.items() <= served_lineage.items()
+    assert [a["url_prefix"] for a in listed["lakehouse"]["fastapi_apps"]] == [APP, "/lineage"]
 
 
 def test_reports_require_an_airflow_login(server: Server) -> None:
