@@ -104,25 +104,32 @@ def data_docs_root() -> Path:
     return Settings.from_env().data_docs_root
 
 
+def _login() -> list[Any]:
+    """The dependency every route of the plugin's apps runs: Airflow's login, and the right to
+    use its UI (see the module's docstring)."""
+    from airflow.api_fastapi.auth.managers.models.resource_details import AccessView
+    from airflow.api_fastapi.core_api.security import requires_access_view
+    from fastapi import Depends
+
+    return [Depends(requires_access_view(AccessView.WEBSITE))]
+
+
+def _app(title: str, login: list[Any]) -> Any:
+    """A FastAPI app behind ``login``, without the API's own documentation pages."""
+    from fastapi import FastAPI
+
+    return FastAPI(title=title, dependencies=login, docs_url=None, redoc_url=None, openapi_url=None)
+
+
 def create_reports_app() -> Any:
     """The FastAPI app serving the data-quality page at its root and the Data Docs under
     ``/docs/``, only to a user whom Airflow's auth manager has authenticated and allows to use
     the UI (see the module's docstring)."""
-    from airflow.api_fastapi.auth.managers.models.resource_details import AccessView
-    from airflow.api_fastapi.core_api.security import requires_access_view
-    from fastapi import Depends, FastAPI
-
     from lakehouse.quality.page import create_router
     from lakehouse.quality.report_site import create_app
 
-    login = [Depends(requires_access_view(AccessView.WEBSITE))]
-    app = FastAPI(
-        title="Lakehouse data quality",
-        dependencies=login,
-        docs_url=None,
-        redoc_url=None,
-        openapi_url=None,
-    )
+    login = _login()
+    app = _app("Lakehouse data quality", login)
     # Airflow's UI is at the root the plugin's app is mounted under (URL_PREFIX), the Data Docs
     # under this app's DATA_DOCS.
     app.include_router(
@@ -135,19 +142,9 @@ def create_reports_app() -> Any:
 
 def create_lineage_app() -> Any:
     """The FastAPI app serving the lineage page at its root, behind the same login."""
-    from airflow.api_fastapi.auth.managers.models.resource_details import AccessView
-    from airflow.api_fastapi.core_api.security import requires_access_view
-    from fastapi import Depends, FastAPI
-
     from lakehouse.pipeline.lineage_page import create_router
 
-    app = FastAPI(
-        title="Lakehouse lineage",
-        dependencies=[Depends(requires_access_view(AccessView.WEBSITE))],
-        docs_url=None,
-        redoc_url=None,
-        openapi_url=None,
-    )
+    app = _app("Lakehouse lineage", _login())
     app.include_router(create_router(Settings.from_env, airflow="../"))
     return app
 
