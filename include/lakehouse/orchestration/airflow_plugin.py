@@ -81,22 +81,20 @@ DATA_DOCS = "/docs"  # the Data Docs, under the page
 LINEAGE_PREFIX = "/lineage"  # the lineage page (lakehouse.pipeline.lineage_page)
 LINEAGE_ROUTE = "lakehouse-lineage"  # the UI's route: /plugin/lakehouse-lineage/lineage/
 
-DATA_QUALITY_VIEW: dict[str, Any] = {
-    "name": "Data quality",
-    "href": URL_PREFIX.lstrip("/") + "/",
-    "destination": "nav",
-    "url_route": URL_ROUTE,
-    "category": "browse",
-}
+
+def _view(name: str, prefix: str, route: str) -> dict[str, Any]:
+    """A Browse menu entry showing the app at ``prefix`` inside the UI, at ``/plugin/<route>``."""
+    return {
+        "name": name,
+        "href": prefix.lstrip("/") + "/",
+        "destination": "nav",
+        "url_route": route,
+        "category": "browse",
+    }
 
 
-LINEAGE_VIEW: dict[str, Any] = {
-    "name": "Lineage",
-    "href": LINEAGE_PREFIX.lstrip("/") + "/",
-    "destination": "nav",
-    "url_route": LINEAGE_ROUTE,
-    "category": "browse",
-}
+DATA_QUALITY_VIEW = _view("Data quality", URL_PREFIX, URL_ROUTE)
+LINEAGE_VIEW = _view("Lineage", LINEAGE_PREFIX, LINEAGE_ROUTE)
 
 
 def data_docs_root() -> Path:
