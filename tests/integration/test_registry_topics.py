@@ -662,7 +662,8 @@ def test_avro_keys_written_through_the_registry_are_read_by_their_subjects_ids(
     """Keys serialized by Confluent's AvroSerializer register under `<topic>-key`; silver reads
     them by the ids it looks up there (none in the contract), an unknown key id is quarantined
     naming the subject, `lakehouse produce` frames keys through the same registry, and gold
-    equals the same bytes through a contract listing the key's and value's ids by hand."""
+    equals the same bytes through a contract listing the key's and value's ids by hand; a key
+    reader the key subject's mode refuses is refused before bronze moves."""
     from confluent_kafka.schema_registry import SchemaRegistryClient
     from confluent_kafka.schema_registry.avro import AvroSerializer
     from confluent_kafka.serialization import MessageField, SerializationContext
@@ -730,3 +731,139 @@ def test_avro_keys_written_through_the_registry_are_read_by_their_subjects_ids(
         assert mine and mine == rows(oracle.gold_path(table), *columns), table
     now = rows(lake.gold_path("profiles_now"), "username", "city", "age", "email")
     assert ("cid", "Lima", 40, None) in now and ("ann", "Bergen", 32, None) in now
+
+    # A key reader the key subject would refuse (an enum reads no string: BACKWARD) is refused
+    # before any data moves, though the contract's own mode (NONE) and the column's type (a
+    # string either way) would let it through.
+    from deltalake import DeltaTable
+
+    enum = {"type": "enum", "name": "Who", "symbols": ["ann", "bob", "cid"]}
+    changed = _keyed(
+        key_reader.replace("{schema: string}", f"{{schema: {json.dumps(enum)}}}"), value_reader
+    ).replace("partitions: 2\n", "partitions: 2\ncompatibility: NONE\n")
+    (lake.contracts_dir / f"{KEYED}.yaml").write_text(changed)
+    produce(lake, KEYED, good[:1])
+    bronze_version = DeltaTable(str(lake.bronze_path(KEYED))).version()
+    with pytest.raises(SchemaEvolutionError) as refused:
+        run_layers(spark, lake, KEYED, "bronze")
+    assert f"the registry's subject '{KEYED}-key' (BACKWARD) would refuse it" in str(refused.value)
+    assert DeltaTable(str(lake.bronze_path(KEYED))).version() == bronze_version
+
+
+DRAFT_7 = "http://json-schema.org/draft-07/schema#"
+
+
+def _key_topic(fmt: str, key: str) -> str:
+    """A topic of plain JSON values whose key is ``key`` (YAML), its tables named by ``fmt``."""
+    return f"""\
+topic: keys-{fmt}
+partitions: 2
+key: {key}
+value:
+  format: json
+  fields:
+    - {{name: city, type: string, nullable: false}}
+    - {{name: age, type: long}}
+stream: {{name: {fmt}_key_events}}
+tables:
+  - {{name: {fmt}_keys_now, kind: latest}}
+  - name: {fmt}_key_counts
+    kind: aggregate
+    aggregations:
+      - {{name: visits, fn: count}}
+      - {{name: oldest, fn: max, field: age}}
+"""
+
+
+@pytest.mark.parametrize("fmt", ["json", "protobuf"])
+def test_json_schema_and_protobuf_keys_through_the_registry_reach_gold(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, registry_url: str, fmt: str
+) -> None:
+    """Keys serialized by Confluent's JSONSerializer (a JSON Schema scalar) or
+    ProtobufSerializer (a message whose one field is the key) register under `<topic>-key`:
+    `lakehouse produce` frames the first version, a producer of its own registers a second;
+    silver reads both by the ids it looks up there (none in the contract), an unknown key id
+    and an unframed key are quarantined with their reasons, `lakehouse schemas --check` judges
+    the key's type against the subject's versions, and gold equals the same records through a
+    contract of plain string keys."""
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+    from confluent_kafka.schema_registry.json_schema import JSONSerializer
+    from confluent_kafka.schema_registry.protobuf import ProtobufSerializer
+    from confluent_kafka.serialization import MessageField, SerializationContext
+    from google.protobuf import message_factory
+
+    from lakehouse.contracts import protobuf
+
+    monkeypatch.setenv(URL_ENV, registry_url)
+    topic = f"keys-{fmt}"
+    through = _key_topic(fmt, f"{{format: {fmt}, name: username, type: string, registry: {{}}}}")
+    lake = lake_with(tmp_path / fmt, through)
+    contract = Catalog.load(lake.contracts_dir).topic(topic)
+    assert contract.key_registry is not None and contract.key_registry.subject == f"{topic}-key"
+    ours = Serializer(contract)
+    first = [("ann", {"city": "Oslo", "age": 31}, 0), ("bob", {"city": "Rome", "age": None}, 1)]
+    sent = [(ours.key(k, "test"), json.dumps(v).encode(), p) for k, v, p in first]
+
+    client = SchemaRegistryClient({"url": registry_url})
+    context = SerializationContext(topic, MessageField.KEY)
+    if fmt == "json":  # a second version: the same scalar, described
+        json_key = JSONSerializer(
+            json.dumps({"$schema": DRAFT_7, "type": "string", "description": "an account"}), client
+        )
+        theirs = lambda key: json_key(key, context)  # noqa: E731
+    else:  # a second version, as .proto text: the key message with a second field
+        text = (
+            'syntax = "proto3";\npackage lakehouse.protobuf_key_events;\n'
+            "message ProtobufKeyEventsKey { string username = 1; string tenant = 2; }\n"
+        )
+        found = protobuf._pool_file(protobuf.descriptor_set(protobuf.file_proto("k.proto", text)))
+        who = message_factory.GetMessageClass(found.message_types_by_name["ProtobufKeyEventsKey"])
+        proto_key = ProtobufSerializer(who, client, {"use.deprecated.format": False})
+        theirs = lambda key: proto_key(who(username=key, tenant="acme"), context)  # noqa: E731
+    second = [("ann", {"city": "Bergen", "age": 32}, 0), ("cid", {"city": "Lima", "age": 5}, 1)]
+    sent += [(theirs(k), json.dumps(v).encode(), p) for k, v, p in second]
+    id_ours, id_theirs = _ids(sent[0][0] or b""), _ids(sent[2][0] or b"")
+    assert id_ours != id_theirs
+    bad = [
+        (_framed(999_999), b'{"city": "Oslo"}', 0),
+        (b"eve-not-framed", b'{"city": "Oslo"}', 1),
+    ]
+    produce(lake, topic, [Record(k, v, partition=p) for k, v, p in sent + bad])
+    run_pipeline(spark, lake)
+
+    kind = "JSON Schema" if fmt == "json" else "Protobuf"
+    unknown = "JSON Schema id" if fmt == "json" else "Protobuf schema id"
+    reasons = sorted(
+        r for (r,) in rows(lake.quarantine_path("silver", f"{fmt}_key_events"), "reason")
+    )
+    assert len(reasons) == 2, (reasons, id_ours, id_theirs)
+    assert any(
+        f"unknown {unknown} 999999 (subject '{topic}-key' has {id_ours}, {id_theirs})" in r
+        for r in reasons
+    ), (reasons, id_ours, id_theirs)
+    assert any(f"key does not start with the {kind} wire-format magic byte 0" in r for r in reasons)
+    keyed = SchemaRegistry(lake).versions(topic, "key")
+    assert set(keyed[-1].state.ids) == {str(id_ours), str(id_theirs)}
+    # Each key version reads as a string; a long key reads neither.
+    assert reads.schemas(lake, Catalog.load(lake.contracts_dir), [topic], check=True) == 0
+    longer = lake_with(tmp_path / f"{fmt}-long", through.replace("type: string,", "type: long,"))
+    assert reads.schemas(longer, Catalog.load(longer.contracts_dir), [topic], check=True) == 1
+
+    oracle = lake_with(
+        tmp_path / f"{fmt}-plain", _key_topic(fmt, "{format: string, name: username}")
+    )
+    produce(
+        oracle,
+        topic,
+        [Record(k.encode(), json.dumps(v).encode(), partition=p) for k, v, p in first + second],
+    )
+    run_pipeline(spark, oracle)
+    for table, columns in {
+        f"{fmt}_keys_now": ("username", "city", "age"),
+        f"{fmt}_key_counts": ("username", "visits", "oldest"),
+    }.items():
+        mine = rows(lake.gold_path(table), *columns)
+        assert mine and mine == rows(oracle.gold_path(table), *columns), table
+    assert ("ann", "Bergen", 32) in rows(
+        lake.gold_path(f"{fmt}_keys_now"), "username", "city", "age"
+    )

@@ -241,3 +241,59 @@ def test_schemas_check_says_what_a_reader_of_fields_cannot_read() -> None:
     assert reader_problems(json_contract, as_json) == [
         "field 'city' is written as integer, which a string cannot read"
     ]
+
+
+KEYED = dedent(
+    """
+    topic: visits
+    stream: {name: visit_events}
+    key: {format: protobuf, name: user, type: long, registry: {}}
+    value:
+      format: protobuf
+      registry: {}
+      fields: [{name: city, type: string}]
+    """
+)
+
+
+def test_a_protobuf_key_is_its_messages_key_field_or_only_field() -> None:
+    """A key is a message (what Confluent's ProtobufSerializer takes): the field named as the
+    contract's key, else the message's only one; a message with neither is a reason."""
+    from lakehouse.contracts.confluent import key_reader_problems
+
+    contract = parse_contract(yaml.safe_load(KEYED), "visits.yaml")
+    cls = protobuf.contract_message(contract, "key")
+    assert cls.DESCRIPTOR.full_name == "lakehouse.visit_events.VisitEventsKey"
+    assert [(f.name, f.number) for f in cls.DESCRIPTOR.fields] == [("user", 1)]
+    ours = protobuf.descriptor_set([protobuf.contract_file(contract, "key")])
+    decoder = protobuf.WireDecoder({4: ours}, "subject 'visits-key' has 4", "key", "user")
+    assert decoder.decode(_frame(4, [0], protobuf.message_of(cls, {"user": 42}))) == (b"42", None)
+
+    data, message = _classes(
+        'syntax = "proto3";\nmessage Id { int64 account = 1; }\n'
+        "message Pair { string a = 1; string b = 2; }\n"
+    )
+    only = protobuf.WireDecoder({5: data}, "subject 'visits-key' has 5", "key", "user")
+    assert only.decode(_frame(5, [0], message("Id")(account=7))) == (b"7", None)
+    payload, problem = only.decode(_frame(5, [1], message("Pair")(a="x", b="y")))
+    assert payload is None and problem == (
+        "key message Pair (schema id 5) has no field 'user', nor only one field"
+    )
+    assert only.decode(b"\x01\x00\x00\x00\x05\x00")[1] == (
+        "key does not start with the Protobuf wire-format magic byte 0 (found 0x01)"
+    )
+    assert key_reader_problems(contract, ours) == []
+    texts = protobuf.descriptor_set(
+        protobuf.file_proto("k.proto", 'syntax = "proto3";\nmessage K { string user = 1; }\n')
+    )
+    assert key_reader_problems(contract, texts) == [
+        "the key is written as string, which a long key cannot read"
+    ]
+    pair = protobuf.descriptor_set(
+        protobuf.file_proto(
+            "p.proto", 'syntax = "proto3";\nmessage P { int64 a = 1; int64 b = 2; }\n'
+        )
+    )
+    assert key_reader_problems(contract, pair) == [
+        "the key message has no field 'user', nor only one field (it has a, b)"
+    ]

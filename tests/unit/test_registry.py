@@ -495,3 +495,96 @@ def test_a_json_value_through_a_registry_keeps_its_fields_and_the_topics_subject
         with pytest.raises(ContractError) as refused:
             parse_contract({**THROUGH_A_REGISTRY, "value": {**json_value, **wrong}}, "t.yaml")
         assert says in str(refused.value)
+
+
+def test_a_changed_key_reader_is_judged_by_the_key_subjects_mode() -> None:
+    """A registry key's new reader schema that the subject `<topic>-key` would refuse under its
+    mode is refused before any data moves, even where the topic's own mode (NONE) would let
+    it through; one the subject would accept is a new version."""
+    key = {"format": "avro", "name": "id", "registry": {}, "reader": {"schema": "string"}}
+    contract = parse_contract({**THROUGH_A_REGISTRY, "key": key, "compatibility": "NONE"}, "t.yaml")
+    assert contract.key_registry is not None
+
+    def looked_up(c: Contract, reader: Any) -> Contract:
+        assert c.key_registry is not None
+        source = replace(c.key_registry, looked_up=True, compatibility="BACKWARD")
+        versions = (SchemaVersion(3, "string"), SchemaVersion(None, reader))
+        return replace(c, key_schemas=versions, key_registry=source)
+
+    first = looked_up(contract, "string")
+    state = subject_change(first, "key", [])
+    assert state is not None
+    history = [new_version(first, "key", state, [], "")]
+    # An enum reads no string in Avro's resolution: the key subject (BACKWARD) refuses it.
+    enum = {"type": "enum", "name": "Who", "symbols": ["ann", "bob"]}
+    refused = looked_up(contract, enum)
+    assert refused.key_type == "string"  # the column's type is the same: only the subject says no
+    with pytest.raises(SchemaEvolutionError) as said:
+        subject_change(refused, "key", history)
+    assert "subject 't-key' (BACKWARD) would refuse it" in str(said.value)
+    # The same reader when the subject's mode is NONE: a new version.
+    assert refused.key_registry is not None
+    free = replace(refused, key_registry=replace(refused.key_registry, compatibility="NONE"))
+    assert subject_change(free, "key", history) is not None
+
+
+@pytest.mark.parametrize(
+    ("key", "problem"),
+    [
+        ({"format": "protobuf", "name": "id", "type": "string"}, "'registry' is a required"),
+        ({"format": "protobuf", "name": "id", "registry": {}}, "'type' is a required"),
+        (
+            {
+                "format": "protobuf",
+                "name": "id",
+                "type": "long",
+                "registry": {},
+                "reader": {"schema": "long"},
+            },
+            "'reader' is not allowed with format 'protobuf'",
+        ),
+        (
+            {
+                "format": "json",
+                "name": "id",
+                "type": "long",
+                "registry": {},
+                "reader": {"schema": "long"},
+            },
+            "'reader' is not allowed with format 'json'",
+        ),
+        (
+            {"format": "json", "name": "id", "type": "long", "registry": {"subject": "record"}},
+            "a key's subject is the topic's",
+        ),
+    ],
+)
+def test_json_schema_and_protobuf_keys_name_their_type_and_the_registry(
+    key: dict[str, Any], problem: str
+) -> None:
+    with pytest.raises(ContractError) as refused:
+        parse_contract({**THROUGH_A_REGISTRY, "key": key}, "t.yaml")
+    assert problem in str(refused.value), refused.value
+
+
+def test_json_schema_and_protobuf_keys_through_a_registry_use_the_key_subject() -> None:
+    from lakehouse.contracts import confluent
+
+    for fmt in ("json", "protobuf"):
+        key = {"format": fmt, "name": "id", "type": "long", "registry": {}}
+        contract = parse_contract({**THROUGH_A_REGISTRY, "key": key}, "t.yaml")
+        assert contract.key_registry is not None and contract.key_registry.subject == "t-key"
+        assert (contract.key_type, contract.key_schemas) == ("long", ())
+    json_key = parse_contract(
+        {
+            **THROUGH_A_REGISTRY,
+            "key": {"format": "json", "name": "id", "type": "long", "registry": {}},
+        },
+        "t.yaml",
+    )
+    assert confluent.key_json_schema(json_key)["type"] == "integer"
+    assert confluent.key_reader_problems(json_key, {"type": "integer"}) == []
+    assert confluent.key_reader_problems(json_key, {"type": ["integer", "null"]}) == []
+    assert confluent.key_reader_problems(json_key, {"type": "string"}) == [
+        "the key is written as string, which a long key cannot read"
+    ]

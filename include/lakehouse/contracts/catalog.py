@@ -83,9 +83,11 @@ def parse_contract(document: Any, file: str = "<memory>", base: Path | None = No
             subject_name(kafka_topic, where.subject, reader), where.subject, where.url
         )
     key_registry = None
-    if (where := doc.key.registry) is not None and doc.key.reader is not None:
-        reader = _schema(doc.key.reader, file, "key.reader", base)
-        key_schemas = (SchemaVersion(id=None, schema=reader, file=doc.key.reader.file),)
+    if (where := doc.key.registry) is not None:
+        reader = None  # JSON Schema and Protobuf: the key's type is the reader's shape
+        if doc.key.reader is not None:  # Avro (the document's rule)
+            reader = _schema(doc.key.reader, file, "key.reader", base)
+            key_schemas = (SchemaVersion(id=None, schema=reader, file=doc.key.reader.file),)
         key_registry = RegistrySource(
             subject_name(kafka_topic, "topic", reader, "key"), "topic", where.url
         )

@@ -190,9 +190,10 @@ def resolve(contract: Contract, settings: Settings) -> Contract:
             versions += (replace(contract.value_schemas[-1], id=None),)
         contract = replace(contract, value_schemas=versions, value_registry=looked_up)
     if (source := contract.key_registry) is not None:
-        writers, looked_up = _looked_up(contract, settings, source, "avro")
+        writers, looked_up = _looked_up(contract, settings, source, contract.key_format)
         versions = tuple(SchemaVersion(id=i, schema=s) for i, s in writers.items())
-        versions += (replace(contract.key_schemas[-1], id=None),)
+        if contract.key_format == "avro":
+            versions += (replace(contract.key_schemas[-1], id=None),)
         contract = replace(contract, key_schemas=versions, key_registry=looked_up)
     return contract
 
@@ -398,20 +399,83 @@ def serializer(
 
 
 def key_serializer(contract: Contract) -> Callable[[Any], bytes]:
-    """Confluent's ``AvroSerializer`` for ``contract``'s keys, with the key's reader schema,
-    registering under ``<topic>-key``."""
+    """Confluent's own serializer for ``contract``'s keys, registering under ``<topic>-key``:
+    ``AvroSerializer`` with the key's reader schema, ``JSONSerializer`` with
+    :func:`key_json_schema`, ``ProtobufSerializer`` with a message whose one field is the key."""
     from confluent_kafka.schema_registry.avro import AvroSerializer
+    from confluent_kafka.schema_registry.json_schema import JSONSerializer
+    from confluent_kafka.schema_registry.protobuf import ProtobufSerializer
     from confluent_kafka.serialization import MessageField, SerializationContext
 
     source = contract.key_registry
     assert source is not None
-    serialize = AvroSerializer(
-        _client(contract, source),
-        json.dumps(contract.key_schemas[-1].schema),
-        conf={"auto.register.schemas": True},
-    )
+    client, settings = _client(contract, source), {"auto.register.schemas": True}
+    serialize: Any
+    if contract.key_format == "json":
+        serialize = JSONSerializer(json.dumps(key_json_schema(contract)), client, conf=settings)
+    elif contract.key_format == "protobuf":
+        from lakehouse.contracts import protobuf
+
+        message = protobuf.contract_message(contract, "key")
+        framing = ProtobufSerializer(
+            message, client, conf={**settings, "use.deprecated.format": False}
+        )
+        name = contract.key_name
+        serialize = lambda key, ctx: framing(protobuf.message_of(message, {name: key}), ctx)  # noqa: E731
+    else:
+        serialize = AvroSerializer(
+            client, json.dumps(contract.key_schemas[-1].schema), conf=settings
+        )
     context = SerializationContext(_kafka_topic(contract), MessageField.KEY)
     return lambda key: serialize(key, context)
+
+
+_KEY_KINDS = {
+    "string": "string",
+    "long": "integer",
+    "int": "integer",
+    "double": "number",
+    "boolean": "boolean",
+}
+
+
+def key_json_schema(contract: Contract) -> dict[str, Any]:
+    """The JSON Schema a producer of ``contract``'s JSON keys registers: one scalar of the
+    key's type."""
+    return {
+        "$schema": "http://json-schema.org/draft-07/schema#",
+        "title": f"{contract.stream}-key",
+        "type": _KEY_KINDS[contract.key_type],
+    }
+
+
+def key_reader_problems(contract: Contract, writer: Any) -> list[str]:
+    """What the contract's key cannot read of one writer schema of its key subject: Avro's
+    schema resolution for an Avro key (its reader schema); a JSON Schema or Protobuf key
+    written as a kind the key's type does not read (each such record would go to
+    quarantine)."""
+    from lakehouse.contracts import avro
+
+    if contract.key_format == "avro":
+        return avro.check_compatibility("BACKWARD", contract.key_schemas[-1].schema, [writer])
+    if contract.key_format == "protobuf":
+        from lakehouse.contracts import protobuf
+
+        kinds = protobuf.field_kinds(writer)
+        name = protobuf.key_field_of(kinds, contract.key_name)
+        if name is None:
+            return [
+                f"the key message has no field {contract.key_name!r}, nor only one field "
+                f"(it has {', '.join(kinds) or 'none'})"
+            ]
+        kind = kinds[name]
+    else:
+        given = writer.get("type") if isinstance(writer, dict) else None
+        listed = [given] if isinstance(given, str) else list(given or [])
+        kind = "|".join(sorted(k for k in listed if k != "null")) or "any"
+    if kind != "any" and not set(kind.split("|")) <= _READS[contract.key_type]:
+        return [f"the key is written as {kind}, which a {contract.key_type} key cannot read"]
+    return []
 
 
 def _kafka_topic(contract: Contract) -> str:

@@ -44,7 +44,7 @@ from lakehouse.runtime.config import IDENTIFIER
 AggFn = Literal[
     "count", "sum", "min", "max", "avg", "count_distinct", "earliest", "latest", "collect"
 ]
-KeyFormat = Literal["string", "json", "avro"]
+KeyFormat = Literal["string", "json", "avro", "protobuf"]
 ValueFormat = Literal["json", "avro", "string", "protobuf"]
 Severity = Literal["warn", "quarantine", "fail"]
 TableKind = Literal["latest", "aggregate", "join", "history"]
@@ -243,15 +243,17 @@ class RegistryDoc(_Doc):
 
 
 class KeyDoc(_Doc):
-    """The record key: text, a JSON scalar, or Avro (its schemas listed by id, or a reader
-    schema and the registry the ids are looked up in)."""
+    """The record key: text, a JSON scalar (written through a schema registry or not), Avro
+    (its schemas listed by id, or a reader schema and the registry the ids are looked up in),
+    or a Protobuf message written through a schema registry."""
 
     rules = KeyRules(
         "format",
-        requires={"json": ("type",)},
+        requires={"json": ("type",), "protobuf": ("type", "registry")},
         refuses={
             "avro": ("type",),
-            "json": ("schemas", "registry", "reader"),
+            "json": ("schemas", "reader"),
+            "protobuf": ("schemas", "reader"),
             "string": ("type", "schemas", "registry", "reader"),
         },
         needs_one_of={"avro": ("schemas", "registry")},
@@ -260,13 +262,13 @@ class KeyDoc(_Doc):
     name: Identifier
     """The key's column in the stream and the tables."""
     type: Literal["string", "long", "int", "double", "boolean"] | None = None
-    """The key's type when format is json (a JSON scalar)."""
+    """The key's type when format is json (a JSON scalar) or protobuf (the message's field)."""
     schemas: SchemaVersions | None = None
     registry: RegistryDoc | None = None
-    """Avro keys written through a schema registry (instead of ``schemas``), under the subject
-    ``<topic>-key``."""
+    """Keys written through a schema registry, under the subject ``<topic>-key``: Avro
+    (instead of ``schemas``), JSON Schema, or Protobuf."""
     reader: SchemaDoc | None = None
-    """With ``registry``: the key's schema the stream is read with (a primitive)."""
+    """Avro with ``registry``: the key's schema the stream is read with (a primitive)."""
     description: str = ""
 
     @pydantic.model_validator(mode="after")
@@ -280,7 +282,7 @@ class KeyDoc(_Doc):
                 f"subject naming {self.registry.subject!r} takes a record's name, and a key's "
                 "schema is a primitive: a key's subject is the topic's ('topic')"
             )
-        if self.registry is not None and self.reader is None:
+        if self.registry is not None and self.reader is None and self.format == "avro":
             raise _problem("'reader' is a required property with 'registry'")
         if self.reader is not None and self.registry is None:
             raise _problem("'reader' is only allowed with 'registry'")

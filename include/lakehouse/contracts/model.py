@@ -322,7 +322,8 @@ class Contract:
     # alone (no id; a JSON value's is empty) until the registry's versions are looked up
     # (lakehouse.contracts.confluent.resolve): then theirs by id, the reader last.
     value_registry: RegistrySource | None = None
-    # Avro keys written through a schema registry: ``key_schemas`` as ``value_schemas`` above.
+    # Keys written through a schema registry: ``key_schemas`` as ``value_schemas`` above (an
+    # Avro key's reader; a JSON Schema or Protobuf key's type is ``key_type``).
     key_registry: RegistrySource | None = None
     event_time: str | None = None
     compatibility: str = "BACKWARD"
@@ -347,8 +348,8 @@ class Contract:
 
     @property
     def key_writers(self) -> dict[int, Any]:
-        """The key's Avro writer schemas by Confluent id: listed, or the registry's once
-        looked up."""
+        """The key's writer schemas by Confluent id (Avro, or JSON Schema or Protobuf through a
+        registry): listed, or the registry's once looked up."""
         return {v.id: v.schema for v in self.key_schemas if v.id is not None}
 
     @property

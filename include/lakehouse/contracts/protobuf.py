@@ -1,5 +1,6 @@
-"""Protobuf values in Confluent's wire format: the writers' schemas as descriptors, the records as
-the JSON the stream's fields are read from, and the contract's fields as a message.
+"""Protobuf keys and values in Confluent's wire format: the writers' schemas as descriptors, the
+records as the JSON the stream's key and fields are read from, and the contract's key and fields
+as messages.
 
 A Protobuf record written through a schema registry (Confluent's ``ProtobufSerializer``) is
 magic byte 0, the writer schema's 4-byte id, the message's indexes in its file (zigzag varints:
@@ -13,6 +14,8 @@ A message is read by field name into the contract's fields: proto3 semantics, so
 without presence that the writer left out reads as its default (0, "", false), a field with
 presence (``optional``, a message) left out reads as null, an enum as its name, bytes as
 base64, ``google.protobuf.Timestamp`` as RFC 3339 text and the wrapper types as their value.
+A key is a message too (Confluent's serializer takes nothing else): its field named as the
+contract's key, else its only field, is the key.
 """
 
 from __future__ import annotations
@@ -203,13 +206,22 @@ def message_indexes(data: bytes, at: int) -> tuple[list[int], int]:
 class WireDecoder:
     """Decodes framed Protobuf values into the JSON text of the message's fields (a worker's,
     made from the writers' :func:`descriptor_set` by Confluent id). ``known`` says which ids
-    exist, for the reason of an unknown one."""
+    exist, for the reason of an unknown one; ``part`` names what is decoded in a reason; with
+    ``key_field``, a key: the JSON of that field (or of the message's only one)."""
 
-    def __init__(self, writers: Mapping[int, str], known: str) -> None:
+    def __init__(
+        self,
+        writers: Mapping[int, str],
+        known: str,
+        part: str = "value",
+        key_field: str | None = None,
+    ) -> None:
         from google.protobuf import message_factory
 
         self._files = {i: _pool_file(data) for i, data in writers.items()}
         self._known = known
+        self._part = part
+        self._key_field = key_field
         self._classes: dict[tuple[int, tuple[int, ...]], Any] = {}
         self._factory = message_factory
 
@@ -234,16 +246,18 @@ class WireDecoder:
         return self._classes[key]
 
     def decode(self, raw: bytes) -> tuple[bytes | None, str | None]:
-        """(the message's fields as JSON text, None), or (None, why it cannot be read)."""
+        """(the message's fields as JSON text, None), or (None, why it cannot be read); a
+        key's: the JSON of its field."""
         from google.protobuf.message import DecodeError
 
+        part = self._part
         if len(raw) < 6:
             return None, (
-                f"value is too short for the Confluent Protobuf wire format ({len(raw)} bytes)"
+                f"{part} is too short for the Confluent Protobuf wire format ({len(raw)} bytes)"
             )
         if raw[0] != 0:
             return None, (
-                "value does not start with the Protobuf wire-format magic byte 0 "
+                f"{part} does not start with the Protobuf wire-format magic byte 0 "
                 f"(found 0x{raw[0]:02x})"
             )
         schema_id = int.from_bytes(raw[1:5], "big")
@@ -253,10 +267,27 @@ class WireDecoder:
             indexes, at = message_indexes(raw, 5)
             message = self._class(schema_id, indexes).FromString(raw[at:])
         except (ValueError, LookupError) as exc:
-            return None, f"value is not a message of Protobuf schema id {schema_id}: {exc}"
+            return None, f"{part} is not a message of Protobuf schema id {schema_id}: {exc}"
         except DecodeError as exc:
-            return None, f"value does not parse as Protobuf schema id {schema_id}: {exc}"
-        return json.dumps(plain(message)).encode(), None
+            return None, f"{part} does not parse as Protobuf schema id {schema_id}: {exc}"
+        fields = plain(message)
+        if self._key_field is None:
+            return json.dumps(fields).encode(), None
+        name = key_field_of(fields, self._key_field)
+        if name is None:
+            return None, (
+                f"key message {message.DESCRIPTOR.full_name} (schema id {schema_id}) has no "
+                f"field {self._key_field!r}, nor only one field"
+            )
+        return json.dumps(fields[name]).encode(), None
+
+
+def key_field_of(fields: Mapping[str, Any], name: str) -> str | None:
+    """The field of a key message that is the key: the one named as the contract's key, else
+    the message's only field (None: neither)."""
+    if name in fields:
+        return name
+    return next(iter(fields)) if len(fields) == 1 else None
 
 
 def plain(message: Message) -> dict[str, Any]:
@@ -356,19 +387,27 @@ _TYPES = {
 }
 
 
-def contract_file(contract: Contract) -> FileDescriptorProto:
+def contract_file(contract: Contract, part: str = "value") -> FileDescriptorProto:
     """The proto3 file a producer of ``contract``'s Protobuf values registers: one message
     named after the stream, the contract's fields numbered in order, a nullable one
-    ``optional`` (a left-out value reads as null, not as its default)."""
+    ``optional`` (a left-out value reads as null, not as its default). A key's (``part``
+    ``key``): one message, ``<Stream>Key``, whose one field is the key."""
     from google.protobuf import descriptor_pb2
 
+    from lakehouse.contracts.model import Field
+
     FieldProto = descriptor_pb2.FieldDescriptorProto
-    stem = "".join(part.capitalize() for part in contract.stream.replace("-", "_").split("_"))
+    stem = "".join(p.capitalize() for p in contract.stream.replace("-", "_").split("_"))
+    fields = contract.fields
+    name = f"{contract.stream}.proto"
+    if part == "key":
+        fields = (Field(contract.key_name, contract.key_type, nullable=False),)
+        stem, name = f"{stem}Key", f"{contract.stream}_key.proto"
     out = descriptor_pb2.FileDescriptorProto(
-        name=f"{contract.stream}.proto", package=f"lakehouse.{contract.stream}", syntax="proto3"
+        name=name, package=f"lakehouse.{contract.stream}", syntax="proto3"
     )
     message = out.message_type.add(name=stem or "Value")
-    for number, f in enumerate(contract.fields, start=1):
+    for number, f in enumerate(fields, start=1):
         field = message.field.add(name=f.name, number=number, label=FieldProto.LABEL_OPTIONAL)
         if f.type == "timestamp":
             field.type = FieldProto.TYPE_MESSAGE
@@ -384,12 +423,12 @@ def contract_file(contract: Contract) -> FileDescriptorProto:
     return out
 
 
-def contract_message(contract: Contract) -> Any:
+def contract_message(contract: Contract, part: str = "value") -> Any:
     """The message class of :func:`contract_file` (what Confluent's ``ProtobufSerializer``
     takes)."""
     from google.protobuf import message_factory
 
-    proto = contract_file(contract)
+    proto = contract_file(contract, part)
     found = _pool_file(descriptor_set([proto]))
     return message_factory.GetMessageClass(found.message_types_by_name[proto.message_type[0].name])
 

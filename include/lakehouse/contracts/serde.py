@@ -251,15 +251,15 @@ class Serializer:
             return None
         fmt = self.contract.key_format
         try:
-            checked = conform(self._key_field, key, avro=fmt == "avro")
+            checked = conform(self._key_field, key, avro=fmt in ("avro", "protobuf"))
         except _Mismatch as exc:
             raise BadRecordError(origin, f"key: expected {exc.expected}, got {exc.got}") from None
         if fmt == "string":
             return checked.encode("utf-8")
-        if fmt == "json":
-            return json_text(checked).encode("utf-8")
         if self.contract.key_registry is not None:
             return self._key_through_registry(checked, origin)
+        if fmt == "json":
+            return json_text(checked).encode("utf-8")
         assert self._key is not None and self._key[0] is not None
         try:
             return avro.encode(self._key[0], self._key[1], checked)
@@ -293,7 +293,8 @@ class Serializer:
             ) from None
 
     def _key_through_registry(self, key: Any, origin: str) -> bytes:
-        """A key as Confluent's AvroSerializer frames it, under ``<topic>-key``."""
+        """A key as Confluent's own serializer frames it, under ``<topic>-key``
+        (:func:`lakehouse.contracts.confluent.key_serializer`)."""
         from confluent_kafka.schema_registry.error import SchemaRegistryError
         from confluent_kafka.serialization import SerializationError
 

@@ -35,8 +35,10 @@ def schemas(settings: Settings, catalog: Catalog, topics: Sequence[str], check: 
     contracts = [catalog.topic(t) for t in topics] if topics else list(catalog)
     breaks = 0
     for contract in contracts:
-        if check and contract.value_registry is not None:
-            said, broken = _against_the_registry(settings, contract)
+        for part in ("key", "value") if check else ():
+            if (contract.key_registry if part == "key" else contract.value_registry) is None:
+                continue
+            said, broken = _against_the_registry(settings, contract, part)
             print(said)
             breaks += broken
         pending = registry.check(contract) if check else {}
@@ -55,22 +57,28 @@ def schemas(settings: Settings, catalog: Catalog, topics: Sequence[str], check: 
     return 1 if breaks else 0
 
 
-def _against_the_registry(settings: Settings, contract: Contract) -> tuple[str, int]:
-    """Whether the contract's reader (an Avro value's reader schema, else its fields) reads
-    every version of its registry subject (:func:`lakehouse.contracts.confluent.
-    reader_problems`): the line to print, and how many versions it cannot read."""
+def _against_the_registry(
+    settings: Settings, contract: Contract, part: str = "value"
+) -> tuple[str, int]:
+    """Whether the contract's reader of its value (an Avro reader schema, else its fields) or
+    key (an Avro reader schema, else its type) reads every version of its registry subject
+    (:func:`lakehouse.contracts.confluent.reader_problems`, :func:`~lakehouse.contracts.
+    confluent.key_reader_problems`): the line to print, and how many versions it cannot read."""
     from lakehouse.contracts import confluent
 
-    source = contract.value_registry
+    source = contract.key_registry if part == "key" else contract.value_registry
     assert source is not None
-    writers = confluent.resolve(contract, settings).value_writers
-    where = f"{contract.topic} value: subject {source.subject!r} at {confluent.registry_url(contract, settings)}"
+    looked_up = confluent.resolve(contract, settings)
+    writers = looked_up.key_writers if part == "key" else looked_up.value_writers
+    judge = confluent.key_reader_problems if part == "key" else confluent.reader_problems
+    url = confluent.registry_url(contract, settings, source)
+    where = f"{contract.topic} {part}: subject {source.subject!r} at {url}"
     if not writers:
         return f"{where}: no version registered yet", 0
     problems = [
         f"schema id {schema_id}: " + "; ".join(found)
         for schema_id, schema in writers.items()
-        if (found := confluent.reader_problems(contract, schema))
+        if (found := judge(contract, schema))
     ]
     ids = ", ".join(str(i) for i in writers)
     if not problems:

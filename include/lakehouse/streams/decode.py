@@ -37,10 +37,11 @@ if TYPE_CHECKING:
 # Decoded values and the first decoding problem of each record, before the checks that follow.
 _V, _VALUE_ERROR, _K, _KEY_ERROR = "_v", "_value_error", "_k", "_key_error"
 _VARIANT = "_variant"  # a JSON value parsed, when its decimal fields need it
-# A JSON value written through a schema registry: its bytes as they came, and what is wrong
-# with its framing or with it against its writer's JSON Schema (the JSON after the header is
-# read by the JSON steps as any JSON value is).
+# A JSON Schema or Protobuf value written through a schema registry: its bytes as they came,
+# and what is wrong with its framing or with it against its writer's schema (the JSON after the
+# header, or the message as JSON, is read by the JSON steps as any JSON value is).
 _RAW, _FRAME_ERROR = "_raw_value", "_frame_error"
+_KEY_RAW, _KEY_FRAME_ERROR = "_raw_key", "_key_frame_error"  # the same of a key
 _BRONZE_INPUT = ("key", "value", "topic", "partition", "offset", "timestamp")
 # A string field of a JSON value: Spark's from_json hands back the raw text of a number, object,
 # array or boolean; only values that look like one are re-checked (by JSON type) for strictness.
@@ -356,127 +357,132 @@ def _avro_batches(
     return run
 
 
-def _framed(contract: Contract) -> bool:
-    """Whether the value is unframed into JSON text before the JSON steps: JSON Schema or
-    Protobuf values written through a registry."""
+def _framed(contract: Contract, part: str = "value") -> bool:
+    """Whether the value (or the key) is unframed into JSON text before the JSON steps: JSON
+    Schema or Protobuf written through a registry."""
+    if part == "key":
+        return contract.key_format in ("json", "protobuf") and contract.key_registry is not None
     return contract.value_format in ("json", "protobuf") and contract.value_registry is not None
 
 
+# Each framed part's column, and the columns of its bytes as they came and of its framing's
+# problem.
+_FRAMING = {"value": ("value", _RAW, _FRAME_ERROR), "key": ("key", _KEY_RAW, _KEY_FRAME_ERROR)}
+
+
 def _unframe(df: DataFrame, contract: Contract) -> DataFrame:
-    """Values in Confluent's wire format (magic byte 0, the writer schema's id, the payload)
-    become JSON text in ``value``, in Python workers: a JSON Schema value's text, validated
-    against its writer's schema as Confluent's JSONDeserializer does; a Protobuf value's
-    message, parsed with its writer's descriptors, as the JSON of its fields."""
+    """Keys and values in Confluent's wire format (magic byte 0, the writer schema's id, the
+    payload) become JSON text in ``key`` and ``value``, in Python workers, in one pass: a JSON
+    Schema payload's text, validated against its writer's schema as Confluent's
+    JSONDeserializer does; a Protobuf message, parsed with its writer's descriptors, as the
+    JSON of its fields (a key's: of its key field)."""
     from pyspark.sql import types as T
 
-    source = contract.value_registry
-    assert source is not None
-    if not source.looked_up:
-        raise ValueError(
-            f"topic {contract.topic!r}: look its value's writer schemas up first "
-            "(lakehouse.contracts.confluent.resolve)"
+    parts: list[tuple[str, str, dict[int, Any], str, str | None]] = []
+    fields = list(df.schema.fields)
+    for part in ("value", "key"):
+        if not _framed(contract, part):
+            continue
+        source = contract.value_registry if part == "value" else contract.key_registry
+        assert source is not None
+        if not source.looked_up:
+            raise ValueError(
+                f"topic {contract.topic!r}: look its {part}'s writer schemas up first "
+                "(lakehouse.contracts.confluent.resolve)"
+            )
+        writers = contract.value_writers if part == "value" else contract.key_writers
+        known = f"subject {source.subject!r} has " + (
+            ", ".join(str(i) for i in sorted(writers)) or "none"
         )
-    fields = [
-        *df.schema.fields,
-        T.StructField(_RAW, T.BinaryType(), True),
-        T.StructField(_FRAME_ERROR, T.StringType(), True),
-    ]
-    known = f"subject {source.subject!r} has " + (
-        ", ".join(str(i) for i in sorted(contract.value_writers)) or "none"
-    )
-    frames = _protobuf_frames if contract.value_format == "protobuf" else _json_frames
-    return df.mapInArrow(frames(contract.value_writers, known), T.StructType(fields))
+        fmt: str = contract.value_format if part == "value" else contract.key_format
+        key_field = contract.key_name if part == "key" else None
+        parts.append((part, fmt, writers, known, key_field))
+        _, raw, error = _FRAMING[part]
+        fields += [T.StructField(raw, T.BinaryType(), True), T.StructField(error, T.StringType())]
+    return df.mapInArrow(_frames(parts), T.StructType(fields))
 
 
-def _protobuf_frames(
-    writers: dict[int, Any], known: str
+def _frames(
+    parts: list[tuple[str, str, dict[int, Any], str, str | None]],
 ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """Protobuf values (Confluent's wire format) as the JSON text of their messages' fields
-    (:class:`lakehouse.contracts.protobuf.WireDecoder`), the reason beside those that cannot
-    be read."""
+    """Each framed part's payload in its column (empty where it cannot be read), its bytes as
+    they came and the reason beside."""
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         import pyarrow as pa
 
         from lakehouse.contracts.protobuf import WireDecoder
 
-        decoder = WireDecoder(writers, known)
+        decoders = {
+            part: WireDecoder(writers, known, part, key_field)
+            if fmt == "protobuf"
+            else _JsonFrames(writers, known, part)
+            for part, fmt, writers, known, key_field in parts
+        }
         for batch in batches:
-            payloads: list[bytes | None] = []
-            problems: list[str | None] = []
-            for raw in batch.column("value").to_pylist():
-                payload, problem = (None, None) if raw is None else decoder.decode(raw)
-                payloads.append(b"" if problem is not None else payload)
-                problems.append(problem)
-            columns = [
-                pa.array(payloads, pa.binary()) if name == "value" else batch.column(name)
-                for name in batch.schema.names
-            ]
-            columns += [batch.column("value"), pa.array(problems, pa.string())]
+            replaced: dict[str, pa.Array] = {}
+            added: list[pa.Array] = []
+            names: list[str] = []
+            for part, decoder in decoders.items():
+                column, raw, error = _FRAMING[part]
+                payloads: list[bytes | None] = []
+                problems: list[str | None] = []
+                for given in batch.column(column).to_pylist():
+                    payload, problem = (None, None) if given is None else decoder.decode(given)
+                    payloads.append(b"" if problem is not None else payload)
+                    problems.append(problem)
+                replaced[column] = pa.array(payloads, pa.binary())
+                added += [batch.column(column), pa.array(problems, pa.string())]
+                names += [raw, error]
+            columns = [replaced.get(n, batch.column(n)) for n in batch.schema.names]
             yield pa.RecordBatch.from_arrays(
-                columns, names=[*batch.schema.names, _RAW, _FRAME_ERROR]
+                [*columns, *added], names=[*batch.schema.names, *names]
             )
 
     return run
 
 
-def _json_frames(
-    writers: dict[int, Any], known: str
-) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+class _JsonFrames:
+    """Decodes framed JSON Schema payloads: the JSON text after the header, checked against its
+    writer's schema (JSON that does not parse is left to the JSON steps to name)."""
+
+    def __init__(self, writers: dict[int, Any], known: str, part: str) -> None:
+        from jsonschema import validators
+
+        self._checks = {i: validators.validator_for(s)(s) for i, s in writers.items()}
+        self._known = known
+        self._part = part
+
+    def decode(self, raw: bytes) -> tuple[bytes | None, str | None]:
         import json
 
-        import pyarrow as pa
-        from jsonschema import validators
         from jsonschema.exceptions import best_match
 
-        checks = {i: validators.validator_for(s)(s) for i, s in writers.items()}
-        for batch in batches:
-            payloads: list[bytes | None] = []
-            problems: list[str | None] = []
-            for raw in batch.column("value").to_pylist():
-                payload, problem = raw, None
-                if raw is None:
-                    pass  # a tombstone
-                elif len(raw) < 5:
-                    problem = (
-                        f"value is too short for the Confluent JSON Schema wire format "
-                        f"({len(raw)} bytes)"
-                    )
-                elif raw[0] != 0:
-                    problem = (
-                        "value does not start with the JSON Schema wire-format magic byte 0 "
-                        f"(found 0x{raw[0]:02x})"
-                    )
-                elif (schema_id := int.from_bytes(raw[1:5], "big")) not in checks:
-                    problem = f"unknown JSON Schema id {schema_id} ({known})"
-                else:
-                    payload = raw[5:]
-                    try:
-                        instance = json.loads(payload)
-                    except ValueError:
-                        instance = None  # the JSON steps say what is wrong with it
-                    else:
-                        found = best_match(checks[schema_id].iter_errors(instance))
-                        if found is not None:
-                            problem = (
-                                f"value does not match JSON Schema id {schema_id} at "
-                                f"{found.json_path}: {found.message}"
-                            )
-                if problem is not None:
-                    payload = b""
-                payloads.append(payload)
-                problems.append(problem)
-            columns = [
-                pa.array(payloads, pa.binary()) if name == "value" else batch.column(name)
-                for name in batch.schema.names
-            ]
-            columns += [batch.column("value"), pa.array(problems, pa.string())]
-            yield pa.RecordBatch.from_arrays(
-                columns, names=[*batch.schema.names, _RAW, _FRAME_ERROR]
+        part = self._part
+        if len(raw) < 5:
+            return None, (
+                f"{part} is too short for the Confluent JSON Schema wire format ({len(raw)} bytes)"
             )
-
-    return run
+        if raw[0] != 0:
+            return None, (
+                f"{part} does not start with the JSON Schema wire-format magic byte 0 "
+                f"(found 0x{raw[0]:02x})"
+            )
+        schema_id = int.from_bytes(raw[1:5], "big")
+        if schema_id not in self._checks:
+            return None, f"unknown JSON Schema id {schema_id} ({self._known})"
+        payload = raw[5:]
+        try:
+            instance = json.loads(payload)
+        except ValueError:
+            return payload, None  # the JSON steps say what is wrong with it
+        found = best_match(self._checks[schema_id].iter_errors(instance))
+        if found is not None:
+            return None, (
+                f"{part} does not match JSON Schema id {schema_id} at {found.json_path}: "
+                f"{found.message}"
+            )
+        return payload, None
 
 
 def decode(bronze: DataFrame, contract: Contract) -> DataFrame:
@@ -489,7 +495,7 @@ def decode(bronze: DataFrame, contract: Contract) -> DataFrame:
     df = bronze.select(*_BRONZE_INPUT)
     if "avro" in (contract.key_format, contract.value_format):
         df = _decode_avro(df, contract)
-    if _framed(contract):
+    if _framed(contract) or _framed(contract, "key"):
         df = _unframe(df, contract)
     for step in _decode_steps(contract):
         df = df.withColumns(step) if isinstance(step, dict) else df.select(*step)
@@ -536,6 +542,9 @@ def _build_decode_steps(contract: Contract) -> list[Step]:
         steps += _string_value_steps(contract)
     if contract.key_format != "avro":
         steps += _text_key_steps(contract)
+        if _framed(contract, "key"):  # as a value's: the framing's problem first
+            steps.append({_KEY_ERROR: F.coalesce(F.col(_KEY_FRAME_ERROR), F.col(_KEY_ERROR))})
+    raw_key = F.col(_KEY_RAW) if _framed(contract, "key") else F.col("key")
 
     is_tombstone = raw_value.isNull()
     checks: list[tuple[Column, Column | str]] = [
@@ -573,7 +582,10 @@ def _build_decode_steps(contract: Contract) -> list[Step]:
     if not event_time_is_a_field(contract):
         columns.append(_event_time(contract, is_tombstone).alias(EVENT_TIME))
     reason = _first(checks).alias("_reason")
-    return [*steps, [*columns, reason, F.col("key"), raw_value.alias("value"), F.col("topic")]]
+    return [
+        *steps,
+        [*columns, reason, raw_key.alias("key"), raw_value.alias("value"), F.col("topic")],
+    ]
 
 
 def _event_time(contract: Contract, is_tombstone: Column) -> Column:

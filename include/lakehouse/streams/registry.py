@@ -201,22 +201,43 @@ def evolution_problems(mode: str, new: SchemaState, history: list[RegisteredVers
     return list(dict.fromkeys(problems))
 
 
-def subject_problems(contract: Contract, history: Sequence[RegisteredVersion]) -> list[str]:
-    """Why a changed reader schema of a value written through a schema registry would be
-    refused by the registry's subject, were it registered after the subject's versions (its
+def _avro_reader(contract: Contract, subject: Subject) -> tuple[Any, dict[int, Any]] | None:
+    """An Avro key's or value's reader schema and writers, if it is written through a schema
+    registry whose versions were looked up (else None)."""
+    if subject == "key":
+        source, fmt, schemas = contract.key_registry, contract.key_format, contract.key_schemas
+        writers = contract.key_writers
+    else:
+        source, fmt, schemas = (
+            contract.value_registry,
+            contract.value_format,
+            contract.value_schemas,
+        )
+        writers = contract.value_writers
+    if source is None or fmt != "avro":
+        return None
+    return schemas[-1].schema, writers
+
+
+def subject_problems(
+    contract: Contract, history: Sequence[RegisteredVersion], subject: Subject = "value"
+) -> list[str]:
+    """Why a changed reader schema of a value (or key) written through a schema registry would
+    be refused by the registry's subject, were it registered after the subject's versions (its
     mode, Avro's rules); empty when the reader is unchanged or the versions were not looked
     up."""
     from lakehouse.contracts import avro
 
-    source = contract.value_registry
-    if source is None or not source.looked_up or contract.value_format != "avro":
+    source = contract.value_registry if subject == "value" else contract.key_registry
+    found_reader = _avro_reader(contract, subject)
+    if source is None or not source.looked_up or found_reader is None:
         return []
-    reader = contract.value_schemas[-1].schema
+    reader, writers = found_reader
     if history and canonical_json(reader) == canonical_json(history[-1].state.schema):
         return []
     mode = source.compatibility or "BACKWARD"
     try:
-        found = avro.check_compatibility(mode, reader, list(contract.value_writers.values()))
+        found = avro.check_compatibility(mode, reader, list(writers.values()))
     except ValueError as exc:
         found = [str(exc)]
     return [
@@ -241,8 +262,7 @@ def subject_change(
         if replace(state, ids={**latest.ids, **state.ids}).same_as(latest):
             return None
     problems = evolution_problems(contract.compatibility, state, list(history))
-    if subject == "value":
-        problems += subject_problems(contract, history)
+    problems += subject_problems(contract, history, subject)
     if problems:
         after = f"version {history[-1].version}" if history else "the registry's versions"
         raise SchemaEvolutionError(
@@ -325,13 +345,18 @@ class SchemaRegistry:
         return self.history(topic)[subject]
 
     def reader_changed(self, contract: Contract) -> bool:
-        """Whether ``contract``'s value is written through a schema registry and its reader
-        schema is not the latest registered (a contract change, or the topic's first job)."""
-        if contract.value_registry is None or contract.value_format != "avro":
+        """Whether ``contract``'s Avro value or key is written through a schema registry and its
+        reader schema is not the latest registered (a contract change, or the topic's first
+        job)."""
+        readers = {s: r for s in SUBJECTS if (r := _avro_reader(contract, s)) is not None}
+        if not readers:
             return False
-        versions = self.versions(contract.topic, "value")
-        reader = canonical_json(contract.value_schemas[-1].schema)
-        return not versions or canonical_json(versions[-1].state.schema) != reader
+        history = self.history(contract.topic)
+        for subject, (reader, _) in readers.items():
+            versions = history[subject]
+            if not versions or canonical_json(versions[-1].state.schema) != canonical_json(reader):
+                return True
+        return False
 
     def check(self, contract: Contract) -> dict[Subject, SchemaState]:
         """The subjects whose schema would be registered as a new version; raises
