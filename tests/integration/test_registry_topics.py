@@ -30,7 +30,7 @@ from lakehouse.runtime.config import Settings
 from lakehouse.runtime.process import free_port
 from lakehouse.streams.registry import SchemaRegistry
 from lakehouse.topics.landing import Record
-from lakes import lake_with, produce, rows, run_layers, run_pipeline
+from lakes import lake_with, produce, rows, run_layers, run_pipeline, shipped_topic
 
 pytestmark = pytest.mark.integration
 
@@ -867,3 +867,70 @@ def test_json_schema_and_protobuf_keys_through_the_registry_reach_gold(
     assert ("ann", "Bergen", 32) in rows(
         lake.gold_path(f"{fmt}_keys_now"), "username", "city", "age"
     )
+
+
+def test_the_shipped_avro_topic_is_produced_through_a_running_registry_else_by_its_listed_ids(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, registry_url: str
+) -> None:
+    """`user-profiles` lists its ids and names a registry: with one given (as `make airflow`
+    runs it), the sample's older and newer producers register their schemas under
+    `user-profiles-value` through Confluent's AvroSerializer and frame with the ids it gives,
+    and silver reads those; with none (`make demo`), the listed ids 1 and 2 alone. Gold is the
+    same either way. A listed id the registry has as another schema stops the topic's first job
+    before anything is written."""
+    import shutil
+
+    from lakehouse.errors import ConfigError
+    from lakehouse.topics import samples
+
+    tables = ["user_profiles", "user_city_history"]
+    folder = shipped_topic(tmp_path / "contracts", "user-profiles", tables)
+    topic = "user-profiles"
+    monkeypatch.delenv(URL_ENV, raising=False)
+    alone = Settings.from_env(tmp_path / "alone", folder)
+    assert samples.produce_seed(alone, Catalog.load(folder).topic(topic)) == 6
+    run_pipeline(spark, alone)
+
+    monkeypatch.setenv(URL_ENV, registry_url)
+    through = Settings.from_env(tmp_path / "through", folder)
+    contract = Catalog.load(folder).topic(topic)
+    assert samples.produce_seed(through, contract) == 6
+    run_pipeline(spark, through)
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+
+    client = SchemaRegistryClient({"url": registry_url})
+    given = {client.get_version(f"{topic}-value", n).schema_id for n in (1, 2)}
+    framed = {_ids(v) for (v,) in rows(through.bronze_path(topic), "value") if v is not None}
+    assert framed == given, (framed, given)
+    assert {_ids(v) for (v,) in rows(alone.bronze_path(topic), "value") if v} == {1, 2}
+    assert rows(through.quarantine_path("silver", "user_profile_changes"), "reason") == []
+    for table in tables:
+        mine = rows(through.gold_path(table), "username", "name", "city", "age", "email")
+        assert mine and mine == rows(
+            alone.gold_path(table), "username", "name", "city", "age", "email"
+        )
+
+    # A listed id the registry's subject has as another schema: which one is meant cannot be
+    # guessed, so silver stops before it writes.
+    import yaml
+
+    v1_id = client.get_version(f"{topic}-value", 1).schema_id
+    clash = tmp_path / "clash"
+    shutil.copytree(folder, clash)
+    document = yaml.safe_load((folder / f"{topic}.yaml").read_text())
+    document["value"]["schemas"] = [
+        {"id": 999_001, "file": "user-profiles/value-v1.avsc"},
+        {"id": v1_id, "file": "user-profiles/value-v2.avsc"},
+    ]
+    (clash / f"{topic}.yaml").write_text(yaml.safe_dump(document, sort_keys=False))
+    clashing = Settings.from_env(tmp_path / "clash-home", clash)
+    produce(clashing, topic, samples.seed_records(contract, through)[:1])
+    with pytest.raises(ConfigError) as refused:  # its first job looks the registry up
+        run_layers(spark, clashing, topic, "bronze", "silver")
+    assert f"value.schemas lists schema id {v1_id} (user-profiles/value-v2.avsc)" in str(
+        refused.value
+    ) and "as another schema" in str(refused.value)
+    from lakehouse.storage import is_table
+
+    assert not is_table(clashing.bronze_path(topic))
+    assert not is_table(clashing.silver_path("user_profile_changes"))

@@ -580,7 +580,7 @@ def test_a_registry_key_needs_a_reader_and_the_topics_subject(
             "  schemas:\n    - id: 1\n      file: t/v1.avsc",
             "  schemas: [{id: 1, file: t/v1.avsc}]\n  registry: {}\n  reader: {file: t/v1.avsc}",
             "value",
-            "either 'schemas' (the ids listed) or 'registry'",
+            "with both 'schemas' and 'registry' the stream is read with the last schema listed",
         ),
         (
             "      file: t/v1.avsc",

@@ -79,8 +79,13 @@ def parse_contract(document: Any, file: str = "<memory>", base: Path | None = No
         if doc.value.reader is not None:  # Avro (the document's rule)
             reader = _schema(doc.value.reader, file, "value.reader", base)
             value_schemas = (SchemaVersion(id=None, schema=reader, file=doc.value.reader.file),)
+        elif value_schemas:  # Avro ids listed too: the last one is the reader
+            reader = value_schemas[-1].schema
         value_registry = RegistrySource(
-            subject_name(kafka_topic, where.subject, reader), where.subject, where.url
+            subject_name(kafka_topic, where.subject, reader),
+            where.subject,
+            where.url,
+            listed=doc.value.schemas is not None,
         )
     key_registry = None
     if (where := doc.key.registry) is not None:

@@ -38,7 +38,9 @@ def check_contract(c: Contract) -> None:
             where = "value.name"
         elif c.value_format == "avro" and i > 0:
             latest = (
-                "value.reader" if c.value_registry else f"value.schemas[{len(c.value_schemas) - 1}]"
+                "value.reader"
+                if c.value_registry and not c.value_registry.listed
+                else f"value.schemas[{len(c.value_schemas) - 1}]"
             )
             where = f"{latest}.fields[{i - 1}].name"
         if not IDENTIFIER.fullmatch(name):  # Avro field names reach here unchecked

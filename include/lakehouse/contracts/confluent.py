@@ -181,10 +181,25 @@ def resolve(contract: Contract, settings: Settings) -> Contract:
     """``contract`` with its writer schemas looked up in the registry, for its value and its
     key where they are written through one: the versions of each subject in its format (Avro,
     JSON Schema or Protobuf), oldest first, then an Avro reader schema without an id. A contract
-    that lists its ids is returned as it is. Raises SchemaRegistryUnavailableError when the
-    registry cannot say."""
-    if (source := contract.value_registry) is not None:
+    that lists its ids is returned as it is; one that lists them and names a registry too reads
+    the registry's and its own where a registry is given or runs, else its own alone (its
+    ``value_registry`` then None). Raises SchemaRegistryUnavailableError when the registry
+    cannot say."""
+    source = contract.value_registry
+    if (
+        source is not None
+        and source.listed
+        and not source.looked_up
+        and not registry_given(contract, settings, source)
+    ):
+        # Ids listed, and no registry given or running: those ids alone, as if listed only.
+        contract = replace(contract, value_registry=None)
+        source = None
+    if source is not None and not source.looked_up:
         writers, looked_up = _looked_up(contract, settings, source, contract.value_format)
+        if source.listed:
+            where = f"{registry_url(contract, settings, source)} subject {source.subject!r}"
+            writers = _with_listed(contract, writers, where)
         versions = tuple(SchemaVersion(id=i, schema=s) for i, s in writers.items())
         if contract.value_format == "avro":
             versions += (replace(contract.value_schemas[-1], id=None),)
@@ -196,6 +211,46 @@ def resolve(contract: Contract, settings: Settings) -> Contract:
             versions += (replace(contract.key_schemas[-1], id=None),)
         contract = replace(contract, key_schemas=versions, key_registry=looked_up)
     return contract
+
+
+def registry_given(contract: Contract, settings: Settings, source: RegistrySource) -> bool:
+    """Whether a registry is given for ``source`` (its URL, ``LAKEHOUSE_SCHEMA_REGISTRY_URL``) or
+    runs here (``lakehouse registry start``)."""
+    if source.url or os.environ.get(URL_ENV, "").strip():
+        return True
+    from lakehouse.runtime import registry
+
+    try:
+        registry.url(settings)
+    except registry.RegistryError:
+        return False
+    return True
+
+
+def _with_listed(contract: Contract, writers: dict[int, Any], where: str) -> dict[int, Any]:
+    """The registry's writers and the contract's listed ids it lacks (records written before it
+    or without it); an id both know must be the same schema (Avro's parsing canonical form),
+    else ConfigError: which schema an id means cannot be guessed."""
+    from fastavro.schema import parse_schema, to_parsing_canonical_form
+
+    def form(schema: Any) -> str:
+        return str(to_parsing_canonical_form(parse_schema(schema, _write_hint=False)))
+
+    out = dict(writers)
+    for version in contract.value_schemas:
+        if version.id is None:
+            continue
+        theirs = writers.get(version.id)
+        if theirs is None:
+            out[version.id] = version.schema
+        elif form(theirs) != form(version.schema):
+            raise ConfigError(
+                f"{contract.file}: value.schemas lists schema id {version.id}"
+                f"{f' ({version.file})' if version.file else ''}, but the schema registry at "
+                f"{where} has id {version.id} as another schema; list the registry's ids, or "
+                "remove the listed one"
+            )
+    return dict(sorted(out.items()))
 
 
 def _looked_up(

@@ -337,9 +337,10 @@ class ValueDoc(_Doc):
     fields: Annotated[list[FieldDoc], pydantic.Field(min_length=1)] | None = None
     schemas: SchemaVersions | None = None
     registry: RegistryDoc | None = None
-    """Values written through a schema registry: Avro (instead of ``schemas``), JSON Schema
-    (JSON whose ``fields`` are the stream's columns) or Protobuf (required; its messages' fields
-    read by name into ``fields``)."""
+    """Values written through a schema registry: Avro (instead of ``schemas``, or with them: the
+    ids listed are read without a registry, the registry's too where one is given or running),
+    JSON Schema (JSON whose ``fields`` are the stream's columns) or Protobuf (required; its
+    messages' fields read by name into ``fields``)."""
     reader: SchemaDoc | None = None
     """With ``registry``: the schema the stream is read with, whose fields are its columns;
     each record's writer schema resolves into it (Avro's schema resolution)."""
@@ -349,10 +350,14 @@ class ValueDoc(_Doc):
 
     @pydantic.model_validator(mode="after")
     def _registry_or_ids(self) -> Self:
-        if self.registry is not None and self.schemas is not None:
+        both = self.registry is not None and self.schemas is not None
+        if both and self.reader is not None:
             raise _problem(
-                "give either 'schemas' (the ids listed) or 'registry' (the ids looked up), not both"
+                "with both 'schemas' and 'registry' the stream is read with the last schema "
+                "listed: leave 'reader' out"
             )
+        if both:
+            return self  # Avro (the rules refuse 'schemas' otherwise)
         if (
             self.registry is not None
             and self.format in ("json", "protobuf")

@@ -129,6 +129,10 @@ class RegistrySource:
     url: str | None = None
     looked_up: bool = False  # the contract's value_schemas hold the registry's versions
     compatibility: str | None = None  # the subject's mode in the registry, once looked up
+    # The contract lists ids too: with no registry given or running, they alone are read; with
+    # one, the registry's versions and the listed ids it lacks (where both know an id, they
+    # must agree).
+    listed: bool = False
 
 
 def subject_name(

@@ -4,6 +4,7 @@ when the contract names one. Keys and values are checked and encoded by the cont
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TextIO
 
 from lakehouse.contracts.catalog import Catalog
@@ -44,6 +45,13 @@ def produce(
         )
     else:
         producer = Producer(settings, contract.topic, contract.partitions)
+    if contract.value_registry is not None and contract.value_registry.listed:
+        from lakehouse.contracts import confluent
+
+        # Ids listed and a registry named: through the registry if one is given or runs, else
+        # by the listed ids.
+        if not confluent.registry_given(contract, settings, contract.value_registry):
+            contract = replace(contract, value_registry=None)
     serializer = Serializer(contract, value_schema_id, allow_undeclared=allow_undeclared)
     records: list[Record] = []
     for n, line in enumerate(stream, start=1):

@@ -9,6 +9,7 @@ schema resolution of older records.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -45,8 +46,9 @@ SAMPLE_PROFILES: list[tuple[str, int, dict[str, Any] | None]] = [
 ]
 
 
-def seed_records(contract: Contract) -> list[Record]:
-    """The fixed, small sample of a shipped topic, as records."""
+def seed_records(contract: Contract, settings: Settings | None = None) -> list[Record]:
+    """The fixed, small sample of a shipped topic, as records (``settings``: where a schema
+    registry may run, for a topic written through one)."""
     if contract.topic == "user-locations":
         return [
             Record(
@@ -57,7 +59,7 @@ def seed_records(contract: Contract) -> list[Record]:
             for i, (user, place) in enumerate(SAMPLE_EVENTS)
         ]
     if contract.topic == "user-profiles":
-        serializers = {i: Serializer(contract, value_schema_id=i) for i in (1, 2)}
+        serializers = profile_serializers(settings or Settings.from_env(), contract)
         out = []
         for i, (user, schema_id, profile) in enumerate(SAMPLE_PROFILES):
             ts = BASE_MS + 60_000 * i
@@ -77,11 +79,32 @@ def seed_records(contract: Contract) -> list[Record]:
 SAMPLE_TOPICS = ("user-locations", "user-profiles")
 
 
+def profile_serializers(settings: Settings, contract: Contract) -> dict[int, Serializer]:
+    """The serializers of the profiles an older producer writes (the contract's first schema)
+    and a newer one (its second), by the ids the contract lists: through the schema registry
+    when the contract names one and one is given or runs (Confluent's ``AvroSerializer``
+    registers each schema under the topic's subject, and the registry gives the ids), else
+    framed with the listed ids."""
+    from lakehouse.contracts import confluent
+
+    listed = [v for v in contract.value_schemas if v.id is not None]
+    source = contract.value_registry
+    if source is None or not confluent.registry_given(contract, settings, source):
+        plain = replace(contract, value_registry=None)
+        return {v.id: Serializer(plain, value_schema_id=v.id) for v in listed if v.id}
+    unlisted = replace(contract, value_registry=replace(source, listed=False))
+    return {
+        v.id: Serializer(replace(unlisted, value_schemas=(replace(v, id=None),)))
+        for v in listed
+        if v.id
+    }
+
+
 def produce_seed(settings: Settings, contract: Contract) -> int:
     """Produce the topic's fixed sample once, into an empty topic; return the records written."""
     if list_segments(settings, contract.topic):
         return 0
-    records = seed_records(contract)
+    records = seed_records(contract, settings)
     Producer(settings, contract.topic, contract.partitions).send_batch(records)
     return len(records)
 
@@ -112,7 +135,7 @@ def generate_user_profiles(
     import random
 
     rng = random.Random(seed)
-    serializers = {i: Serializer(contract, value_schema_id=i) for i in (1, 2)}
+    serializers = profile_serializers(settings, contract)
     producer = Producer(settings, contract.topic, contract.partitions)
     users = max(100, min(100_000, records // 10))
     start = datetime.fromtimestamp(BASE_MS / 1000, tz=UTC)
