@@ -61,6 +61,7 @@ end, micro-batch p50 <= 3 s.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -68,6 +69,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -672,6 +674,7 @@ def served_batches(root: Path, batch: int, batches: int, warmup: int) -> dict[st
     from airflow_stack import free_port
 
     from lakehouse.runtime import server
+    from lakehouse.runtime.warmup import WARMUP_ENV
 
     shutil.rmtree(root, ignore_errors=True)
     prepare(root, {BATCHED: BASE_RECORDS})
@@ -682,7 +685,11 @@ def served_batches(root: Path, batch: int, batches: int, warmup: int) -> dict[st
     lakehouse = str(Path(sys.executable).with_name("lakehouse"))
     command = [lakehouse, "run", "--topic", BATCHED]
     try:
-        server.start(settings)
+        # The server's own warm-up ends before the first batch (in the background it would
+        # share the cores with the batches measured, as a server started minutes before does
+        # not).
+        with _environment({WARMUP_ENV: "wait"}):
+            server.start(settings)
 
         def run() -> None:
             proc = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
@@ -696,6 +703,21 @@ def served_batches(root: Path, batch: int, batches: int, warmup: int) -> dict[st
             os.environ.pop(server.PORT_ENV, None)
         else:
             os.environ[server.PORT_ENV] = before
+
+
+@contextlib.contextmanager
+def _environment(values: dict[str, str]) -> Iterator[None]:
+    """``values`` set in this process's environment for the block, then as they were."""
+    before = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in before.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def _agree(ours: dict[str, Any], other: dict[str, Any], what: str) -> None:
