@@ -379,7 +379,7 @@ def test_decode_key_returns_a_flat_typed_array() -> None:
     assert reasons.to_pylist() == [
         None,
         None,
-        "value is too short for the Confluent Avro wire format (1 bytes)",
+        "key is too short for the Confluent Avro wire format (1 bytes)",
     ]
 
 

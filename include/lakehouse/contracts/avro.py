@@ -46,6 +46,23 @@ MAGIC = 0
 _HEADER = struct.Struct(">bI")  # magic byte, schema id
 _HEADER_SIZE = _HEADER.size
 
+
+def wire_header(
+    raw: bytes, part: str, fmt: str, least: int = _HEADER.size
+) -> tuple[int, None] | tuple[None, str]:
+    """The writer schema's id in a key's or value's Confluent wire-format header (magic byte 0,
+    a 4-byte big-endian id), or why there is none: shorter than ``least`` bytes (the format's
+    smallest record), or another first byte. ``fmt`` names the format in the reason (Avro,
+    JSON Schema, Protobuf)."""
+    if len(raw) < least:
+        return None, f"{part} is too short for the Confluent {fmt} wire format ({len(raw)} bytes)"
+    if raw[0] != MAGIC:
+        return None, (
+            f"{part} does not start with the {fmt} wire-format magic byte 0 (found 0x{raw[0]:02x})"
+        )
+    return int(_HEADER.unpack_from(raw)[1]), None
+
+
 # Avro types a silver column can hold, and the column type each becomes.
 _PRIMITIVES: dict[str, FieldType] = {
     "string": "string",
@@ -667,12 +684,13 @@ class WireDecoder:
 
         if self.scalar is None:
             raise TypeError("this decoder reads record schemas: use decode")
-        decoded, reasons = self._decode(values)
+        decoded, reasons = self._decode(values, "key")
         kind = _arrow_type(Field("", self.scalar))
         return pa.array(decoded, type=kind), pa.array(reasons, type=pa.string())
 
-    def _decode(self, values: pa.Array) -> tuple[list[Any], list[str | None]]:
-        """One pass over the batch: (record dict / scalar / None per row, reason per row)."""
+    def _decode(self, values: pa.Array, part: str = "value") -> tuple[list[Any], list[str | None]]:
+        """One pass over the batch of values (or keys): (record dict / scalar / None per row,
+        reason per row)."""
         import pyarrow as pa
 
         kind = values.type
@@ -696,7 +714,7 @@ class WireDecoder:
                 # The whole 5-byte header is the key: one slice and one dict probe per value.
                 entry = by_header.get(raw[:_HEADER_SIZE])
                 if entry is None:
-                    reason = self._framing_problem(raw)
+                    reason = self._framing_problem(raw, part)
                 else:
                     schema_id, writer, reader = entry
                     buffer = io.BytesIO(raw)
@@ -721,14 +739,10 @@ class WireDecoder:
             self._read_decimals(decoded, reasons, ids)
         return decoded, reasons
 
-    def _framing_problem(self, raw: bytes) -> str:
-        """Why a value's header is not one this decoder knows."""
-        if len(raw) < _HEADER_SIZE:
-            return f"value is too short for the Confluent Avro wire format ({len(raw)} bytes)"
-        if raw[0] != MAGIC:
-            return f"value does not start with the Avro wire-format magic byte 0 (found 0x{raw[0]:02x})"
-        schema_id = _HEADER.unpack_from(raw)[1]
-        return f"unknown Avro schema id {schema_id} ({self._known_ids})"
+    def _framing_problem(self, raw: bytes, part: str) -> str:
+        """Why a value's (or key's) header is not one this decoder knows."""
+        schema_id, problem = wire_header(raw, part, "Avro")
+        return problem or f"unknown Avro schema id {schema_id} ({self._known_ids})"
 
     def _read_decimals(self, decoded: list[Any], reasons: list[str | None], ids: list[int]) -> None:
         """Turn decimal columns' bytes (a big-endian two's-complement unscaled number, Avro's

@@ -250,17 +250,13 @@ class WireDecoder:
         key's: the JSON of its field."""
         from google.protobuf.message import DecodeError
 
+        from lakehouse.contracts.avro import wire_header
+
         part = self._part
-        if len(raw) < 6:
-            return None, (
-                f"{part} is too short for the Confluent Protobuf wire format ({len(raw)} bytes)"
-            )
-        if raw[0] != 0:
-            return None, (
-                f"{part} does not start with the Protobuf wire-format magic byte 0 "
-                f"(found 0x{raw[0]:02x})"
-            )
-        schema_id = int.from_bytes(raw[1:5], "big")
+        # The header, then at least the message indexes' one byte.
+        schema_id, problem = wire_header(raw, part, "Protobuf", least=6)
+        if schema_id is None:
+            return None, problem
         if schema_id not in self._files:
             return None, f"unknown Protobuf schema id {schema_id} ({self._known})"
         try:

@@ -458,17 +458,12 @@ class _JsonFrames:
 
         from jsonschema.exceptions import best_match
 
+        from lakehouse.contracts.avro import wire_header
+
         part = self._part
-        if len(raw) < 5:
-            return None, (
-                f"{part} is too short for the Confluent JSON Schema wire format ({len(raw)} bytes)"
-            )
-        if raw[0] != 0:
-            return None, (
-                f"{part} does not start with the JSON Schema wire-format magic byte 0 "
-                f"(found 0x{raw[0]:02x})"
-            )
-        schema_id = int.from_bytes(raw[1:5], "big")
+        schema_id, problem = wire_header(raw, part, "JSON Schema")
+        if schema_id is None:
+            return None, problem
         if schema_id not in self._checks:
             return None, f"unknown JSON Schema id {schema_id} ({self._known})"
         payload = raw[5:]
