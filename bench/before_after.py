@@ -17,6 +17,10 @@ DAGs and benchmark scripts; the JVM jars its lock names, from the same jar folde
   ``lakehouse run --topic user-locations``: a client process of the warm server running
   bronze, silver and the topic's ten gold tables, as a manual run does. The sides take turns
   batch by batch, so a change in the machine's load falls on both. p50 of ``--batches``.
+* **the floor under ours's batch**: after each of ours's batches, ``bench/commit_floor.py`` on
+  its server makes the commits that batch made (one per table written, the gold tables four
+  at a time as ours builds them) with plain delta-spark, into shallow clones of those tables
+  (the same table properties), with nothing else; p50 of the same batches.
 * **trigger to gold through Airflow's REST API**: each side's own ``bench/airflow_trigger.py``
   (its 10K-record batch, one Airflow and one Spark server per side, one after the other), run
   with the side's code; its p50 trigger-to-gold is taken from the figures it writes.
@@ -46,6 +50,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import Figure, lakehouse_command, report
+from lakehouse.runtime.eventlog import commits, table_versions
 
 REPO = Path(__file__).resolve().parents[1]
 # The last commit before the small-batch work (no process per commit, no empty commits, gold
@@ -73,6 +78,33 @@ class Side:
             "LAKEHOUSE_SPARK_PORT": str(self.port),
         }
 
+    def floor(self, tables: list[str], rows: int, logs: Path) -> float:
+        """``bench/commit_floor.py`` of ``tables`` (folders under the home) on this side's
+        server: the seconds its plain commits of ``rows`` rows took."""
+        script = REPO / "bench" / "commit_floor.py"
+        with (logs / "floor.log").open("a") as out:
+            proc = subprocess.run(
+                [
+                    sys.executable,
+                    str(script),
+                    "--home",
+                    str(self.home),
+                    "--scratch",
+                    str(self.home.parent / "floor"),
+                    "--rows",
+                    str(rows),
+                    *tables,
+                ],
+                env=self.env(),
+                stdout=subprocess.PIPE,
+                stderr=out,
+                text=True,
+                check=False,
+            )
+        if proc.returncode != 0:
+            raise RuntimeError(f"{script} failed: see {logs / 'floor.log'}")
+        return float(proc.stdout.split()[-1])
+
     def lakehouse(self, *args: str, log: Path) -> float:
         """Run ``lakehouse ARGS`` with this side's code; its wall time in seconds."""
         return lakehouse_command(self.env(), log, *args, who=self.name)
@@ -98,7 +130,10 @@ def remove(worktree: Path) -> None:
 
 def warm_batches(
     sides: list[Side], sizes: list[int], batches: int, warmup: int, logs: Path
-) -> None:
+) -> dict[int, list[float]]:
+    """Every side's batches, in turns; the floor of ours's batches (``bench/commit_floor.py``
+    on its server after each: the commits it made, made plainly), by size."""
+    floors: dict[int, list[float]] = {}
     for side in sides:
         log = logs / f"{side.name}.log"
         side.lakehouse("sample", log=log)
@@ -114,6 +149,7 @@ def warm_batches(
                 side.lakehouse(
                     "sample", "--topic", TOPIC, "--records", str(size), "--seed", str(seed), log=log
                 )
+                before = table_versions(side.home)
                 took = side.lakehouse("run", "--topic", TOPIC, log=log)
                 counted = n >= warmup
                 print(
@@ -123,7 +159,14 @@ def warm_batches(
                 )
                 if counted:
                     side.times.setdefault(size, []).append(took)
+                if side.name == "ours":
+                    written = sorted(commits(before, table_versions(side.home)))
+                    least = side.floor(written, size, logs)
+                    print(f"  floor of those {len(written)} commits: {least:.1f} s", flush=True)
+                    if counted:
+                        floors.setdefault(size, []).append(least)
             seed += 1
+    return floors
 
 
 def trigger_to_gold(side: Side, repeats: int, logs: Path) -> float:
@@ -206,7 +249,7 @@ def main() -> None:
     context: dict[str, Any] = {"ours": ours_rev, "peer": peer_rev, "batches": args.batches}
     try:
         try:
-            warm_batches(sides, args.records, args.batches, args.warmup, logs)
+            floors = warm_batches(sides, args.records, args.batches, args.warmup, logs)
         finally:
             for side in sides:
                 side.lakehouse("spark", "stop", log=logs / f"{side.name}.log")
@@ -222,7 +265,18 @@ def main() -> None:
                     higher_is_better=False,
                 )
             )
+            figures.append(
+                Figure(
+                    f"warm_batch_{size}_records_against_floor_p50",
+                    statistics.median(ours.times[size]),
+                    "s",
+                    "commit_floor.py: the same commits, plain delta-spark, same server",
+                    statistics.median(floors[size]),
+                    higher_is_better=False,
+                )
+            )
             context[f"batches_{size}"] = {s.name: s.times[size] for s in sides}
+            context[f"floor_{size}"] = floors[size]
         if not args.skip_trigger:
             mine = trigger_to_gold(ours, args.trigger_repeats, logs)
             theirs = trigger_to_gold(peer, args.trigger_repeats, logs)
