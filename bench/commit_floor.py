@@ -6,8 +6,8 @@ no position, no ledger rows of ours).
 
 Each ``TABLE`` is a Delta table's folder relative to ``HOME`` (``tables/gold/user_moves``,
 ``quality/ledger``), one per table the batch wrote. Before the clock runs, each is copied with
-``SHALLOW CLONE`` into a new folder under ``--scratch`` (removed at the end) (the same schema, table
-properties, constraints and files). Then, timed, each copy gets one commit of ``--rows`` of its
+``SHALLOW CLONE`` (the same schema, table properties, constraints and files) into a new folder
+under ``--scratch``, removed at the end. Then, timed, each copy gets one commit of ``--rows`` of its
 own rows, in the batch's order: the landing tables (bronze, silver) one after the other, the
 gold tables and their state tables ``--parallel`` at a time (as the batch builds them), the
 ledger last. A table the batch appends to (bronze, silver, the ledger, late records) gets an
