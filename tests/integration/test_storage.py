@@ -657,3 +657,45 @@ def test_task_rows_take_contiguous_slices_of_the_items_one_task_per_core(spark: 
     assert cores == 2
     assert by_task() == [[0, 1], [2, 3, 4]]
     assert by_task(parallelism=5) == [[0], [1], [2], [3], [4]]
+
+
+def test_rows_a_reader_has_still_to_read_are_the_change_feeds_rows(
+    spark: Any, tmp_path: Path
+) -> None:
+    """rows_after counts, from the newer commits' operation metrics, the rows a change-feed
+    reader at each version still has to read: the rows delta-spark's own change feed gives
+    from the next version on, after appends, upserts, tombstones, SQL UPDATE and DELETE and a
+    property change. Unknown when the reader read nothing or too many commits are newer."""
+    from lakehouse.storage.log import rows_after
+
+    path = tmp_path / "t"
+    _kv_table(spark, path)
+    schema = "k string, v string, gone boolean"
+    rng = random.Random(72)
+    for batch in range(1, 7):
+        rows = [
+            (f"k{rng.randrange(8)}", str(rng.randrange(100)), rng.random() < 0.25)
+            for _ in range(rng.randrange(1, 9))
+        ]
+        rows = list({r[0]: r for r in rows}.values())  # a MERGE takes one source row per key
+        delta_spark.merge(spark.createDataFrame(rows, schema), path, txn=Txn("m", batch), **UPSERT)
+        if batch == 2:
+            spark.sql(f"UPDATE delta.`{path}` SET v = concat(v, '!') WHERE k < 'k4'")
+        if batch == 4:
+            spark.sql(f"DELETE FROM delta.`{path}` WHERE k > 'k5'")
+            spark.sql(f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES ('lakehouse.note' = 'x')")
+    latest = load(path, own=True).version()
+    for consumed in range(latest + 1):
+        feed = (
+            spark.read.format("delta")
+            .option("readChangeFeed", "true")
+            .option("startingVersion", consumed + 1)
+            .load(str(path))
+            .count()
+            if consumed < latest
+            else 0
+        )
+        assert rows_after(path, consumed) == feed, consumed
+    assert rows_after(path, None) is None
+    assert rows_after(path, 0, at_most=latest - 1) is None
+    assert rows_after(path, 1, at_most=latest - 1) == rows_after(path, 1)

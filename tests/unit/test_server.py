@@ -105,17 +105,20 @@ def test_the_event_log_is_the_pipelines_server_only(
     assert "spark.eventLog.enabled" not in readers.of(settings).conf(ports)
 
 
-def test_adaptive_execution_can_be_turned_off_on_the_pipelines_server(
+def test_adaptive_execution_stays_on_the_pipelines_server_unless_turned_off(
     settings: Settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The pipeline's server plans with adaptive execution (Spark's default) unless
-    LAKEHOUSE_SPARK_ADAPTIVE=off (half the Spark jobs of a small batch); another value is
-    refused with the variable's name. The readers' server is never changed."""
+    """The pipeline's server plans with adaptive execution (Spark's default) under
+    LAKEHOUSE_SPARK_ADAPTIVE=auto (the default, which turns it off per small batch) and on,
+    and without it under off; another value is refused with the variable's name. The readers'
+    server is never changed."""
     from lakehouse.errors import ConfigError
     from lakehouse.runtime.spark import ADAPTIVE_ENV
 
     monkeypatch.setenv("LAKEHOUSE_METASTORE", "none")
     monkeypatch.delenv(ADAPTIVE_ENV, raising=False)
+    assert server.server_conf(settings, 15002)["spark.sql.adaptive.enabled"] == "true"
+    monkeypatch.setenv(ADAPTIVE_ENV, "on")
     assert server.server_conf(settings, 15002)["spark.sql.adaptive.enabled"] == "true"
     monkeypatch.setenv(ADAPTIVE_ENV, "off")
     assert server.server_conf(settings, 15002)["spark.sql.adaptive.enabled"] == "false"

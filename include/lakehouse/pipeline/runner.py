@@ -28,8 +28,15 @@ from lakehouse.quality.verdict import Verdict
 from lakehouse.runtime import objectstore
 from lakehouse.runtime.config import LAYERS, Layer, Settings
 from lakehouse.runtime.objectstore import Location
-from lakehouse.runtime.spark import own_session, tagged
+from lakehouse.runtime.spark import (
+    adaptive_for,
+    adaptive_mode,
+    own_session,
+    small_batch_rows,
+    tagged,
+)
 from lakehouse.storage import DeltaStore, is_table
+from lakehouse.storage.log import position, rows_after
 from lakehouse.storage.maintenance import Consumer, MaintenanceReport, maintain
 from lakehouse.streams import silver
 from lakehouse.streams.registry import SchemaRegistry
@@ -107,6 +114,8 @@ def _run_layer(
     registry.register(contract, spark)
     # A bad setting fails here, before any data moves.
     pandas_max_rows()
+    adaptive_mode()
+    small_batch_rows()
     workers = gold.parallelism()
     run = run or RunInfo.from_env()
     own_ledger = ledger is None
@@ -144,7 +153,9 @@ def _run_layer(
             lines.append(ingested.summary())
         elif layer == "silver":
             judge = active.get(settings.silver_path(contract.stream))
-            with batches.judged(judge):
+            bronze_input = [(settings.bronze_path(contract.topic), silver.input_app(contract))]
+            rows = _pending(settings.silver_path(contract.stream), bronze_input)
+            with batches.judged(judge), adaptive_for(spark, rows):
                 decoded = silver.build(spark, settings, contract, judge)
             batches.add(decoded.batch())
             lines.append(decoded.summary())
@@ -324,7 +335,10 @@ def _build_gold(
                 with made:
                     sessions[thread] = held.enter_context(own_session(spark))
             session = sessions[thread]
-        with batches.judged(gate), tagged(session, "gold", spec.name):
+        path = settings.gold_path(spec.name)
+        inputs = kind.of(spec).inputs(settings, catalog or Catalog.of([contract]), contract, spec)
+        rows = _pending(path, [(i.path, i.app) for i in inputs])
+        with batches.judged(gate), tagged(session, "gold", spec.name), adaptive_for(session, rows):
             result = gold.build_table(session, settings, contract, spec, catalog, gate=gate)
         batches.add(result.batch())
         return result
@@ -341,6 +355,18 @@ def _build_gold(
     if len(failures) == 1:
         raise next(iter(failures.values()))
     raise TablesFailedError("gold", failures, [spec.name for spec in specs if spec.name in results])
+
+
+def _pending(path: Location, inputs: Collection[tuple[Location, str]]) -> int | None:
+    """The input rows a table's next batch reads: for each ``(input, app)``, the change rows
+    of the input's commits after the table's position (None if any is not known)."""
+    total = 0
+    for input_path, app in inputs:
+        rows = rows_after(input_path, position(path, app))
+        if rows is None:
+            return None
+        total += rows
+    return total
 
 
 def _reprocess_silver(

@@ -98,3 +98,18 @@ def commits(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
     any)."""
     made = {t: v - before.get(t, -1) for t, v in after.items()}
     return {t: n for t, n in sorted(made.items()) if n > 0}
+
+
+def adaptive_sql(folder: Path, since: int = 0) -> set[int]:
+    """The SQL executions started after event ``since`` that Spark planned with adaptive query
+    execution (their physical plan is an ``AdaptiveSparkPlan``)."""
+    out = set()
+    for n, line in enumerate(_lines(folder)):
+        if n < since or '"executionId"' not in line:
+            continue
+        event = json.loads(line)
+        if event.get("Event", "").endswith(".SparkListenerSQLExecutionStart") and (
+            "AdaptiveSparkPlan" in (event.get("physicalPlanDescription") or "")
+        ):
+            out.add(int(event["executionId"]))
+    return out

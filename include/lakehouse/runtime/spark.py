@@ -248,20 +248,66 @@ def codegen_conf() -> dict[str, str]:
 
 
 ADAPTIVE_ENV = "LAKEHOUSE_SPARK_ADAPTIVE"
+SMALL_BATCH_ENV = "LAKEHOUSE_SPARK_SMALL_BATCH_ROWS"
+_ADAPTIVE_KEY = "spark.sql.adaptive.enabled"
+
+
+def adaptive_mode() -> str:
+    """``LAKEHOUSE_SPARK_ADAPTIVE``: ``auto`` (the default), ``on`` or ``off``.
+
+    Spark's adaptive query execution plans each shuffle and broadcast after the one before it
+    has run, as a Spark job of its own. On a batch of a few rows that doubles its jobs and wins
+    nothing (there are no partitions to coalesce); on thousands of rows it coalesces a
+    shuffle's small partitions. ``auto`` keeps it on the server and turns it off, for the
+    session building one table, while that table's input is at most
+    :func:`small_batch_rows` rows; ``on`` and ``off`` hold for every batch."""
+    value = os.environ.get(ADAPTIVE_ENV, "auto")
+    if value not in ("auto", "on", "off"):
+        raise ConfigError(f"{ADAPTIVE_ENV} must be 'auto', 'on' or 'off', not {value!r}")
+    return value
+
+
+def small_batch_rows() -> int:
+    """``LAKEHOUSE_SPARK_SMALL_BATCH_ROWS`` (default 1000): the most input rows a table's batch
+    may have to be planned without adaptive execution under ``LAKEHOUSE_SPARK_ADAPTIVE=auto``."""
+    raw = os.environ.get(SMALL_BATCH_ENV, "1000")
+    try:
+        value = int(raw)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise ConfigError(
+            f"{SMALL_BATCH_ENV} must be a whole number of rows (0 or more), not {raw!r}"
+        )
+    return value
 
 
 def adaptive_conf() -> dict[str, str]:
-    """Spark's adaptive query execution on the pipeline's server: ``LAKEHOUSE_SPARK_ADAPTIVE``,
-    ``on`` (Spark's default) unless it says ``off``. Adaptive execution plans each shuffle and
-    broadcast after the one before it has run, as a Spark job of its own: a warm 20-record batch
-    of the shipped topic was 263 jobs with it and 130 without, in the same time; a 10K-record one
-    took 42.8 s with it and 51.8 s without (``bench/batch_jobs.py``, one run each), as it no
-    longer coalesces a shuffle's small partitions. The readers' server and a job's own session
-    keep Spark's default."""
-    value = os.environ.get(ADAPTIVE_ENV, "on")
-    if value not in ("on", "off"):
-        raise ConfigError(f"{ADAPTIVE_ENV} must be 'on' or 'off', not {value!r}")
-    return {"spark.sql.adaptive.enabled": "true" if value == "on" else "false"}
+    """The pipeline's server's adaptive execution: off only under ``LAKEHOUSE_SPARK_ADAPTIVE=off``
+    (``auto`` turns it off per batch, :func:`adaptive_for`). The readers' server and a job's own
+    session keep Spark's default."""
+    return {_ADAPTIVE_KEY: "false" if adaptive_mode() == "off" else "true"}
+
+
+@contextmanager
+def adaptive_for(spark: SparkSession, rows: int | None) -> Iterator[None]:
+    """Plan the ``with`` block's queries on ``spark`` without adaptive execution when
+    ``LAKEHOUSE_SPARK_ADAPTIVE=auto`` and the batch's input is known to be at most
+    :func:`small_batch_rows` rows (``rows``; None: not known), and put the session's setting
+    back after. ``spark`` must be the session of one thread's table: the setting is the
+    session's."""
+    if adaptive_mode() != "auto" or rows is None or rows > small_batch_rows():
+        yield
+        return
+    before = spark.conf.get(_ADAPTIVE_KEY)
+    spark.conf.set(_ADAPTIVE_KEY, "false")
+    try:
+        yield
+    except BaseException:
+        with contextlib.suppress(Exception):  # the batch's own error is the one to tell
+            spark.conf.set(_ADAPTIVE_KEY, before)
+        raise
+    spark.conf.set(_ADAPTIVE_KEY, before)
 
 
 def session_log(home: Path) -> Path:

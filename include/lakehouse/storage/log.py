@@ -81,6 +81,79 @@ def table_rows(dt: DeltaTable) -> int | None:
     return int(pc.sum(counts["num_records"]).as_py())
 
 
+# Operations that change no rows a change-feed reader sees.
+_NO_ROWS = frozenset(
+    {
+        "CREATE TABLE",
+        "SET TBLPROPERTIES",
+        "UNSET TBLPROPERTIES",
+        "ADD CONSTRAINT",
+        "DROP CONSTRAINT",
+        "ADD COLUMNS",
+        "CHANGE COLUMN",
+        "OPTIMIZE",
+        "VACUUM START",
+        "VACUUM END",
+    }
+)
+
+
+def change_rows(commit: Mapping[str, Any]) -> int | None:
+    """The rows a commit (one entry of a table's history) hands its change-feed readers, from
+    its operation metrics: an append's rows; a MERGE's inserted and deleted rows and two per
+    updated row (its pre- and post-image); None when its metrics do not say."""
+    operation = commit.get("operation")
+    metrics = commit.get("operationMetrics") or {}
+
+    def n(*keys: str) -> int | None:
+        if not all(k in metrics for k in keys):
+            return None
+        return sum(int(metrics[k]) for k in keys)
+
+    if operation == "MERGE":
+        changed = n("numTargetRowsInserted", "numTargetRowsDeleted")
+        updated = n("numTargetRowsUpdated")
+        return None if changed is None or updated is None else changed + 2 * updated
+    if operation == "UPDATE":
+        updated = n("numUpdatedRows")
+        return None if updated is None else 2 * updated
+    if operation == "DELETE":
+        return n("numDeletedRows")
+    if "numOutputRows" in metrics:
+        return n("numOutputRows")
+    return 0 if operation in _NO_ROWS else None
+
+
+# The most commits :func:`rows_after` reads to count a reader's rows.
+ROWS_AFTER_COMMITS = 50
+
+
+def rows_after(
+    path: Location, consumed: int | None, at_most: int = ROWS_AFTER_COMMITS
+) -> int | None:
+    """The change rows a reader that consumed ``path`` up to version ``consumed`` has still to
+    read, by the operation metrics of the newer commits (:func:`change_rows`); None when it is
+    not known: the reader read nothing yet, more than ``at_most`` commits are newer, or one of
+    them does not say."""
+    if consumed is None or not is_table(path):
+        return None
+    dt = load(path)
+    newer = int(dt.version()) - consumed
+    if newer <= 0:
+        return 0
+    if newer > at_most:
+        return None
+    total = 0
+    for commit in dt.history(newer):
+        if int(commit.get("version", -1)) <= consumed:
+            continue
+        rows = change_rows(commit)
+        if rows is None:
+            return None
+        total += rows
+    return total
+
+
 WRITE_ID_KEY = "lakehouse.write_id"
 
 
