@@ -2,12 +2,14 @@
 Spark jobs, SQL executions, time in jobs and Delta commits, against a plain delta-spark MERGE of
 the same number of rows on the same server.
 
-    python bench/batch_jobs.py [--records 20] [--warmup 1] [--workdir DIR]
+    python bench/batch_jobs.py [--records 20] [--warmup 1] [--adaptive auto|on|off] [--workdir DIR]
 
 A home of its own with the shipped contracts and samples, and a Spark server of its own started
 with ``LAKEHOUSE_SPARK_EVENT_LOG`` (Spark's event log) and without its background warm-up, then
 ``lakehouse run`` of both topics (it makes every table; not counted) and ``--warmup`` batches of
-``user-locations`` (not counted).
+``user-locations`` (not counted). ``--adaptive`` is ``LAKEHOUSE_SPARK_ADAPTIVE`` for the server
+and the runs (``auto``, the shipped default: small batches are planned without adaptive
+execution).
 The counted batch is ``lakehouse sample --topic user-locations --records N`` then ``lakehouse
 run --topic user-locations``, as a user runs it: bronze, silver and the topic's ten gold tables.
 Each job carries the tag of its layer or gold table (``lakehouse:gold:<table>``); jobs with no
@@ -73,6 +75,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--records", type=int, default=20)
     parser.add_argument("--warmup", type=int, default=1)
+    parser.add_argument("--adaptive", choices=("auto", "on", "off"), default="auto")
     parser.add_argument("--workdir", type=Path, default=None)
     args = parser.parse_args()
 
@@ -92,6 +95,7 @@ def main() -> None:
         # The server's own warm-up (its scratch tables carry the same job tags) would run in
         # the background beside the counted batch; the warm-up batches below warm it instead.
         "LAKEHOUSE_SPARK_WARMUP": "off",
+        "LAKEHOUSE_SPARK_ADAPTIVE": args.adaptive,
     }
     print(f"work folder {work}; commands in {log}", flush=True)
     try:
