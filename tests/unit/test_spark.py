@@ -113,38 +113,45 @@ class _Conf:
     """A session's runtime settings, as ``spark.conf`` holds them."""
 
     def __init__(self) -> None:
-        self.values = {"spark.sql.adaptive.enabled": "true"}
+        self.values = {"spark.sql.adaptive.enabled": "true", "spark.sql.shuffle.partitions": "8"}
         self.sets: list[tuple[str, str]] = []
 
-    def get(self, key: str) -> str:
-        return self.values[key]
+    def get(self, key: str) -> str | None:
+        return self.values.get(key)
 
     def set(self, key: str, value: str) -> None:
         self.sets.append((key, value))
         self.values[key] = value
+
+    def unset(self, key: str) -> None:
+        self.sets.append((key, "(unset)"))
+        self.values.pop(key, None)
 
 
 def test_a_small_batch_is_planned_without_adaptive_execution_and_the_setting_comes_back(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Under LAKEHOUSE_SPARK_ADAPTIVE=auto a batch of at most LAKEHOUSE_SPARK_SMALL_BATCH_ROWS
-    input rows runs with adaptive execution off, and the session's setting is put back after,
-    also when the batch fails; an unknown or bigger input, or on/off, leaves it alone. A bad
+    input rows runs with the small-batch settings (adaptive execution off), and the session's
+    settings are put back after (one it did not have is unset again), also when the batch fails; an unknown or bigger input, or on/off, leaves it alone. A bad
     threshold is refused with its name."""
     from types import SimpleNamespace
 
     monkeypatch.delenv(spark.ADAPTIVE_ENV, raising=False)
     monkeypatch.setenv(spark.SMALL_BATCH_ENV, "20")
     session: Any = SimpleNamespace(conf=_Conf())
+    shipped = dict(session.conf.values)
     seen = []
     for rows in (0, 20, 21, None):
         with spark.adaptive_for(session, rows):
-            seen.append(session.conf.values["spark.sql.adaptive.enabled"])
-    assert seen == ["false", "false", "true", "true"]
-    assert session.conf.values["spark.sql.adaptive.enabled"] == "true"
+            seen.append(dict(session.conf.values))
+    small = shipped | spark.SMALL_BATCH_CONF
+    assert small["spark.sql.adaptive.enabled"] == "false"
+    assert seen == [small, small, shipped, shipped]
+    assert session.conf.values == shipped
     with pytest.raises(RuntimeError, match="the batch failed"), spark.adaptive_for(session, 3):
         raise RuntimeError("the batch failed")
-    assert session.conf.values["spark.sql.adaptive.enabled"] == "true"
+    assert session.conf.values == shipped
     for mode in ("on", "off"):
         monkeypatch.setenv(spark.ADAPTIVE_ENV, mode)
         before = len(session.conf.sets)
@@ -154,7 +161,9 @@ def test_a_small_batch_is_planned_without_adaptive_execution_and_the_setting_com
     monkeypatch.setenv(spark.ADAPTIVE_ENV, "auto")
     for bad in ("-1", "many", "1.5"):
         monkeypatch.setenv(spark.SMALL_BATCH_ENV, bad)
-        with pytest.raises(ConfigError, match=f"{spark.SMALL_BATCH_ENV} must be a whole number"):
+        with pytest.raises(
+            ConfigError, match=f"{spark.SMALL_BATCH_ENV} must be a whole number of rows"
+        ):
             spark.small_batch_rows()
 
 

@@ -18,7 +18,7 @@ from lakehouse.runtime.config import whole_number_setting
 from lakehouse.runtime.process import ensure_java
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
 
 # Delta Lake in every session: its SQL (DESCRIBE HISTORY, `delta.`<path>``, ...) and its catalog
@@ -250,6 +250,17 @@ def codegen_conf() -> dict[str, str]:
 ADAPTIVE_ENV = "LAKEHOUSE_SPARK_ADAPTIVE"
 SMALL_BATCH_ENV = "LAKEHOUSE_SPARK_SMALL_BATCH_ROWS"
 _ADAPTIVE_KEY = "spark.sql.adaptive.enabled"
+# How a small batch is planned: each query one Spark job. Without adaptive execution (which
+# runs each shuffle and broadcast as a job of its own), without broadcast joins, planned or
+# hinted (a broadcast is collected by a job of its own; the hints are the DataFrame API's, which
+# a Spark Connect client sends as hints to resolve), and in one shuffle partition (what adaptive
+# execution would have coalesced the shuffles to; a MERGE writes one file).
+SMALL_BATCH_CONF = {
+    _ADAPTIVE_KEY: "false",
+    "spark.sql.autoBroadcastJoinThreshold": "-1",
+    "spark.sql.optimizer.disableHints": "true",
+    "spark.sql.shuffle.partitions": "1",
+}
 
 
 def adaptive_mode() -> str:
@@ -270,16 +281,7 @@ def adaptive_mode() -> str:
 def small_batch_rows() -> int:
     """``LAKEHOUSE_SPARK_SMALL_BATCH_ROWS`` (default 1000): the most input rows a table's batch
     may have to be planned without adaptive execution under ``LAKEHOUSE_SPARK_ADAPTIVE=auto``."""
-    raw = os.environ.get(SMALL_BATCH_ENV, "1000")
-    try:
-        value = int(raw)
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise ConfigError(
-            f"{SMALL_BATCH_ENV} must be a whole number of rows (0 or more), not {raw!r}"
-        )
-    return value
+    return whole_number_setting(SMALL_BATCH_ENV, 1000, "rows")
 
 
 def adaptive_conf() -> dict[str, str]:
@@ -299,15 +301,32 @@ def adaptive_for(spark: SparkSession, rows: int | None) -> Iterator[None]:
     if adaptive_mode() != "auto" or rows is None or rows > small_batch_rows():
         yield
         return
-    before = spark.conf.get(_ADAPTIVE_KEY)
-    spark.conf.set(_ADAPTIVE_KEY, "false")
+    settings = dict(SMALL_BATCH_CONF)
+    before = {key: spark.conf.get(key) for key in settings}
+
+    def restore() -> None:
+        for key, value in before.items():
+            if value is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, value)
+
+    for key, value in settings.items():
+        spark.conf.set(key, value)
     try:
         yield
     except BaseException:
         with contextlib.suppress(Exception):  # the batch's own error is the one to tell
-            spark.conf.set(_ADAPTIVE_KEY, before)
+            restore()
         raise
-    spark.conf.set(_ADAPTIVE_KEY, before)
+    restore()
+
+
+def is_empty(df: DataFrame) -> bool:
+    """Whether ``df`` has no rows, in one Spark job: ``DataFrame.isEmpty`` takes one row the way
+    ``take`` does, a job over the first partition and, while none is found, another over four
+    times as many, so an empty result (a batch's late records, most often) costs several."""
+    return df.limit(1).count() == 0
 
 
 def session_log(home: Path) -> Path:

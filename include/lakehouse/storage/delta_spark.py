@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from lakehouse.errors import ConcurrentWriteError
 from lakehouse.runtime import objectstore
 from lakehouse.runtime.objectstore import Location
+from lakehouse.runtime.spark import is_empty
 from lakehouse.storage import metastore
 from lakehouse.storage.gates import PublishGate
 from lakehouse.storage.log import (
@@ -241,7 +242,7 @@ def delete_matching(
     commit (a MERGE) carrying ``metadata``; return how many went. No commit when none match.
     The caller holds :func:`table_lock`."""
     keys = keys.select(*on).distinct()
-    if keys.isEmpty():
+    if is_empty(keys):
         return 0
     spark = keys.sparkSession
     user = {**(metadata or {}), WRITE_ID_KEY: uuid.uuid4().hex}

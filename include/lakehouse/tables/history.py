@@ -57,6 +57,7 @@ from lakehouse.contracts.model import (
     Contract,
     TableSpec,
 )
+from lakehouse.runtime.spark import is_empty
 from lakehouse.storage import Txn, delta_spark
 from lakehouse.streams.schema import TOMBSTONE, key_spark_type, spark_type
 from lakehouse.tables import common
@@ -416,7 +417,7 @@ class History(StreamKind):
                 metadata=position,
             )
             late = 0
-            if not changes.late.isEmpty():
+            if not is_empty(changes.late):
                 written = delta_spark.append(changes.late, out.late, txn=txn, metadata=position)
                 late = written.rows_written or 0
             values = [c for c in ctx.contract.table_columns(ctx.spec) if c not in (key, VALID_FROM)]

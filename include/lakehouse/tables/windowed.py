@@ -104,6 +104,7 @@ from lakehouse.contracts.model import (
 )
 from lakehouse.errors import LakehouseError
 from lakehouse.runtime.config import Settings
+from lakehouse.runtime.spark import is_empty
 from lakehouse.storage import DeltaStore, Txn, WriteResult, delta_spark
 from lakehouse.streams.schema import (
     EVENT_TIME,
@@ -625,9 +626,9 @@ def _changes(batch: Batch, stream: Contract, spec: TableSpec) -> Changes:
     # sessions close only as stream time moves, which only such a record does). The gold
     # commit names them, for the crash protocol (:func:`_unfinished`).
     followers = []
-    if not late.isEmpty():
+    if not is_empty(late):
         followers.append(LATE)
-    if state is not None and not placed.filter(F.col(_NEW) & (F.col(_STATUS) != "late")).isEmpty():
+    if state is not None and not is_empty(placed.filter(F.col(_NEW) & (F.col(_STATUS) != "late"))):
         followers.append(STATE)
     return Changes(gold_rows, late, state, after, followers, cached)
 
