@@ -269,9 +269,9 @@ def adaptive_mode() -> str:
     Spark's adaptive query execution plans each shuffle and broadcast after the one before it
     has run, as a Spark job of its own. On a batch of a few rows that doubles its jobs and wins
     nothing (there are no partitions to coalesce); on thousands of rows it coalesces a
-    shuffle's small partitions. ``auto`` keeps it on the server and turns it off, for the
-    session building one table, while that table's input is at most
-    :func:`small_batch_rows` rows; ``on`` and ``off`` hold for every batch."""
+    shuffle's small partitions. ``auto`` keeps it on the server, and the session building one
+    table plans a batch whose input is at most :func:`small_batch_rows` rows with
+    :data:`SMALL_BATCH_CONF` (:func:`adaptive_for`); ``on`` and ``off`` hold for every batch."""
     value = os.environ.get(ADAPTIVE_ENV, "auto")
     if value not in ("auto", "on", "off"):
         raise ConfigError(f"{ADAPTIVE_ENV} must be 'auto', 'on' or 'off', not {value!r}")
@@ -280,7 +280,7 @@ def adaptive_mode() -> str:
 
 def small_batch_rows() -> int:
     """``LAKEHOUSE_SPARK_SMALL_BATCH_ROWS`` (default 1000): the most input rows a table's batch
-    may have to be planned without adaptive execution under ``LAKEHOUSE_SPARK_ADAPTIVE=auto``."""
+    may have to be planned as a small batch under ``LAKEHOUSE_SPARK_ADAPTIVE=auto``."""
     return whole_number_setting(SMALL_BATCH_ENV, 1000, "rows")
 
 
@@ -293,10 +293,10 @@ def adaptive_conf() -> dict[str, str]:
 
 @contextmanager
 def adaptive_for(spark: SparkSession, rows: int | None) -> Iterator[None]:
-    """Plan the ``with`` block's queries on ``spark`` without adaptive execution when
+    """Plan the ``with`` block's queries on ``spark`` with :data:`SMALL_BATCH_CONF` when
     ``LAKEHOUSE_SPARK_ADAPTIVE=auto`` and the batch's input is known to be at most
-    :func:`small_batch_rows` rows (``rows``; None: not known), and put the session's setting
-    back after. ``spark`` must be the session of one thread's table: the setting is the
+    :func:`small_batch_rows` rows (``rows``; None: not known), and put the session's settings
+    back after. ``spark`` must be the session of one thread's table: the settings are the
     session's."""
     if adaptive_mode() != "auto" or rows is None or rows > small_batch_rows():
         yield
